@@ -1,0 +1,3 @@
+from bcgtune.cli.app import main
+
+main()

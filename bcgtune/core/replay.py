@@ -1,0 +1,121 @@
+"""SGLang's replay rule and the padding metrics of a bucket list on a trace.
+
+Rule (srt/model_executor/runner/prefill_cuda_graph_runner.py, sglang 0.5.23): a batch of n
+forward tokens picks the smallest bucket b >= n (bisect_left over the sorted list); it
+replays iff such a bucket exists and b <= factor * n with
+_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR = 2; otherwise it runs eager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from bcgtune.errors import InputError
+
+DEFAULT_PADDING_FACTOR = 2.0
+
+
+def check_bucket_list(buckets, where: str = "bucket list") -> list[int]:
+    """Positive, unique, ascending integers (what SGLang accepts without surprises)."""
+    out = []
+    for b in buckets:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+            raise InputError(f"bucket {b!r} is not an integer", where)
+        if b <= 0:
+            raise InputError(f"bucket {b} is not positive", where)
+        out.append(int(b))
+    if not out:
+        raise InputError("bucket list is empty", where)
+    for a, b in zip(out, out[1:]):
+        if b <= a:
+            raise InputError(f"buckets must be unique and ascending ({a} then {b})", where)
+    return out
+
+
+def parse_bucket_list(text: str, where: str = "bucket list") -> list[int]:
+    """'256 512 1024' or '256,512,1024' (what users paste) -> sorted unique list."""
+    toks = text.replace(",", " ").split()
+    vals = []
+    for t in toks:
+        try:
+            vals.append(int(t))
+        except ValueError:
+            raise InputError(f"bucket {t!r} is not an integer", where) from None
+    if not vals:
+        raise InputError("bucket list is empty", where)
+    if any(v <= 0 for v in vals):
+        raise InputError(f"bucket {min(vals)} is not positive", where)
+    return sorted(set(vals))
+
+
+def assign_buckets(sizes: np.ndarray, buckets, factor: float = DEFAULT_PADDING_FACTOR):
+    """For each size: the bucket it would use (0 when above every bucket) and whether it
+    replays. Vectorized bisect_left, exactly SGLang's lookup."""
+    b = np.asarray(sorted(buckets), dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if b.size == 0:
+        return np.zeros_like(sizes), np.zeros(sizes.shape, dtype=bool)
+    idx = np.searchsorted(b, sizes, side="left")
+    has = idx < b.size
+    chosen = np.where(has, b[np.minimum(idx, b.size - 1)], 0)
+    replay = has & (chosen <= factor * sizes)
+    return chosen, replay
+
+
+@dataclass
+class ListMetrics:
+    name: str
+    buckets: list[int]
+    graphs: int
+    batches: int
+    replayed_batches: int
+    eager_batches: int
+    hit_rate_pct: float  # replayed batches / batches
+    replayed_tokens: int  # real tokens of replayed batches
+    padded_tokens: int  # sum over replayed batches of (bucket - n)
+    waste_pct: float  # padded_tokens / replayed_tokens
+    mean_pad: float  # mean padding per replayed batch
+    p99_pad: int  # 99th percentile padding per replayed batch (nearest rank)
+    unused_buckets: int  # buckets no traced batch replays in
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def evaluate_list(
+    sizes: np.ndarray, counts: np.ndarray, buckets, name: str = "", factor: float = DEFAULT_PADDING_FACTOR
+) -> ListMetrics:
+    sizes = np.asarray(sizes, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    bl = sorted(int(x) for x in buckets)
+    chosen, replay = assign_buckets(sizes, bl, factor)
+    rc = counts[replay]
+    pad = (chosen - sizes)[replay]
+    n_rep = int(rc.sum())
+    padded = int((pad * rc).sum())
+    rep_tokens = int((sizes[replay] * rc).sum())
+    if n_rep:
+        order = np.argsort(pad, kind="stable")
+        cum = np.cumsum(rc[order])
+        p99 = int(pad[order][np.searchsorted(cum, max(1, int(np.ceil(0.99 * n_rep))))])
+    else:
+        p99 = 0
+    used = set(chosen[replay].tolist())
+    total = int(counts.sum())
+    return ListMetrics(
+        name=name,
+        buckets=bl,
+        graphs=len(bl),
+        batches=total,
+        replayed_batches=n_rep,
+        eager_batches=total - n_rep,
+        hit_rate_pct=100.0 * n_rep / total if total else 0.0,
+        replayed_tokens=rep_tokens,
+        padded_tokens=padded,
+        waste_pct=100.0 * padded / rep_tokens if rep_tokens else 0.0,
+        mean_pad=padded / n_rep if n_rep else 0.0,
+        p99_pad=p99,
+        unused_buckets=sum(1 for b in bl if b not in used),
+    )

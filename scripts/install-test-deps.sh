@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs bcgtune with everything its test suite exercises into the active Python:
+#  - the package with its test and plot extras;
+#  - torch 2.13.0 CPU (the engine's eager path and calibration logic run on CPU);
+#  - sglang 0.5.23 WITHOUT its declared dependencies (they pull CUDA torch and GPU
+#    kernels), plus the short list of packages its ServerArgs import needs, so tests can
+#    check flags against SGLang's real argument parser (see shared/docs/sglang-facts.md).
+set -euo pipefail
+python -m pip install -q -e ".[test]"
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q --no-deps "sglang==0.5.23"
+python -m pip install -q triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
+    starlette tqdm packaging pillow IPython
