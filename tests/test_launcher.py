@@ -1,0 +1,77 @@
+"""ServerProcess as a library: health wait, stop reaps the whole process group, a crash
+before health is reported with its exit code and log path."""
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from bcgtune.adapters.launcher import ServerProcess, exit_status
+from bcgtune.errors import ExternalError
+
+FAKE = str(Path(__file__).with_name("fake_sglang_server.py"))
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it holds no GPU, treat it as gone
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):
+    pid_file = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_PID_FILE", str(pid_file))
+    port = _free_port()
+    log = tmp_path / "server.log"
+    with ServerProcess([sys.executable, FAKE, "--port", str(port)], log_path=log, echo=None, grace_s=5) as sp:
+        waited = sp.wait_healthy(f"http://127.0.0.1:{port}", timeout=20, interval=0.05)
+        assert waited < 20
+        assert sp.returncode is None
+    leader, grandchild = map(int, pid_file.read_text().split())
+    assert sp.returncode == 0  # exits cleanly on SIGTERM
+    assert not _alive(leader) and not _alive(grandchild)
+    text = log.read_text()
+    assert "Prefill batch, #new-seq" in text and "Received sig 15" in text
+
+
+def test_crash_before_healthy_names_code_and_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_EXIT_CODE", "7")
+    log = tmp_path / "crash.log"
+    sp = ServerProcess([sys.executable, FAKE], log_path=log, echo=None)
+    with sp:
+        with pytest.raises(ExternalError) as ei:
+            sp.wait_healthy("http://127.0.0.1:9", timeout=20, interval=0.05)
+    assert "exited with code 7" in str(ei.value) and str(log) in str(ei.value)
+    assert sp.returncode == 7 and exit_status(sp.returncode) == 7
+    assert "fake crash" in log.read_text()
+
+
+def test_stop_escalates_to_sigkill(tmp_path):
+    # a child that ignores SIGTERM is killed after the grace period
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    sp = ServerProcess([sys.executable, "-c", code], log_path=tmp_path / "x.log", echo=None, grace_s=0.5).start()
+    import time
+
+    t = time.monotonic()
+    while "up" not in (tmp_path / "x.log").read_text() and time.monotonic() - t < 10:
+        time.sleep(0.05)
+    rc = sp.stop()
+    assert rc == -9 and exit_status(rc) == 137
+    assert not _alive(sp.pid)
