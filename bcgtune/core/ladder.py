@@ -3,12 +3,14 @@
 Must match SGLang exactly (sglang 0.5.23):
   * ladder: srt/arg_groups/cuda_graph_hook.py, generate_prefill_cuda_graph_batch_sizes
   * chunked_prefill_size default by GPU memory: srt/arg_groups/memory_hook.py
-  * alignment: srt/utils/common.py, get_cuda_graph_batch_size_alignment
+  * alignment: srt/utils/common.py, get_cuda_graph_batch_size_alignment (+ require_gathered_buffer)
+  * attention widths: srt/runtime_context.py (derive_attn_tp_size), arg_groups/parallel_hook.py
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from bcgtune.errors import InputError
 
@@ -29,14 +31,19 @@ def sglang_default_ladder(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
-def deepep_breakable_ladder() -> list[int]:
-    """DeepEP + breakable with no explicit list: the ladder for max 2048, every bucket
-    rounded up to a multiple of 8 (deduplicated)."""
-    return sorted({-(-s // 8) * 8 for s in sglang_default_ladder(2048)})
+def deepep_breakable_ladder(max_bs: int = 2048) -> list[int]:
+    """DeepEP + breakable with no explicit list (cuda_graph_hook.py, apply_deepep_adjustments):
+    the ladder for `--cuda-graph-max-bs-prefill` or, unset, 2048, every bucket rounded up
+    to a multiple of 8 (deduplicated)."""
+    return sorted({-(-s // 8) * 8 for s in sglang_default_ladder(max_bs)})
 
 
-def default_chunked_prefill_size(gpu_mem_gib: float) -> int:
-    """memory_hook.py: chunked_prefill_size by GPU memory (GiB)."""
+def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
+    """memory_hook.py (_handle_gpu_memory_settings): chunked_prefill_size by GPU memory.
+    SGLang compares MiB against N*1024: <20 GiB 2048, <35 4096, <60 4096, <90 8192,
+    <160 8192, else 16384; 4096 when the capacity is unknown."""
+    if gpu_mem_gib is None:
+        return 4096
     if gpu_mem_gib < 20:
         return 2048
     if gpu_mem_gib < 60:
@@ -46,9 +53,49 @@ def default_chunked_prefill_size(gpu_mem_gib: float) -> int:
     return 16384
 
 
+# memory_hook.py: _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS
+PP_BREAKABLE_PREFILL_MAX_BS = 8192
+
+
+def default_prefill_max_bs(
+    chunked_prefill_size: int,
+    *,
+    mla_backend: bool = False,
+    pp_size: int = 1,
+    breakable: bool = True,
+    max_total_tokens: int | None = None,
+    attn_dp_size: int = 1,
+) -> int:
+    """The prefill ladder's max when neither --cuda-graph-max-bs-prefill nor a list is
+    given: chunked_prefill_size (MLA: min(8192, it)), capped at 8192 for PP + breakable and
+    at --max-total-tokens (memory_hook.py); under attention DP, chunked_prefill_size is
+    divided by attn_dp_size and the max re-clamped to it (parallel_hook.py,
+    handle_data_parallelism). `chunked_prefill_size` is the launch value (before the DP
+    division), e.g. default_chunked_prefill_size(gpu_mem)."""
+    max_bs = min(8192, chunked_prefill_size) if mla_backend else chunked_prefill_size
+    if pp_size > 1 and breakable:
+        max_bs = min(max_bs, PP_BREAKABLE_PREFILL_MAX_BS)
+    if max_total_tokens is not None:
+        max_bs = min(max_bs, max_total_tokens)
+    if attn_dp_size > 1:
+        max_bs = min(max_bs, chunked_prefill_size // attn_dp_size)
+    return max_bs
+
+
+# MoE all-to-all backends whose DP bookkeeping always needs the gathered buffer under
+# attention DP (common.py, require_mlp_tp_gather). "mori" joins them only with
+# SGLANG_MORI_RECV_BOUND / SGLANG_MORI_EP_V2 set (ParallelLayout.mori_dp_sync).
+_A2A_ALWAYS_DP_SYNC = ("flashinfer", "flashinfer_megamoe")
+
+
 @dataclass(frozen=True)
 class ParallelLayout:
-    """The parts of a launch that change capture-time bucket alignment."""
+    """The parts of a launch that change capture-time bucket alignment (sglang 0.5.23).
+
+    `dp` + `enable_dp_attention` is the deprecated spelling (`--dp-size N
+    --enable-dp-attention`), which SGLang turns into attention-DP groups of N
+    (parallel_hook.py, handle_deprecated_dp_attention); `attn_dp` is `--attn-dp-size`.
+    """
 
     tp: int = 1
     dp: int = 1
@@ -58,35 +105,147 @@ class ParallelLayout:
     moe_dense_tp_size: int | None = None
     attn_cp_size: int = 1
     is_hip: bool = False
+    attn_dp: int = 1
+    enable_dp_lm_head: bool = False
+    disable_attn_tp_gather: bool = False
+    mori_dp_sync: bool = False
+
+    @property
+    def attn_dp_size(self) -> int:
+        if self.enable_dp_attention and self.attn_dp == 1:
+            return self.dp
+        return self.attn_dp
+
+    @property
+    def replica_dp_size(self) -> int:
+        """Data-parallel replicas (`--dp-size` once the deprecated spelling is resolved)."""
+        if self.enable_dp_attention and self.attn_dp == 1:
+            return 1
+        return self.dp
+
+    @property
+    def attn_dp_enabled(self) -> bool:
+        return self.attn_dp_size > 1
+
+    @property
+    def num_dp_ranks(self) -> int:
+        return self.replica_dp_size * self.attn_dp_size
 
     @property
     def attn_tp_size(self) -> int:
-        # With DP attention, attention TP is tp / dp (srt/layers/dp_attention.py).
-        if self.enable_dp_attention:
-            if self.dp < 1 or self.tp % self.dp:
-                raise InputError(f"--tp-size {self.tp} is not a multiple of --dp-size {self.dp}")
-            return self.tp // self.dp
-        return self.tp
+        # runtime_context.py, derive_attn_tp_size: tp // attn_dp_size // attn_cp_size
+        div = self.attn_dp_size * max(1, self.attn_cp_size)
+        if self.attn_dp_size < 1 or self.tp % div:
+            raise InputError(
+                f"--tp-size {self.tp} is not a multiple of attention DP {self.attn_dp_size}"
+                f" x attention CP {self.attn_cp_size}"
+            )
+        return self.tp // div
+
+    @property
+    def gathered_buffer_required(self) -> bool:
+        """common.py, require_gathered_buffer = require_mlp_tp_gather or require_attn_tp_gather."""
+        a2a = (self.moe_a2a_backend or "none").lower()
+        mlp_gather = False
+        if self.attn_dp_enabled:
+            if self.moe_dense_tp_size is None or not self.enable_dp_lm_head or a2a == "none":
+                mlp_gather = True
+            elif a2a in _A2A_ALWAYS_DP_SYNC or (a2a == "mori" and self.mori_dp_sync):
+                mlp_gather = True
+            else:
+                mlp_gather = self.moe_dense_tp_size > self.tp // self.num_dp_ranks
+        attn_gather = False
+        if not self.disable_attn_tp_gather and (a2a != "none" or self.moe_dense_tp_size is not None):
+            attn_gather = self.num_dp_ranks < self.tp if self.attn_dp_enabled else True
+        return mlp_gather or attn_gather
 
 
 def layout_alignment(layout: ParallelLayout) -> int:
-    """Multiple every captured bucket is rounded up to (get_cuda_graph_batch_size_alignment):
-    1 for plain TP/EP; x2 under two-batch overlap; x attn_tp_size when a gathered buffer is
-    needed (DP attention, MoE a2a backend != none, moe_dense_tp_size set); x attn_cp_size
-    with context parallel (not on HIP)."""
+    """Multiple every captured bucket is rounded up to (common.py,
+    get_cuda_graph_batch_size_alignment): x2 under two-batch overlap; x attn_tp_size when a
+    gathered buffer is needed; then, off HIP, x attn_cp_size unless the alignment is
+    already a multiple of it."""
     align = 1
     if layout.two_batch_overlap:
         align *= 2
-    gathered = layout.enable_dp_attention or layout.moe_a2a_backend not in ("", "none", None) or (
-        layout.moe_dense_tp_size is not None
-    )
-    if gathered:
+    if layout.gathered_buffer_required:
         align *= max(1, layout.attn_tp_size)
-    if layout.attn_cp_size > 1 and not layout.is_hip:
-        align *= layout.attn_cp_size
+    cp = max(1, layout.attn_cp_size)
+    if not layout.is_hip and align % cp != 0:
+        align *= cp
     return align
 
 
 def align_buckets(buckets: list[int], align: int) -> list[int]:
     """What SGLang captures for a given list: each bucket rounded up to `align`, deduped."""
     return sorted({-(-int(b) // align) * align for b in buckets})
+
+
+# Spellings SGLang's parser accepts for the flags that shape the layout (the field names
+# are the canonical ones; aliases from srt/arg_groups/fields/parallel.py and exec_.py).
+_LAYOUT_ALIASES = {
+    "tensor_parallel_size": "tp_size",
+    "data_parallel_size": "dp_size",
+    "attention_data_parallel_size": "attn_dp_size",
+    "attention_context_parallel_size": "attn_cp_size",
+}
+
+
+def _flag_int(flags: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    v = flags.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise InputError(f"{key} must be an integer, got {v!r}", key)
+    try:
+        n = int(v)
+    except ValueError:
+        raise InputError(f"{key} must be an integer, got {v!r}", key) from None
+    if n < 1:
+        raise InputError(f"{key} must be positive, got {n}", key)
+    return n
+
+
+def _flag_bool(flags: Mapping[str, Any], key: str) -> bool:
+    v = flags.get(key, False)
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(v)
+
+
+def layout_from_server_flags(flags: Mapping[str, Any], *, is_hip: bool = False) -> ParallelLayout:
+    """A ParallelLayout from SGLang launch flags as a dict (keys snake or kebab case,
+    without leading dashes; e.g. a profile's [server] table): tp_size, dp_size,
+    attn_dp_size, enable_dp_attention, enable_two_batch_overlap, moe_a2a_backend,
+    moe_dense_tp_size, attn_cp_size, enable_dp_lm_head, disable_attn_tp_gather.
+    Flags that are absent take SGLang's defaults. `is_hip`: ROCm (context-parallel
+    alignment is skipped there)."""
+    norm: dict[str, Any] = {}
+    for k, v in flags.items():
+        key = str(k).lstrip("-").replace("-", "_")
+        norm[_LAYOUT_ALIASES.get(key, key)] = v
+    a2a = norm.get("moe_a2a_backend", "none")
+    if a2a is not None and not isinstance(a2a, str):
+        raise InputError(f"moe_a2a_backend must be a string, got {a2a!r}", "moe_a2a_backend")
+    layout = ParallelLayout(
+        tp=_flag_int(norm, "tp_size", 1),
+        dp=_flag_int(norm, "dp_size", 1),
+        enable_dp_attention=_flag_bool(norm, "enable_dp_attention"),
+        two_batch_overlap=_flag_bool(norm, "enable_two_batch_overlap"),
+        moe_a2a_backend=(a2a or "none"),
+        moe_dense_tp_size=_flag_int(norm, "moe_dense_tp_size", None),
+        attn_cp_size=_flag_int(norm, "attn_cp_size", 1),
+        is_hip=is_hip,
+        attn_dp=_flag_int(norm, "attn_dp_size", 1),
+        enable_dp_lm_head=_flag_bool(norm, "enable_dp_lm_head"),
+        disable_attn_tp_gather=_flag_bool(norm, "disable_attn_tp_gather"),
+    )
+    if layout.attn_dp > 1 and layout.dp > 1:
+        # parallel_hook.py refuses this combination at launch
+        raise InputError(
+            f"--dp-size {layout.dp} with --attn-dp-size {layout.attn_dp}: replicas combined "
+            "with attention DP are not supported by SGLang",
+            "attn_dp_size",
+        )
+    layout.attn_tp_size  # validates divisibility
+    return layout
