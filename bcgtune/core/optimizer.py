@@ -1,0 +1,404 @@
+"""Exact optimal prefill bucket lists.
+
+Problem. A trace is a histogram: distinct forward sizes x_1 < ... < x_m with batch counts
+w_i. Choose at most K buckets, multiples of A, none above M. A batch of n tokens uses the
+smallest bucket b >= n and replays iff b <= factor * n (SGLang's rule, core/replay.py);
+otherwise it runs eager. Objectives:
+
+  padding  lexicographic: fewest eager batches, then fewest padded tokens
+           (sum over replayed batches of w * (b - n)).
+  time     predicted prefill time: a replayed batch costs t_graph(b), an eager one
+           t_eager(n) (from a calibration). Not lexicographic: eager may win.
+
+Candidates. Each bucket serves the sizes between the previous bucket and itself. Lowering a
+bucket to the aligned round-up of the largest size it serves changes no assignment, lowers
+padding and only widens the replay window, so for `padding` an optimal list exists within
+C = {ceil_A(x_i)} (those <= M). For `time`, lowering can also turn an eager batch into a
+(slower) replay, so the smallest aligned values above each replay threshold factor * x_i are
+candidates too; with t_graph non-decreasing in b (we take its running maximum: a larger
+graph never runs faster, measured dips are noise) an optimum lies within that set.
+
+DP. Index candidates c_1 < ... < c_p, and let f_k(j) be the least cost of the sizes <= c_j
+using at most k buckets, the largest being c_j. With the previous bucket c_i (i = 0: none):
+
+    f_k(j) = min_i  f_{k-1}(i) + C(i, j),      f_{k-1}(0) = 0,
+
+where C(i, j) is the cost of the sizes in (c_i, c_j] served by c_j: those below c_j / factor
+run eager, the rest replay. Write E, W, V for prefix sums over sizes of the eager cost, the
+weight and the per-size replay offset, h_j for the number of sizes below c_j / factor, and
+e_i for the number of sizes <= c_i. Then
+
+    e_i <= h_j  (part A):  C = E[h_j] - E[e_i] + u_j (W[e_j] - W[h_j]) - (V[e_j] - V[h_j])
+    e_i >  h_j  (part B):  C = u_j (W[e_j] - W[e_i]) - (V[e_j] - V[e_i])
+
+with u_j = c_j, V = sum w x for padding (eager cost BIG per batch, BIG > any total
+padding) and u_j = t_graph(c_j), V = 0 for time. Part A is a prefix minimum of
+f(i) - E[e_i]: O(p). Part B is a lower envelope of lines (slope -W[e_i], intercept
+f(i) + V[e_i]) queried at u_j over a window i in [a_j, j - 1] whose ends never move left;
+u_j is non-decreasing, so the leftmost optimal i is non-decreasing in j (exchange argument:
+the lines are ordered by slope), and a divide-and-conquer over rows finds every row's
+minimum in O(p log p) evaluations — vectorized level by level with numpy. K layers give
+O(K p log p) overall (30,000 candidates, K = 32: about a second here), against O(K p^2) for
+the naive DP. Every f_k(j) for every k is kept, which also yields the waste-vs-K curve and
+the memory-budgeted optimum (the budget depends only on k and the largest bucket).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.errors import InputError
+
+_INT_LIMIT = 2**61
+
+
+def ceil_to(x, a: int):
+    return -(-np.asarray(x, dtype=np.int64) // a) * a
+
+
+@dataclass
+class Solution:
+    buckets: list[int]
+    cost: float  # objective value (padding: eager * big + padded; time: ms)
+    eager_batches: int
+    padded_tokens: int
+    # curve[k-1] = (eager_batches, padded_tokens, cost) of the optimum with at most k buckets
+    curve: list[dict] = field(default_factory=list)
+    objective: str = "padding"
+    candidates: int = 0
+
+
+@dataclass
+class _Prep:
+    sizes: np.ndarray
+    counts: np.ndarray
+    cand: np.ndarray  # candidate bucket values, ascending (index j = 1..p maps to cand[j-1])
+    end: np.ndarray  # end[j] = number of sizes <= c_j; end[0] = 0 (length p + 1)
+    h: np.ndarray  # h[j] = number of sizes x with factor * x < c_j; h[0] unused
+    factor: float
+
+
+def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, extra_thresholds: bool) -> _Prep:
+    sizes = np.asarray(sizes, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if sizes.ndim != 1 or sizes.shape != counts.shape:
+        raise InputError("sizes and counts must be flat arrays of equal length")
+    if sizes.size == 0:
+        raise InputError("trace is empty: no prefill batches")
+    if (sizes <= 0).any():
+        raise InputError("forward sizes must be positive")
+    if (counts <= 0).any():
+        raise InputError("batch counts must be positive")
+    if (np.diff(sizes) <= 0).any():
+        order = np.argsort(sizes, kind="stable")
+        sizes, counts = sizes[order], counts[order]
+        uniq, inv = np.unique(sizes, return_inverse=True)
+        counts = np.bincount(inv, weights=counts).astype(np.int64)
+        sizes = uniq
+    if align < 1:
+        raise InputError(f"alignment must be >= 1, got {align}")
+    if factor < 1:
+        raise InputError(f"padding factor must be >= 1, got {factor}")
+    cand = ceil_to(sizes, align)
+    if extra_thresholds:
+        # smallest aligned value strictly above factor * x: where x turns eager
+        thr = (np.floor(factor * sizes.astype(np.float64)).astype(np.int64) // align + 1) * align
+        cand = np.concatenate([cand, thr])
+    if max_bucket is not None:
+        cand = cand[cand <= max_bucket]
+    cand = np.unique(cand)
+    end = np.concatenate([[0], np.searchsorted(sizes, cand, side="right")]).astype(np.int64)
+    # number of sizes with factor * x < c  <=>  x < c / factor
+    h = np.concatenate([[0], np.searchsorted(sizes * factor, cand.astype(np.float64), side="left")]).astype(np.int64)
+    h = np.minimum(h, end)  # sizes below c/factor that are also <= c
+    return _Prep(sizes, counts, cand, end, h, factor)
+
+
+def _require_candidates(prep: _Prep, align: int, max_bucket: int | None) -> None:
+    if prep.cand.size == 0:
+        smallest = int(-(-int(prep.sizes[0]) // align) * align)
+        raise InputError(
+            f"--max-bucket {max_bucket} is below every traced size (the smallest needs a bucket of {smallest})"
+        )
+
+
+def _monotone_row_argmin(n_rows: int, lo: np.ndarray, hi: np.ndarray, value: Callable, big) -> np.ndarray:
+    """Leftmost argmin per row j of value(j, i) over i in [lo[j], hi[j]] (window ends
+    non-decreasing in j; rows with an empty window get lo[j]), for a matrix whose leftmost
+    row argmin is non-decreasing. Divide and conquer, one vectorized pass per level."""
+    opt = np.zeros(n_rows, dtype=np.int64)
+    if n_rows == 0:
+        return opt
+    jl = np.array([0], dtype=np.int64)
+    jr = np.array([n_rows - 1], dtype=np.int64)
+    ol = np.array([int(lo.min())], dtype=np.int64)
+    orr = np.array([int(hi.max())], dtype=np.int64)
+    while jl.size:
+        mid = (jl + jr) // 2
+        a = np.maximum(ol, lo[mid])
+        b = np.minimum(orr, hi[mid])
+        empty = a > b
+        length = np.where(empty, 1, b - a + 1)
+        start = np.where(empty, np.minimum(np.maximum(lo[mid], ol), orr), a)
+        offsets = np.concatenate([[0], np.cumsum(length)[:-1]])
+        total = int(length.sum())
+        rows = np.repeat(mid, length)
+        cols = np.repeat(start - offsets, length) + np.arange(total, dtype=np.int64)
+        vals = value(rows, cols)
+        vals = np.where(np.repeat(empty, length), big, vals)
+        mins = np.minimum.reduceat(vals, offsets)
+        hit = np.flatnonzero(vals == np.repeat(mins, length))
+        first = hit[np.searchsorted(hit, offsets)]
+        best = cols[first]
+        best = np.where(empty, np.clip(lo[mid], ol, orr), best)
+        opt[mid] = best
+        left = jl <= mid - 1
+        right = mid + 1 <= jr
+        jl, jr, ol, orr = (
+            np.concatenate([jl[left], (mid + 1)[right]]),
+            np.concatenate([(mid - 1)[left], jr[right]]),
+            np.concatenate([ol[left], best[right]]),
+            np.concatenate([best[left], orr[right]]),
+        )
+    return opt
+
+
+def _solve_layers(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np.ndarray, u: np.ndarray, big):
+    """Run K DP layers. Returns f (K x (p+1)), arg (K x (p+1)); column 0 unused."""
+    p = prep.cand.size
+    end, h = prep.end, prep.h
+    dtype = E.dtype
+    f = np.zeros((K, p + 1), dtype=dtype)
+    arg = np.zeros((K, p + 1), dtype=np.int64)
+    if p == 0:
+        return f, arg
+    j = np.arange(1, p + 1)
+    ej, hj, uj = end[j], h[j], u[j]
+    # constant parts per row
+    a_const = E[hj] + uj * (W[ej] - W[hj]) - (V[ej] - V[hj])  # part A: + (F(i) - E[e_i]) min
+    b_const = uj * W[ej] - V[ej]  # part B: + min_i (F(i) + V[e_i] - u_j W[e_i])
+    # t_j = last i (0..j-1) with end[i] <= h_j  (end is strictly increasing over i >= 0 for
+    # padding; non-decreasing for time, so take the last such index)
+    t = np.minimum(np.searchsorted(end, hj, side="right") - 1, j - 1)
+    lo_b = t + 1  # part-B window [t_j + 1, j - 1], both ends non-decreasing in j
+    hi_b = j - 1
+    end_i = end  # indexable by i
+    for k in range(K):
+        F = np.zeros(p + 1, dtype=dtype)
+        if k > 0:
+            F[1:] = f[k - 1, 1:]
+        # part A: prefix min of G(i) = F(i) - E[end_i] over i in [0, t_j]
+        G = F - E[end_i]
+        runmin = np.minimum.accumulate(G)
+        prev = np.concatenate([[G[0] + 1 if dtype.kind == "i" else np.inf], runmin[:-1]])
+        is_new = G < prev
+        argrun = np.maximum.accumulate(np.where(is_new, np.arange(p + 1), 0))
+        costA = a_const + runmin[t]
+        argA = argrun[t]
+        if k == 0:
+            f[0, 1:] = a_const + G[0]  # only i = 0 (no previous bucket): C(0, j)
+            # C(0, j): end_0 = 0 <= h_j always, so part A with i = 0
+            arg[0, 1:] = 0
+            continue
+        # part B over rows j (0-based r = j - 1), cols i in [lo_b, hi_b]
+        Fb = F + V[end_i]
+        Wb = W[end_i]
+
+        def value(rows, cols):
+            return Fb[cols] - uj[rows] * Wb[cols]
+
+        has_b = lo_b <= hi_b
+        if has_b.any():
+            optb = _monotone_row_argmin(p, lo_b, hi_b, value, big)
+            costB = np.where(has_b, b_const + Fb[optb] - uj * Wb[optb], big)
+        else:
+            optb = np.zeros(p, dtype=np.int64)
+            costB = np.full(p, big, dtype=dtype)
+        takeB = costB < costA
+        f[k, 1:] = np.where(takeB, costB, costA)
+        arg[k, 1:] = np.where(takeB, optb, argA)
+    return f, arg
+
+
+def _reconstruct(prep: _Prep, arg: np.ndarray, k: int, j: int) -> list[int]:
+    """Buckets of the optimum f_k(j) (k 0-based layer), following the stored argmins."""
+    out = []
+    while j > 0 and k >= 0:
+        out.append(int(prep.cand[j - 1]))
+        j = int(arg[k, j])
+        k -= 1
+    return sorted(out)
+
+
+def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None) -> Solution:
+    """Best list overall and per k. total(k, j) = f_k(j) + eager cost of the sizes above
+    c_j; k = 0 (no bucket) costs E[m]. `allowed(k) -> bool array over candidates` filters
+    (k, largest bucket) pairs, e.g. by a graph-memory budget."""
+    p = prep.cand.size
+    no_bucket = E[prep.sizes.size]
+    best_cost, best_k, best_j = no_bucket, -1, 0
+    per_k: list[tuple] = []
+    tail = no_bucket - E[prep.end[1:]] if p else None
+    for k in range(f.shape[0] if p else 0):
+        tot = (f[k, 1:] + tail).astype(np.float64)
+        if allowed is not None:
+            tot = np.where(allowed(k + 1), tot, np.inf)
+        j = int(np.argmin(tot))
+        if not np.isfinite(tot[j]):
+            per_k.append((float(no_bucket), -1, 0))
+            continue
+        cost = f[k, j + 1] + tail[j]
+        # "at most k": the best of k - 1 stays available when k adds nothing
+        if per_k and per_k[-1][0] <= cost:
+            per_k.append(per_k[-1])
+        else:
+            per_k.append((cost, k, j + 1))
+        if cost < best_cost:
+            best_cost, best_k, best_j = cost, k, j + 1
+    if not per_k:
+        per_k.append((no_bucket, -1, 0))
+    while len(per_k) < max_buckets:  # more buckets than candidates cannot help
+        per_k.append(per_k[-1])
+    sol = _summarize(prep, _reconstruct(prep, arg, best_k, best_j), best_cost, objective)
+    sol.curve = []
+    for k, (cost, kk, jj) in enumerate(per_k[:max_buckets], start=1):
+        s = _summarize(prep, _reconstruct(prep, arg, kk, jj), cost, objective)
+        sol.curve.append({"k": k, "buckets": s.buckets, "eager_batches": s.eager_batches,
+                          "padded_tokens": s.padded_tokens, "cost": s.cost})
+    sol.candidates = int(p)
+    return sol
+
+
+def _summarize(prep: _Prep, buckets: list[int], cost, objective: str) -> Solution:
+    from bcgtune.core.replay import assign_buckets
+
+    chosen, replay = assign_buckets(prep.sizes, buckets, prep.factor)
+    w = prep.counts
+    return Solution(
+        buckets=list(buckets),
+        cost=float(cost),
+        eager_batches=int(w[~replay].sum()),
+        padded_tokens=int(((chosen - prep.sizes) * w)[replay].sum()),
+        objective=objective,
+    )
+
+
+def optimal_buckets(
+    sizes,
+    counts,
+    max_buckets: int,
+    align: int = 1,
+    max_bucket: int | None = None,
+    factor: float = DEFAULT_PADDING_FACTOR,
+) -> Solution:
+    """Exact lexicographic optimum (eager batches, then padded tokens) with at most
+    `max_buckets` buckets; among optimal lists, one with the fewest buckets."""
+    if max_buckets < 1:
+        raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
+    prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=False)
+    _require_candidates(prep, align, max_bucket)
+    s, w = prep.sizes, prep.counts
+    total_w = int(w.sum())
+    max_c = int(prep.cand[-1]) if prep.cand.size else 1
+    big = total_w * max_c + 1  # one eager batch outweighs any total padding
+    if big * (total_w + 2) >= _INT_LIMIT:
+        raise InputError("trace too large for exact 64-bit arithmetic (reduce it to < ~1e7 batches)")
+    zero = np.zeros(1, dtype=np.int64)
+    E = np.concatenate([zero, np.cumsum(w * big)])
+    W = np.concatenate([zero, np.cumsum(w)])
+    V = np.concatenate([zero, np.cumsum(w * s)])
+    u = np.concatenate([zero, prep.cand]).astype(np.int64)
+    K = min(max_buckets, max(prep.cand.size, 1))
+    f, arg = _solve_layers(prep, K, E, W, V, u, big=np.int64(_INT_LIMIT))
+    return _pick(prep, f, arg, E, max_buckets, "padding")
+
+
+def monotone_graph_ms(cal, b) -> np.ndarray:
+    """t_graph as the optimizer uses it: the calibration's curve, never decreasing with the
+    bucket (running maximum over the measured rows at or below b)."""
+    b = np.asarray(b, dtype=np.float64)
+    raw = np.asarray(cal.graph_time(b), dtype=np.float64)
+    rows = np.asarray(cal.tokens, dtype=np.float64)
+    cummax = np.maximum.accumulate(np.asarray(cal.graph_ms, dtype=np.float64))
+    idx = np.searchsorted(rows, b, side="right") - 1
+    floor = np.where(idx >= 0, cummax[np.clip(idx, 0, None)], -np.inf)
+    return np.maximum(raw, floor)
+
+
+def predicted_time_ms(sizes, counts, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR) -> float:
+    """Predicted total prefill time of a trace under a bucket list (time objective's model)."""
+    from bcgtune.core.replay import assign_buckets
+
+    sizes = np.asarray(sizes, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    chosen, replay = assign_buckets(sizes, buckets, factor)
+    t = np.where(replay, monotone_graph_ms(cal, np.where(replay, chosen, 1)), cal.eager_time(sizes))
+    return float((t * counts).sum())
+
+
+def optimal_buckets_time(
+    sizes,
+    counts,
+    max_buckets: int,
+    cal,
+    align: int = 1,
+    max_bucket: int | None = None,
+    factor: float = DEFAULT_PADDING_FACTOR,
+    max_graph_mem_gib: float | None = None,
+) -> Solution:
+    """Exact minimum of predicted prefill time with at most `max_buckets` buckets and,
+    optionally, total graph memory within `max_graph_mem_gib` (calibration's memory model:
+    pool of the largest graph + per-graph overhead for each further one). Buckets whose
+    replay does not pay are left out."""
+    if max_buckets < 1:
+        raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
+    prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True)
+    _require_candidates(prep, align, max_bucket)
+    s, w = prep.sizes, prep.counts.astype(np.float64)
+    te = np.asarray(cal.eager_time(s), dtype=np.float64)
+    if (te < 0).any():
+        raise InputError("calibration predicts negative eager time inside the trace's size range")
+    zero = np.zeros(1)
+    E = np.concatenate([zero, np.cumsum(w * te)])
+    W = np.concatenate([zero, np.cumsum(w)])
+    V = np.zeros_like(W)
+    u = np.concatenate([zero, monotone_graph_ms(cal, prep.cand)])
+    K = min(max_buckets, max(prep.cand.size, 1))
+    f, arg = _solve_layers(prep, K, E, W, V, u, big=np.inf)
+    allowed = None
+    if max_graph_mem_gib is not None:
+        if cal.per_graph_gib is None or (cal.pool_gib is None and cal.pool_by_tokens is None):
+            raise InputError("--max-graph-mem needs a calibration with graph memory (from bcgtune calibrate)")
+        pool_top = np.array([cal.graph_memory_gib([int(c)]) for c in prep.cand.tolist()])
+
+        def allowed(k):
+            return pool_top + (k - 1) * cal.per_graph_gib <= max_graph_mem_gib
+
+    return _pick(prep, f, arg, E, max_buckets, "time", allowed)
+
+
+def min_buckets_full_replay(
+    sizes, align: int = 1, max_bucket: int | None = None, factor: float = DEFAULT_PADDING_FACTOR
+) -> tuple[int, list[int]]:
+    """Fewest buckets that replay every size that can replay at all (some multiple of
+    `align` lies in [x, factor * x] and <= max_bucket). Greedy interval stabbing: the
+    smallest uncovered size x takes the largest allowed bucket <= min(factor * x, M), which
+    covers every size up to it. Optimal for covering points by windows of this shape."""
+    s = np.unique(np.asarray(sizes, dtype=np.int64))
+    lim = np.floor(factor * s.astype(np.float64)).astype(np.int64)
+    if max_bucket is not None:
+        lim = np.minimum(lim, max_bucket)
+    top = (lim // align) * align
+    can = top >= s
+    s, top = s[can], top[can]
+    out: list[int] = []
+    i = 0
+    while i < s.size:
+        b = int(top[i])
+        out.append(b)
+        i = int(np.searchsorted(s, b, side="right"))
+    return len(out), out
