@@ -58,7 +58,8 @@ _LOOSE_STAMP_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{1,2}):(\d{2}):(\d{
 # Rank parts of SGLang's prefix (DP, PP, ATTN_CP, MOE_DP, TP, EP, ...) and the 2024 `gpu=0`.
 _RANK_TOKEN_RE = re.compile(r"^(?:[A-Z][A-Z_]*\d+|gpu(?:_id)?=\d+)$")
 _HEAD_TAIL_RE = re.compile(r"^\s*(?:\[\s*(\d+)\s*\])?\s*[.,:;]?")
-_FIELD_RE = re.compile(r"(#?[A-Za-z][\w /()-]*?)\s*:\s*([^\s,]+)")
+_KEY_OK_RE = re.compile(r"^#?[A-Za-z][\w /()-]{0,60}$")
+_LEGACY_SPLIT_RE = re.compile(r"\.\s+|,\s*")
 # A hand-wrapped record continues on a line that starts with a field (`#running-req: 3,`,
 # `full token usage: 0.4,`), possibly indented, never with a log prefix.
 _CONTINUATION_RE = re.compile(rb"^\s*(?:#[A-Za-z][\w-]*|[a-z][a-z ]*(?:\([^)]*\))?)\s*:\s*\S")
@@ -141,7 +142,20 @@ class ScanResult:
 
 
 # ---- line-level parsers (pure functions of one logical line) -----------------------
+_prefix_cache: dict[str, tuple[float, str | None]] = {}
+
+
 def parse_prefix(head: str) -> tuple[float, str | None]:
+    """Cached front of _parse_prefix: lines of one second and rank share their head."""
+    hit = _prefix_cache.get(head)
+    if hit is None:
+        if len(_prefix_cache) > 2048:
+            _prefix_cache.clear()
+        hit = _prefix_cache[head] = _parse_prefix(head)
+    return hit
+
+
+def _parse_prefix(head: str) -> tuple[float, str | None]:
     """Timestamp (seconds; since the epoch, or since midnight for time-only prefixes; NaN
     if none) and rank tag of the text before a log message. SGLang's own bracket is the
     last `[...]` that holds only a time and/or rank parts; brackets of other loggers
@@ -217,33 +231,50 @@ def parse_prefill_text(text: str, source: int = 0, line: int = 0) -> PrefillReco
     m = _HEAD_TAIL_RE.match(tail)
     forward_ct = int(m.group(1)) if m.group(1) else None
     tail = tail[m.end() :]
-    if not _FIELD_RE.match(tail.lstrip()):
+    # str.split/partition instead of a field regex: 3-4x faster on a 250-char line
+    parts = _LEGACY_SPLIT_RE.split(tail) if legacy else tail.split(",")
+    first = parts[0].partition(":")
+    if not first[1] or not _KEY_OK_RE.match(first[0].strip()):
         # a real record's fields follow the head directly; prose that mentions
         # "Prefill batch" does not (it is then counted as malformed, not dropped)
         return None
-    values: dict[str, Any] = {}
+    values: dict[str, int] = {}
     graph = None
     graph_label = None
-    for key, raw in _FIELD_RE.findall(tail):
-        k = key.strip().lower()
-        if k.startswith("#"):
-            name = _INT_FIELDS.get(k[1:].replace("_", "-"))
-            if name is None or name in values:
+    for part in parts:
+        k, sep, v = part.partition(":")
+        if not sep:
+            continue
+        k = k.strip()
+        if k[:1] == "#":
+            key = k[1:]
+            name = _INT_FIELDS.get(key)
+            if name is None:
+                name = _INT_FIELDS.get(key.lower().replace("_", "-"))
+                if name is None:
+                    continue
+            if name in values:
                 continue
-            v = raw.rstrip(".;")
             try:
                 values[name] = int(v)
             except ValueError:
-                return None
-        elif k in _GRAPH_FIELDS and graph_label is None:
-            v = raw.rstrip(".;")
+                v = v.split(None, 1)[0].rstrip(".;") if v.strip() else v
+                try:
+                    values[name] = int(v)
+                except ValueError:
+                    return None
+        elif graph_label is None:
+            label = _GRAPH_FIELDS.get(k) or _GRAPH_FIELDS.get(k.lower())
+            if label is None:
+                continue
+            v = v.strip().rstrip(".;")
             if v == "True":
                 graph = True
             elif v == "False":
                 graph = False
             else:
                 return None
-            graph_label = _GRAPH_FIELDS[k]
+            graph_label = label
     if "new_token" not in values or "new_seq" not in values:
         return None
     if values["new_token"] < 0 or values["new_seq"] < 0:

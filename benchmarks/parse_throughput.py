@@ -1,0 +1,162 @@
+"""Log parse throughput of `bcgtune trace --log` (bcgtune.adapters.sglang_log.parse_logs).
+
+Generates a synthetic SGLang server log (>= 200 MB by default, seeded) in
+benchmarks/_work/, then in the same run:
+  * times parse_logs on it (MB/s), in a fresh child process that also reports its
+    peak RSS (ru_maxrss);
+  * times `grep -c 'Prefill batch'` on the same file;
+  * does the same parse on a 20 MB file, to show peak RSS grows only with the per-batch
+    columns (a few dozen bytes per prefill batch), not with the file.
+
+Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+WORK = Path(__file__).resolve().parent / "_work"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _block(rng: np.random.Generator, n_lines: int, t0: int) -> bytes:
+    """n_lines of a loaded server: prefill / decode / access / other lines."""
+    kinds = rng.choice(4, size=n_lines, p=[0.35, 0.35, 0.25, 0.05])
+    sizes = np.minimum(rng.lognormal(6.5, 1.2, size=n_lines).astype(int) + 1, 8192)
+    out = []
+    for i, k in enumerate(kinds.tolist()):
+        t = t0 + i // 20
+        stamp = f"[2026-08-27 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} TP0]"
+        if k == 0:
+            n = int(sizes[i])
+            out.append(
+                f"{stamp} Prefill batch, #new-seq: {1 + n // 900}, #new-token: {n}, #cached-token: {n // 3}, "
+                f"token usage: 0.{i % 97:02d}, #running-req: {i % 64}, #queue-req: {i % 7}, #pending-token: 0, "
+                f"cuda graph: {'True' if n <= 8192 and n > 2 else 'False'}, input throughput (token/s): {n * 13.37:.2f}"
+            )
+        elif k == 1:
+            out.append(
+                f"{stamp} Decode batch, #running-req: {i % 64}, #token: {i * 7 % 400000}, token usage: 0.{i % 89:02d}, "
+                f"cuda graph: True, gen throughput (token/s): {i % 5000 + 0.25:.2f}, #queue-req: 0"
+            )
+        elif k == 2:
+            out.append(f"{stamp[:21]}] INFO:     127.0.0.1:{40000 + i % 20000} - \"POST /v1/completions HTTP/1.1\" 200 OK")
+        else:
+            out.append(f"{stamp[:21]}] Cache flushed successfully! #queue-req: 0, #running-req: 0 (tokenizer manager)")
+    return ("\n".join(out) + "\n").encode()
+
+
+def generate(path: Path, mb: float, seed: int) -> None:
+    if path.exists() and path.stat().st_size >= mb * 1e6:
+        return
+    rng = np.random.default_rng(seed)
+    blocks = [_block(rng, 40_000, 3600 * k) for k in range(4)]
+    target = int(mb * 1e6)
+    tmp = path.with_suffix(".tmp")
+    written = 0
+    with open(tmp, "wb") as fh:
+        i = 0
+        while written < target:
+            b = blocks[i % len(blocks)]
+            if written + len(b) > target:  # cut the last block at a line end
+                fh.write(b[: b.rfind(b"\n", 0, target - written) + 1])
+                break
+            fh.write(b)
+            written += len(b)
+            i += 1
+    os.replace(tmp, path)
+
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from bcgtune.adapters.sglang_log import parse_logs
+tr = parse_logs([sys.argv[1]])
+dt = time.perf_counter() - t0
+cols = sum(v.nbytes for v in tr.batches.values())
+print(json.dumps({"seconds": dt, "batches": tr.n_batches, "lines": tr.parse_stats["lines"],
+                  "decode_lines": tr.parse_stats["decode_lines"], "column_bytes": cols,
+                  "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def parse_in_child(path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], cwd=REPO, capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def grep_count(path: Path) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    out = subprocess.run(["grep", "-c", "Prefill batch", str(path)], capture_output=True, check=True)
+    return int(out.stdout), time.perf_counter() - t0
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=200)
+    ap.add_argument("--small-mb", type=float, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    WORK.mkdir(exist_ok=True)
+    big, small = WORK / f"synthetic_{int(a.mb)}mb.log", WORK / f"synthetic_{int(a.small_mb)}mb.log"
+    t0 = time.perf_counter()
+    generate(big, a.mb, a.seed)
+    generate(small, a.small_mb, a.seed)
+    gen_s = time.perf_counter() - t0
+    print(f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, numpy={np.__version__}")
+    print(f"generated/checked inputs in {gen_s:.1f} s")
+    results = {}
+    for label, path in (("small", small), ("big", big)):
+        size_mb = path.stat().st_size / 1e6
+        r = parse_in_child(path)
+        n_grep, grep_s = grep_count(path)
+        r.update(size_mb=size_mb, grep_count=n_grep, grep_s=grep_s)
+        results[label] = r
+        print(
+            f"{path.name}: {size_mb:.1f} MB, {r['lines']:,} lines, {r['batches']:,} prefill batches "
+            f"(grep -c: {n_grep:,}), {r['decode_lines']:,} decode lines\n"
+            f"  parse_logs: {r['seconds']:.2f} s = {size_mb / r['seconds']:.1f} MB/s; "
+            f"grep -c 'Prefill batch': {grep_s:.2f} s = {size_mb / grep_s:.0f} MB/s\n"
+            f"  peak RSS {r['peak_rss_kb'] / 1024:.1f} MiB; per-batch columns {r['column_bytes'] / 2**20:.1f} MiB"
+        )
+        if r["batches"] != n_grep:
+            print("  MISMATCH: parser and grep disagree on the prefill line count", file=sys.stderr)
+    s, b = results["small"], results["big"]
+    growth = (b["peak_rss_kb"] - s["peak_rss_kb"]) / 1024
+    col_growth = (b["column_bytes"] - s["column_bytes"]) / 2**20
+    ratio = b["size_mb"] / s["size_mb"]
+    print(
+        f"peak RSS: {s['peak_rss_kb'] / 1024:.1f} MiB ({s['size_mb']:.0f} MB log) -> {b['peak_rss_kb'] / 1024:.1f} MiB "
+        f"({b['size_mb']:.0f} MB log, x{ratio:.1f} input): +{growth:.1f} MiB, of which per-batch columns "
+        f"+{col_growth:.1f} MiB (final columns + a transient copy for the histogram)"
+    )
+    # No line is kept: RSS may grow by the columns (and numpy's temporaries during the
+    # histogram, about 3x the forward_tokens column), never by the input size.
+    limit = 3 * col_growth + 16
+    verdict = "FLAT (bounded by per-batch columns)" if growth <= limit else "NOT FLAT"
+    print(f"memory check: growth {growth:.1f} MiB <= {limit:.1f} MiB allowed: {verdict}")
+    if growth > limit:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
