@@ -489,3 +489,40 @@ def replay_shares(trace: PrefillTrace, buckets, factor: float = 2.0) -> dict:
 def default_workload_trace() -> PrefillTrace:
     """The main job's embedded default: the seeds' benchmark simulated (see default_workload)."""
     return simulate(default_workload())
+
+
+def simulation_summary(trace: PrefillTrace, buckets=None, factor: float = 2.0) -> dict:
+    """What `trace --simulate` reports beyond a log trace's summary: image share and the
+    patched-vs-unpatched replay shares under SGLang's default ladder (max = chunked prefill
+    size) and, if given, a user list; plus the per-concurrency-level breakdown."""
+    from bcgtune.core.ladder import sglang_default_ladder
+
+    wl = trace.meta.get("workload", {})
+    max_bs = int(wl.get("resolved", {}).get("chunked_prefill_size") or 8192)
+    max_bs = min(max_bs, 1 << 20)
+    lists = {f"sglang default ladder (max {max_bs})": sglang_default_ladder(max_bs)}
+    if buckets:
+        lists["--buckets"] = sorted(int(b) for b in buckets)
+    fwd = trace.batches["forward_tokens"] if trace.batches is not None else None
+    img = trace.batches.get("images") if trace.batches is not None else None
+    levels = []
+    for lv in trace.meta.get("levels", []):
+        s, e = lv["batches"]
+        n = e - s
+        levels.append(
+            {
+                "max_concurrency": lv["max_concurrency"],
+                "num_prompts": lv["num_prompts"],
+                "batches": n,
+                "image_batches": int((img[s:e] == 1).sum()) if img is not None else None,
+                "mean_forward_tokens": round(float(fwd[s:e].mean()), 1) if fwd is not None and n else None,
+                "max_forward_tokens": int(fwd[s:e].max()) if fwd is not None and n else None,
+                "decode_steps": lv["decode_steps"],
+                "duration_s": lv["duration_s"],
+            }
+        )
+    return {
+        "workload": wl.get("name") or None,
+        "replay": [{"list": name, "buckets": len(bl), **replay_shares(trace, bl, factor)} for name, bl in lists.items()],
+        "levels": levels,
+    }

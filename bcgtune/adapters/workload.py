@@ -583,9 +583,18 @@ def load_workload_file(path_or_name: str, base: Workload | None = None) -> Workl
     return replace(w, name=str(name)).validate(where)
 
 
+# GPU memory per device by profile `hardware`, for SGLang's chunked_prefill_size default
+# (arg_groups/memory_hook.py thresholds: <160 GiB -> 8192, larger -> 16384).
+HARDWARE_GPU_MEMORY_GIB = {
+    "a100": 80.0, "h100": 80.0, "h200": 141.0, "b200": 180.0, "gb200": 186.0,
+    "mi300x": 192.0, "mi325x": 256.0, "mi350x": 288.0, "mi355x": 288.0,
+}
+
+
 def profile_server_settings(path_or_name: str) -> dict[str, Any]:
-    """The `[server]` table of a profile: through bcgtune.adapters.profiles when present
-    (normalized snake_case SGLang flags), else read straight from the TOML file."""
+    """The `[server]` table of a profile (normalized snake_case SGLang flags) plus
+    `gpu_memory_gib` when the profile names known hardware: through
+    bcgtune.adapters.profiles when present, else read straight from the TOML file."""
     try:
         from bcgtune.adapters import profiles  # written alongside; optional here
     except ImportError:
@@ -593,20 +602,28 @@ def profile_server_settings(path_or_name: str) -> dict[str, Any]:
     if profiles is not None and hasattr(profiles, "load_profile"):
         prof = profiles.load_profile(path_or_name)
         server = getattr(prof, "server", None)
-        if isinstance(server, Mapping):
-            return dict(server)
-        raise InputError("profile has no [server] settings", str(path_or_name))
-    data = _read_toml(path_or_name)
-    server = data.get("server", {})
-    if not isinstance(server, dict):
-        raise InputError("[server] must be a table", path_or_name)
-    return server
+        if not isinstance(server, Mapping):
+            raise InputError("profile has no [server] settings", str(path_or_name))
+        out = dict(server)
+        hardware = str(getattr(prof, "hardware", "") or "").lower()
+    else:
+        data = _read_toml(path_or_name)
+        server = data.get("server", {})
+        if not isinstance(server, dict):
+            raise InputError("[server] must be a table", path_or_name)
+        out = dict(server)
+        meta = data.get("profile", {})
+        hardware = str(meta.get("hardware", "") if isinstance(meta, dict) else "").lower()
+    if hardware in HARDWARE_GPU_MEMORY_GIB and "gpu_memory_gib" not in out:
+        out["gpu_memory_gib"] = HARDWARE_GPU_MEMORY_GIB[hardware]
+    return out
 
 
 def apply_profile(w: Workload, path_or_name: str) -> Workload:
     """Server settings the simulator models, from a profile; other flags are not its business."""
     server = profile_server_settings(path_or_name)
-    return apply_settings(w, {k: v for k, v in server.items() if _norm(k) in _SERVER_KEYS or _norm(k) in _SERVER_ALIASES}, str(path_or_name), strict=False)
+    keep = {k: v for k, v in server.items() if _norm(k) in _SERVER_KEYS or _norm(k) in _SERVER_ALIASES}
+    return apply_settings(w, keep, str(path_or_name), strict=False)
 
 
 def workload_from_options(

@@ -1,0 +1,208 @@
+"""Simulator: one test per scheduler rule, conservation, client concurrency, determinism,
+replay shares, the default workload, speed and the CLI's error path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bcgtune.adapters.simulator import default_workload_trace, replay_shares, simulate
+from bcgtune.adapters.workload import Workload, default_workload
+from bcgtune.core.ladder import sglang_default_ladder
+from bcgtune.core.trace import PrefillTrace
+
+
+def fixed(n=3, L=1000, out=4, conc=1, **kw) -> Workload:
+    """Every prompt exactly L tokens (range ratio 1), no warm-up."""
+    base = dict(
+        dataset_name="random", num_prompts=[n], random_input_len=L, random_output_len=out,
+        random_range_ratio=1.0, max_concurrency=[conc], warmup_requests=0, disable_radix_cache=True,
+    )
+    base.update(kw)
+    return Workload(**base)
+
+
+def cols(tr: PrefillTrace, name: str) -> list:
+    return tr.batches[name].tolist()
+
+
+def test_chunk_cut_and_continuation_one_request():
+    tr = simulate(fixed(n=3, L=1000, conc=1, chunked_prefill_size=256))
+    assert cols(tr, "forward_tokens") == [256, 256, 256, 232] * 3
+    assert set(cols(tr, "new_seq")) == {1}
+
+
+def test_cut_request_ends_the_batch_and_continues_first():
+    tr = simulate(fixed(n=3, L=1000, conc=3, chunked_prefill_size=1500))
+    fwd, seqs = cols(tr, "forward_tokens"), cols(tr, "new_seq")
+    # A whole + B cut to the remaining 500 (C waits); then B's 500 first, then C whole.
+    assert fwd[:2] == [1500, 1500] and seqs[:2] == [2, 2]
+    assert sum(cols(tr, "new_token")) == 3000
+
+
+def test_cut_is_page_floored_with_radix_cache():
+    tr = simulate(fixed(n=2, L=1000, conc=2, chunked_prefill_size=1500, page_size=16, disable_radix_cache=False))
+    # A is charged 1008 (page-rounded); B gets floor(492 / 16) * 16 = 480.
+    assert cols(tr, "forward_tokens")[:2] == [1480, 520]
+
+
+def test_continuing_chunk_goes_before_fcfs():
+    tr = simulate(fixed(n=2, L=3000, conc=2, chunked_prefill_size=2048))
+    # A: 2048, then A's 952 + B cut to 1096, then B's 1904.
+    assert cols(tr, "forward_tokens")[:3] == [2048, 2048, 1904]
+    assert cols(tr, "new_seq")[:3] == [1, 2, 1]
+
+
+def test_max_prefill_tokens_stops_admission():
+    tr = simulate(fixed(n=4, L=600, conc=4, chunked_prefill_size=8192, max_prefill_tokens=1000))
+    # budget 1000: A (600) fits, leaves 400 > 0 so B is admitted whole (SGLang checks the
+    # budget before a request, then charges it); then the budget is spent.
+    assert cols(tr, "forward_tokens")[:2] == [1200, 1200]
+
+
+def test_running_requests_never_exceed_the_cap():
+    tr = simulate(fixed(n=40, L=100, out=50, conc=40, max_running_requests=8, chunked_prefill_size=4096))
+    run, new = np.array(cols(tr, "running_req")), np.array(cols(tr, "new_seq"))
+    assert (run + new).max() <= 8
+    assert new[0] == 8  # the first batch fills the cap
+
+
+def test_prefill_decode_interval_spaces_prefills():
+    base = fixed(n=12, L=100, out=40, conc=12, max_running_requests=4, chunked_prefill_size=4096)
+    a = simulate(base)
+    b = simulate(replace(base, prefill_decode_interval=5))
+    assert b.meta["levels"][0]["duration_s"] >= a.meta["levels"][0]["duration_s"]
+    assert sum(cols(b, "new_token")) == sum(cols(a, "new_token")) == 1200
+
+
+def test_mixed_chunk_adds_decode_rows_and_shrinks_the_budget():
+    w = fixed(n=20, L=500, out=30, conc=20, chunked_prefill_size=1024, max_running_requests=64, enable_mixed_chunk=True)
+    tr = simulate(w)
+    fwd, new, run = (np.array(cols(tr, c)) for c in ("forward_tokens", "new_token", "running_req"))
+    assert (fwd == new + run).all()
+    assert fwd.max() <= 1024
+    assert (run > 0).any()
+    assert sum(new) == 20 * 500
+
+
+def test_kv_room_limits_admission():
+    w = fixed(n=10, L=1000, out=100, conc=10, chunked_prefill_size=8192, max_total_tokens=3500)
+    tr = simulate(w)
+    run, new = np.array(cols(tr, "running_req")), np.array(cols(tr, "new_seq"))
+    assert (run + new).max() <= 3  # each request needs 1000 + 100 + 1 page
+    assert sum(cols(tr, "new_token")) == 10000
+
+
+def test_dp_ranks_round_robin():
+    w = fixed(n=8, L=300, out=5, conc=8, dp_size=2, chunked_prefill_size=4096)
+    tr = simulate(w)
+    assert tr.meta["ranks"] == ["DP0", "DP1"]
+    ranks = np.array(cols(tr, "rank"))
+    assert set(ranks.tolist()) == {0, 1}
+    assert sum(np.array(cols(tr, "new_token"))[ranks == 0]) == 4 * 300
+
+
+workloads = st.builds(
+    lambda n, L, out, r, conc, chunk, maxrun, mixed, page, radix, rate, seed, pdi, img: Workload(
+        dataset_name="image" if img else "random", num_prompts=[n], random_input_len=L, random_output_len=out,
+        random_range_ratio=r, max_concurrency=conc, chunked_prefill_size=chunk, max_running_requests=maxrun,
+        enable_mixed_chunk=mixed, page_size=page, disable_radix_cache=radix, request_rate=rate, seed=seed,
+        prefill_decode_interval=pdi, image_resolution="random:64x64-700x900", model_family="qwen2-vl",
+    ),
+    n=st.integers(1, 40), L=st.integers(1, 3000), out=st.integers(1, 60), r=st.floats(0, 1),
+    conc=st.lists(st.integers(1, 32), min_size=1, max_size=3), chunk=st.integers(64, 4096),
+    maxrun=st.integers(1, 48), mixed=st.booleans(), page=st.sampled_from([1, 16, 64]), radix=st.booleans(),
+    rate=st.sampled_from([float("inf"), 5.0, 200.0]), seed=st.integers(0, 1000), pdi=st.integers(0, 3),
+    img=st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=workloads)
+def test_scheduler_invariants(w):
+    tr = simulate(w)
+    b = {k: np.asarray(v) for k, v in tr.batches.items()}
+    chunk = w.resolved_chunked_prefill_size
+    # no batch above the chunk budget (mixed rows come out of the same budget)
+    if w.max_running_requests < chunk:
+        assert b["forward_tokens"].max() <= chunk
+    # running requests (with the batch's new ones) never above the cap
+    assert (b["running_req"] + b["new_seq"]).max() <= w.max_running_requests
+    # total prefill tokens equal the requests' input tokens, level by level
+    for lv in tr.meta["levels"]:
+        s, e = lv["batches"]
+        assert b["new_token"][s:e].sum() == lv["input_tokens"] + lv["warmup_input_tokens"]
+        # closed loop or not: never more than C requests in flight
+        assert lv["max_in_flight"] <= lv["max_concurrency"]
+        if w.request_rate == float("inf"):
+            assert lv["max_in_flight"] == min(lv["max_concurrency"], lv["num_prompts"])
+    assert (np.diff(b["time_s"]) >= 0).all() or w.dp_size > 1
+    assert set(b["images"].tolist()) <= ({1} if w.dataset_name == "image" else {0})
+
+
+def test_deterministic_for_a_seed():
+    w = replace(default_workload(), max_concurrency=[16], num_prompts=[200])
+    a, b = simulate(w), simulate(w)
+    for k in a.batches:
+        assert np.array_equal(a.batches[k], b.batches[k])
+    c = simulate(replace(w, seed=7))
+    assert not np.array_equal(a.batches["forward_tokens"], c.batches["forward_tokens"])
+
+
+def test_poisson_arrivals_are_seeded():
+    w = fixed(n=100, L=200, out=20, conc=64, request_rate=50.0, random_range_ratio=0.5, seed=3)
+    assert np.array_equal(simulate(w).batches["time_s"], simulate(w).batches["time_s"])
+
+
+def test_step_time_calibration_callable():
+    w = fixed(n=20, L=700, out=20, conc=8, chunked_prefill_size=4096)
+    slow = simulate(replace(w, step=replace(w.step, prefill_curve=lambda n: 500.0 + 0.0 * n)))
+    fast = simulate(w)
+    assert slow.meta["levels"][0]["duration_s"] > fast.meta["levels"][0]["duration_s"]
+    assert slow.meta["workload"]["step"]["prefill_curve"] == "<lambda>"
+
+
+def test_replay_shares_patched_vs_unpatched():
+    tr = PrefillTrace.from_batches({"forward_tokens": [100, 300, 3, 1000], "images": [1, 0, 0, 1]})
+    s = replay_shares(tr, [128, 256, 512, 1024])
+    # 100->128 ok, 300->512 ok, 3->128 eager (pad > 2x), 1000->1024 ok
+    assert s["patched_replay_batches"] == 3 and s["unpatched_replay_batches"] == 1
+    assert s["image_share"] == 0.5
+
+
+def test_default_workload_trace_is_quick_and_all_image():
+    t = time.perf_counter()
+    tr = default_workload_trace()
+    assert time.perf_counter() - t < 3.0
+    assert tr.origin == "simulation" and tr.n_batches > 500
+    assert tr.batches["images"].min() == 1
+    assert tr.batches["forward_tokens"].max() <= 16384
+    assert [lv["max_concurrency"] for lv in tr.meta["levels"]] == [4, 16, 32, 64, 128]
+    s = replay_shares(tr, sglang_default_ladder(16384))
+    assert s["unpatched_replay_share"] == 0.0 and s["patched_replay_share"] > 0.9
+
+
+def test_hundred_thousand_requests_under_ten_seconds():
+    w = replace(default_workload(), max_concurrency=[128], num_prompts=[100_000])
+    t = time.perf_counter()
+    tr = simulate(w)
+    assert time.perf_counter() - t < 10.0
+    assert tr.meta["levels"][0]["num_prompts"] == 100_000
+
+
+def test_cli_bad_range_ratio_is_one_line_exit_2():
+    p = subprocess.run(
+        [sys.executable, "-m", "bcgtune", "trace", "--simulate", "--random-range-ratio", "1.5"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "range-ratio" in lines[0]
+    assert "Traceback" not in p.stderr
