@@ -1,0 +1,141 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bcgtune.cli.app import app
+from bcgtune.core.ladder import sglang_default_ladder
+from bcgtune.core.replay import evaluate_list
+from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+
+runner = CliRunner()
+
+
+def run_cli(*args):
+    """The real entry point in a subprocess: exit code, stdout, stderr."""
+    p = subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture
+def trace_csv(tmp_path):
+    rng = np.random.default_rng(0)
+    x = np.clip(rng.lognormal(7, 0.7, 3000).astype(int), 8, 8192)
+    t = PrefillTrace.from_sizes(x)
+    path = tmp_path / "t.csv"
+    save_trace(t, str(path))
+    return path, t
+
+
+def test_json_output_recommended_is_optimal_and_rows_present(trace_csv):
+    path, t = trace_csv
+    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--json", "--compare", "mine=256 512 1024 2048 4096 8192"])
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["format_version"] == 1
+    rec = obj["recommended"]["buckets"]
+    assert 1 <= len(rec) <= 8
+    names = [row["name"] for row in obj["comparison"]]
+    assert names[0] == "bcgtune (optimal)"
+    assert any(n.startswith("SGLang default ladder") for n in names)
+    assert "mine" in names and any(n.startswith("KMeans") for n in names) and any(n.startswith("quantiles") for n in names)
+    opt = obj["comparison"][0]
+    for row in obj["comparison"]:
+        if row["graphs"] <= 8:  # nothing with as many graphs beats the optimum
+            assert (opt["eager_batches"], opt["padded_tokens"]) <= (row["eager_batches"], row["padded_tokens"])
+    ladder = next(r for r in obj["comparison"] if r["kind"] == "sglang-default")
+    assert ladder["buckets"] == sglang_default_ladder(8192)
+    m = evaluate_list(t.sizes, t.counts, rec)
+    assert m.padded_tokens == opt["padded_tokens"]
+    assert len(obj["curve"]) == 8
+    assert obj["recommended"]["flag"] == "--cuda-graph-bs-prefill " + " ".join(map(str, rec))
+
+
+def test_human_output_ends_with_paste_ready_flag(trace_csv):
+    path, _ = trace_csv
+    r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "6", "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("--cuda-graph-bs-prefill ")
+    assert "waste vs number of buckets" in r.stdout
+    assert "smallest K that replays every batch" in r.stdout
+
+
+def test_alignment_from_layout_and_max_bucket(trace_csv):
+    path, _ = trace_csv
+    # DP attention with tp 8, dp 2: attention TP size 4 -> every bucket a multiple of 4
+    r = runner.invoke(app, ["suggest-buckets", str(path), "--json", "--tp", "8", "--dp", "2", "--dp-attention", "--max-bucket", "4096"])
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["params"]["align"] == 4
+    assert all(b % 4 == 0 and b <= 4096 for b in obj["recommended"]["buckets"])
+
+
+def test_plain_and_json_trace_inputs_agree(tmp_path, trace_csv):
+    _, t = trace_csv
+    plain = tmp_path / "sizes.txt"
+    plain.write_text("# one size per line\n" + "\n".join(str(s) for s, c in zip(t.sizes, t.counts) for _ in range(c)) + "\n")
+    js = tmp_path / "t.json"
+    save_trace(t, str(js))
+    outs = []
+    for p in (plain, js):
+        r = runner.invoke(app, ["suggest-buckets", str(p), "--json", "--no-baselines"])
+        assert r.exit_code == 0, r.output
+        outs.append(json.loads(r.stdout)["recommended"]["buckets"])
+    assert outs[0] == outs[1]
+    assert load_trace(str(js)).n_batches == t.n_batches
+
+
+def test_plot_writes_png(tmp_path, trace_csv):
+    path, _ = trace_csv
+    png = tmp_path / "plan.png"
+    r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "4", "--plot", str(png), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "content,args,needle",
+    [
+        (None, [], "no such file"),
+        ("", [], "empty"),
+        ("size,count\n", [], "empty"),
+        ("12\nabc\n", [], "not an integer"),
+        ("12\n-5\n", [], "positive"),
+        ("size,count\n10,x\n", [], "not an integer"),
+        ("100\n200\n", ["--max-buckets", "0"], "max-buckets"),
+        ("100\n200\n", ["--align", "0"], "align"),
+        ("100\n200\n", ["--max-bucket", "50"], "max-bucket"),
+        ("100\n200\n", ["--compare", "1 2 x"], "--compare"),
+        ("100\n200\n", ["--objective", "time"], "calibration"),
+        ('{"format_version": 99, "histogram": {"sizes": [1], "counts": [1]}}', [], "format_version"),
+    ],
+)
+def test_bad_input_is_one_line_error(tmp_path, content, args, needle):
+    path = tmp_path / "trace.txt"
+    if content is not None:
+        path.write_text(content)
+    code, out, err = run_cli("suggest-buckets", str(path), *args)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert needle in lines[0]
+    assert "Traceback" not in err
+
+
+def test_help_imports_no_torch_sglang_or_sklearn():
+    code = (
+        "import sys\n"
+        "from bcgtune.cli.app import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "for cmd in ['trace', 'suggest-buckets']:\n"
+        "    try:\n        main([cmd, '--help'])\n    except SystemExit:\n        pass\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'sglang', 'sklearn', 'matplotlib', 'transformers'))\n"
+        "print('HEAVY', bad)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "HEAVY []" in p.stdout, p.stdout[-500:]
