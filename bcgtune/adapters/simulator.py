@@ -18,6 +18,9 @@ Scheduler rules (sglang 0.5.23, srt/managers/scheduler.py `get_next_batch_to_run
     beside what running requests hold and will still write (ignore_eos: all of max_new);
   * --prefill-decode-interval K: K decode iterations after each prefill batch;
   * mixed chunk adds one decode row per running request to the prefill forward.
+  * a batch carries images when any of its requests has images: every chunk of a chunked
+    image request, and under mixed chunk also image requests' decode rows (the forward
+    batch's multimodal inputs list every request in the batch).
   * --dp-size N: N schedulers fed round-robin in arrival order; under DP attention each gets
     chunked_prefill_size / N and max_running_requests / N. Ranks step independently here
     (real DP attention synchronizes their forwards).
