@@ -21,9 +21,11 @@ def _table(headers: list[str], rows: list[list[str]], align_right: set[int]) -> 
 def render_plan_text(plan) -> str:
     t = plan.trace_info
     p = plan.params
-    src = ", ".join(s.get("path", "?") for s in t["sources"]) or t["origin"]
+    src = ", ".join(s.get("path", "?") for s in t["sources"])
+    if not src and t.get("workload"):
+        src = f"workload {t['workload']!r}"
     lines = [
-        f"trace: {src} ({t['origin']})",
+        f"trace: {src or '-'} ({t['origin']})",
         f"  {_fmt_int(t['batches'])} prefill batches, {_fmt_int(t['distinct_sizes'])} distinct sizes, "
         f"{_fmt_int(t['tokens'])} tokens; p50 {_fmt_int(t['p50'])}, p99 {_fmt_int(t['p99'])}, max {_fmt_int(t['max'])}",
         f"objective: {p['objective']}"

@@ -37,7 +37,7 @@ def suggest_buckets(
     plot: Optional[str] = typer.Option(None, "--plot", help="Write a PNG: size histogram with bucket lines, waste vs K."),
     write_profile: Optional[str] = typer.Option(None, "--write-profile", help="Write the list into this profile's [buckets] (atomic; created if missing)."),
     base_profile: Optional[str] = typer.Option(None, "--base-profile", help="Profile (path or built-in name) to create --write-profile from."),
-    seed: int = typer.Option(0, "--seed", help="Seed for KMeans and the default simulation."),
+    seed: int = typer.Option(0, "--seed", help="Seed for KMeans; for the default simulation, 0 keeps the workload's own seed."),
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
     import json
@@ -116,9 +116,13 @@ def suggest_buckets(
 
 def _default_trace(seed: int):
     """The main job's embedded default: the seeds' benchmark, simulated."""
-    from bcgtune.adapters.simulator import default_workload_trace
+    from dataclasses import replace
 
-    return default_workload_trace(seed=seed)
+    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.workload import default_workload
+
+    wl = default_workload()
+    return simulate(replace(wl, seed=seed) if seed else wl)
 
 
 def _write_profile(path: str, base: str | None, plan, trace) -> None:

@@ -71,6 +71,10 @@ def trace_command(
 
         _emit(live_trace(profile, list(bench_args or []), workdir=live_dir), out, as_json)
         return
+    if bench_args and log and not simulate:
+        # `--log a.log b.log` (a shell glob): click gives one value per --log, the rest arrive here
+        log = list(log) + list(bench_args)
+        bench_args = None
     if bench_args:
         raise InputError(f"unexpected argument {bench_args[0]!r} (arguments after `--` go with --live)", "bcgtune trace")
     if simulate:

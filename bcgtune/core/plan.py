@@ -72,11 +72,26 @@ def ladder_max_for(trace: PrefillTrace, chunked_prefill_size: int | None) -> int
     SGLang's memory-based chunked_prefill_size defaults that covers the trace."""
     if chunked_prefill_size:
         return int(chunked_prefill_size)
+    known = trace_chunked_prefill_size(trace)
+    if known:
+        return known
     biggest = int(trace.sizes[-1])
     for cps in (default_chunked_prefill_size(g) for g in (16, 40, 100, 200)):
         if cps >= biggest:
             return cps
     return biggest
+
+
+def trace_chunked_prefill_size(trace: PrefillTrace) -> int | None:
+    """chunked_prefill_size the traced server ran with, when the trace knows it: from the
+    log's startup line, or from the simulated workload's resolved settings."""
+    for st in trace.meta.get("startup") or []:
+        if isinstance(st, dict) and st.get("chunked_prefill_size"):
+            return int(st["chunked_prefill_size"])
+    resolved = (trace.meta.get("workload") or {}).get("resolved") or {}
+    if resolved.get("chunked_prefill_size"):
+        return int(resolved["chunked_prefill_size"])
+    return None
 
 
 def kmeans_buckets(sizes, counts, k: int, align: int, max_bucket: int | None, seed: int = 0) -> list[int]:
@@ -146,7 +161,12 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     for name, lst in req.compare:
         rows.append(row(name, lst, "compare"))
     for cap in trace.captures or []:
-        if cap.get("kind") == "prefill" and cap.get("buckets") and not cap.get("elided"):
+        if (
+            cap.get("kind") == "prefill"
+            and cap.get("phase", "target") == "target"
+            and cap.get("buckets")
+            and not cap.get("elided")
+        ):
             rows.append(row("server's captured list", sorted(set(cap["buckets"])), "captured"))
             break
     if req.baselines:
@@ -204,5 +224,6 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
             "p50": trace.percentile(50),
             "p99": trace.percentile(99),
             "max": int(sizes[-1]),
+            "workload": (trace.meta.get("workload") or {}).get("name"),
         },
     )
