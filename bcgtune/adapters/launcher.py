@@ -300,3 +300,197 @@ def run_foreground(server: ServerProcess) -> int:
     if received:
         server.stopped_by = received[0]
     return server.proc.returncode  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- SGLang command
+SGLANG_MODULE = "sglang.launch_server"
+
+
+class FlagSource:
+    """Where a flag came from, for error messages: a profile key or a command argument."""
+
+    def __init__(self, flag: str, origin: str, value=None, from_profile: bool = False):
+        self.flag = flag
+        self.origin = origin
+        self.value = value
+        self.from_profile = from_profile
+
+
+class ServerCommand:
+    """A launch: argv, the environment it adds, and where each flag came from."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], sources: list[FlagSource], notes: list[str]):
+        self.argv = argv
+        self.env = env
+        self.sources = sources
+        self.notes = notes
+
+    def shell_line(self) -> str:
+        import shlex
+
+        return shlex.join(self.argv)
+
+    def env_lines(self) -> list[str]:
+        import shlex
+
+        return [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+
+
+def _value_tokens(value) -> list[str]:
+    if isinstance(value, list):
+        return [_scalar_token(v) for v in value]
+    return [_scalar_token(value)]
+
+
+def _scalar_token(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return repr(v)  # keep "0.9" style, never "1" for 1.0
+    return str(v)
+
+
+def _is_flag_token(tok: str) -> bool:
+    if not tok.startswith("-") or tok == "-" or tok == "--":
+        return False
+    try:
+        float(tok)
+        return False  # a negative number is a value
+    except ValueError:
+        return True
+
+
+def build_server_command(
+    profile,
+    *,
+    model: str | None = None,
+    port: int | None = None,
+    extra: Sequence[str] = (),
+    python: str | None = None,
+) -> ServerCommand:
+    """`python -m sglang.launch_server` for a profile: --model-path, the [server] flags in
+    file order, --cuda-graph-bs-prefill from [buckets].list, --port, then EXTRA (which
+    argparse lets win over earlier flags; a note says so)."""
+    from bcgtune.adapters.profiles import flag_name
+
+    where = profile.where
+    model_path = model or profile.model
+    if not model_path:
+        raise InputError("no model: set [profile].model or pass --model", where)
+    argv = [python or sys.executable, "-m", SGLANG_MODULE, "--model-path", model_path]
+    sources = [
+        FlagSource("--model-path", "--model" if model else f"{where}: [profile].model", model_path, from_profile=not model)
+    ]
+    for key, value in profile.server.items():
+        flag = flag_name(key)
+        if key == "port" and port is not None:
+            continue
+        src = FlagSource(flag, f"{where}: [server].{key.replace('_', '-')}", value, from_profile=True)
+        sources.append(src)
+        if value is False:
+            continue  # documented: false == key left out
+        argv.append(flag)
+        if value is not True:
+            argv.extend(_value_tokens(value))
+    if profile.buckets is not None:
+        argv.append("--cuda-graph-bs-prefill")
+        argv.extend(str(b) for b in profile.buckets)
+        sources.append(FlagSource("--cuda-graph-bs-prefill", f"{where}: [buckets].list", profile.buckets, True))
+    if port is not None:
+        argv.extend(["--port", str(port)])
+        sources.append(FlagSource("--port", "--port", port))
+    notes = []
+    earlier = {s.flag for s in sources}
+    for tok in extra:
+        if _is_flag_token(tok):
+            name = tok.split("=", 1)[0]
+            sources.append(FlagSource(name, f"argument {tok}"))
+            if name in earlier:
+                notes.append(f"extra argument {name} overrides the same flag set earlier (argparse keeps the last)")
+    argv.extend(extra)
+    return ServerCommand(argv, dict(profile.env), sources, notes)
+
+
+class _ParseError(Exception):
+    pass
+
+
+def _sglang_parser():
+    """SGLang's real launch parser with abbreviations off. Imports sglang (heavy): only
+    called on the serve path."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # noqa: D401
+            raise _ParseError(message)
+
+        def exit(self, status=0, message=None):
+            raise _ParseError(message or f"exit {status}")
+
+    parser = Parser(prog=SGLANG_MODULE, allow_abbrev=False, add_help=False)
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def sglang_check_available() -> tuple[bool, str]:
+    """(True, version) when sglang's ServerArgs imports; else (False, why)."""
+    try:
+        from sglang.srt.server_args import ServerArgs  # noqa: F401
+    except Exception as exc:  # ImportError, or a missing import-time dependency
+        return False, f"{type(exc).__name__}: {exc}".splitlines()[0]
+    try:
+        from importlib.metadata import version
+
+        return True, version("sglang")
+    except Exception:
+        return True, "unknown version"
+
+
+def check_command_flags(cmd: ServerCommand, parser=None) -> None:
+    """Every flag of `cmd` must be a full SGLang option name (argparse would accept a
+    unique prefix, so `--cuda-graph-bs-prefil` would slip through), switches get no value
+    and valued flags get one, and the whole command must parse. Raises InputError naming
+    the profile key or the argument."""
+    import contextlib
+    import difflib
+    import io
+
+    if parser is None:
+        parser = _sglang_parser()
+    actions = parser._option_string_actions
+    for src in cmd.sources:
+        if src.flag in actions:
+            action = actions[src.flag]
+            if src.from_profile and src.value is not None:
+                takes_value = action.nargs != 0
+                if isinstance(src.value, bool) and takes_value:
+                    raise InputError(f"{src.flag} takes a value, not true/false", src.origin)
+                if not isinstance(src.value, bool) and not takes_value:
+                    raise InputError(f"{src.flag} is a switch: write true (or leave it out)", src.origin)
+                if isinstance(src.value, list) and action.nargs in (None, "?"):
+                    raise InputError(f"{src.flag} takes one value, not a list", src.origin)
+            continue
+        prefixed = [o for o in actions if o.startswith(src.flag) and src.flag.startswith("--")]
+        if len(prefixed) == 1:
+            raise InputError(f"{src.flag} is an abbreviation of {prefixed[0]}: write the full flag name", src.origin)
+        close = difflib.get_close_matches(src.flag, list(actions), n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"{src.flag} is not an SGLang flag{hint}", src.origin)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            parser.parse_args(cmd.argv[3:])
+    except _ParseError as exc:
+        msg = str(exc).strip()
+        origin = "sglang.launch_server arguments"
+        import re
+
+        m = re.match(r"argument ([^:]+):", msg)
+        if m:
+            names = set(m.group(1).split("/"))
+            for src in cmd.sources:
+                if src.flag in names:
+                    origin = src.origin
+        raise InputError(f"SGLang rejects it: {msg}", origin) from None
+    except Exception as exc:  # a type_parser raising something other than ArgumentError
+        raise InputError(f"SGLang rejects it: {exc}", "sglang.launch_server arguments") from None

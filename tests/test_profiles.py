@@ -1,0 +1,152 @@
+"""Profiles: strict schema (errors name file and key), built-ins, atomic bucket writes."""
+
+import filecmp
+import os
+from pathlib import Path
+
+import pytest
+
+from bcgtune.adapters.profiles import (
+    builtin_profile_names,
+    load_profile,
+    parse_profile,
+    write_profile_buckets,
+)
+from bcgtune.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED_BUCKETS = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
+
+GOOD = """
+[profile]
+name = "t"
+platform = "cuda"
+model = "m"
+[server]
+tp-size = 2
+disable_radix_cache = true
+[buckets]
+list = [4, 8, 16]
+objective = "time"
+"""
+
+
+def test_package_copies_are_the_top_level_profiles():
+    # top-level profiles/ is the source; bcgtune/data/profiles/ ships it as package data
+    top = sorted(p.name for p in (ROOT / "profiles").glob("*.toml"))
+    pkg = sorted(p.name for p in (ROOT / "bcgtune" / "data" / "profiles").glob("*.toml"))
+    assert top == pkg and {"mi355x.toml", "h200.toml"} <= set(top)
+    for name in top:
+        assert filecmp.cmp(ROOT / "profiles" / name, ROOT / "bcgtune" / "data" / "profiles" / name, shallow=False), name
+    assert {"mi355x", "h200"} <= set(builtin_profile_names())
+
+
+def test_mi355x_reproduces_the_seeds_server():
+    p = load_profile("mi355x")
+    assert (p.platform, p.model, p.hardware) == ("rocm", "amd/Qwen3.8-Flash-Next-Quark-MXFP4", "mi355x")
+    assert p.server == {
+        "tp_size": 2, "ep_size": 2, "attention_backend": "aiter", "linear_attn_backend": "triton",
+        "context_length": 8192, "max_running_requests": 128, "disable_radix_cache": True,
+        "mm_enable_dp_encoder": True, "cuda_graph_backend_prefill": "breakable",
+    }
+    assert p.buckets == SEED_BUCKETS and p.env == {}
+
+
+def test_builtin_name_and_path():
+    a = load_profile("h200")
+    b = load_profile(str(ROOT / "profiles" / "h200.toml"))
+    assert a.server == b.server and a.platform == "cuda" and a.buckets is None
+    with pytest.raises(InputError, match="no built-in profile"):
+        load_profile("nope")
+    with pytest.raises(InputError, match="no such profile file"):
+        load_profile("./nope.toml")
+
+
+def test_kebab_and_snake_normalized():
+    p = parse_profile(GOOD, "x.toml")
+    assert p.server == {"tp_size": 2, "disable_radix_cache": True}
+    assert p.buckets == [4, 8, 16] and p.provenance == {"objective": "time"}
+    again = parse_profile(p.to_toml(), "y.toml")
+    assert (again.server, again.buckets, again.provenance) == (p.server, p.buckets, p.provenance)
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        (GOOD + "\n[extra]\na = 1\n", "[extra]"),
+        (GOOD.replace('model = "m"', 'model = "m"\ncolour = "red"'), "[profile].colour"),
+        (GOOD.replace('platform = "cuda"', 'platform = "metal"'), "[profile].platform"),
+        (GOOD.replace('platform = "cuda"', "platform = 1"), "[profile].platform"),
+        (GOOD.replace("tp-size = 2", "tp-size = 2\ntp_size = 4"), "[server].tp_size"),
+        (GOOD.replace("tp-size = 2", "tp-size = {a = 1}"), "[server].tp-size"),
+        (GOOD.replace("tp-size = 2", "cuda-graph-bs-prefill = [4, 8]"), "[server].cuda-graph-bs-prefill"),
+        (GOOD.replace("tp-size = 2", "model-path = \"x\""), "[server].model-path"),
+        (GOOD.replace("tp-size = 2", "cuda-graph-config = '{\"prefill\": {\"bs\": [4]}}'"), "[server].cuda-graph-config"),
+        (GOOD.replace("list = [4, 8, 16]", "list = [4, 16, 8]"), "[buckets].list"),
+        (GOOD.replace("list = [4, 8, 16]", "list = [4, 4, 8]"), "[buckets].list"),
+        (GOOD.replace("list = [4, 8, 16]", "list = [0, 8]"), "[buckets].list"),
+        (GOOD.replace("list = [4, 8, 16]", "list = [4, 8.5]"), "[buckets].list"),
+        (GOOD.replace("list = [4, 8, 16]", "list = \"4 8\""), "[buckets].list"),
+        (GOOD.replace('objective = "time"', "objective = 3"), "[buckets].objective"),
+        (GOOD.replace('objective = "time"', 'flavour = "x"'), "[buckets].flavour"),
+        (GOOD + "\n[env]\nHIP_X = 1\n", "[env].HIP_X"),
+    ],
+)
+def test_strictness_names_file_and_key(text, key):
+    with pytest.raises(InputError) as ei:
+        parse_profile(text, "bad.toml")
+    assert ei.value.where.startswith("bad.toml") and key in ei.value.where, str(ei.value)
+
+
+def test_load_names_the_file(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text(GOOD.replace("tp-size = 2", "tp-size = true\nx = [[1]]"))
+    with pytest.raises(InputError) as ei:
+        load_profile(str(f))
+    assert str(f) in str(ei.value) and "[server].x" in str(ei.value)
+
+
+def test_write_updates_only_buckets_and_keeps_comments(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text((ROOT / "profiles" / "mi355x.toml").read_text())
+    before = f.read_text()
+    prof = write_profile_buckets(f, [128, 256, 512], {"objective": "hit-rate", "trace_sha256": "ab" * 32, "max_buckets": 3})
+    after = f.read_text()
+    assert prof.buckets == [128, 256, 512] and prof.provenance["max_buckets"] == 3
+    head = before.split("[buckets]")[0]
+    assert after.startswith(head)  # [profile], [server], [env] and their comments untouched
+    again = load_profile(str(f))
+    assert again.buckets == [128, 256, 512] and again.server == load_profile("mi355x").server
+    assert "source" not in again.provenance  # provenance describes the new list only
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.toml"]  # no temp file left
+
+
+def test_write_creates_from_base(tmp_path):
+    f = tmp_path / "h200-tuned.toml"
+    prof = write_profile_buckets(f, [256, 512, 1024], {"tool_version": "0.1.0"}, base_profile="h200")
+    assert prof.name == "h200-tuned" and prof.buckets == [256, 512, 1024]
+    text = f.read_text()
+    assert "# 1x NVIDIA H200" in text  # the base's comments come along
+    assert load_profile(str(f)).server == load_profile("h200").server
+    with pytest.raises(InputError, match="base profile"):
+        write_profile_buckets(tmp_path / "other.toml", [4])
+
+
+def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
+    f = tmp_path / "p.toml"
+    f.write_text(GOOD)
+    with pytest.raises(InputError):
+        write_profile_buckets(f, [8, 4])  # bad list: nothing written
+    with pytest.raises(InputError):
+        write_profile_buckets(f, [8], {"colour": "x"})
+    assert f.read_text() == GOOD
+
+    import bcgtune.fileio as fileio
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fileio.os, "replace", boom)
+    with pytest.raises(OSError):
+        write_profile_buckets(f, [8, 16])
+    assert f.read_text() == GOOD and sorted(os.listdir(tmp_path)) == ["p.toml"]

@@ -1,0 +1,192 @@
+"""`bcgtune serve`: golden dry-run commands, flag validation against SGLang's real parser,
+and the launch lifecycle with a stand-in server (tests/fake_sglang_server.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bcgtune.adapters.launcher import build_server_command, check_command_flags
+from bcgtune.adapters.profiles import load_profile
+from bcgtune.cli.app import main
+from bcgtune.errors import InputError
+
+HERE = Path(__file__).resolve().parent
+FAKE = HERE / "fake_sglang_server.py"
+GOLDEN = HERE / "data" / "serve"
+
+
+def run_cli(args, capsys):
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("name", ["mi355x", "h200"])
+def test_dry_run_golden(name, capsys, monkeypatch):
+    import bcgtune.adapters.launcher as launcher
+
+    monkeypatch.setattr(launcher, "sglang_check_available", lambda: (False, "test"))
+    code, out, err = run_cli(["serve", "--profile", name, "--dry-run"], capsys)
+    assert code == 0, err
+    assert out.replace(sys.executable, "{python}") == (GOLDEN / f"{name}.dry-run.txt").read_text()
+    assert "flag check skipped" in err
+
+
+def test_dry_run_env_model_port_extra(tmp_path, capsys, monkeypatch):
+    import bcgtune.adapters.launcher as launcher
+
+    monkeypatch.setattr(launcher, "sglang_check_available", lambda: (False, "test"))
+    p = tmp_path / "p.toml"
+    p.write_text('[profile]\nname = "p"\nplatform = "rocm"\n[server]\ntp-size = 2\nport = 1\n'
+                 'mem-fraction-static = 0.85\nenable-foo = false\n[env]\nSGLANG_USE_AITER = "1"\nX = "a b"\n')
+    code, out, err = run_cli(["serve", "--profile", str(p), "--model", "/m dir", "--port", "31000", "--dry-run",
+                              "--", "--log-level", "debug"], capsys)
+    assert code == 0, err
+    assert out.replace(sys.executable, "{python}") == (
+        "# environment added by profile p:\nexport SGLANG_USE_AITER=1\nexport X='a b'\n"
+        "{python} -m sglang.launch_server --model-path '/m dir' --tp-size 2 --mem-fraction-static 0.85 "
+        "--port 31000 --log-level debug\n"
+    )
+
+
+def test_no_model_is_an_input_error(tmp_path, capsys):
+    p = tmp_path / "p.toml"
+    p.write_text('[profile]\nname = "p"\nplatform = "cuda"\n')
+    code, _, err = run_cli(["serve", "--profile", str(p), "--dry-run"], capsys)
+    assert code == 2 and "no model" in err and str(p) in err
+
+
+# ------------------------------------------------------------- against SGLang's real parser
+def _parser():
+    pytest.importorskip("sglang.srt.server_args")
+    from bcgtune.adapters.launcher import _sglang_parser
+
+    return _sglang_parser()
+
+
+@pytest.fixture(scope="module")
+def sglang_parser():
+    return _parser()
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("name", ["mi355x", "h200"])
+def test_builtin_profiles_pass_the_real_parser(name, sglang_parser):
+    check_command_flags(build_server_command(load_profile(name), port=30000), sglang_parser)
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    "extra, message, origin",
+    [
+        (["--cuda-graph-bs-prefil", "4", "8"], "abbreviation of --cuda-graph-bs-prefill", "argument --cuda-graph-bs-prefil"),
+        (["--tp", "2"], "abbreviation of --tp-size", "argument --tp"),
+        (["--cuda-graph-bs", "4"], "not an SGLang flag", "argument --cuda-graph-bs"),
+        (["--no-such-flag"], "not an SGLang flag", "argument --no-such-flag"),
+        (["--cuda-graph-backend-prefill=fast"], "invalid choice", "argument --cuda-graph-backend-prefill=fast"),
+    ],
+)
+def test_extra_flags_refused(extra, message, origin, sglang_parser):
+    cmd = build_server_command(load_profile("h200"), extra=extra)
+    with pytest.raises(InputError) as ei:
+        check_command_flags(cmd, sglang_parser)
+    assert message in str(ei.value) and ei.value.where == origin
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    "line, message, key",
+    [
+        ("cuda-graph-backend-prefil = \"breakable\"", "abbreviation of --cuda-graph-backend-prefill", "[server].cuda-graph-backend-prefil"),
+        ("attention-backend = true", "takes a value", "[server].attention-backend"),
+        ("disable-radix-cache = 1", "is a switch", "[server].disable-radix-cache"),
+        ("context-length = [1, 2]", "one value", "[server].context-length"),
+        ("attention-backend = \"warp-drive\"", "invalid choice", "[server].attention-backend"),
+        ("linear_attn_backendd = \"triton\"", "not an SGLang flag", "[server].linear-attn-backendd"),
+    ],
+)
+def test_profile_keys_refused(tmp_path, line, message, key, sglang_parser):
+    p = tmp_path / "p.toml"
+    p.write_text(f'[profile]\nname = "p"\nplatform = "cuda"\nmodel = "m"\n[server]\n{line}\n')
+    cmd = build_server_command(load_profile(str(p)))
+    with pytest.raises(InputError) as ei:
+        check_command_flags(cmd, sglang_parser)
+    assert message in str(ei.value) and ei.value.where == f"{p}: {key}", str(ei.value)
+
+
+@pytest.mark.sglang
+def test_cli_refuses_abbreviation_with_sglang(capsys):
+    pytest.importorskip("sglang.srt.server_args")
+    code, out, err = run_cli(["serve", "--profile", "mi355x", "--dry-run", "--", "--cuda-graph-bs-prefil", "8"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        "error: --cuda-graph-bs-prefil is an abbreviation of --cuda-graph-bs-prefill: write the full flag name "
+        "(argument --cuda-graph-bs-prefil)"
+    )
+
+
+# ------------------------------------------------------------- lifecycle with a stand-in
+def _wrapper(tmp_path) -> Path:
+    """A stand-in `python`: drops `-m sglang.launch_server` and runs the fake server."""
+    w = tmp_path / "fakepython"
+    w.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    w.chmod(0o755)
+    return w
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _serve(tmp_path, env_extra, *args):
+    env = dict(os.environ, **env_extra)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bcgtune", "serve", "--profile", "mi355x", "--python", str(_wrapper(tmp_path)),
+         "--grace", "5", *args],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_ctrl_c_leaves_no_process_behind(tmp_path):
+    pid_file = tmp_path / "pids"
+    log = tmp_path / "server.log"
+    proc = _serve(tmp_path, {"FAKE_PID_FILE": str(pid_file)}, "--log-file", str(log))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and "Prefill batch" in log.read_text()):
+        time.sleep(0.05)
+    assert pid_file.exists(), proc.communicate(timeout=10)
+    leader, grandchild = map(int, pid_file.read_text().split())
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to bcgtune (the server has its own group)
+    out, err = proc.communicate(timeout=30)
+    assert not _alive(leader) and not _alive(grandchild)
+    assert proc.returncode == 0, err  # the stand-in exits 0 on SIGINT; its code is returned
+    assert "Received sig 2" in log.read_text() and "Prefill batch, #new-seq" in out  # teed to terminal too
+    assert f"log: {log}" in err and "stopped on request" in err
+
+
+def test_crash_reports_code_and_log_in_one_line(tmp_path):
+    proc = _serve(tmp_path, {"FAKE_EXIT_CODE": "7"})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 7
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1
+    logs = list(tmp_path.glob("mi355x-*.log"))  # default: ./<profile>-<timestamp>.log
+    assert len(logs) == 1 and "fake crash" in logs[0].read_text()
+    assert lines[0] == f"error: server exited with code 7 (log: {logs[0]})"
