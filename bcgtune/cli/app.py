@@ -61,6 +61,5 @@ def main(argv: list[str] | None = None) -> None:
 
 # Imported for their @app.command side effects; each module is light at import time.
 from bcgtune.cli import suggest, trace_cmd  # noqa: E402,F401
-from bcgtune.cli import doctor, serve  # noqa: E402,F401
 from bcgtune.cli import gpu  # noqa: E402,F401
 from bcgtune.cli import bench  # noqa: E402,F401
