@@ -9,5 +9,8 @@ set -euo pipefail
 python -m pip install -q -e ".[test]"
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q --no-deps "sglang==0.5.23"
-python -m pip install -q triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
+# Checked in a fresh venv (torch 2.13.0 CPU): with these, `from sglang.srt.server_args import
+# ServerArgs` imports and builds its parser; numpy is listed because sglang/srt/utils/common.py
+# imports it (bcgtune depends on it too, but this line should not rely on that).
+python -m pip install -q numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
     starlette tqdm packaging pillow IPython
