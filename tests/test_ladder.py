@@ -86,8 +86,9 @@ def test_layout_from_flags():
 
 @pytest.mark.sglang
 def test_ladder_matches_sglang():
-    pytest.importorskip("sglang.srt.server_args")
-    from sglang.srt.arg_groups.cuda_graph_hook import generate_prefill_cuda_graph_batch_sizes
+    # cuda_graph_hook pulls sglang.srt.connector (safetensors, ...), beyond ServerArgs' list
+    hook = pytest.importorskip("sglang.srt.arg_groups.cuda_graph_hook")
+    generate_prefill_cuda_graph_batch_sizes = hook.generate_prefill_cuda_graph_batch_sizes
 
     for m in (1, 4, 100, 1000, 2048, 4096, 5376, 8192, 10000, 16384, 32768):
         assert sglang_default_ladder(m) == generate_prefill_cuda_graph_batch_sizes(m)
