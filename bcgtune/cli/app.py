@@ -36,7 +36,11 @@ def _root(
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)
+        # Non-standalone typer turns Ctrl-C into a returned 130 instead of raising.
+        if rv == 130:
+            typer.echo("error: interrupted", err=True)
+            sys.exit(130)
     except BcgError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -61,5 +65,6 @@ def main(argv: list[str] | None = None) -> None:
 
 # Imported for their @app.command side effects; each module is light at import time.
 from bcgtune.cli import suggest, trace_cmd  # noqa: E402,F401
+from bcgtune.cli import doctor, serve  # noqa: E402,F401
 from bcgtune.cli import gpu  # noqa: E402,F401
 from bcgtune.cli import bench  # noqa: E402,F401
