@@ -13,24 +13,27 @@ fields were added, reordered and renamed, and users' copies carry wrappers (dock
 front, CRLF, hand-wrapped records). So a record is found by its head and read as a bag of
 `key: value` fields, never by position.
 
-Memory stays flat in the input size: lines are streamed, only per-batch numbers are kept, in
-`array` columns (a few dozen bytes per batch), and every list of samples is capped.
-Speed: every line first meets cheap `bytes in` tests; regexes only run on candidate lines.
+Memory stays flat in the input size: the input is streamed in chunks of whole lines, only
+per-batch numbers are kept, in `array` columns (a few dozen bytes per batch), and every list
+of samples is capped.
+Speed: C-speed searches over each chunk pick the lines that matter (see _Scanner); decode
+lines are only counted; a prefill record's field layout is parsed once (see _prefill_values).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import gzip
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
-from bcgtune.fileio import iter_byte_lines
+from bcgtune.fileio import HashingReader, open_binary
 
 # ---- limits (flat memory whatever the log) -----------------------------------------
 MAX_MALFORMED_SAMPLES = 5
@@ -218,6 +221,29 @@ def _stamp_seconds_loose(m: re.Match) -> float:
 def parse_prefill_text(text: str, source: int = 0, line: int = 0) -> PrefillRecord | None:
     """Parse one logical prefill record (a physical line, or a hand-wrapped record joined
     with spaces). None when it holds the head but not a readable #new-seq and #new-token."""
+    v = _prefill_values(text)
+    if v is None:
+        return None
+    return PrefillRecord(source, line, *v[:12], legacy=v[12])
+
+
+# Field order of a plan's integer spans and of _prefill_values' tuple.
+_PLAN_INTS = ("new_seq", "new_token", "cached_token", "running_req", "queue_req", "replay_token")
+_MASK_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
+_MAX_PLAN_KEY = 2000  # longer tails are planned every time, not cached (flat memory)
+_plan_cache: dict[tuple[bool, bytes], tuple | None] = {}
+
+
+def _prefill_values(text: str) -> tuple | None:
+    """(new_seq, new_token, cached_token, running_req, queue_req, replay_token, graph,
+    graph_label, timestamp, rank, forward_ct, physical_lines=1, legacy) of a record, or None.
+
+    Speed: what the field parser decides (which `,`-part holds which field, the graph flag,
+    malformed or not) depends only on the text after the head with its ASCII digits masked:
+    digits are never separators, whitespace or key characters that a field name could
+    match, and int() accepts or rejects a string whatever its digit values. So the
+    decisions are computed once per layout (_plan) as character spans, and each record of
+    a known layout costs a dict look-up and a few int() of slices."""
     idx = text.find("Prefill batch")
     legacy = False
     if idx < 0:
@@ -228,23 +254,57 @@ def parse_prefill_text(text: str, source: int = 0, line: int = 0) -> PrefillReco
         tail = text[idx + 14 :]
     else:
         tail = text[idx + 13 :]
+    # masked on the UTF-8 bytes (bytes.translate is ~50x faster than str.translate); the
+    # encoding is one-to-one and ASCII digits are the only bytes 0x30-0x39 in it
+    key = (legacy, tail.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS))
+    plan = _plan_cache.get(key, False)
+    if plan is False:
+        plan = _plan(tail, legacy)
+        if len(key[1]) <= _MAX_PLAN_KEY:
+            if len(_plan_cache) > 4096:
+                _plan_cache.clear()
+            _plan_cache[key] = plan
+    if plan is None:
+        return None
+    spans, graph, graph_label, ct = plan
+    new_seq, new_token, cached, running, queue, replay = [-1 if sp is None else int(tail[sp[0] : sp[1]]) for sp in spans]
+    if new_token < 0 or new_seq < 0:
+        return None
+    ts, rank = parse_prefix(text[:idx])
+    forward_ct = None if ct is None else int(tail[ct[0] : ct[1]])
+    return (new_seq, new_token, cached, running, queue, replay, graph, graph_label, ts, rank, forward_ct, 1, legacy)
+
+
+_COMMA_RE = re.compile(",")
+
+
+def _plan(tail: str, legacy: bool) -> tuple | None:
+    """The field parser proper, on the text after the head. Returns None for a malformed
+    record, else (spans of _PLAN_INTS fields in `tail` or None each, graph, graph_label,
+    span of the `[N]` forward count or None): a bag of `key: value` fields, found by key,
+    never by position."""
     m = _HEAD_TAIL_RE.match(tail)
-    forward_ct = int(m.group(1)) if m.group(1) else None
-    tail = tail[m.end() :]
-    # str.split/partition instead of a field regex: 3-4x faster on a 250-char line
-    parts = _LEGACY_SPLIT_RE.split(tail) if legacy else tail.split(",")
-    first = parts[0].partition(":")
+    ct = m.span(1) if m.group(1) else None
+    # parts split on `,` (`. ` or `,` in the pre-2024 form), as (start, end) spans
+    parts = []
+    prev = m.end()
+    for sep in (_LEGACY_SPLIT_RE if legacy else _COMMA_RE).finditer(tail, prev):
+        parts.append((prev, sep.start()))
+        prev = sep.end()
+    parts.append((prev, len(tail)))
+    first = tail[parts[0][0] : parts[0][1]].partition(":")
     if not first[1] or not _KEY_OK_RE.match(first[0].strip()):
         # a real record's fields follow the head directly; prose that mentions
         # "Prefill batch" does not (it is then counted as malformed, not dropped)
         return None
-    values: dict[str, int] = {}
+    spans: dict[str, tuple[int, int]] = {}
     graph = None
     graph_label = None
-    for part in parts:
-        k, sep, v = part.partition(":")
+    for start, end in parts:
+        k, sep, v = tail[start:end].partition(":")
         if not sep:
             continue
+        vstart = start + len(k) + 1
         k = k.strip()
         if k[:1] == "#":
             key = k[1:]
@@ -253,16 +313,21 @@ def parse_prefill_text(text: str, source: int = 0, line: int = 0) -> PrefillReco
                 name = _INT_FIELDS.get(key.lower().replace("_", "-"))
                 if name is None:
                     continue
-            if name in values:
+            if name in spans:
                 continue
+            span = (vstart, end)
             try:
-                values[name] = int(v)
+                int(v)
             except ValueError:
-                v = v.split(None, 1)[0].rstrip(".;") if v.strip() else v
+                if v.strip():  # `#new-token: 5 (x)` / `#seq: 3.` -> first word, minus `.;`
+                    lead = len(v) - len(v.lstrip())
+                    word = v.split(None, 1)[0].rstrip(".;")
+                    span = (vstart + lead, vstart + lead + len(word))
                 try:
-                    values[name] = int(v)
+                    int(tail[span[0] : span[1]])
                 except ValueError:
                     return None
+            spans[name] = span
         elif graph_label is None:
             label = _GRAPH_FIELDS.get(k) or _GRAPH_FIELDS.get(k.lower())
             if label is None:
@@ -275,27 +340,9 @@ def parse_prefill_text(text: str, source: int = 0, line: int = 0) -> PrefillReco
             else:
                 return None
             graph_label = label
-    if "new_token" not in values or "new_seq" not in values:
+    if "new_token" not in spans or "new_seq" not in spans:
         return None
-    if values["new_token"] < 0 or values["new_seq"] < 0:
-        return None
-    ts, rank = parse_prefix(text[:idx])
-    return PrefillRecord(
-        source=source,
-        line=line,
-        new_seq=values["new_seq"],
-        new_token=values["new_token"],
-        cached_token=values.get("cached_token", -1),
-        running_req=values.get("running_req", -1),
-        queue_req=values.get("queue_req", -1),
-        replay_token=values.get("replay_token", -1),
-        graph=graph,
-        graph_label=graph_label,
-        timestamp=ts,
-        rank=rank,
-        forward_ct=forward_ct,
-        legacy=legacy,
-    )
+    return tuple(spans.get(n) for n in _PLAN_INTS), graph, graph_label, ct
 
 
 def _parse_list(body: str) -> tuple[list[int], bool]:
@@ -417,7 +464,8 @@ def _disable_text(text: str, source: int, line: int) -> dict | None:
 class _Sink:
     """Receives what the scanner finds. parse_logs keeps compact columns; scan_log lists."""
 
-    def prefill(self, rec: PrefillRecord) -> None: ...
+    def prefill(self, source: int, line: int, physical_lines: int, v: tuple) -> None:
+        """v: the tuple of _prefill_values."""
     def malformed(self, source: int, line: int, text: str) -> None: ...
     def capture(self, cap: dict) -> None: ...
     def startup(self, d: dict) -> None: ...
@@ -428,76 +476,176 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
-def _scan(lines: Iterable[bytes], source: int, sink: _Sink) -> tuple[int, int, int]:
-    """Walk physical lines; returns (lines, decode lines, legacy decode lines)."""
-    decode = legacy_decode = 0
-    pending: list[bytes] | None = None  # a prefill record that may continue on the next line
-    pending_line = 0
-    lineno = 0
+CHUNK_SIZE = 8 << 20  # bytes read at a time; chunks are cut after their last "\n"
 
-    def flush() -> None:
-        text = " ".join(_decode(p).strip() if i else _decode(p) for i, p in enumerate(pending))
-        rec = parse_prefill_text(text, source, pending_line)
-        if rec is None:
-            sink.malformed(source, pending_line, text)
-        else:
-            rec.physical_lines = len(pending)
-            sink.prefill(rec)
+# Lines that may need a look of their own. A line holding none of these can only be a
+# decode line (counted in bulk per chunk), a continuation of a hand-wrapped record (the
+# line after a pending record is always looked at) or nothing. Matching more lines than
+# needed is harmless: each found line goes through the same per-line dispatch.
+_PREFILL_HIT_RE = re.compile(_B_PREFILL)
+_RARE_HIT_RES = [
+    re.compile(m) for m in (_B_LEGACY_PREFILL, _B_CAPTURE, b"isable", b"incompatible", _B_STARTUP)
+]
+_LEGACY_DECODE_HIT_RE = re.compile(_B_LEGACY_DECODE)
+# One match per line holding "Decode batch"; group 1 says whether "gen throughput" follows.
+_DECODE_LINE_RE = re.compile(rb"Decode batch(?:[^\n]*(gen throughput))?[^\n]*")
 
-    for lineno, raw in enumerate(lines, 1):
-        if pending is not None:
+
+class _Scanner:
+    """Walks a log chunk by chunk: Python only sees the lines that matter, found with
+    C-speed searches over the chunk; physical line numbers come from counting b"\n"
+    between them. Results are those of a line-by-line walk (lines split on b"\n" only)."""
+
+    def __init__(self, source: int, sink: _Sink):
+        self.source = source
+        self.sink = sink
+        self.lines = 0  # b"\n" seen in earlier chunks
+        self.open_line = False  # the input so far ends inside a line (no final b"\n")
+        self.decode = 0
+        self.legacy_decode = 0
+        self.pending: list[bytes] | None = None  # a prefill record that may continue
+        self.pending_line = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """`chunk` holds whole lines; only the input's last chunk may lack the final b"\n"."""
+        found = _DECODE_LINE_RE.findall(chunk)
+        # every line with "Decode batch" is a decode line, unless it is a prefill record
+        # (corrected in _line); it never continues a wrapped record (that needs no "batch")
+        self.decode += len(found)
+        hits = [m.start() for m in _PREFILL_HIT_RE.finditer(chunk)]
+        more = [rx for rx in _RARE_HIT_RES if rx.pattern in chunk]
+        # a legacy decode line has "gen throughput" and no "batch"; when every occurrence
+        # sits after "Decode batch" on its own line, this chunk has none
+        if chunk.count(_B_LEGACY_DECODE) != len(found) - found.count(b""):
+            more.append(_LEGACY_DECODE_HIT_RE)
+        if more:
+            for rx in more:
+                hits.extend(m.start() for m in rx.finditer(chunk))
+            hits.sort()
+        n = len(chunk)
+        pos = 0  # start of the first line not looked at yet
+        lineno = self.lines + 1  # its 1-based number
+        i = 0
+        while True:
+            if self.pending is not None and pos < n:
+                start = pos  # the line right after a record that may continue there
+            else:
+                while i < len(hits) and hits[i] < pos:
+                    i += 1  # several hits on one line, or inside a line already seen
+                if i == len(hits):
+                    break
+                # rfind gives -1 when the hit's line starts at pos
+                start = chunk.rfind(b"\n", pos, hits[i]) + 1 or pos
+                lineno += chunk.count(b"\n", pos, start)
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                end = n
+            self._line(chunk[start:end], lineno)
+            pos = end + 1
+            lineno += 1
+        self.lines += chunk.count(b"\n")
+        self.open_line = not chunk.endswith(b"\n")
+
+    def finish(self) -> tuple[int, int, int]:
+        """(physical lines, decode lines, legacy decode lines)."""
+        if self.pending is not None:
+            self._flush()
+        return self.lines + self.open_line, self.decode, self.legacy_decode
+
+    def _line(self, raw: bytes, lineno: int) -> None:
+        if self.pending is not None:
             if (
-                len(pending) < MAX_CONTINUATION_LINES
+                len(self.pending) < MAX_CONTINUATION_LINES
                 and _B_BATCH not in raw
                 and _CONTINUATION_RE.match(raw)
             ):
-                pending.append(raw)
+                self.pending.append(raw)
                 if not raw.rstrip().endswith(b","):
-                    flush()
-                    pending = None
-                continue
-            flush()
-            pending = None
+                    self._flush()
+                return
+            self._flush()
         if _B_BATCH in raw:
             if _B_PREFILL in raw or _B_LEGACY_PREFILL in raw:
+                if _B_DECODE in raw:
+                    self.decode -= 1  # counted in bulk by feed(), but a prefill record
                 if raw.rstrip().endswith(b","):
-                    pending = [raw]
-                    pending_line = lineno
-                    continue
-                text = _decode(raw)
-                rec = parse_prefill_text(text, source, lineno)
-                if rec is None:
-                    sink.malformed(source, lineno, text)
-                else:
-                    sink.prefill(rec)
-            elif _B_DECODE in raw:
-                decode += 1
+                    self.pending = [raw]
+                    self.pending_line = lineno
+                    return
+                self._prefill(_decode(raw), lineno, 1)
         elif _B_GRAPH in raw:
             if _B_CAPTURE in raw:
-                cap = parse_capture_text(_decode(raw), source, lineno)
+                cap = parse_capture_text(_decode(raw), self.source, lineno)
                 if cap is not None:
-                    sink.capture(cap)
+                    self.sink.capture(cap)
             elif b"isable" in raw or b"incompatible" in raw:
-                d = _disable_text(_decode(raw), source, lineno)
+                d = _disable_text(_decode(raw), self.source, lineno)
                 if d is not None:
-                    sink.disabled(d)
+                    self.sink.disabled(d)
         elif _B_STARTUP in raw:
-            d = parse_startup_text(_decode(raw), source, lineno)
+            d = parse_startup_text(_decode(raw), self.source, lineno)
             if d is not None:
-                sink.startup(d)
+                self.sink.startup(d)
         elif _B_LEGACY_DECODE in raw and b"#running-req" in raw:
-            legacy_decode += 1
-    if pending is not None:
-        flush()
-    return lineno, decode, legacy_decode
+            self.legacy_decode += 1
+
+    def _flush(self) -> None:
+        pending, self.pending = self.pending, None
+        text = " ".join(_decode(p).strip() if i else _decode(p) for i, p in enumerate(pending))
+        self._prefill(text, self.pending_line, len(pending))
+
+    def _prefill(self, text: str, lineno: int, physical_lines: int) -> None:
+        v = _prefill_values(text)
+        if v is None:
+            self.sink.malformed(self.source, lineno, text)
+        else:
+            self.sink.prefill(self.source, lineno, physical_lines, v)
+
+
+def _read_chunks(path: str, chunk_size: int) -> tuple[Iterator[bytes], HashingReader]:
+    """The bytes of `path` in chunks of whole lines (a partial last line is carried over
+    to the next read), and the reader that hashes them. Memory: one chunk plus one line."""
+    reader = HashingReader(open_binary(path))
+
+    def gen() -> Iterator[bytes]:
+        carry: list[bytes] = []
+        try:
+            while True:
+                try:
+                    block = reader.read(chunk_size)
+                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                    raise InputError(f"cannot read: {exc}", path) from None
+                if not block:
+                    break
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:
+                    carry.append(block)  # no line end yet: keep reading the same line
+                    continue
+                yield b"".join(carry) + block[:cut] if carry else block[:cut]
+                carry = [block[cut:]]
+            rest = b"".join(carry)
+            if rest:
+                yield rest  # a last line without b"\n"
+        finally:
+            reader.close()
+
+    return gen(), reader
+
+
+def _scan_file(path: str, source: int, sink: _Sink) -> tuple[tuple[int, int, int], HashingReader]:
+    chunks, reader = _read_chunks(path, CHUNK_SIZE)
+    scanner = _Scanner(source, sink)
+    for chunk in chunks:
+        scanner.feed(chunk)
+    return scanner.finish(), reader
 
 
 class _ListSink(_Sink):
     def __init__(self, result: ScanResult):
         self.r = result
 
-    def prefill(self, rec):
-        self.r.records.append(rec)
+    def prefill(self, source, line, physical_lines, v):
+        self.r.records.append(PrefillRecord(source, line, *v[:11], physical_lines, v[12]))
 
     def malformed(self, source, line, text):
         self.r.malformed.append({"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
@@ -514,9 +662,8 @@ class _ListSink(_Sink):
 
 def scan_log(path: str, source: int = 0) -> ScanResult:
     """Parse one log into plain lists (records, captures, ...). For tests and small logs."""
-    lines, reader = iter_byte_lines(path)
     res = ScanResult()
-    res.lines, res.decode_lines, res.legacy_decode_lines = _scan(lines, source, _ListSink(res))
+    (res.lines, res.decode_lines, res.legacy_decode_lines), reader = _scan_file(path, source, _ListSink(res))
     res.sha256 = reader.sha256.hexdigest()
     res.bytes = reader.nbytes
     return res
@@ -557,31 +704,32 @@ class _ColumnSink(_Sink):
         self.per_source_malformed: dict[int, int] = {}
         self.per_source_capture: dict[int, int] = {}
 
-    def prefill(self, rec: PrefillRecord) -> None:
-        self.new_seq.append(rec.new_seq)
-        self.new_token.append(rec.new_token)
-        self.cached_token.append(rec.cached_token)
-        self.running_req.append(rec.running_req)
-        self.queue_req.append(rec.queue_req)
-        self.replay_token.append(rec.replay_token)
-        self.graph.append(-1 if rec.graph is None else int(rec.graph))
-        self.source.append(rec.source)
-        self.line.append(rec.line)
-        self.timestamp.append(rec.timestamp)
-        if rec.rank is None:
+    def prefill(self, source: int, line: int, physical_lines: int, v: tuple) -> None:
+        new_seq, new_token, cached, running, queue, replay, graph, graph_label, ts, rank, _, _, legacy = v
+        self.new_seq.append(new_seq)
+        self.new_token.append(new_token)
+        self.cached_token.append(cached)
+        self.running_req.append(running)
+        self.queue_req.append(queue)
+        self.replay_token.append(replay)
+        self.graph.append(-1 if graph is None else int(graph))
+        self.source.append(source)
+        self.line.append(line)
+        self.timestamp.append(ts)
+        if rank is None:
             self.rank.append(-1)
         else:
-            idx = self.rank_index.get(rec.rank)
+            idx = self.rank_index.get(rank)
             if idx is None:
-                idx = self.rank_index[rec.rank] = len(self.rank_index)
+                idx = self.rank_index[rank] = len(self.rank_index)
             self.rank.append(idx)
-        if rec.graph_label is not None:
-            self.graph_labels[rec.graph_label] = self.graph_labels.get(rec.graph_label, 0) + 1
-        if rec.legacy:
+        if graph_label is not None:
+            self.graph_labels[graph_label] = self.graph_labels.get(graph_label, 0) + 1
+        if legacy:
             self.legacy += 1
-        if rec.physical_lines > 1:
+        if physical_lines > 1:
             self.wrapped += 1
-        self.per_source_prefill[rec.source] = self.per_source_prefill.get(rec.source, 0) + 1
+        self.per_source_prefill[source] = self.per_source_prefill.get(source, 0) + 1
 
     def malformed(self, source: int, line: int, text: str) -> None:
         self.malformed_count += 1
@@ -624,8 +772,7 @@ def parse_logs(paths: list[str], mixed_chunk: bool = False) -> PrefillTrace:
     per_source: list[dict] = []
     total_lines = total_decode = total_legacy_decode = 0
     for i, path in enumerate(paths):
-        lines, reader = iter_byte_lines(path)
-        n_lines, n_decode, n_legacy_decode = _scan(lines, i, sink)
+        (n_lines, n_decode, n_legacy_decode), reader = _scan_file(path, i, sink)
         total_lines += n_lines
         total_decode += n_decode
         total_legacy_decode += n_legacy_decode
