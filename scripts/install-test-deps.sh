@@ -14,3 +14,6 @@ python -m pip install -q --no-deps "sglang==0.5.23"
 # imports it (bcgtune depends on it too, but this line should not rely on that).
 python -m pip install -q numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
     starlette tqdm packaging pillow IPython
+# tests/test_ladder.py compares with SGLang's own ladder function; its module
+# (srt/arg_groups/cuda_graph_hook.py) imports srt/connector, which imports safetensors.
+python -m pip install -q safetensors
