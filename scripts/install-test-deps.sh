@@ -17,3 +17,8 @@ python -m pip install -q numpy triton msgspec pydantic aiohttp requests pyzmq or
 # tests/test_ladder.py compares with SGLang's own ladder function; its module
 # (srt/arg_groups/cuda_graph_hook.py) imports srt/connector, which imports safetensors.
 python -m pip install -q safetensors
+# Live tests (issue 6) run the real benchmark client, `python -m sglang.benchmark.serving`,
+# against a stand-in server. At import it needs transformers and tokenizers (the versions
+# sglang 0.5.23 pins) and datasets; tests/standin/bench_client.py pre-registers the one
+# GPU-bound module it imports (torchvision/tvm_ffi have no CPU builds on PyPI).
+python -m pip install -q "transformers==5.19.0" "tokenizers==0.23.2" datasets
