@@ -11,9 +11,8 @@ python -m pip install -q "torch==2.13.0"
 python -m pip install -q --no-deps "sglang==0.5.23"
 # Checked in a fresh venv (torch 2.13.0 CPU): with these, `from sglang.srt.server_args import
 # ServerArgs` imports and builds its parser; numpy is listed because sglang/srt/utils/common.py
-# imports it (bcgtune depends on it too, but this line should not rely on that); safetensors
-# lets srt/arg_groups/cuda_graph_hook.py import (tests/test_ladder.py compares the ladder).
-python -m pip install -q numpy safetensors triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
+# imports it (bcgtune depends on it too, but this line should not rely on that).
+python -m pip install -q numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
     starlette tqdm packaging pillow IPython
 # tests/test_ladder.py compares with SGLang's own ladder function; its module
 # (srt/arg_groups/cuda_graph_hook.py) imports srt/connector, which imports safetensors.
