@@ -43,6 +43,7 @@ from bcgtune.errors import CheckFailed, ExternalError, InputError
 
 GAP_THRESHOLD = 0.7
 LOGPROB_DELTA_TOL = 0.5
+DEFAULT_MIN_REPLAY_SHARE = 0.9  # of the batches a captured bucket serves under the 2x rule
 MAX_NEW_TOKENS = 16
 TOP_LOGPROBS = 5
 IMAGE_SIZES = [(256, 256), (384, 512), (512, 512), (768, 768), (1024, 768)]
@@ -428,11 +429,14 @@ def render_report(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_server_validation(profile: str, prompts: str | None, min_replay_share: float, json_out: bool) -> int:
+def run_server_validation(profile: str, prompts: str | None, min_replay_share: float | None, json_out: bool) -> int:
     """Entry point for `bcgtune validate --server`: print the report, return the exit code
-    (0 pass); a failed check raises CheckFailed (exit 1) after the report is printed."""
+    (0 pass); a failed check raises CheckFailed (exit 1) after the report is printed.
+    min_replay_share None means DEFAULT_MIN_REPLAY_SHARE."""
     import sys
 
+    if min_replay_share is None:
+        min_replay_share = DEFAULT_MIN_REPLAY_SHARE
     r = server_validation(profile, prompts, min_replay_share)
     if json_out:
         sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
