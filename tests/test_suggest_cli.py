@@ -139,3 +139,21 @@ def test_help_imports_no_torch_sglang_or_sklearn():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "HEAVY []" in p.stdout, p.stdout[-500:]
+
+
+def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
+    from bcgtune.adapters.profiles import load_profile
+
+    path, _ = trace_csv
+    prof = tmp_path / "tuned.toml"
+    r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "5", "--json", "--no-baselines",
+                            "--write-profile", str(prof), "--base-profile", "mi355x"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.stdout)["recommended"]["buckets"]
+    p = load_profile(str(prof))
+    assert p.buckets == rec
+    assert p.server == load_profile("mi355x").server  # the rest of the base profile is kept
+    # updating an existing profile replaces only the list
+    r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "3", "--json", "--no-baselines", "--write-profile", str(prof)])
+    assert r.exit_code == 0, r.output
+    assert load_profile(str(prof)).buckets == json.loads(r.stdout)["recommended"]["buckets"]
