@@ -32,6 +32,7 @@ def trace_command(
     workload: Optional[str] = typer.Option(None, "--workload", help="Workload TOML or preset name (seeds-mi355x, chat-text-h200).", rich_help_panel=_SIM),
     profile: Optional[str] = typer.Option(None, "--profile", help="Server settings from a profile (name or TOML).", rich_help_panel=_SIM),
     buckets: Optional[str] = typer.Option(None, "--buckets", help="Also report replay shares for this list ('256 512 ...').", rich_help_panel=_SIM),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Prefill step times from a calibration (bcgtune calibrate, or CSV tokens,eager_ms,graph_ms) instead of the built-in model.", rich_help_panel=_SIM),
     dataset_name: Optional[str] = typer.Option(None, "--dataset-name", help="random-ids, random or image.", rich_help_panel=_CLIENT),
     num_prompts: Optional[str] = typer.Option(None, "--num-prompts", help="Prompts per run; a comma list gives one per concurrency level.", rich_help_panel=_CLIENT),
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", rich_help_panel=_CLIENT),
@@ -81,7 +82,7 @@ def trace_command(
         if log:
             raise InputError("give --log or --simulate, not both", "bcgtune trace")
         _simulate(
-            out, as_json, buckets, workload=workload, profile=profile, dataset_name=dataset_name,
+            out, as_json, buckets, calibration, workload=workload, profile=profile, dataset_name=dataset_name,
             num_prompts=num_prompts, random_input_len=random_input_len, random_output_len=random_output_len,
             random_range_ratio=random_range_ratio, image_count=image_count, image_resolution=image_resolution,
             max_concurrency=max_concurrency, request_rate=request_rate, warmup_requests=warmup_requests, seed=seed,
@@ -123,7 +124,7 @@ def _emit(trace, out: Optional[str], as_json: bool) -> None:
         typer.echo(render_trace_text(trace), nl=False)
 
 
-def _simulate(out: Optional[str], as_json: bool, buckets: Optional[str], **options) -> None:
+def _simulate(out: Optional[str], as_json: bool, buckets: Optional[str], calibration: Optional[str], **options) -> None:
     """`trace --simulate`: options -> Workload (adapters/workload.py) -> one simulation ->
     the log trace's outputs plus image and replay shares."""
     import json
@@ -135,7 +136,19 @@ def _simulate(out: Optional[str], as_json: bool, buckets: Optional[str], **optio
     from bcgtune.core.trace import save_trace
 
     bucket_list = parse_bucket_list(buckets, "--buckets") if buckets else None
-    trace = simulate(workload_from_options(**options))
+    wl = workload_from_options(**options)
+    if calibration:
+        from dataclasses import replace
+
+        from bcgtune.core.calibration import load_calibration
+
+        cal = load_calibration(calibration)
+
+        def calibrated_eager_ms(n):
+            return cal.eager_time(n)
+
+        wl = replace(wl, step=replace(wl.step, prefill_curve=calibrated_eager_ms))
+    trace = simulate(wl)
     extra = simulation_summary(trace, bucket_list)
     if out:
         save_trace(trace, out)
