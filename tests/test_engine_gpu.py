@@ -37,7 +37,8 @@ def test_capture_largest_first_shared_pool_and_exact_replay(small):
         he, le = eng.eager(x)
         hr, lr, b = eng.replay(x)
         c = compare_logits(model, he, hr, le, lr)
-        assert c["ok"] and c["top1_agree"] > 0.99, c
+        # random weights leave many near-ties at the top: only wide-gap flips count (compare_logits)
+        assert c["ok"] and c["wide_gap_flips"] == 0, c
         if n == b:  # same shapes, same kernels: bit for bit
             assert c["max_abs_diff"] == 0.0
         assert check_pad_invariance(eng, x, b)["ok"]

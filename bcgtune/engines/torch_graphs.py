@@ -494,7 +494,9 @@ def compare_logits(
         top2 = lr.topk(2, dim=-1)
         t1 = top2.indices[:, 0]
         gap = top2.values[:, 0] - top2.values[:, 1]
-        same = lt.argmax(-1) == t1
+        # tie-robust: bf16-derived logits often tie at the top, and argmax/topk may then
+        # name different indices for identical rows
+        same = lt.gather(1, t1[:, None])[:, 0] >= lt.max(-1).values
         agree += int(same.sum())
         lpr = torch.log_softmax(lr, -1).gather(1, t1[:, None])[:, 0]
         lpt = torch.log_softmax(lt, -1).gather(1, t1[:, None])[:, 0]
