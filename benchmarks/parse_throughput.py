@@ -80,6 +80,7 @@ CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from bcgtune.adapters.sglang_log import parse_logs
+from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 tr = parse_logs([sys.argv[1]])
 dt = time.perf_counter() - t0
 cols = sum(v.nbytes for v in tr.batches.values())
@@ -98,16 +99,6 @@ def grep_count(path: Path) -> tuple[int, float]:
     t0 = time.perf_counter()
     out = subprocess.run(["grep", "-c", "Prefill batch", str(path)], capture_output=True, check=True)
     return int(out.stdout), time.perf_counter() - t0
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -25,16 +25,7 @@ import numpy as np  # noqa: E402
 
 from bcgtune.adapters.simulator import default_workload_trace, simulate  # noqa: E402
 from bcgtune.adapters.workload import Workload, default_workload  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def best_of(fn, repeat: int) -> tuple[float, object]:
