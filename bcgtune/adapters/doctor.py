@@ -249,14 +249,11 @@ def model_is_qwen4_exp(model: str | None) -> bool | None:
 def effective_prefill_backend(server: dict, platform_name: str) -> tuple[str, bool]:
     """(backend, explicit): cuda-graph-config JSON wins over --cuda-graph-backend-prefill,
     --disable-prefill-cuda-graph means disabled, else the platform default."""
-    cfg = server.get("cuda_graph_config")
-    if isinstance(cfg, str):
-        try:
-            parsed = json.loads(cfg)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict) and isinstance(parsed.get("prefill"), dict) and "backend" in parsed["prefill"]:
-            return str(parsed["prefill"]["backend"]), True
+    from bcgtune.adapters.profiles import prefill_graph_config
+
+    prefill = prefill_graph_config(server) or {}
+    if "backend" in prefill:
+        return str(prefill["backend"]), True
     if server.get("disable_prefill_cuda_graph") is True or server.get("disable_cuda_graph") is True:
         return "disabled", True
     if server.get("cuda_graph_backend_prefill"):

@@ -150,6 +150,21 @@ def resolve_profile_path(name_or_path: str | os.PathLike) -> Path:
     return bp
 
 
+def prefill_graph_config(server: dict) -> dict | None:
+    """The `prefill` object of a `cuda-graph-config` JSON flag (which SGLang lets win over
+    the per-phase flags), or None when absent or not valid JSON."""
+    cfg = server.get("cuda_graph_config")
+    if not isinstance(cfg, str):
+        return None
+    try:
+        parsed = json.loads(cfg)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get("prefill"), dict):
+        return parsed["prefill"]
+    return None
+
+
 def load_profile(name_or_path: str | os.PathLike) -> Profile:
     path = resolve_profile_path(name_or_path)
     try:
@@ -272,17 +287,11 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
             raise InputError(f"must be a list of integers, got {type(lst).__name__}", _where(where, "[buckets].list"))
         buckets = check_bucket_list(lst, _where(where, "[buckets].list"))
         provenance = check_provenance(raw, where)
-        cfg = server.get("cuda_graph_config")
-        if isinstance(cfg, str):
-            try:
-                parsed = json.loads(cfg)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict) and isinstance(parsed.get("prefill"), dict) and "bs" in parsed["prefill"]:
-                raise InputError(
-                    "sets prefill bs, which SGLang would use instead of [buckets].list; remove one",
-                    _where(where, f"[server].{seen_as['cuda_graph_config']}"),
-                )
+        if "bs" in (prefill_graph_config(server) or {}):
+            raise InputError(
+                "sets prefill bs, which SGLang would use instead of [buckets].list; remove one",
+                _where(where, f"[server].{seen_as['cuda_graph_config']}"),
+            )
 
     return Profile(
         name=prof["name"],
