@@ -16,6 +16,7 @@ from bcgtune.adapters.doctor import (
 )
 from bcgtune.adapters.profiles import load_profile, parse_profile
 from bcgtune.cli.app import main
+from proc_helpers import run_cli
 
 UNPATCHED_INIT = "self._qwen_bcg_mtp_draft = qwen_bcg and model_runner.is_draft_worker"
 PATCHED_INIT = "self._qwen_bcg_multimodal_eager = (\n            qwen_bcg and model_runner.spec_algorithm.is_speculative()\n        )"
@@ -159,14 +160,6 @@ def test_model_detection(tmp_path):
 
 
 # ------------------------------------------------------------------ CLI
-def run_cli(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_json_and_exit_codes(real_runner, tmp_path, capsys):

@@ -10,6 +10,7 @@ import pytest
 
 from bcgtune.adapters.launcher import ServerProcess, exit_status
 from bcgtune.errors import ExternalError
+from proc_helpers import pid_alive as _alive  # noqa: E402
 
 FAKE = str(Path(__file__).with_name("fake_sglang_server.py"))
 
@@ -22,17 +23,6 @@ def _free_port() -> int:
     return port
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); it holds no GPU, treat it as gone
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):

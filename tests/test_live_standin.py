@@ -19,6 +19,7 @@ STANDIN = ROOT / "tests" / "standin"
 sys.path.insert(0, str(STANDIN))
 
 from tiny_tokenizer import build_tiny_tokenizer  # noqa: E402
+from proc_helpers import pid_alive as _alive  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +89,6 @@ def test_server_dies_mid_benchmark(env, profile, tmp_path, monkeypatch):
     assert "during the benchmark" in err[0] and "01-base.server.log" in err[0]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (reaped later by init) counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

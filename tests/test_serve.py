@@ -14,20 +14,13 @@ from bcgtune.adapters.launcher import build_server_command, check_command_flags
 from bcgtune.adapters.profiles import load_profile
 from bcgtune.cli.app import main
 from bcgtune.errors import InputError
+from proc_helpers import pid_alive as _alive, run_cli
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_sglang_server.py"
 GOLDEN = HERE / "data" / "serve"
 
 
-def run_cli(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("name", ["mi355x", "h200"])
@@ -143,16 +136,6 @@ def _wrapper(tmp_path) -> Path:
     return w
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _serve(tmp_path, env_extra, *args):
