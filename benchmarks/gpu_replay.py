@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=LIST",
+                    help="another list to replay the same way, e.g. an earlier suggestion (repeatable)")
     ap.add_argument("--out-json", help="write all numbers here")
     args = ap.parse_args()
 
@@ -91,9 +93,14 @@ def main() -> int:
     ladder = sglang_default_ladder(args.max_bs)
     oracle = sorted(set(sizes.tolist()))
     lists = {"ladder": ladder, "tuned": tuned, "oracle": oracle}
+    for spec in args.also:
+        name, sep, lst = spec.partition("=")
+        if not sep or not name or name in lists or name == "eager":
+            raise SystemExit(f"--also {spec!r}: give NAME=LIST with a new name")
+        lists[name] = parse_bucket_list(lst, "--also")
     dev = resolve_device(args.device)
     dtype = parse_dtype("auto", dev)
-    max_tokens = max(max(oracle), max(ladder), max(tuned))
+    max_tokens = max(max(bl) for bl in lists.values())
     model, desc = load_model(args.model, dev, dtype)
     env = environment(dev)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -172,7 +179,7 @@ def main() -> int:
 
         atomic_write_json(args.out_json, report)
     print(f"{'way':8s} {'graphs':>6s} {'capture s':>9s} {'mem GiB':>8s} {'replayed':>9s} {'prefill s':>10s} {'vs oracle':>9s}")
-    for name in ("eager", "ladder", "tuned", "oracle"):
+    for name in ["eager", "ladder", "tuned", "oracle"] + [n for n in lists if n not in ("ladder", "tuned", "oracle")]:
         r = results[name]
         print(f"{name:8s} {r['graphs']:>6d} {r['capture_s']:>9.2f} {r['graph_mem_gib']:>8.3f} "
               f"{r['replayed_batches']:>4d}/{r['batches']:<4d} {r['prefill_ms'] / 1e3:>10.3f} {r['prefill_ms'] / o['prefill_ms']:>9.4f}")

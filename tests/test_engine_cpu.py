@@ -180,3 +180,27 @@ def test_hf_tiny_random_checkpoint_cpu(tmp_path):
     he, le = eng.eager(x)
     hr, lr, _ = eng.replay(x)
     assert compare_logits(model, he, hr, le, lr)["ok"]
+
+
+def test_cli_calibrate_grid_from_trace_feeds_suggest_buckets(tmp_path):
+    """calibrate --sizes-from TRACE measures a bucket grid over the trace's range and marks
+    it; suggest-buckets --objective time then picks buckets among the measured sizes only."""
+    from bcgtune.core.calibration import load_calibration
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("size,count\n20,3\n40,2\n70,5\n90,1\n")
+    out = tmp_path / "cal.json"
+    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes-from", str(trace), "--grid", "16",
+                                 "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cal = load_calibration(out)
+    assert cal.tokens.tolist() == [20, 32, 48, 64, 80, 90, 96]  # ends 20 and 90, and 32..96 (16: below every size)
+    assert cal.meta["bucket_grid"] == 16 and cal.meta["sizes_from"] == str(trace)
+    r = CliRunner().invoke(app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out),
+                                 "--max-buckets", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert plan["params"]["candidate_set"] == "calibration"
+    assert set(plan["recommended"]["buckets"]) <= set(cal.tokens.tolist())
+    r = _main(["calibrate", "--model", "tiny", "--sizes", "8", "--grid", "16", "-o", str(out)])
+    assert r.returncode == 2 and "not both" in r.stderr

@@ -218,3 +218,52 @@ def test_time_objective_drops_buckets_where_replay_does_not_pay():
     sol = optimal_buckets_time(sizes, np.ones(5, int), 8, cal)
     assert sol.buckets and max(sol.buckets) < 3000
     assert sol.cost < predicted_time_ms(sizes, np.ones(5), [], cal)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    hist=small_histograms,
+    K=st.integers(1, 3),
+    A=st.sampled_from([1, 2, 4]),
+    factor=st.sampled_from([2.0, 1.5]),
+    rows=st.lists(st.integers(2, 40), min_size=1, max_size=8, unique=True).map(lambda r: [1] + sorted(r)),
+    data=st.data(),
+    mem=st.one_of(st.none(), st.floats(0.2, 2.0)),
+)
+def test_measured_candidates_optimum_equals_brute_force(hist, K, A, factor, rows, data, mem):
+    """--candidates calibration: buckets only at measured rows, at their measured (not
+    monotone) replay times; brute force over every subset of the aligned rows."""
+    sizes, counts = hist
+    n = len(rows)
+    eager = sorted(data.draw(st.lists(st.floats(1, 10), min_size=n, max_size=n)))  # no negative extrapolation
+    graph = data.draw(st.lists(st.floats(0.5, 12), min_size=n, max_size=n))  # any order: dips allowed
+    cal = FakeCalibration(rows, eager, graph, pool=1.0, per=0.2)
+    values = [r for r in rows if r % A == 0]
+    if not values:
+        with pytest.raises(InputError, match="align"):
+            optimal_buckets_time(sizes, counts, K, cal, A, None, factor, candidates="calibration")
+        return
+    sol = optimal_buckets_time(sizes, counts, K, cal, A, None, factor, max_graph_mem_gib=mem, candidates="calibration")
+    assert set(sol.buckets) <= set(values)
+    best = min(
+        predicted_time_ms(sizes, counts, comb, cal, factor, candidates="calibration")
+        for k in range(K + 1)
+        for comb in itertools.combinations(values, k)
+        if mem is None or k == 0 or cal.graph_memory_gib(list(comb)) <= mem
+    )
+    got = predicted_time_ms(sizes, counts, sol.buckets, cal, factor, candidates="calibration")
+    assert got == pytest.approx(best, abs=1e-6)
+    assert sol.cost == pytest.approx(got, abs=1e-6)
+
+
+def test_measured_candidates_take_the_tile_aligned_dip():
+    # replay time with the shape measured on the H200 (benchmarks/RESULTS.md): 1280 tokens
+    # replays faster than 1279; the running-max model cannot see it, the measured one does
+    rows = [1152, 1216, 1279, 1280, 1344]
+    cal = FakeCalibration(rows, [20.0] * 5, [9.28, 9.97, 10.14, 9.71, 10.4])
+    sizes, counts = np.array([1200, 1250, 1270]), np.array([5, 5, 5])
+    sol = optimal_buckets_time(sizes, counts, 1, cal, candidates="calibration")
+    assert sol.buckets == [1280]
+    assert sol.cost == pytest.approx(15 * 9.71)
+    trace_model = optimal_buckets_time(sizes, counts, 1, cal)
+    assert predicted_time_ms(sizes, counts, trace_model.buckets, cal) > sol.cost

@@ -199,12 +199,15 @@ def calibrate_command(
     out: str = typer.Option(..., "-o", "--out", help="Calibration file to write: JSON (versioned) or .csv."),
     model: str = typer.Option("qwen3-8b", "--model", help=_MODEL_HELP),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="Token sizes to measure (default 16 ... 8192, 15 sizes)."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Drop default sizes above this."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Drop sizes above this."),
+    grid: Optional[int] = typer.Option(None, "--grid", min=1, help="Measure every multiple of this (a bucket grid; suggest-buckets then picks buckets among the measured sizes). Up to --max-tokens (default 8192) or the trace's range."),
+    sizes_from: Optional[str] = typer.Option(None, "--sizes-from", help="Trace file: measure the grid (default --grid 64) over the sizes this trace's batches can replay in, plus its smallest and largest size."),
     device: str = typer.Option("auto", "--device", help="auto, cuda, cuda:N or cpu."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32."),
     sdpa_backend: str = typer.Option("auto", "--sdpa-backend", help=_SDPA_HELP),
     hf_attention: str = typer.Option("causal", "--hf-attention", help="HF models: causal (fixed) or sdpa (transformers' own)."),
     random_weights: bool = typer.Option(False, "--random-weights", help="HF folder: random weights from config.json."),
+    factor: float = typer.Option(2.0, "--padding-factor", help="With --sizes-from: replay iff bucket <= factor * tokens (SGLang: 2)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed runs before each measurement."),
     repeats: int = typer.Option(10, "--repeats", min=1, help="Timed runs per size (median reported)."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Also measure pool size per largest bucket."),
@@ -217,15 +220,33 @@ def calibrate_command(
     from bcgtune.engines.ops import DEFAULT_CALIBRATION_SIZES, run_calibrate
     from bcgtune.errors import InputError
 
-    grid = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
-    if max_tokens is not None:
-        grid = [s for s in grid if s <= max_tokens] or [max_tokens]
     if not out:
         raise InputError("give -o FILE", "bcgtune calibrate")
+    if sizes and (grid or sizes_from):
+        raise InputError("give --sizes, or --grid/--sizes-from, not both", "bcgtune calibrate")
+    meta_extra = {}
+    if sizes_from or grid:
+        from bcgtune.engines.ops import grid_sizes
+
+        trace_sizes = None
+        if sizes_from:
+            from bcgtune.core.trace import load_trace
+
+            trace_sizes = load_trace(sizes_from).validate().sizes
+        step = grid or 64
+        wanted = grid_sizes(step, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor)
+        meta_extra = {"bucket_grid": step, "sizes_from": sizes_from}
+    else:
+        wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
+        if max_tokens is not None:
+            wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
     say = None if as_json else (lambda m: typer.echo("  " + m, err=True))
-    cal = run_calibrate(grid, model=model, device=device, dtype=dtype, sdpa_backend=sdpa_backend, seed=seed,
+    if say:
+        say(f"{len(wanted)} sizes: {wanted[0]} ... {wanted[-1]}")
+    cal = run_calibrate(wanted, model=model, device=device, dtype=dtype, sdpa_backend=sdpa_backend, seed=seed,
                         warmup=warmup, repeats=repeats, memory=memory, hf_fix_attention=_hf_fix(hf_attention),
                         random_weights=random_weights, progress=say)
+    cal.meta.update(meta_extra)
     save_calibration(cal, out)
     typer.echo(f"wrote {out}", err=True)
     if as_json:

@@ -29,7 +29,8 @@ def render_plan_text(plan) -> str:
         f"  {_fmt_int(t['batches'])} prefill batches, {_fmt_int(t['distinct_sizes'])} distinct sizes, "
         f"{_fmt_int(t['tokens'])} tokens; p50 {_fmt_int(t['p50'])}, p99 {_fmt_int(t['p99'])}, max {_fmt_int(t['max'])}",
         f"objective: {p['objective']}"
-        + (" (fewest eager batches, then fewest padded tokens)" if p["objective"] == "padding" else " (predicted prefill time)")
+        + (" (fewest eager batches, then fewest padded tokens)" if p["objective"] == "padding" else
+           " (predicted prefill time" + ("; buckets only at measured sizes" if p.get("candidate_set") == "calibration" else "") + ")")
         + f"; at most {p['max_buckets']} buckets, multiples of {p['align']}"
         + (f", none above {p['max_bucket']}" if p["max_bucket"] else "")
         + f"; replay iff bucket <= {p['padding_factor']:g} x tokens"

@@ -82,7 +82,8 @@ class _Prep:
     factor: float
 
 
-def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, extra_thresholds: bool) -> _Prep:
+def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, extra_thresholds: bool,
+             fixed_cand=None) -> _Prep:
     sizes = np.asarray(sizes, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     if sizes.ndim != 1 or sizes.shape != counts.shape:
@@ -103,8 +104,15 @@ def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, e
         raise InputError(f"alignment must be >= 1, got {align}")
     if factor < 1:
         raise InputError(f"padding factor must be >= 1, got {factor}")
-    cand = ceil_to(sizes, align)
-    if extra_thresholds:
+    if fixed_cand is not None:
+        # explicit candidate buckets (measured calibration rows) that are multiples of the
+        # alignment; a row that replays no traced size is kept too (it can still route the
+        # sizes below it to eager, which is SGLang's rule, not a choice)
+        cand = np.asarray(fixed_cand, dtype=np.int64)
+        cand = cand[cand % align == 0]
+    else:
+        cand = ceil_to(sizes, align)
+    if fixed_cand is None and extra_thresholds:
         # smallest aligned value strictly above factor * x: where x turns eager
         thr = (np.floor(factor * sizes.astype(np.float64)).astype(np.int64) // align + 1) * align
         cand = np.concatenate([cand, thr])
@@ -224,6 +232,42 @@ def _solve_layers(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np.ndarr
     return f, arg
 
 
+_DENSE_MAX_CANDIDATES = 20_000
+
+
+def _solve_layers_dense(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, u: np.ndarray):
+    """The same DP as `_solve_layers` (time objective, V = 0) with no assumption on u: every
+    previous bucket i < j is tried, O(K p^2). For measured bucket times, which are not monotone
+    in the bucket (a GPU's tile-aligned sizes replay faster than the sizes just below them,
+    benchmarks/RESULTS.md), so the quadrangle inequality behind the O(p log p) rows fails."""
+    p = prep.cand.size
+    f = np.zeros((K, p + 1))
+    arg = np.zeros((K, p + 1), dtype=np.int64)
+    if p == 0:
+        return f, arg
+    end, h = prep.end, prep.h
+    Ei = E[end]  # E at e_i for every i = 0..p
+    rows_per_block = max(1, 4_000_000 // (p + 1))
+    cols = np.arange(p + 1)
+    for k in range(K):
+        F = np.zeros(p + 1)
+        if k > 0:
+            F[1:] = f[k - 1, 1:]
+        for start in range(1, p + 1, rows_per_block):
+            J = np.arange(start, min(p + 1, start + rows_per_block))
+            if k == 0:
+                lo = h[J]  # i = 0: e_0 = 0 <= h_j
+                f[0, J] = E[lo] + u[J] * (W[end[J]] - W[lo])
+                continue
+            lo = np.maximum(end[None, :], h[J][:, None])
+            val = F[None, :] + E[lo] - Ei[None, :] + u[J][:, None] * (W[end[J]][:, None] - W[lo])
+            val[cols[None, :] >= J[:, None]] = np.inf
+            best = np.argmin(val, axis=1)
+            f[k, J] = val[np.arange(J.size), best]
+            arg[k, J] = best
+    return f, arg
+
+
 def _reconstruct(prep: _Prep, arg: np.ndarray, k: int, j: int) -> list[int]:
     """Buckets of the optimum f_k(j) (k 0-based layer), following the stored argmins."""
     out = []
@@ -329,14 +373,36 @@ def monotone_graph_ms(cal, b) -> np.ndarray:
     return np.maximum(raw, floor)
 
 
-def predicted_time_ms(sizes, counts, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR) -> float:
-    """Predicted total prefill time of a trace under a bucket list (time objective's model)."""
+def measured_graph_ms(cal, b) -> np.ndarray:
+    """t_graph for buckets chosen among the calibration's rows: the measured time where b is a
+    row, else the running-max curve of `monotone_graph_ms` (lists such as SGLang's ladder may
+    hold unmeasured sizes; they are priced as in the default model)."""
+    b = np.asarray(b, dtype=np.int64)
+    rows = np.asarray(cal.tokens, dtype=np.int64)
+    idx = np.clip(np.searchsorted(rows, b), 0, rows.size - 1)
+    hit = rows[idx] == b
+    return np.where(hit, np.asarray(cal.graph_ms, dtype=np.float64)[idx], monotone_graph_ms(cal, b))
+
+
+GRAPH_MODELS = ("trace", "calibration")
+
+
+def graph_ms_model(cal, b, candidates: str = "trace") -> np.ndarray:
+    if candidates == "calibration":
+        return measured_graph_ms(cal, b)
+    return monotone_graph_ms(cal, b)
+
+
+def predicted_time_ms(sizes, counts, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR,
+                      candidates: str = "trace") -> float:
+    """Predicted total prefill time of a trace under a bucket list (time objective's model;
+    `candidates` names the graph-time model the optimizer used, see optimal_buckets_time)."""
     from bcgtune.core.replay import assign_buckets
 
     sizes = np.asarray(sizes, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     chosen, replay = assign_buckets(sizes, buckets, factor)
-    t = np.where(replay, monotone_graph_ms(cal, np.where(replay, chosen, 1)), cal.eager_time(sizes))
+    t = np.where(replay, graph_ms_model(cal, np.where(replay, chosen, 1), candidates), cal.eager_time(sizes))
     return float((t * counts).sum())
 
 
@@ -349,14 +415,31 @@ def optimal_buckets_time(
     max_bucket: int | None = None,
     factor: float = DEFAULT_PADDING_FACTOR,
     max_graph_mem_gib: float | None = None,
+    candidates: str = "trace",
 ) -> Solution:
     """Exact minimum of predicted prefill time with at most `max_buckets` buckets and,
     optionally, total graph memory within `max_graph_mem_gib` (calibration's memory model:
     pool of the largest graph + per-graph overhead for each further one). Buckets whose
-    replay does not pay are left out."""
+    replay does not pay are left out.
+
+    candidates="trace": any aligned size may be a bucket; t_graph is the calibration's
+    interpolated curve made non-decreasing (O(K p log p)). candidates="calibration": buckets
+    only at the calibration's measured rows, each at its measured replay time, monotone or
+    not (O(K p^2) over the rows); this is the model to use with a dense calibration grid
+    (`bcgtune calibrate --grid`), since replay time between measured sizes is not linear."""
     if max_buckets < 1:
         raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
-    prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True)
+    if candidates not in GRAPH_MODELS:
+        raise InputError(f"unknown --candidates {candidates!r} (trace or calibration)")
+    fixed = None
+    if candidates == "calibration":
+        fixed = np.asarray(cal.tokens, dtype=np.int64)
+        if max_bucket is not None:
+            fixed = fixed[fixed <= max_bucket]
+        if not (fixed % align == 0).any():
+            raise InputError(f"--candidates calibration: no calibration row is a multiple of --align {align}"
+                             + (f" at or below --max-bucket {max_bucket}" if max_bucket is not None else ""))
+    prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True, fixed_cand=fixed)
     _require_candidates(prep, align, max_bucket)
     s, w = prep.sizes, prep.counts.astype(np.float64)
     te = np.asarray(cal.eager_time(s), dtype=np.float64)
@@ -366,9 +449,16 @@ def optimal_buckets_time(
     E = np.concatenate([zero, np.cumsum(w * te)])
     W = np.concatenate([zero, np.cumsum(w)])
     V = np.zeros_like(W)
-    u = np.concatenate([zero, monotone_graph_ms(cal, prep.cand)])
     K = min(max_buckets, max(prep.cand.size, 1))
-    f, arg = _solve_layers(prep, K, E, W, V, u, big=np.inf)
+    if candidates == "calibration":
+        if prep.cand.size > _DENSE_MAX_CANDIDATES:
+            raise InputError(f"--candidates calibration: {prep.cand.size} calibration rows are too many "
+                             f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid")
+        u = np.concatenate([zero, measured_graph_ms(cal, prep.cand)])
+        f, arg = _solve_layers_dense(prep, K, E, W, u)
+    else:
+        u = np.concatenate([zero, monotone_graph_ms(cal, prep.cand)])
+        f, arg = _solve_layers(prep, K, E, W, V, u, big=np.inf)
     allowed = None
     if max_graph_mem_gib is not None:
         if cal.per_graph_gib is None or (cal.pool_gib is None and cal.pool_by_tokens is None):
@@ -378,7 +468,8 @@ def optimal_buckets_time(
         def allowed(k):
             return pool_top + (k - 1) * cal.per_graph_gib <= max_graph_mem_gib
 
-    return _pick(prep, f, arg, E, max_buckets, "time", allowed)
+    sol = _pick(prep, f, arg, E, max_buckets, "time", allowed)
+    return sol
 
 
 def min_buckets_full_replay(

@@ -39,6 +39,10 @@ class PlanRequest:
     calibration: Any = None  # core.calibration.Calibration, for objective=time
     max_graph_mem_gib: float | None = None
     baselines: bool = True  # KMeans and quantile rows
+    # time objective's bucket candidates: trace (any aligned size, interpolated t_graph),
+    # calibration (only measured rows, measured t_graph), auto (calibration when the
+    # calibration was measured on a bucket grid: `bcgtune calibrate --grid/--sizes-from`)
+    candidates: str = "auto"
     seed: int = 0
 
 
@@ -124,6 +128,17 @@ def _aligned_capped(tops, align, max_bucket):
     return sorted(out)
 
 
+def resolve_candidates(candidates: str, calibration) -> str:
+    if candidates not in ("auto", "trace", "calibration"):
+        raise InputError(f"unknown --candidates {candidates!r} (auto, trace or calibration)")
+    if candidates == "auto":
+        grid = (getattr(calibration, "meta", None) or {}).get("bucket_grid") if calibration is not None else None
+        return "calibration" if grid else "trace"
+    if candidates == "calibration" and calibration is None:
+        raise InputError("--candidates calibration needs --calibration FILE")
+    return candidates
+
+
 def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     trace.validate()
     sizes, counts = trace.sizes, trace.counts
@@ -135,12 +150,13 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         raise InputError(f"--max-bucket must be >= 1, got {req.max_bucket}")
     if req.objective not in ("padding", "time"):
         raise InputError(f"unknown --objective {req.objective!r} (padding or time)")
+    candidates = resolve_candidates(req.candidates, req.calibration)
     if req.objective == "time":
         if req.calibration is None:
             raise InputError("--objective time needs --calibration FILE")
         sol = optimal_buckets_time(
             sizes, counts, req.max_buckets, req.calibration, req.align, req.max_bucket, req.factor,
-            req.max_graph_mem_gib,
+            req.max_graph_mem_gib, candidates=candidates,
         )
     else:
         if req.max_graph_mem_gib is not None:
@@ -151,7 +167,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         m = evaluate_list(sizes, counts, buckets, name=name, factor=req.factor).to_dict()
         m["kind"] = kind
         if req.calibration is not None:
-            m["predicted_ms"] = predicted_time_ms(sizes, counts, buckets, req.calibration, req.factor)
+            m["predicted_ms"] = predicted_time_ms(sizes, counts, buckets, req.calibration, req.factor, candidates)
         return m
 
     rows = [row("bcgtune (optimal)", sol.buckets, "optimal")]
@@ -174,7 +190,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         rows.append(row(f"KMeans (k={k})", kmeans_buckets(sizes, counts, k, req.align, req.max_bucket, req.seed), "kmeans"))
         rows.append(row(f"quantiles (k={k})", quantile_buckets(sizes, counts, k, req.align, req.max_bucket), "quantile"))
     if req.calibration is not None:
-        eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.factor)
+        eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.factor, candidates)
         for r in rows:
             r["speedup_vs_eager"] = eager_ms / r["predicted_ms"] if r["predicted_ms"] else None
             if req.calibration.per_graph_gib is not None and r["buckets"]:
@@ -213,6 +229,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
             "objective": req.objective,
             "ladder_max": ladder_max,
             "candidates": sol.candidates,
+            "candidate_set": candidates if req.objective == "time" else "trace",
             "max_graph_mem_gib": req.max_graph_mem_gib,
         },
         trace_info={

@@ -189,6 +189,46 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
 
 
 # ---------------------------------------------------------------------------------------
+MAX_POOL_SIZES = 16  # graph memory alone is measured at most at this many sizes (smooth in n)
+
+
+def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, factor: float = 2.0) -> list[int]:
+    """Sizes for a bucket-grid calibration: every multiple of `step` up to `max_tokens`
+    (default 8192). With a trace, only the multiples some traced size n can replay in
+    (n <= c <= factor * n), none above the first multiple at or past the largest traced size
+    (a larger bucket only pads more) nor above `max_tokens`, plus the trace's smallest and largest size so
+    eager time is measured, not extrapolated, at the ends. Pure: runs without torch."""
+    if step < 1:
+        raise InputError(f"--grid must be >= 1, got {step}")
+    if trace_sizes is None:
+        top = max_tokens or 8192
+        out = list(range(step, top + 1, step))
+        if not out:
+            raise InputError(f"--grid {step} is above --max-tokens {top}")
+        return out
+    s = np.unique(np.asarray(trace_sizes, dtype=np.int64))
+    top = int(-(-int(s[-1]) // step) * step)
+    if max_tokens is not None:
+        top = min(top, max_tokens)
+    c = np.arange(step, top + 1, step, dtype=np.int64)
+    # some n with c / factor <= n <= c
+    hi = np.searchsorted(s, c, side="right")
+    lo = np.searchsorted(s * factor, c.astype(np.float64), side="left")
+    keep = set(c[lo < hi].tolist())
+    keep.update(int(x) for x in (s[0], s[-1]) if max_tokens is None or x <= max_tokens)
+    if not keep:
+        raise InputError(f"no size to measure: the trace's sizes start at {int(s[0])}, above --max-tokens {max_tokens}")
+    return sorted(keep)
+
+
+def _pool_subset(sizes: list[int]) -> list[int]:
+    """At most MAX_POOL_SIZES sizes spread evenly on a log scale, the largest included."""
+    if len(sizes) <= MAX_POOL_SIZES:
+        return list(sizes)
+    idx = np.unique(np.round(np.geomspace(1, len(sizes), MAX_POOL_SIZES)).astype(int) - 1)
+    return sorted({sizes[i] for i in idx} | {sizes[-1]})
+
+
 def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="auto", dtype="auto",
                   sdpa_backend="auto", seed=0, warmup=3, repeats=10, memory=True, hf_fix_attention=True,
                   random_weights=False, progress=None):
@@ -213,7 +253,7 @@ def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="aut
     if memory and engine.graphs_enabled:
         # Pool size when each size is the largest (alone in a fresh pool).
         pool_by = {}
-        for n in reversed(sizes):
+        for n in reversed(_pool_subset(sizes)):
             solo = PrefillGraphEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend)
             r = solo.capture([n], record_attention=False)[0]
             pool_by[n] = r.pool_growth_gib if r.ok else None
