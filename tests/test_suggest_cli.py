@@ -157,3 +157,47 @@ def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
     r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "3", "--json", "--no-baselines", "--write-profile", str(prof)])
     assert r.exit_code == 0, r.output
     assert load_profile(str(prof)).buckets == json.loads(r.stdout)["recommended"]["buckets"]
+
+
+def test_padding_result_notes_tile_alignment_only_when_unaligned(trace_csv):
+    path, _ = trace_csv
+    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8"])
+    assert r.exit_code == 0 and "--align 128" in r.stdout
+    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--align", "128"])
+    assert r.exit_code == 0 and "tile-aligned" not in r.stdout
+
+
+def _calibration_csv(tmp_path):
+    # replay time with a tile dip at 1024 (cheaper than 960), eager flat: a grid calibration
+    rows = [(t, 30.0, 4.0 + t / 100.0 - (2.0 if t % 1024 == 0 else 0.0)) for t in range(64, 8193, 64)]
+    cal = tmp_path / "cal.csv"
+    cal.write_text("tokens,eager_ms,graph_ms\n" + "".join(f"{t},{e},{g}\n" for t, e, g in rows))
+    return cal
+
+
+def test_candidates_calibration_picks_measured_sizes(tmp_path, trace_csv):
+    path, _ = trace_csv
+    cal = _calibration_csv(tmp_path)
+    base = ["suggest-buckets", str(path), "--objective", "time", "--calibration", str(cal), "--max-buckets", "6", "--json"]
+    auto = json.loads(runner.invoke(app, base).stdout)
+    assert auto["params"]["candidate_set"] == "trace"  # a CSV carries no grid mark
+    r = runner.invoke(app, base + ["--candidates", "calibration"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["params"]["candidate_set"] == "calibration"
+    assert all(b % 64 == 0 for b in got["recommended"]["buckets"])
+    # priced by the measured model, the trace-model list is no better (the optimum is exact)
+    from bcgtune.core.calibration import load_calibration
+    from bcgtune.core.optimizer import predicted_time_ms
+
+    t = load_trace(str(path))
+    c = load_calibration(str(cal))
+    mine = predicted_time_ms(t.sizes, t.counts, got["recommended"]["buckets"], c, candidates="calibration")
+    assert got["recommended"]["predicted_ms"] == pytest.approx(mine)
+    other = predicted_time_ms(t.sizes, t.counts, auto["recommended"]["buckets"], c, candidates="calibration")
+    assert mine <= other + 1e-6
+    assert 1024 in got["recommended"]["buckets"]  # the dip is taken
+    rc, _, err = run_cli(*base[:-1], "--candidates", "rows")
+    assert rc == 2 and "--candidates" in err and err.count("\n") == 1
+    rc, _, err = run_cli("suggest-buckets", str(path), "--candidates", "calibration")
+    assert rc == 2 and "--calibration" in err

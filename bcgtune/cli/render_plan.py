@@ -77,6 +77,14 @@ def render_plan_text(plan) -> str:
         f"recommended: {rec['graphs']} graphs, {rec['hit_rate_pct']:.1f}% of batches replay, "
         f"{rec['waste_pct']:.2f}% padding waste"
     )
+    if p["objective"] == "padding" and p["align"] == 1 and any(b % 128 for b in rec["buckets"]):
+        lines.append(
+            "note: padded tokens are a proxy for time. GPUs replay tile-aligned sizes faster than the sizes\n"
+            "  just below them: on an H200, the padding-optimal K=12 list for the default workload (8192-token\n"
+            "  chunks) ran 1.4% faster with --align 128 (benchmarks/RESULTS.md). To optimize measured time:\n"
+            "  bcgtune calibrate --sizes-from TRACE --grid 64 -o cal.json on the GPU, then\n"
+            "  --objective time --calibration cal.json."
+        )
     lines.append("")
     lines.append(rec["flag"])
     return "\n".join(lines)
