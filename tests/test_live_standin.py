@@ -221,3 +221,17 @@ def test_trace_live_with_real_bench_serving_client(env, profile, tmp_path, model
     assert t["captures"][0]["buckets"] == [64, 128, 256, 512, 1024, 2048]
     # the server was stopped
     assert "Received sig" in (tmp_path / "run" / "server.log").read_text()
+
+
+def test_validate_thresholds_reach_the_server_check(env, profile, tmp_path, monkeypatch, capsys):
+    """--gap-threshold / --max-logprob-delta apply to --server: the same noisy run that fails
+    above passes when every gap counts as narrow and any logprob change is tolerated."""
+    from bcgtune.adapters.live_validate import run_server_validation
+
+    monkeypatch.setenv("STANDIN_RUNNER", "patched")
+    monkeypatch.setenv("STANDIN_GRAPH_NOISE", "50")
+    monkeypatch.chdir(tmp_path)
+    assert run_server_validation(str(profile), str(_probes_file(tmp_path)), 0.5, True,
+                                 gap_threshold=1e9, delta_tol=1e9) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["ok"] and rep["gap_threshold"] == 1e9

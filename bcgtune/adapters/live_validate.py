@@ -429,7 +429,8 @@ def render_report(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_server_validation(profile: str, prompts: str | None, min_replay_share: float | None, json_out: bool) -> int:
+def run_server_validation(profile: str, prompts: str | None, min_replay_share: float | None, json_out: bool,
+                          gap_threshold: float = GAP_THRESHOLD, delta_tol: float = LOGPROB_DELTA_TOL) -> int:
     """Entry point for `bcgtune validate --server`: print the report, return the exit code
     (0 pass); a failed check raises CheckFailed (exit 1) after the report is printed.
     min_replay_share None means DEFAULT_MIN_REPLAY_SHARE."""
@@ -437,7 +438,7 @@ def run_server_validation(profile: str, prompts: str | None, min_replay_share: f
 
     if min_replay_share is None:
         min_replay_share = DEFAULT_MIN_REPLAY_SHARE
-    r = server_validation(profile, prompts, min_replay_share)
+    r = server_validation(profile, prompts, min_replay_share, gap_threshold=gap_threshold, delta_tol=delta_tol)
     if json_out:
         sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
     else:

@@ -133,7 +133,8 @@ def validate_command(
             raise InputError("--server needs --profile P (the launch to validate)", "bcgtune validate")
         from bcgtune.adapters.live_validate import run_server_validation
 
-        code = run_server_validation(profile=profile, prompts=prompts, min_replay_share=min_replay_share, json_out=as_json)
+        code = run_server_validation(profile=profile, prompts=prompts, min_replay_share=min_replay_share, json_out=as_json,
+                                     gap_threshold=gap_threshold, delta_tol=max_logprob_delta)
         raise typer.Exit(int(code))
     if prompts is not None or min_replay_share is not None:
         raise InputError("--prompts and --min-replay-share apply with --server only", "bcgtune validate")
