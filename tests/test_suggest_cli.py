@@ -201,3 +201,15 @@ def test_candidates_calibration_picks_measured_sizes(tmp_path, trace_csv):
     assert rc == 2 and "--candidates" in err and err.count("\n") == 1
     rc, _, err = run_cli("suggest-buckets", str(path), "--candidates", "calibration")
     assert rc == 2 and "--calibration" in err
+
+
+def test_help_keeps_literal_brackets():
+    """Rich markup would swallow '[buckets]' and '[a, b]' in help texts; they are escaped."""
+    import os
+
+    env = dict(os.environ, COLUMNS="250", TERM="dumb")
+    for cmd, needle in (("suggest-buckets", "profile's [buckets]"), ("trace", "[max(floor(L*r),1), L]"),
+                        ("validate", "its [buckets].list"), ("serve", "[profile].model")):
+        p = subprocess.run([sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert p.returncode == 0 and needle in p.stdout, (cmd, p.stdout[-500:])

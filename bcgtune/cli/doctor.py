@@ -14,7 +14,7 @@ from bcgtune.cli.app import app
 @app.command("doctor")
 def doctor_command(
     profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Built-in profile name or a .toml path."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model path or id; overrides [profile].model."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model path or id; overrides \\[profile].model."),
     runner: Optional[str] = typer.Option(
         None, "--runner-source", help="Check this prefill_cuda_graph_runner.py instead of the installed one."
     ),

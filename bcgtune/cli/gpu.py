@@ -54,7 +54,7 @@ def _env_line(rep: dict) -> str:
 @app.command("capture")
 def capture_command(
     buckets: Optional[str] = typer.Option(None, "--buckets", help="Token buckets, e.g. '256,512,1024'."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="A profile (name or path): its [buckets].list."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="A profile (name or path): its \\[buckets].list."),
     model: str = typer.Option("qwen3-8b", "--model", help=_MODEL_HELP),
     device: str = typer.Option("auto", "--device", help="auto, cuda, cuda:N or cpu."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32."),
@@ -107,7 +107,7 @@ def render_capture(rep: dict) -> str:
 @app.command("validate")
 def validate_command(
     buckets: Optional[str] = typer.Option(None, "--buckets", help="Token buckets to check, e.g. '256,512,1024'."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="A profile (name or path): its [buckets].list."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="A profile (name or path): its \\[buckets].list."),
     model: str = typer.Option("qwen3-8b", "--model", help=_MODEL_HELP),
     server: bool = typer.Option(False, "--server", help="Validate a live SGLang server launched from --profile instead."),
     prompts: Optional[str] = typer.Option(None, "--prompts", help="With --server: prompts file."),

@@ -17,7 +17,7 @@ from bcgtune.cli.app import app
 )
 def serve_command(
     profile: str = typer.Option(..., "--profile", "-p", help="Built-in profile name (mi355x, h200) or a .toml path."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model path or hub id; overrides [profile].model."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model path or hub id; overrides \\[profile].model."),
     port: Optional[int] = typer.Option(None, "--port", help="Server port (SGLang's --port)."),
     log_file: Optional[str] = typer.Option(
         None, "--log-file", help="Where the server's output is written (default ./<profile>-<timestamp>.log)."

@@ -36,7 +36,7 @@ def suggest_buckets(
     no_baselines: bool = typer.Option(False, "--no-baselines", help="Skip the KMeans and quantile rows."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (recommended.buckets is the list)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write a PNG: size histogram with bucket lines, waste vs K."),
-    write_profile: Optional[str] = typer.Option(None, "--write-profile", help="Write the list into this profile's [buckets] (atomic; created if missing)."),
+    write_profile: Optional[str] = typer.Option(None, "--write-profile", help="Write the list into this profile's \\[buckets] (atomic; created if missing)."),
     base_profile: Optional[str] = typer.Option(None, "--base-profile", help="Profile (path or built-in name) to create --write-profile from."),
     seed: int = typer.Option(0, "--seed", help="Seed for KMeans; for the default simulation, 0 keeps the workload's own seed."),
 ) -> None:

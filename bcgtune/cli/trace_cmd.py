@@ -37,7 +37,7 @@ def trace_command(
     num_prompts: Optional[str] = typer.Option(None, "--num-prompts", help="Prompts per run; a comma list gives one per concurrency level.", rich_help_panel=_CLIENT),
     random_input_len: Optional[int] = typer.Option(None, "--random-input-len", rich_help_panel=_CLIENT),
     random_output_len: Optional[int] = typer.Option(None, "--random-output-len", rich_help_panel=_CLIENT),
-    random_range_ratio: Optional[float] = typer.Option(None, "--random-range-ratio", help="Lengths uniform on [max(floor(L*r),1), L].", rich_help_panel=_CLIENT),
+    random_range_ratio: Optional[float] = typer.Option(None, "--random-range-ratio", help="Lengths uniform on \\[max(floor(L*r),1), L].", rich_help_panel=_CLIENT),
     image_count: Optional[int] = typer.Option(None, "--image-count", rich_help_panel=_CLIENT),
     image_resolution: Optional[str] = typer.Option(None, "--image-resolution", help="4k, 1080p, 720p, 360p, HEIGHTxWIDTH or random:hxw-HxW.", rich_help_panel=_CLIENT),
     max_concurrency: Optional[str] = typer.Option(None, "--max-concurrency", help="One value or a comma list (a sweep, run one after another).", rich_help_panel=_CLIENT),
