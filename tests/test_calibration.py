@@ -152,3 +152,14 @@ def test_interpolation_stays_between_neighbours(tokens, n):
         i = np.searchsorted(tokens, n)
         lo, hi = eager[max(i - 1, 0)], eager[min(i, len(tokens) - 1)]
         assert min(lo, hi) - 1e-9 <= v <= max(lo, hi) + 1e-9
+
+
+def test_csv_columns_by_name_any_order_and_bom(tmp_path):
+    p = tmp_path / "c.csv"
+    p.write_bytes("\ufeffgraph_ms,note,tokens,eager_ms\r\n2,a,100,5\r\n10,b,1000,20\r\n".encode("utf-8"))
+    cal = load_calibration(p)
+    assert cal.tokens.tolist() == [100, 1000]
+    assert cal.eager_ms.tolist() == [5.0, 20.0] and cal.graph_ms.tolist() == [2.0, 10.0]
+    p.write_text("tokens,eager_ms\n100,5\n")
+    with pytest.raises(InputError, match="missing graph_ms"):
+        load_calibration(p)

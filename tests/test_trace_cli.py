@@ -152,3 +152,42 @@ def test_shared_golden_through_cli():
     assert s["batches"] == 14 and s["decode_lines"] == 13
     assert len(s["captured"]["buckets"]) == 58
     assert s["captured"]["servable_batches"] == 13  # the 1-token batch cannot replay (bucket 4 > 2x)
+
+
+@pytest.mark.parametrize(
+    "name,content,sizes,counts",
+    [
+        ("bom.csv", "\ufeffsize,count\r\n100,2\r\n200,3\r\n", [100, 200], [2, 3]),  # spreadsheet export
+        ("swapped.csv", "count,size\n2,100\n3,200\n", [100, 200], [2, 3]),
+        ("onecol.csv", "size\n100\n200\n100\n", [100, 200], [2, 1]),
+        ("tokens.csv", "tokens,count,note\n300,4,x\n", [300], [4]),
+        ("list.json", "[100, 200, 100]", [100, 200], [2, 1]),
+    ],
+)
+def test_trace_inputs_users_have(tmp_path, name, content, sizes, counts):
+    from bcgtune.core.trace import load_trace
+
+    p = tmp_path / name
+    p.write_bytes(content.encode("utf-8"))
+    t = load_trace(str(p))
+    assert t.sizes.tolist() == sizes and t.counts.tolist() == counts
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("batches,foo\n1,2\n", "needs a 'size' column"),
+        ("count,size\n2,100\n3\n", ":3"),
+        ("[1, \"a\"]", "non-integer"),
+        ("[]", "empty"),
+    ],
+)
+def test_trace_input_errors_name_the_problem(tmp_path, content, needle):
+    from bcgtune.core.trace import load_trace
+    from bcgtune.errors import InputError
+
+    p = tmp_path / "t.csv"
+    p.write_text(content)
+    with pytest.raises(InputError) as ei:
+        load_trace(str(p))
+    assert needle in str(ei.value)

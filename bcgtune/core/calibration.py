@@ -282,14 +282,19 @@ def _parse_csv(text: str, path: str) -> Calibration:
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
         if header is None:
+            # columns found by name, in any order; other columns are ignored
             header = [h.strip().lower() for h in row]
-            if header[:3] != ["tokens", "eager_ms", "graph_ms"]:
+            missing = [c for c in ("tokens", "eager_ms", "graph_ms") if c not in header]
+            if missing:
                 raise InputError(
-                    f"CSV header must be 'tokens,eager_ms,graph_ms', got {','.join(row)!r}", f"{path}:{lineno}"
+                    f"CSV header needs columns tokens,eager_ms,graph_ms (missing {','.join(missing)}), got {','.join(row)!r}",
+                    f"{path}:{lineno}",
                 )
+            cols = [header.index(c) for c in ("tokens", "eager_ms", "graph_ms")]
             continue
-        if len(row) < 3:
-            raise InputError("expected 'tokens,eager_ms,graph_ms'", f"{path}:{lineno}")
+        if len(row) <= max(cols):
+            raise InputError(f"expected {max(cols) + 1} columns as in the header, got {len(row)}", f"{path}:{lineno}")
+        row = [row[i] for i in cols]
         tok_s = row[0].strip()
         try:
             tok = int(tok_s)

@@ -187,7 +187,7 @@ def load_trace(path: str) -> PrefillTrace:
         if path != "-":
             fh.close()
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a BOM from spreadsheet exports is dropped
     except UnicodeDecodeError:
         raise InputError("not a text file (expected a JSON trace, size,count CSV or one size per line)", path) from None
     stripped = text.lstrip()
@@ -195,9 +195,11 @@ def load_trace(path: str) -> PrefillTrace:
         raise InputError("trace is empty", path)
     if stripped.startswith("{"):
         trace = _parse_json_trace(text, path)
+    elif stripped.startswith("["):
+        trace = _parse_json_list(text, path)
     else:
         first = stripped.splitlines()[0].strip().lower().replace(" ", "")
-        if "," in first or first.startswith("size"):
+        if "," in first or first.startswith(_SIZE_COLUMNS):
             trace = _parse_csv_trace(text, path)
         else:
             trace = _parse_plain_trace(text, path)
@@ -282,30 +284,51 @@ def _parse_int(token: str, path: str, lineno: int, what: str) -> int:
     return v
 
 
+_SIZE_COLUMNS = ("size", "tokens", "num_tokens", "forward_tokens")
+_COUNT_COLUMNS = ("count", "batches")
+
+
 def _parse_csv_trace(text: str, path: str) -> PrefillTrace:
+    """`size,count` rows (columns found by name, in any order, others ignored; `tokens` is
+    taken for `size`; without a count column each row is one batch)."""
     rows = csv.reader(io.StringIO(text))
     header = None
+    si = ci = None
     acc: dict[int, int] = {}
     for lineno, row in enumerate(rows, start=1):
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
         if header is None:
             header = [h.strip().lower() for h in row]
-            if header[:2] != ["size", "count"]:
+            si = next((header.index(c) for c in _SIZE_COLUMNS if c in header), None)
+            ci = next((header.index(c) for c in _COUNT_COLUMNS if c in header), None)
+            if si is None:
                 raise InputError(
-                    f"CSV header must start with 'size,count', got {','.join(row)!r}", f"{path}:{lineno}"
+                    f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)!r}", f"{path}:{lineno}"
                 )
             continue
-        if len(row) < 2:
-            raise InputError("expected 'size,count'", f"{path}:{lineno}")
-        size = _parse_int(row[0], path, lineno, "size")
-        count = _parse_int(row[1], path, lineno, "count")
+        need = max(si, ci if ci is not None else 0) + 1
+        if len(row) < need:
+            raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{path}:{lineno}")
+        size = _parse_int(row[si], path, lineno, header[si])
+        count = _parse_int(row[ci], path, lineno, header[ci]) if ci is not None else 1
         acc[size] = acc.get(size, 0) + count
     if not acc:
         raise InputError("trace is empty: CSV has no rows", path)
     sizes = np.array(sorted(acc), dtype=np.int64)
     counts = np.array([acc[s] for s in sizes.tolist()], dtype=np.int64)
     return PrefillTrace(sizes=sizes, counts=counts, origin="histogram")
+
+
+def _parse_json_list(text: str, path: str) -> PrefillTrace:
+    """A JSON array of forward sizes, one per batch."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path) from None
+    if not obj:
+        raise InputError("trace is empty: no sizes", path)
+    return PrefillTrace.from_sizes(_int_array(obj, path, "sizes"), origin="sizes")
 
 
 def _parse_plain_trace(text: str, path: str) -> PrefillTrace:
