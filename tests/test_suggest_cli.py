@@ -213,3 +213,11 @@ def test_help_keeps_literal_brackets():
         p = subprocess.run([sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True,
                            env=env, timeout=60)
         assert p.returncode == 0 and needle in p.stdout, (cmd, p.stdout[-500:])
+
+
+def test_time_objective_with_interpolated_candidates_says_so(tmp_path, trace_csv):
+    path, _ = trace_csv
+    cal = _calibration_csv(tmp_path)
+    base = ["suggest-buckets", str(path), "--objective", "time", "--calibration", str(cal), "--max-buckets", "4"]
+    assert "--grid 64" in runner.invoke(app, base).stdout
+    assert "--grid 64" not in runner.invoke(app, base + ["--candidates", "calibration"]).stdout

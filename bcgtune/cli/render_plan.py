@@ -77,6 +77,13 @@ def render_plan_text(plan) -> str:
         f"recommended: {rec['graphs']} graphs, {rec['hit_rate_pct']:.1f}% of batches replay, "
         f"{rec['waste_pct']:.2f}% padding waste"
     )
+    if p["objective"] == "time" and p.get("candidate_set") == "trace":
+        lines.append(
+            "note: buckets may be any size here, priced by interpolating the calibration's rows; replay time\n"
+            "  steps at tile boundaries between rows, so the list can run slower than predicted. For a measured\n"
+            "  optimum: bcgtune calibrate --sizes-from TRACE --grid 64 (then buckets are picked among measured\n"
+            "  sizes), or --candidates calibration with a dense calibration of your own."
+        )
     if p["objective"] == "padding" and p["align"] == 1 and any(b % 128 for b in rec["buckets"]):
         lines.append(
             "note: padded tokens are a proxy for time. GPUs replay tile-aligned sizes faster than the sizes\n"
