@@ -5,7 +5,8 @@
 # 2. suggest-buckets --objective time (K <= 12) picks among the measured sizes
 # 3. gpu_replay: eager / SGLang ladder / that list / oracle (+ the earlier list for reference)
 # CAL=FILE skips step 1 and uses that calibration; TRACE=FILE another trace; PREV= (empty)
-# drops the reference list.
+# drops the reference list; GRID (64), CAL_REPEATS (10), CAL_WARMUP (3), REPEATS (5) and NO_ORACLE=1 trade
+# precision for device time on big models.
 set -euo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -16,7 +17,8 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 if [ -z "${CAL:-}" ]; then
   CAL=$OUT/cal_grid_${MODEL}.json
   SECONDS=0
-  python3 -m bcgtune calibrate --model "$MODEL" --sizes-from "$TRACE" --grid 64 \
+  python3 -m bcgtune calibrate --model "$MODEL" --sizes-from "$TRACE" --grid "${GRID:-64}" \
+      --repeats "${CAL_REPEATS:-10}" --warmup "${CAL_WARMUP:-3}" \
       -o "$CAL" > "$OUT/calibrate_${MODEL}.txt" 2> "$OUT/calibrate_${MODEL}.log" || { tail -5 "$OUT/calibrate_${MODEL}.log"; exit 1; }
   echo "calibrate: $(head -1 "$OUT/calibrate_${MODEL}.log"), ${SECONDS} s"
 fi
@@ -29,4 +31,4 @@ B=$(python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "
     --chunked-prefill-size 8192 --no-baselines --json | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["recommended"]["buckets"])))')
 echo "buckets: $B"
 python3 benchmarks/gpu_replay.py "$TRACE" --model "$MODEL" --buckets "$B" "${ALSO[@]}" --max-bs 8192 \
-    --repeats 5 --out-json "$OUT/gpu_replay_${MODEL}.json" 2>&1 | tee "$OUT/gpu_replay_${MODEL}.txt"
+    --repeats "${REPEATS:-5}" ${NO_ORACLE:+--no-oracle} --out-json "$OUT/gpu_replay_${MODEL}.json" 2>&1 | tee "$OUT/gpu_replay_${MODEL}.txt"
