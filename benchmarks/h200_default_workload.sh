@@ -6,7 +6,7 @@
 # 3. gpu_replay: eager / SGLang ladder / that list / oracle (+ the earlier list for reference)
 # CAL=FILE skips step 1 and uses that calibration; TRACE=FILE another trace; PREV= (empty)
 # drops the reference list; GRID (64), CAL_REPEATS (10), CAL_WARMUP (3), REPEATS (5) and NO_ORACLE=1 trade
-# precision for device time on big models.
+# precision for device time on big models; MAX_BS (8192) is the ladder's max (chunked prefill size).
 set -euo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -26,9 +26,9 @@ ALSO=(); CMP=()
 if [ -n "$PREV" ]; then ALSO=(--also "previous=${PREV}"); CMP=(--compare "previous=${PREV}"); fi
 for x in ${EXTRA:-}; do ALSO+=(--also "$x"); CMP+=(--compare "$x"); done  # EXTRA="name=l,i,s,t ..."
 python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "$CAL" --max-buckets 12 \
-    --chunked-prefill-size 8192 --no-baselines "${CMP[@]}" | tee "$OUT/suggest_${MODEL}.txt"
+    --chunked-prefill-size "${MAX_BS:-8192}" --no-baselines "${CMP[@]}" | tee "$OUT/suggest_${MODEL}.txt"
 B=$(python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "$CAL" --max-buckets 12 \
-    --chunked-prefill-size 8192 --no-baselines --json | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["recommended"]["buckets"])))')
+    --chunked-prefill-size "${MAX_BS:-8192}" --no-baselines --json | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["recommended"]["buckets"])))')
 echo "buckets: $B"
-python3 benchmarks/gpu_replay.py "$TRACE" --model "$MODEL" --buckets "$B" "${ALSO[@]}" --max-bs 8192 \
+python3 benchmarks/gpu_replay.py "$TRACE" --model "$MODEL" --buckets "$B" "${ALSO[@]}" --max-bs "${MAX_BS:-8192}" \
     --repeats "${REPEATS:-5}" ${NO_ORACLE:+--no-oracle} --out-json "$OUT/gpu_replay_${MODEL}.json" 2>&1 | tee "$OUT/gpu_replay_${MODEL}.txt"
