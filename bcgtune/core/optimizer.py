@@ -232,7 +232,7 @@ def _solve_layers(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np.ndarr
     return f, arg
 
 
-_DENSE_MAX_CANDIDATES = 20_000
+_DENSE_MAX_CANDIDATES = 5_000  # K * p^2 stays within seconds (a 64-token grid to 16k has 256)
 
 
 def _solve_layers_dense(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, u: np.ndarray):
@@ -431,15 +431,11 @@ def optimal_buckets_time(
         raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
     if candidates not in GRAPH_MODELS:
         raise InputError(f"unknown --candidates {candidates!r} (trace or calibration)")
-    fixed = None
-    if candidates == "calibration":
-        fixed = np.asarray(cal.tokens, dtype=np.int64)
-        if max_bucket is not None:
-            fixed = fixed[fixed <= max_bucket]
-        if not (fixed % align == 0).any():
-            raise InputError(f"--candidates calibration: no calibration row is a multiple of --align {align}"
-                             + (f" at or below --max-bucket {max_bucket}" if max_bucket is not None else ""))
+    fixed = np.asarray(cal.tokens, dtype=np.int64) if candidates == "calibration" else None
     prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True, fixed_cand=fixed)
+    if fixed is not None and prep.cand.size == 0:
+        raise InputError(f"--candidates calibration: no calibration row is a multiple of --align {align}"
+                         + (f" at or below --max-bucket {max_bucket}" if max_bucket is not None else ""))
     _require_candidates(prep, align, max_bucket)
     s, w = prep.sizes, prep.counts.astype(np.float64)
     te = np.asarray(cal.eager_time(s), dtype=np.float64)
@@ -468,8 +464,7 @@ def optimal_buckets_time(
         def allowed(k):
             return pool_top + (k - 1) * cal.per_graph_gib <= max_graph_mem_gib
 
-    sol = _pick(prep, f, arg, E, max_buckets, "time", allowed)
-    return sol
+    return _pick(prep, f, arg, E, max_buckets, "time", allowed)
 
 
 def min_buckets_full_replay(

@@ -209,11 +209,15 @@ def load_trace(path: str) -> PrefillTrace:
     return trace
 
 
-def _parse_json_trace(text: str, path: str) -> PrefillTrace:
+def _json_loads(text: str, path: str):
     try:
-        obj = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path) from None
+
+
+def _parse_json_trace(text: str, path: str) -> PrefillTrace:
+    obj = _json_loads(text, path)
     if not isinstance(obj, dict):
         raise InputError("JSON trace must be an object", path)
     if obj.get("kind") not in (None, TRACE_KIND):
@@ -322,10 +326,7 @@ def _parse_csv_trace(text: str, path: str) -> PrefillTrace:
 
 def _parse_json_list(text: str, path: str) -> PrefillTrace:
     """A JSON array of forward sizes, one per batch."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path) from None
+    obj = _json_loads(text, path)
     if not obj:
         raise InputError("trace is empty: no sizes", path)
     return PrefillTrace.from_sizes(_int_array(obj, path, "sizes"), origin="sizes")
