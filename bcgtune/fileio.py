@@ -52,6 +52,27 @@ def atomic_write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
 
 
+def loads_json(text: str, where: str):
+    """json.loads with the error as a one-line InputError naming the file, line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
+
+
+def check_versioned(obj, kind: str, version: int, what: str, where: str) -> dict:
+    """A bcgtune JSON document: an object whose `kind` (if present) and `format_version`
+    match. Returns it."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{what} JSON must be an object", where)
+    if obj.get("kind") not in (None, kind):
+        raise InputError(f"not a {what} (kind {obj.get('kind')!r})", where)
+    got = obj.get("format_version")
+    if got != version:
+        raise InputError(f"unsupported format_version {got!r} (this bcgtune reads {version})", where)
+    return obj
+
+
 def open_binary(path: str) -> IO[bytes]:
     """Open a log/trace input for reading bytes: `-` is stdin, `.gz` is decompressed.
     Errors name the file."""

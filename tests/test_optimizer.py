@@ -178,6 +178,16 @@ class FakeCalibration:
         return self.pool_gib * max(buckets) / 32 + (len(buckets) - 1) * self.per_graph_gib
 
 
+def brute_time(sizes, counts, K, values, cal, factor, mem, candidates="trace"):
+    """Least predicted time over every list of at most K of `values` within the memory budget."""
+    return min(
+        predicted_time_ms(sizes, counts, comb, cal, factor, candidates=candidates)
+        for k in range(K + 1)
+        for comb in itertools.combinations(values, k)
+        if mem is None or k == 0 or cal.graph_memory_gib(list(comb)) <= mem
+    )
+
+
 small_histograms = st.lists(st.tuples(st.integers(1, 16), st.integers(1, 4)), min_size=1, max_size=5).map(
     lambda rows: (np.array(sorted(dict(rows))), np.array([dict(rows)[s] for s in sorted(dict(rows))]))
 )
@@ -198,12 +208,7 @@ def test_time_optimum_equals_brute_force(hist, K, A, factor, eager, graph, mem):
     cal = FakeCalibration([1, 8, 16, 32, 64], eager, graph, pool=1.0, per=0.2)
     sol = optimal_buckets_time(sizes, counts, K, cal, A, None, factor, max_graph_mem_gib=mem)
     values = list(range(A, int(factor * max(sizes)) + 2 * A + 1, A))
-    best = min(
-        predicted_time_ms(sizes, counts, comb, cal, factor)
-        for k in range(K + 1)
-        for comb in itertools.combinations(values, k)
-        if mem is None or k == 0 or cal.graph_memory_gib(list(comb)) <= mem
-    )
+    best = brute_time(sizes, counts, K, values, cal, factor, mem)
     got = predicted_time_ms(sizes, counts, sol.buckets, cal, factor)
     assert got == pytest.approx(best, abs=1e-6)
     assert sol.cost == pytest.approx(got, abs=1e-6)
@@ -245,12 +250,7 @@ def test_measured_candidates_optimum_equals_brute_force(hist, K, A, factor, rows
         return
     sol = optimal_buckets_time(sizes, counts, K, cal, A, None, factor, max_graph_mem_gib=mem, candidates="calibration")
     assert set(sol.buckets) <= set(values)
-    best = min(
-        predicted_time_ms(sizes, counts, comb, cal, factor, candidates="calibration")
-        for k in range(K + 1)
-        for comb in itertools.combinations(values, k)
-        if mem is None or k == 0 or cal.graph_memory_gib(list(comb)) <= mem
-    )
+    best = brute_time(sizes, counts, K, values, cal, factor, mem, candidates="calibration")
     got = predicted_time_ms(sizes, counts, sol.buckets, cal, factor, candidates="calibration")
     assert got == pytest.approx(best, abs=1e-6)
     assert sol.cost == pytest.approx(got, abs=1e-6)

@@ -210,17 +210,9 @@ def _number(v, path: str, fieldname: str, allow_none: bool = False) -> float | N
 
 
 def _parse_json(text: str, path: str) -> Calibration:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path) from None
-    if not isinstance(obj, dict):
-        raise InputError("calibration JSON must be an object", path)
-    if obj.get("kind") not in (None, CALIBRATION_KIND):
-        raise InputError(f"not a calibration (kind {obj.get('kind')!r})", path)
-    version = obj.get("format_version")
-    if version != FORMAT_VERSION:
-        raise InputError(f"unsupported format_version {version!r} (this bcgtune reads {FORMAT_VERSION})", path)
+    from bcgtune.fileio import check_versioned, loads_json
+
+    obj = check_versioned(loads_json(text, path), CALIBRATION_KIND, FORMAT_VERSION, "calibration", path)
     rows = obj.get("rows")
     if not isinstance(rows, list) or not rows:
         raise InputError("field rows must be a non-empty list", path)

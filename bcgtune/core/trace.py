@@ -209,22 +209,10 @@ def load_trace(path: str) -> PrefillTrace:
     return trace
 
 
-def _json_loads(text: str, path: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path) from None
-
-
 def _parse_json_trace(text: str, path: str) -> PrefillTrace:
-    obj = _json_loads(text, path)
-    if not isinstance(obj, dict):
-        raise InputError("JSON trace must be an object", path)
-    if obj.get("kind") not in (None, TRACE_KIND):
-        raise InputError(f"not a prefill trace (kind {obj.get('kind')!r})", path)
-    version = obj.get("format_version")
-    if version != FORMAT_VERSION:
-        raise InputError(f"unsupported format_version {version!r} (this bcgtune reads {FORMAT_VERSION})", path)
+    from bcgtune.fileio import check_versioned, loads_json
+
+    obj = check_versioned(loads_json(text, path), TRACE_KIND, FORMAT_VERSION, "prefill trace", path)
     hist = obj.get("histogram")
     if not isinstance(hist, dict) or "sizes" not in hist or "counts" not in hist:
         raise InputError("missing field histogram.sizes / histogram.counts", path)
@@ -326,7 +314,9 @@ def _parse_csv_trace(text: str, path: str) -> PrefillTrace:
 
 def _parse_json_list(text: str, path: str) -> PrefillTrace:
     """A JSON array of forward sizes, one per batch."""
-    obj = _json_loads(text, path)
+    from bcgtune.fileio import loads_json
+
+    obj = loads_json(text, path)
     if not obj:
         raise InputError("trace is empty: no sizes", path)
     return PrefillTrace.from_sizes(_int_array(obj, path, "sizes"), origin="sizes")
