@@ -15,6 +15,15 @@ from typing import Any, Mapping
 from bcgtune.errors import InputError
 
 
+def ceil_to(x, a: int):
+    """x rounded up to a multiple of `a` (an int, or element-wise for a numpy array)."""
+    if isinstance(x, (int,)) and not isinstance(x, bool):
+        return -(-x // a) * a
+    import numpy as np
+
+    return -(-np.asarray(x, dtype=np.int64) // a) * a
+
+
 def sglang_default_ladder(max_bs: int) -> list[int]:
     """The default `--cuda-graph-bs-prefill` list SGLang captures for a given max
     (which defaults to chunked_prefill_size)."""
@@ -35,7 +44,7 @@ def deepep_breakable_ladder(max_bs: int = 2048) -> list[int]:
     """DeepEP + breakable with no explicit list (cuda_graph_hook.py, apply_deepep_adjustments):
     the ladder for `--cuda-graph-max-bs-prefill` or, unset, 2048, every bucket rounded up
     to a multiple of 8 (deduplicated)."""
-    return sorted({-(-s // 8) * 8 for s in sglang_default_ladder(max_bs)})
+    return sorted({ceil_to(s, 8) for s in sglang_default_ladder(max_bs)})
 
 
 def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
@@ -178,7 +187,7 @@ def layout_alignment(layout: ParallelLayout) -> int:
 
 def align_buckets(buckets: list[int], align: int) -> list[int]:
     """What SGLang captures for a given list: each bucket rounded up to `align`, deduped."""
-    return sorted({-(-int(b) // align) * align for b in buckets})
+    return sorted({ceil_to(int(b), align) for b in buckets})
 
 
 # Spellings SGLang's parser accepts for the flags that shape the layout (the field names

@@ -14,7 +14,26 @@ import numpy as np
 
 from bcgtune.errors import InputError
 
+# prefill_cuda_graph_runner.py: _MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR
 DEFAULT_PADDING_FACTOR = 2.0
+
+
+def replays(n, bucket, factor: float = DEFAULT_PADDING_FACTOR):
+    """Whether a batch of n forward tokens may replay in `bucket` (n <= bucket <= factor * n).
+    Scalars or numpy arrays."""
+    return np.logical_and(np.less_equal(n, bucket), np.less_equal(bucket, np.multiply(factor, n)))
+
+
+def smallest_replaying_size(bucket: int, factor: float = DEFAULT_PADDING_FACTOR) -> int:
+    """The fewest tokens a batch may hold and still replay in `bucket`: ceil(bucket / factor)."""
+    import math
+
+    n = max(1, math.ceil(bucket / factor))
+    while n > 1 and bucket <= factor * (n - 1):  # guard against float rounding
+        n -= 1
+    while bucket > factor * n:
+        n += 1
+    return n
 
 
 def check_bucket_list(buckets, where: str = "bucket list") -> list[int]:
