@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standin"
 sys.path.insert(0, str(STANDIN))
 
-from tiny_tokenizer import build_tiny_tokenizer  # noqa: E402
 from proc_helpers import pid_alive as _alive  # noqa: E402
+from tiny_tokenizer import build_tiny_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def bcgtune(*args, timeout=120, **kw):
 
 def test_server_fails_to_start(env, profile, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_FAIL_AT_START", "RuntimeError: not enough memory for the KV cache")
-    r = bcgtune("trace", "--live", "--profile", str(profile), "--live-dir", str(tmp_path / "run"), "--", "--dataset-name", "random-ids")
+    r = bcgtune("trace", "--live", "--profile", str(profile), "--workdir", str(tmp_path / "run"), "--", "--dataset-name", "random-ids")
     assert r.returncode == 3, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in r.stderr
@@ -139,7 +139,7 @@ def test_bench_table_json_plot(env, profile, tmp_path):
     # the launch logs say graphs were off for base and on for tuned
     assert "Capture target prefill" not in (tmp_path / "b" / "01-base.server.log").read_text()
     assert "cuda graph: True" in (tmp_path / "b" / "02-tuned.server.log").read_text()
-    from bcgtune.adapters.bench import render_table
+    from bcgtune.cli.render.bench import render_table
 
     table = render_table(res)
     assert table.splitlines()[0].split()[:4] == ["Concurrency", "Output", "tok/s", "base"]
@@ -159,23 +159,27 @@ def _probes_file(tmp_path):
     return f
 
 
+def _validate_server(capsys, profile, probes, share, *extra):
+    """`bcgtune validate --server` in-process: (exit code, stdout, stderr)."""
+    from proc_helpers import run_cli
+
+    return run_cli(["validate", "--server", "--profile", str(profile), "--prompts", str(probes),
+                    "--min-replay-share", str(share), *extra], capsys)
+
+
 @pytest.mark.parametrize("runner", ["patched", "unpatched"])
 def test_validate_server_patched_vs_unpatched(env, profile, tmp_path, monkeypatch, capsys, runner):
-    from bcgtune.adapters.live_validate import run_server_validation
-    from bcgtune.errors import CheckFailed
-
     monkeypatch.setenv("STANDIN_RUNNER", runner)
     monkeypatch.chdir(tmp_path)
     probes = _probes_file(tmp_path)
+    code, out, err = _validate_server(capsys, profile, probes, 0.9, "--json")
+    rep = json.loads(out)
     if runner == "patched":
-        assert run_server_validation(str(profile), str(probes), 0.9, True) == 0
-        rep = json.loads(capsys.readouterr().out)
+        assert code == 0, err
         assert rep["ok"] and rep["runner"]["verdict"] == "patched"
         assert rep["replay"]["image"]["replayed"] == 2
     else:
-        with pytest.raises(CheckFailed, match="image batches replayed 0/2"):
-            run_server_validation(str(profile), str(probes), 0.9, True)
-        rep = json.loads(capsys.readouterr().out)
+        assert code == 1 and "image batches replayed 0/2" in err
         assert not rep["ok"] and rep["runner"]["verdict"] == "unpatched"
     assert rep["top1_agreement"] == 1.0 and rep["identical_text_rate"] == 1.0
     assert rep["captured_buckets"] == [64, 128, 256, 512, 1024, 2048]
@@ -183,15 +187,11 @@ def test_validate_server_patched_vs_unpatched(env, profile, tmp_path, monkeypatc
 
 
 def test_validate_flags_wide_gap_flip(env, profile, tmp_path, monkeypatch, capsys):
-    from bcgtune.adapters.live_validate import run_server_validation
-    from bcgtune.errors import CheckFailed
-
     monkeypatch.setenv("STANDIN_RUNNER", "patched")
     monkeypatch.setenv("STANDIN_GRAPH_NOISE", "50")  # replayed prefills get very different logits
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(CheckFailed, match="top-1 flip|logprob delta"):
-        run_server_validation(str(profile), str(_probes_file(tmp_path)), 0.5, False)
-    out = capsys.readouterr().out
+    code, out, err = _validate_server(capsys, profile, _probes_file(tmp_path), 0.5)
+    assert code == 1 and ("top-1 flip" in err or "logprob delta" in err)
     assert "FAIL" in out
 
 
@@ -203,7 +203,7 @@ def test_trace_live_with_real_bench_serving_client(env, profile, tmp_path, model
     # later runs on the same machine skip the compile.
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     out = tmp_path / "trace.json"
-    r = bcgtune("trace", "--live", "--profile", str(profile), "--live-dir", str(tmp_path / "run"), "-o", str(out), "--json",
+    r = bcgtune("trace", "--live", "--profile", str(profile), "--workdir", str(tmp_path / "run"), "-o", str(out), "--json",
                 "--", "--backend", "sglang", "--tokenizer", str(model_dir), "--dataset-name", "random-ids",
                 "--random-input-len", "300", "--random-output-len", "4", "--num-prompts", "8", "--max-concurrency", "4",
                 timeout=180)
@@ -226,12 +226,11 @@ def test_trace_live_with_real_bench_serving_client(env, profile, tmp_path, model
 def test_validate_thresholds_reach_the_server_check(env, profile, tmp_path, monkeypatch, capsys):
     """--gap-threshold / --max-logprob-delta apply to --server: the same noisy run that fails
     above passes when every gap counts as narrow and any logprob change is tolerated."""
-    from bcgtune.adapters.live_validate import run_server_validation
-
     monkeypatch.setenv("STANDIN_RUNNER", "patched")
     monkeypatch.setenv("STANDIN_GRAPH_NOISE", "50")
     monkeypatch.chdir(tmp_path)
-    assert run_server_validation(str(profile), str(_probes_file(tmp_path)), 0.5, True,
-                                 gap_threshold=1e9, delta_tol=1e9) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert rep["ok"] and rep["gap_threshold"] == 1e9
+    code, out, err = _validate_server(capsys, profile, _probes_file(tmp_path), 0.5, "--json",
+                                      "--gap-threshold", "1e6", "--max-logprob-delta", "1e6")
+    rep = json.loads(out)
+    assert code == 0, err
+    assert rep["ok"] and rep["gap_threshold"] == 1e6

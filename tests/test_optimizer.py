@@ -149,7 +149,7 @@ def test_rejects_bad_parameters():
         optimal_buckets([10], [1], 0)
     with pytest.raises(InputError):
         optimal_buckets([10], [1], 2, align=0)
-    with pytest.raises(InputError, match="max-bucket"):
+    with pytest.raises(InputError, match="max_bucket"):
         optimal_buckets([100, 200], [1, 1], 2, max_bucket=50)
 
 

@@ -12,7 +12,7 @@ from bcgtune.adapters.profiles import (
     parse_profile,
     write_profile_buckets,
 )
-from bcgtune.errors import InputError
+from bcgtune.errors import ExternalError, InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_BUCKETS = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
@@ -147,6 +147,6 @@ def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(fileio.os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(ExternalError, match="disk full"):
         write_profile_buckets(f, [8, 16])
     assert f.read_text() == GOOD and sorted(os.listdir(tmp_path)) == ["p.toml"]

@@ -32,7 +32,7 @@ def trace_csv(tmp_path):
 
 def test_json_output_recommended_is_optimal_and_rows_present(trace_csv):
     path, t = trace_csv
-    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--json", "--compare", "mine=256 512 1024 2048 4096 8192"])
+    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--json", "--kmeans", "--compare", "mine=256 512 1024 2048 4096 8192"])
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj["format_version"] == 1
@@ -104,7 +104,7 @@ def test_plot_writes_png(tmp_path, trace_csv):
         ("", [], "empty"),
         ("size,count\n", [], "empty"),
         ("12\nabc\n", [], "not an integer"),
-        ("12\n-5\n", [], "positive"),
+        ("12\n-5\n", [], "greater than or equal to 1"),
         ("size,count\n10,x\n", [], "not an integer"),
         ("100\n200\n", ["--max-buckets", "0"], "max-buckets"),
         ("100\n200\n", ["--align", "0"], "align"),
@@ -209,7 +209,7 @@ def test_help_keeps_literal_brackets():
 
     env = dict(os.environ, COLUMNS="250", TERM="dumb")
     for cmd, needle in (("suggest-buckets", "profile's [buckets]"), ("trace", "[max(floor(L*r),1), L]"),
-                        ("validate", "its [buckets].list"), ("serve", "[profile].model")):
+                        ("validate", "[buckets].list"), ("serve", "[profile].model")):
         p = subprocess.run([sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True,
                            env=env, timeout=60)
         assert p.returncode == 0 and needle in p.stdout, (cmd, p.stdout[-500:])

@@ -97,7 +97,7 @@ def test_default_workload_is_the_seeds_benchmark():
     assert w.model_family == "qwen3-vl" and w.fixed_image_tokens() == 258
     assert w.max_running_requests == 128 and w.disable_radix_cache and w.context_length == 8192
     assert w.resolved_chunked_prefill_size == 16384 and w.max_prefill_tokens == 16384 and w.tp_size == 2
-    assert "seeds-mi355x" in preset_names()
+    assert "mi355x-multimodal-pr" in preset_names()
 
 
 def test_workload_toml_is_strict(tmp_path):
@@ -158,5 +158,5 @@ def test_bad_input_is_one_clear_line(opts, needle):
 
 
 def test_unknown_preset_lists_presets():
-    with pytest.raises(InputError, match="seeds-mi355x"):
+    with pytest.raises(InputError, match="mi355x-multimodal-pr"):
         load_workload_file("no-such-preset")

@@ -1,4 +1,5 @@
-"""`bcgtune bench`: the seeds' A/B method, automated.
+"""`bcgtune bench`: interleaved A/B server launches with an A/A noise band, the method of the
+Qwen multimodal breakable-prefill pull request, automated.
 
 Arms are profile variants (live.parse_variant: NAME:profile | NAME:disabled | NAME:default |
 NAME:list=...). Launches follow an interleaved order (default A,X,X,A for two arms and
@@ -16,7 +17,6 @@ interrupted bench keeps what it measured).
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,13 +28,14 @@ from bcgtune.adapters.live import (
     apply_variant,
     build_launch,
     client_command,
-    note,
     parse_variant,
     read_result_line,
     run_client,
     running_server,
     terminate_as_interrupt,
 )
+from bcgtune.core.document import document_header
+from bcgtune.core.schema import parse_int_list
 from bcgtune.errors import InputError
 
 FORMAT_VERSION = 1
@@ -89,21 +90,6 @@ def parse_order(text: str, arms: Sequence[Variant]) -> list[str]:
     return out
 
 
-def parse_int_list(text: str, where: str) -> list[int]:
-    vals = []
-    for tok in text.replace(" ", "").split(","):
-        try:
-            v = int(tok)
-        except ValueError:
-            raise InputError(f"{tok!r} is not an integer", where) from None
-        if v <= 0:
-            raise InputError(f"{v} is not positive", where)
-        vals.append(v)
-    if not vals:
-        raise InputError("empty list", where)
-    return vals
-
-
 def make_plan(
     profile: str,
     arms: Sequence[str],
@@ -136,9 +122,13 @@ def _run_args(plan: BenchPlan, c: int) -> list[str]:
     return [*plan.bench_args, "--max-concurrency", str(c), "--num-prompts", str(plan.prompts_per_concurrency * c), "--request-rate", "inf"]
 
 
-def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_timeout: float = 1800.0) -> dict:
+def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_timeout: float = 1800.0, say=None) -> dict:
     """Run every launch of the plan; return the result object (also written to
-    <workdir>/bench.json)."""
+    <workdir>/bench.json). `say`: progress callback (one line each)."""
+    def note(msg: str) -> None:
+        if say is not None:
+            say(msg)
+
     from bcgtune.adapters.profiles import load_profile, resolve_profile_path
     from bcgtune.fileio import atomic_write_json, sha256_file
 
@@ -148,11 +138,7 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
     folder.mkdir(parents=True, exist_ok=True)
     variants = {v.name: v for v in plan.arms}
     result: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "kind": KIND,
-        "tool": "bcgtune",
-        "tool_version": _version(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **document_header(KIND, FORMAT_VERSION),
         "complete": False,
         "profile": profile.name,
         "profile_path": str(ppath),
@@ -178,7 +164,7 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
             entry = {"index": i, "arm": arm, "launch_command": launch.argv, "launch_env": launch.env,
                      "server_log": str(launch.log_path), "runs": []}
             result["launches"].append(entry)
-            with running_server(launch, label=f"launch {i + 1}/{total} ({arm})", timeout=health_timeout) as server:
+            with running_server(launch, label=f"launch {i + 1}/{total} ({arm})", timeout=health_timeout, say=say) as server:
                 steps = [(plan.concurrency[0], -1)] if plan.warmup else []
                 steps += [(c, r) for c in plan.concurrency for r in range(plan.runs)]
                 for c, r in steps:
@@ -206,12 +192,6 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
     result["comparisons"] = compare(result)
     atomic_write_json(out_json, result)
     return result
-
-
-def _version() -> str:
-    from bcgtune import __version__
-
-    return __version__
 
 
 def arm_launch_values(result: dict, arm: str, metric: str) -> list[dict[int, list[float]]]:
@@ -242,93 +222,3 @@ def compare(result: dict) -> dict:
             if a and b:
                 out[arm][metric] = compare_arm(metric, arm, a, base, b).to_dict()
     return out
-
-
-# --------------------------------------------------------------------------- rendering
-def _fmt_change(row: dict) -> str:
-    ch = row["change_pct"]
-    mark = {"significant": "*", "within noise": "", "no noise estimate": "?"}.get(row["verdict"], "")
-    return f"{ch:+.1f}%{mark}"
-
-
-def render_table(result: dict) -> str:
-    """The seeds' table: Concurrency | Output tok/s base | arm | Change | ... | TTFT | TPOT."""
-    base = result["base_arm"]
-    arms = [a["name"] for a in result["arms"][1:]]
-    comps = result["comparisons"]
-    thr = {a: {r["concurrency"]: r for r in comps.get(a, {}).get("output_throughput", {}).get("rows", [])} for a in arms}
-    ttft = {a: {r["concurrency"]: r for r in comps.get(a, {}).get("mean_ttft_ms", {}).get("rows", [])} for a in arms}
-    tpot = {a: {r["concurrency"]: r for r in comps.get(a, {}).get("mean_tpot_ms", {}).get("rows", [])} for a in arms}
-    head = ["Concurrency", f"Output tok/s {base}"]
-    for a in arms:
-        head += [a, "Change"]
-    head += [f"TTFT ({' / '.join(arms)})", f"TPOT ({' / '.join(arms)})"]
-    rows = [head]
-    for c in result["concurrency"]:
-        any_arm = next((thr[a][c] for a in arms if c in thr[a]), None)
-        if any_arm is None:
-            continue
-        row = [str(c), f"{any_arm['base']:.1f}"]
-        for a in arms:
-            r = thr[a].get(c)
-            row += [f"{r['arm']:.1f}", _fmt_change(r)] if r else ["-", "-"]
-        row.append(" / ".join(_fmt_change(ttft[a][c]) if c in ttft[a] else "-" for a in arms))
-        row.append(" / ".join(_fmt_change(tpot[a][c]) if c in tpot[a] else "-" for a in arms))
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.rjust(w) if j else cell.ljust(w) for j, (cell, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    out = "\n".join(lines) + "\n\n"
-    for a in arms:
-        m = comps.get(a, {}).get("output_throughput")
-        if not m:
-            continue
-        se = m["se_pp"]
-        se_txt = f"SE {se:.2f} pp" if se is not None else "SE unknown"
-        src = {"aa-launches": f"from {m['n_base_launches']} A/A launches of {base}",
-               "runs": "from runs inside launches only (one base launch: a floor, launch-to-launch noise missing)",
-               "none": "no A/A data"}[m["noise_source"]]
-        mean = m["mean_change_pct"]
-        out += (f"{a}: mean output throughput change {mean:+.1f}% ({m['mean_verdict']}), {se_txt} {src}; "
-                f"{m['n_arm_launches']} launches vs {m['n_base_launches']}\n")
-    out += "* beyond 2 SE (significant); no mark: within noise; ? no noise estimate. TTFT/TPOT: lower is better.\n"
-    if not result.get("complete"):
-        out += "(incomplete: interrupted or failed; partial results)\n"
-    return out
-
-
-def plot(result: dict, path: str) -> None:
-    """Change in output throughput vs the baseline per concurrency and arm, error bars 2 SE."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from bcgtune.fileio import atomic_write_bytes
-
-    arms = [a["name"] for a in result["arms"][1:]]
-    concs = result["concurrency"]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(concs) + 2), 3.6))
-    width = 0.8 / max(1, len(arms))
-    for k, a in enumerate(arms):
-        m = result["comparisons"].get(a, {}).get("output_throughput")
-        if not m:
-            continue
-        byc = {r["concurrency"]: r for r in m["rows"]}
-        xs = [i + (k - (len(arms) - 1) / 2) * width for i, c in enumerate(concs) if c in byc]
-        ys = [byc[c]["change_pct"] for c in concs if c in byc]
-        err = [2 * (byc[c]["se_pp"] or 0.0) for c in concs if c in byc]
-        ax.bar(xs, ys, width, yerr=err, capsize=3, label=a)
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(concs)), [str(c) for c in concs])
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel(f"output tok/s change vs {result['base_arm']} (%)")
-    ax.set_title(f"bcgtune bench: {result['profile']} (error bars: 2 SE from A/A)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())

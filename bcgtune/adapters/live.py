@@ -42,10 +42,8 @@ TEXT_DATASETS = {"random", "random-ids", "sharegpt", "generated-shared-prefix", 
 IMAGE_DATASETS = {"image", "mmmu"}
 
 
-def note(msg: str) -> None:
-    """Progress and chatter: stderr, so stdout stays clean for --json."""
-    sys.stderr.write(f"bcgtune: {msg}\n")
-    sys.stderr.flush()
+def _quiet(msg: str) -> None:
+    """The default progress callback: say nothing (the library never prints)."""
 
 
 # --------------------------------------------------------------------------- variants
@@ -187,9 +185,11 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
-def running_server(launch: Launch, *, label: str = "server", timeout: float = HEALTH_TIMEOUT_S, grace_s: float = 30.0):
-    """Start the server, show progress until /health answers, yield the ServerProcess,
-    always stop it (and its whole process group) on the way out."""
+def running_server(launch: Launch, *, label: str = "server", timeout: float = HEALTH_TIMEOUT_S, grace_s: float = 30.0,
+                   say=None):
+    """Start the server, report progress through `say` until /health answers, yield the
+    ServerProcess, always stop it (and its whole process group) on the way out."""
+    note = say or _quiet
     from bcgtune.adapters.launcher import ServerProcess, describe_exit, http_ok
 
     server = ServerProcess(launch.argv, log_path=launch.log_path, extra_env=launch.env, echo=None, grace_s=grace_s)
@@ -346,10 +346,12 @@ def live_trace(
     *,
     workdir: str | os.PathLike | None = None,
     health_timeout: float = HEALTH_TIMEOUT_S,
+    say=None,
 ):
     """Launch the profile's server, run the benchmark client with `bench_args`, stop the
     server, and return the PrefillTrace parsed from its log, with the launch command,
-    profile sha256 and the benchmark's result line in trace.meta."""
+    profile sha256 and the benchmark's result line in trace.meta. `say`: progress callback."""
+    note = say or _quiet
     import numpy as np
 
     from bcgtune.adapters.profiles import load_profile, resolve_profile_path
@@ -365,9 +367,9 @@ def live_trace(
     argv = client_command(bench_args, launch.base_url, result_file)
     t0 = time.time()
     with terminate_as_interrupt():
-        with running_server(launch, timeout=health_timeout) as server:
+        with running_server(launch, timeout=health_timeout, say=say) as server:
             note(f"running benchmark: {shlex.join(argv[1:])}")
-            run_client(argv, server=server, launch=launch, log_path=folder / "client.log")
+            run_client(argv, server=server, launch=launch, log_path=folder / "client.log", echo=say is not None)
             result = read_result_line(result_file, folder / "client.log")
             note("benchmark done; stopping server")
     trace = parse_logs([str(launch.log_path)])

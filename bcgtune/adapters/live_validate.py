@@ -34,15 +34,15 @@ import os
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bcgtune.adapters.live import build_launch, ensure_alive, graphs_off, note, running_server, terminate_as_interrupt
-from bcgtune.errors import CheckFailed, ExternalError, InputError
+from bcgtune.adapters.live import build_launch, ensure_alive, graphs_off, running_server, terminate_as_interrupt
+from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.core.document import document_header
+from bcgtune.errors import ExternalError, InputError
 
-GAP_THRESHOLD = 0.7
-LOGPROB_DELTA_TOL = 0.5
 DEFAULT_MIN_REPLAY_SHARE = 0.9  # of the batches a captured bucket serves under the 2x rule
 MAX_NEW_TOKENS = 16
 TOP_LOGPROBS = 5
@@ -192,11 +192,11 @@ def _settled_lines(path: Path, quiet_s: float = 0.3, limit_s: float = 5.0) -> in
     return n
 
 
-def run_probes(profile, probes: list[Probe], log_path: Path, label: str) -> tuple[list[dict], dict]:
+def run_probes(profile, probes: list[Probe], log_path: Path, label: str, say=None) -> tuple[list[dict], dict]:
     launch = build_launch(profile, log_path)
     outs = []
     marks: dict[str, list[int]] = {}
-    with running_server(launch, label=label) as server:
+    with running_server(launch, label=label, say=say) as server:
         start = _settled_lines(log_path)
         for kind in ("text", "image"):
             group = [p for p in probes if p.kind == kind]
@@ -324,15 +324,20 @@ def runner_verdict(shares: dict, qwen4: bool | None, speculative: bool, backend:
 def server_validation(
     profile_ref: str,
     prompts: str | None = None,
-    min_replay_share: float = 0.9,
+    min_replay_share: float | None = None,
     gap_threshold: float = GAP_THRESHOLD,
-    delta_tol: float = LOGPROB_DELTA_TOL,
+    delta_tol: float = MAX_LOGPROB_DELTA,
     workdir: str | os.PathLike | None = None,
+    say=None,
 ) -> dict:
-    """Run both launches and return the report (ok + reasons)."""
+    """Run both launches and return the report (ok + reasons; also written to
+    <workdir>/validation.json). `min_replay_share` None: DEFAULT_MIN_REPLAY_SHARE. `say`:
+    progress callback (one line each)."""
     from bcgtune.adapters.doctor import effective_prefill_backend, model_is_qwen4_exp
     from bcgtune.adapters.profiles import load_profile
 
+    if min_replay_share is None:
+        min_replay_share = DEFAULT_MIN_REPLAY_SHARE
     if not 0.0 <= min_replay_share <= 1.0:
         raise InputError(f"min replay share must be within 0..1, got {min_replay_share}", "--min-replay-share")
     profile = load_profile(profile_ref)
@@ -343,8 +348,8 @@ def server_validation(
     folder = Path(workdir) if workdir else Path.cwd() / f"bcgtune-validate-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     with terminate_as_interrupt():
-        on, on_info = run_probes(profile, probes, folder / "graphs-on.server.log", "graphs-on server")
-        off, off_info = run_probes(graphs_off(profile), probes, folder / "graphs-off.server.log", "graphs-off server")
+        on, on_info = run_probes(profile, probes, folder / "graphs-on.server.log", "graphs-on server", say)
+        off, off_info = run_probes(graphs_off(profile), probes, folder / "graphs-off.server.log", "graphs-off server", say)
     cmp = compare_outputs(probes, on, off, gap_threshold, delta_tol)
     shares = replay_shares(on_info["log"], on_info["phases"])
     qwen4 = model_is_qwen4_exp(profile.model)
@@ -369,8 +374,7 @@ def server_validation(
                 )
     n_pos = sum(c.positions for c in cmp)
     report = {
-        "format_version": 1,
-        "kind": "bcgtune.server-validation",
+        **document_header("bcgtune.server-validation"),
         "profile": profile.name,
         "model": profile.model,
         "backend": backend,
@@ -394,57 +398,3 @@ def server_validation(
 
     atomic_write_json(folder / "validation.json", report)
     return report
-
-
-def render_report(r: dict) -> str:
-    lines = [f"server validation: profile {r['profile']} ({r['backend']} prefill graphs) vs graphs disabled, {r['probes']} probes"]
-    lines.append(f"  {'probe':<16} {'kind':<5} {'agree':>9} {'first flip':>10} {'gap':>6} {'max |dlogp|':>11}  text")
-    for c in r["requests"]:
-        flip = "-" if c["first_flip"] is None else str(c["first_flip"])
-        gap = "-" if c["flip_gap"] is None else f"{c['flip_gap']:.2f}"
-        bad = " FAIL" if c["flip_fails"] or c["delta_fails"] else ""
-        lines.append(
-            f"  {c['name']:<16} {c['kind']:<5} {c['agree']:>4}/{c['positions']:<4} {flip:>10} {gap:>6} "
-            f"{c['max_logprob_delta']:>11.4f}  {'same' if c['identical_text'] else 'differs'}{bad}"
-        )
-    ta = r["top1_agreement"]
-    lines.append(f"top-1 agreement {100 * ta:.1f}% of compared positions; identical text {100 * r['identical_text_rate']:.0f}% of requests"
-                 if ta is not None else "no positions compared")
-    cap = r["captured_buckets"]
-    lines.append(f"captured buckets ({len(cap)}): {' '.join(map(str, cap)) or 'none'}")
-    for kind in ("text", "image"):
-        s = r["replay"].get(kind)
-        if not s:
-            continue
-        share = "-" if s["share_of_eligible"] is None else f"{100 * s['share_of_eligible']:.0f}%"
-        lines.append(f"{kind} batches: {s['replayed']}/{s['batches']} replayed; {s['replayed_eligible']}/{s['eligible']} "
-                     f"of those a bucket serves ({share})")
-    rv = r["runner"]
-    lines.append(f"runner: {rv['verdict']} ({rv['why']}); doctor says the installed runner is {rv['doctor']['state']}")
-    if rv["verdict"] in ("patched", "unpatched") and rv["doctor"]["state"] in ("patched", "unpatched") \
-            and rv["verdict"] != rv["doctor"]["state"]:
-        lines.append("  note: the server's behaviour and this machine's SGLang source disagree (the server may run another SGLang)")
-    lines.append(f"logs and validation.json: {r['workdir']}")
-    lines.append("PASS" if r["ok"] else "FAIL: " + "; ".join(r["failures"]))
-    return "\n".join(lines) + "\n"
-
-
-def run_server_validation(profile: str, prompts: str | None, min_replay_share: float | None, json_out: bool,
-                          gap_threshold: float = GAP_THRESHOLD, delta_tol: float = LOGPROB_DELTA_TOL) -> int:
-    """Entry point for `bcgtune validate --server`: print the report, return the exit code
-    (0 pass); a failed check raises CheckFailed (exit 1) after the report is printed.
-    min_replay_share None means DEFAULT_MIN_REPLAY_SHARE."""
-    import sys
-
-    if min_replay_share is None:
-        min_replay_share = DEFAULT_MIN_REPLAY_SHARE
-    r = server_validation(profile, prompts, min_replay_share, gap_threshold=gap_threshold, delta_tol=delta_tol)
-    if json_out:
-        sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
-    else:
-        sys.stdout.write(render_report(r))
-    sys.stdout.flush()
-    if not r["ok"]:
-        raise CheckFailed(f"server validation failed: {r['failures'][0]}" + (f" (+{len(r['failures']) - 1} more)" if len(r["failures"]) > 1 else ""),
-                          f"{r['workdir']}/validation.json")
-    return 0

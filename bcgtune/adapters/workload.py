@@ -647,4 +647,4 @@ def workload_from_options(
 
 def default_workload() -> Workload:
     """The seeds' benchmark on the mi355x profile's server settings (preset seeds-mi355x)."""
-    return load_workload_file("seeds-mi355x")
+    return load_workload_file("mi355x-multimodal-pr")

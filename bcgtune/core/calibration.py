@@ -210,9 +210,10 @@ def _number(v, path: str, fieldname: str, allow_none: bool = False) -> float | N
 
 
 def _parse_json(text: str, path: str) -> Calibration:
-    from bcgtune.fileio import check_versioned, loads_json
+    from bcgtune.core.document import check_header
+    from bcgtune.fileio import parse_json
 
-    obj = check_versioned(loads_json(text, path), CALIBRATION_KIND, FORMAT_VERSION, "calibration", path)
+    obj = check_header(parse_json(text, path), CALIBRATION_KIND, FORMAT_VERSION, "calibration", path)
     rows = obj.get("rows")
     if not isinstance(rows, list) or not rows:
         raise InputError("field rows must be a non-empty list", path)

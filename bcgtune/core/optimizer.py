@@ -50,14 +50,15 @@ from typing import Callable
 
 import numpy as np
 
+from bcgtune.core.ladder import ceil_to
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.errors import InputError
 
 _INT_LIMIT = 2**61
-
-
-def ceil_to(x, a: int):
-    return -(-np.asarray(x, dtype=np.int64) // a) * a
+# The waste-vs-K curve reports at most this many K (each point is one reconstruction).
+CURVE_MAX_POINTS = 64
+# The DP keeps K x (candidates + 1) costs and argmins: refuse sizes that would not fit.
+DP_MAX_CELLS = 60_000_000
 
 
 @dataclass
@@ -128,9 +129,21 @@ def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, e
 
 def _require_candidates(prep: _Prep, align: int, max_bucket: int | None) -> None:
     if prep.cand.size == 0:
-        smallest = int(-(-int(prep.sizes[0]) // align) * align)
+        smallest = ceil_to(int(prep.sizes[0]), align)
         raise InputError(
-            f"--max-bucket {max_bucket} is below every traced size (the smallest needs a bucket of {smallest})"
+            f"{max_bucket} is below every traced size (the smallest needs a bucket of {smallest})",
+            field="max_bucket",
+        )
+
+
+def _check_dp_size(prep: _Prep, max_buckets: int) -> None:
+    k = min(max_buckets, max(prep.cand.size, 1))
+    if k * (prep.cand.size + 1) > DP_MAX_CELLS:
+        most = max(1, DP_MAX_CELLS // (prep.cand.size + 1))
+        raise InputError(
+            f"{max_buckets} buckets over {prep.cand.size:,} candidate sizes is too large a search "
+            f"(at most {most} buckets for this trace; a coarser alignment gives fewer candidates)",
+            field="max_buckets",
         )
 
 
@@ -305,11 +318,10 @@ def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None
             best_cost, best_k, best_j = cost, k, j + 1
     if not per_k:
         per_k.append((no_bucket, -1, 0))
-    while len(per_k) < max_buckets:  # more buckets than candidates cannot help
-        per_k.append(per_k[-1])
     sol = _summarize(prep, _reconstruct(prep, arg, best_k, best_j), best_cost, objective)
     sol.curve = []
-    for k, (cost, kk, jj) in enumerate(per_k[:max_buckets], start=1):
+    # more buckets than candidates cannot help: the curve ends at the candidate count
+    for k, (cost, kk, jj) in enumerate(per_k[: min(max_buckets, CURVE_MAX_POINTS)], start=1):
         s = _summarize(prep, _reconstruct(prep, arg, kk, jj), cost, objective)
         sol.curve.append({"k": k, "buckets": s.buckets, "eager_batches": s.eager_batches,
                           "padded_tokens": s.padded_tokens, "cost": s.cost})
@@ -342,9 +354,10 @@ def optimal_buckets(
     """Exact lexicographic optimum (eager batches, then padded tokens) with at most
     `max_buckets` buckets; among optimal lists, one with the fewest buckets."""
     if max_buckets < 1:
-        raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
+        raise InputError(f"must be at least 1, got {max_buckets}", field="max_buckets")
     prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=False)
     _require_candidates(prep, align, max_bucket)
+    _check_dp_size(prep, max_buckets)
     s, w = prep.sizes, prep.counts
     total_w = int(w.sum())
     max_c = int(prep.cand[-1]) if prep.cand.size else 1

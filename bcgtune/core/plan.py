@@ -1,73 +1,207 @@
 """BucketPlan: the optimal list for a trace, compared with the alternatives a user has.
 
-Pure: takes a PrefillTrace and parameters, returns data. Rendering lives in the CLI.
+Pure: takes a PrefillTrace and a PlanRequest, returns typed data; rendering lives in
+bcgtune/cli/render/plan.py. Every row of the comparison is priced by the same model (the
+padding metrics, and with a calibration the same predicted-time model). The optimal row is
+exact within its constraints (at most K buckets, multiples of the alignment, none above the
+maximum, measured sizes only when the candidates are a calibration's rows, the memory
+budget): a row that beats it on its own objective must break one of them, and the plan
+says which (`Restriction`).
+
+Baseline rows are what SGLang would capture: its default ladder and the lists given to
+compare, each rounded up to the layout's capture alignment as SGLang does (the row says
+so when that changed the list), not to the optimizer's `align`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Annotated, Any, Optional
 
 import numpy as np
+import pydantic
+from pydantic import Field
 
-from bcgtune.core.ladder import align_buckets, default_chunked_prefill_size, sglang_default_ladder
+from bcgtune.core.ladder import align_buckets, ceil_to, default_chunked_prefill_size, sglang_default_ladder
 from bcgtune.core.optimizer import (
     min_buckets_full_replay,
     optimal_buckets,
     optimal_buckets_time,
     predicted_time_ms,
 )
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, evaluate_list
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list
+from bcgtune.core.schema import GIB_MAX, TOKENS_MAX, Seed, validate
+from bcgtune.core.stats import nearest_rank
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
 
 PLAN_FORMAT_VERSION = 1
+PLAN_KIND = "bcgtune.bucket-plan"
+MAX_BUCKETS_LIMIT = 4096  # no SGLang launch captures more prefill graphs than this
 
-# The MI355X engineer's hand-derived list (seeds/000): same +21% as the 74-graph ladder.
-SEEDS_HAND_LIST = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
+# The hand-tuned MI355X list from the Qwen multimodal breakable-prefill pull request: it
+# matched the +21% throughput of SGLang's 74-graph default ladder with 11 graphs.
+MI355X_PR_HAND_LIST = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
+MI355X_PR_HAND_LIST_NAME = "hand-tuned MI355X list (Qwen multimodal PR)"
+
+OBJECTIVES = ("padding", "time")
+CANDIDATE_SETS = ("auto", "trace", "calibration")
+
+
+class PlanRequest(pydantic.BaseModel):
+    """What to optimize, with the bounds each input must meet (checked on construction)."""
+
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    max_buckets: Annotated[int, Field(ge=1, le=MAX_BUCKETS_LIMIT)] = 12
+    align: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 1
+    # the multiple SGLang rounds captured buckets up to for this layout (core/ladder.py)
+    layout_align: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 1
+    max_bucket: Optional[Annotated[int, Field(ge=1, le=TOKENS_MAX)]] = None
+    padding_factor: Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)] = DEFAULT_PADDING_FACTOR
+    objective: str = "padding"
+    chunked_prefill_size: Optional[Annotated[int, Field(ge=1, le=TOKENS_MAX)]] = None
+    compare: list[tuple[str, list[int]]] = []
+    calibration: Any = None  # core.calibration.Calibration, for objective=time
+    max_graph_mem_gib: Optional[Annotated[float, Field(gt=0, le=GIB_MAX, allow_inf_nan=False)]] = None
+    kmeans: bool = False  # scikit-learn KMeans row (imports scikit-learn: seconds)
+    quantiles: bool = True
+    candidates: str = "auto"
+    seed: Seed = 0
+
+    @pydantic.field_validator("objective")
+    @classmethod
+    def _objective(cls, v: str) -> str:
+        if v not in OBJECTIVES:
+            raise ValueError(f"must be padding or time, got {v!r}")
+        return v
+
+    @pydantic.field_validator("candidates")
+    @classmethod
+    def _candidates(cls, v: str) -> str:
+        if v not in CANDIDATE_SETS:
+            raise ValueError(f"must be auto, trace or calibration, got {v!r}")
+        return v
+
+
+def plan_request(**fields: Any) -> PlanRequest:
+    """A PlanRequest, or an InputError naming the field that is out of bounds."""
+    return validate(PlanRequest, fields, as_fields=True)
 
 
 @dataclass
-class PlanRequest:
-    max_buckets: int = 12
-    align: int = 1
-    max_bucket: int | None = None
-    factor: float = DEFAULT_PADDING_FACTOR
-    objective: str = "padding"  # padding | time
-    chunked_prefill_size: int | None = None  # for SGLang's default ladder
-    compare: list[tuple[str, list[int]]] = field(default_factory=list)
-    calibration: Any = None  # core.calibration.Calibration, for objective=time
-    max_graph_mem_gib: float | None = None
-    baselines: bool = True  # KMeans and quantile rows
-    # time objective's bucket candidates: trace (any aligned size, interpolated t_graph),
-    # calibration (only measured rows, measured t_graph), auto (calibration when the
-    # calibration was measured on a bucket grid: `bcgtune calibrate --grid/--sizes-from`)
-    candidates: str = "auto"
-    seed: int = 0
+class PlanRow:
+    """One list of the comparison, with its metrics under the plan's rule and model."""
+
+    name: str
+    kind: str  # optimal | sglang-default | compare | captured | kmeans | quantile
+    metrics: ListMetrics
+    predicted_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    graph_mem_gib: float | None = None
+    aligned_from: list[int] | None = None  # the list as given, when SGLang's alignment changed it
+
+    @property
+    def buckets(self) -> list[int]:
+        return self.metrics.buckets
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.metrics.to_dict()
+        d["name"] = self.name
+        d["kind"] = self.kind
+        if self.predicted_ms is not None:
+            d["predicted_ms"] = self.predicted_ms
+            d["speedup_vs_eager"] = self.speedup_vs_eager
+        if self.graph_mem_gib is not None:
+            d["graph_mem_gib"] = self.graph_mem_gib
+        if self.aligned_from is not None:
+            d["aligned_from"] = self.aligned_from
+        return d
+
+
+@dataclass
+class CurvePoint:
+    k: int
+    buckets: list[int]
+    eager_batches: int
+    padded_tokens: int
+    waste_pct: float
+    hit_rate_pct: float
+    predicted_ms: float | None = None
+
+
+@dataclass
+class Restriction:
+    """Why a row beats the optimal one on its objective: the constraint it breaks."""
+
+    row: str
+    reasons: list[str]
+
+
+@dataclass
+class TraceInfo:
+    origin: str
+    sources: list[dict[str, Any]]
+    batches: int
+    distinct_sizes: int
+    tokens: int
+    p50: int
+    p99: int
+    max: int
+    workload: str | None
 
 
 @dataclass
 class BucketPlan:
-    recommended: dict
-    rows: list[dict]
-    curve: list[dict]
-    full_replay: dict
-    params: dict
-    trace_info: dict
+    recommended: PlanRow
+    rows: list[PlanRow]
+    curve: list[CurvePoint]
+    full_replay_buckets: list[int]
+    full_replay_batches: int
+    request: PlanRequest
+    candidate_set: str  # trace | calibration
+    candidate_count: int
+    ladder_max: int
+    trace: TraceInfo
+    restrictions: list[Restriction] = field(default_factory=list)
 
-    def to_json_obj(self) -> dict:
-        from bcgtune import __version__
+    @property
+    def flag(self) -> str:
+        return "--cuda-graph-bs-prefill " + " ".join(map(str, self.recommended.buckets))
 
+    def params(self) -> dict[str, Any]:
+        r = self.request
         return {
-            "format_version": PLAN_FORMAT_VERSION,
-            "kind": "bcgtune.bucket-plan",
-            "tool_version": __version__,
-            "trace": self.trace_info,
-            "params": self.params,
-            "recommended": self.recommended,
-            "comparison": self.rows,
-            "curve": self.curve,
-            "min_buckets_full_replay": self.full_replay,
+            "max_buckets": r.max_buckets,
+            "align": r.align,
+            "layout_align": r.layout_align,
+            "max_bucket": r.max_bucket,
+            "padding_factor": r.padding_factor,
+            "objective": r.objective,
+            "ladder_max": self.ladder_max,
+            "candidates": self.candidate_count,
+            "candidate_set": self.candidate_set,
+            "max_graph_mem_gib": r.max_graph_mem_gib,
+        }
+
+    def to_json_obj(self) -> dict[str, Any]:
+        from bcgtune.core.document import document_header
+
+        rec = self.recommended.to_dict() | {"flag": self.flag, "objective": self.request.objective}
+        return {
+            **document_header(PLAN_KIND, PLAN_FORMAT_VERSION),
+            "trace": asdict(self.trace),
+            "params": self.params(),
+            "recommended": rec,
+            "comparison": [r.to_dict() for r in self.rows],
+            "curve": [{k: v for k, v in asdict(c).items() if v is not None} for c in self.curve],
+            "min_buckets_full_replay": {
+                "buckets": len(self.full_replay_buckets),
+                "list": self.full_replay_buckets,
+                "replayable_batches": self.full_replay_batches,
+            },
+            "restrictions": [asdict(x) for x in self.restrictions],
         }
 
 
@@ -76,7 +210,7 @@ def ladder_max_for(trace: PrefillTrace, chunked_prefill_size: int | None) -> int
     SGLang's memory-based chunked_prefill_size defaults that covers the trace."""
     if chunked_prefill_size:
         return int(chunked_prefill_size)
-    known = trace_chunked_prefill_size(trace)
+    known = trace.chunked_prefill_size()
     if known:
         return known
     biggest = int(trace.sizes[-1])
@@ -86,20 +220,9 @@ def ladder_max_for(trace: PrefillTrace, chunked_prefill_size: int | None) -> int
     return biggest
 
 
-def trace_chunked_prefill_size(trace: PrefillTrace) -> int | None:
-    """chunked_prefill_size the traced server ran with, when the trace knows it: from the
-    log's startup line, or from the simulated workload's resolved settings."""
-    for st in trace.meta.get("startup") or []:
-        if isinstance(st, dict) and st.get("chunked_prefill_size"):
-            return int(st["chunked_prefill_size"])
-    resolved = (trace.meta.get("workload") or {}).get("resolved") or {}
-    if resolved.get("chunked_prefill_size"):
-        return int(resolved["chunked_prefill_size"])
-    return None
-
-
 def kmeans_buckets(sizes, counts, k: int, align: int, max_bucket: int | None, seed: int = 0) -> list[int]:
-    """scikit-learn KMeans on the weighted sizes; bucket = cluster max rounded up to align."""
+    """scikit-learn KMeans on the weighted sizes; bucket = cluster max rounded up to align.
+    scikit-learn is imported here only: it takes seconds to import."""
     from sklearn.cluster import KMeans
 
     x = np.asarray(sizes, dtype=np.float64).reshape(-1, 1)
@@ -111,16 +234,14 @@ def kmeans_buckets(sizes, counts, k: int, align: int, max_bucket: int | None, se
 
 def quantile_buckets(sizes, counts, k: int, align: int, max_bucket: int | None) -> list[int]:
     """Buckets at the weighted quantiles i/k (i = 1..k) of the batch sizes."""
-    cum = np.cumsum(counts)
-    total = cum[-1]
-    tops = [int(np.asarray(sizes)[np.searchsorted(cum, max(1, int(np.ceil(i / k * total))))]) for i in range(1, k + 1)]
+    tops = [int(nearest_rank(sizes, counts, Fraction(100 * i, k), presorted=True)) for i in range(1, k + 1)]
     return _aligned_capped(tops, align, max_bucket)
 
 
 def _aligned_capped(tops, align, max_bucket):
     out = set()
     for t in tops:
-        b = -(-t // align) * align
+        b = ceil_to(int(t), align)
         if max_bucket is not None and b > max_bucket:
             b = (max_bucket // align) * align
         if b > 0:
@@ -129,118 +250,144 @@ def _aligned_capped(tops, align, max_bucket):
 
 
 def resolve_candidates(candidates: str, calibration) -> str:
-    if candidates not in ("auto", "trace", "calibration"):
-        raise InputError(f"unknown --candidates {candidates!r} (auto, trace or calibration)")
     if candidates == "auto":
         grid = (getattr(calibration, "meta", None) or {}).get("bucket_grid") if calibration is not None else None
         return "calibration" if grid else "trace"
     if candidates == "calibration" and calibration is None:
-        raise InputError("--candidates calibration needs --calibration FILE")
+        raise InputError("candidates from a calibration need a calibration", field="calibration")
     return candidates
 
 
 def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     trace.validate()
     sizes, counts = trace.sizes, trace.counts
-    if req.max_buckets < 1:
-        raise InputError(f"--max-buckets must be >= 1, got {req.max_buckets}")
-    if req.align < 1:
-        raise InputError(f"--align must be >= 1, got {req.align}")
-    if req.max_bucket is not None and req.max_bucket < 1:
-        raise InputError(f"--max-bucket must be >= 1, got {req.max_bucket}")
-    if req.objective not in ("padding", "time"):
-        raise InputError(f"unknown --objective {req.objective!r} (padding or time)")
     candidates = resolve_candidates(req.candidates, req.calibration)
-    if req.objective == "time":
-        if req.calibration is None:
-            raise InputError("--objective time needs --calibration FILE")
-        sol = optimal_buckets_time(
-            sizes, counts, req.max_buckets, req.calibration, req.align, req.max_bucket, req.factor,
-            req.max_graph_mem_gib, candidates=candidates,
-        )
-    else:
-        if req.max_graph_mem_gib is not None:
-            raise InputError("--max-graph-mem applies to --objective time (it needs a calibration's memory model)")
-        sol = optimal_buckets(sizes, counts, req.max_buckets, req.align, req.max_bucket, req.factor)
+    sol = _solve(sizes, counts, req, candidates)
+    pricer = _Pricer(sizes, counts, req, candidates)
 
-    def row(name: str, buckets: list[int], kind: str) -> dict:
-        m = evaluate_list(sizes, counts, buckets, name=name, factor=req.factor).to_dict()
-        m["kind"] = kind
-        if req.calibration is not None:
-            m["predicted_ms"] = predicted_time_ms(sizes, counts, buckets, req.calibration, req.factor, candidates)
-        return m
-
-    rows = [row("bcgtune (optimal)", sol.buckets, "optimal")]
+    rows = [pricer.row("bcgtune (optimal)", "optimal", sol.buckets)]
     ladder_max = ladder_max_for(trace, req.chunked_prefill_size)
-    ladder = align_buckets(sglang_default_ladder(ladder_max), req.align)
-    rows.append(row(f"SGLang default ladder (max {ladder_max})", ladder, "sglang-default"))
+    ladder = sglang_default_ladder(ladder_max)
+    rows.append(pricer.row(f"SGLang default ladder (max {ladder_max})", "sglang-default", ladder, sglang_aligns=True))
     for name, lst in req.compare:
-        rows.append(row(name, lst, "compare"))
-    for cap in trace.captures or []:
-        if (
-            cap.get("kind") == "prefill"
-            and cap.get("phase", "target") == "target"
-            and cap.get("buckets")
-            and not cap.get("elided")
-        ):
-            rows.append(row("server's captured list", sorted(set(cap["buckets"])), "captured"))
-            break
-    if req.baselines:
-        k = max(1, len(sol.buckets) or req.max_buckets)
-        rows.append(row(f"KMeans (k={k})", kmeans_buckets(sizes, counts, k, req.align, req.max_bucket, req.seed), "kmeans"))
-        rows.append(row(f"quantiles (k={k})", quantile_buckets(sizes, counts, k, req.align, req.max_bucket), "quantile"))
-    if req.calibration is not None:
-        eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.factor, candidates)
-        for r in rows:
-            r["speedup_vs_eager"] = eager_ms / r["predicted_ms"] if r["predicted_ms"] else None
-            if req.calibration.per_graph_gib is not None and r["buckets"]:
-                try:
-                    r["graph_mem_gib"] = float(req.calibration.graph_memory_gib(r["buckets"]))
-                except InputError:
-                    pass
+        rows.append(pricer.row(name, "compare", lst, sglang_aligns=True))
+    cap = trace.captured_list()
+    if cap is not None:
+        rows.append(pricer.row("server's captured list", "captured", cap.buckets))
+    k = max(1, len(sol.buckets) or req.max_buckets)
+    if req.kmeans:
+        rows.append(pricer.row(f"KMeans (k={k})", "kmeans", kmeans_buckets(sizes, counts, k, req.align, req.max_bucket, req.seed)))
+    if req.quantiles:
+        rows.append(pricer.row(f"quantiles (k={k})", "quantile", quantile_buckets(sizes, counts, k, req.align, req.max_bucket)))
 
-    n_full, full_list = min_buckets_full_replay(sizes, req.align, req.max_bucket, req.factor)
-    replayable = evaluate_list(sizes, counts, full_list, factor=req.factor).replayed_batches if full_list else 0
-    rec = rows[0] | {"flag": "--cuda-graph-bs-prefill " + " ".join(map(str, sol.buckets)), "objective": req.objective}
-    curve = []
-    for p in sol.curve:
-        m = evaluate_list(sizes, counts, p["buckets"], factor=req.factor)
-        pt = {
-            "k": p["k"],
-            "buckets": p["buckets"],
-            "eager_batches": m.eager_batches,
-            "padded_tokens": m.padded_tokens,
-            "waste_pct": m.waste_pct,
-            "hit_rate_pct": m.hit_rate_pct,
-        }
-        if req.objective == "time":
-            pt["predicted_ms"] = p["cost"]
-        curve.append(pt)
-    return BucketPlan(
-        recommended=rec,
+    full_list = min_buckets_full_replay(sizes, req.align, req.max_bucket, req.padding_factor)[1]
+    replayable = evaluate_list(sizes, counts, full_list, factor=req.padding_factor).replayed_batches if full_list else 0
+    curve = [_curve_point(sizes, counts, p, req) for p in sol.curve]
+    plan = BucketPlan(
+        recommended=rows[0],
         rows=rows,
         curve=curve,
-        full_replay={"buckets": n_full, "list": full_list, "replayable_batches": replayable},
-        params={
-            "max_buckets": req.max_buckets,
-            "align": req.align,
-            "max_bucket": req.max_bucket,
-            "padding_factor": req.factor,
-            "objective": req.objective,
-            "ladder_max": ladder_max,
-            "candidates": sol.candidates,
-            "candidate_set": candidates if req.objective == "time" else "trace",
-            "max_graph_mem_gib": req.max_graph_mem_gib,
-        },
-        trace_info={
-            "origin": trace.origin,
-            "sources": trace.sources,
-            "batches": trace.n_batches,
-            "distinct_sizes": int(sizes.size),
-            "tokens": trace.n_tokens,
-            "p50": trace.percentile(50),
-            "p99": trace.percentile(99),
-            "max": int(sizes[-1]),
-            "workload": (trace.meta.get("workload") or {}).get("name"),
-        },
+        full_replay_buckets=full_list,
+        full_replay_batches=replayable,
+        request=req,
+        candidate_set=candidates if req.objective == "time" else "trace",
+        candidate_count=sol.candidates,
+        ladder_max=ladder_max,
+        trace=TraceInfo(
+            origin=trace.origin,
+            sources=trace.sources,
+            batches=trace.n_batches,
+            distinct_sizes=int(sizes.size),
+            tokens=trace.n_tokens,
+            p50=trace.percentile(50),
+            p99=trace.percentile(99),
+            max=int(sizes[-1]),
+            workload=(trace.meta.get("workload") or {}).get("name") if isinstance(trace.meta.get("workload"), dict) else None,
+        ),
     )
+    plan.restrictions = restrictions(plan)
+    return plan
+
+
+def _solve(sizes, counts, req: PlanRequest, candidates: str):
+    if req.objective == "time":
+        if req.calibration is None:
+            raise InputError("the time objective needs a calibration", field="calibration")
+        return optimal_buckets_time(
+            sizes, counts, req.max_buckets, req.calibration, req.align, req.max_bucket, req.padding_factor,
+            req.max_graph_mem_gib, candidates=candidates,
+        )
+    if req.max_graph_mem_gib is not None:
+        raise InputError("a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
+                         field="max_graph_mem_gib")
+    return optimal_buckets(sizes, counts, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
+
+
+class _Pricer:
+    """Metrics (and, with a calibration, predicted time and graph memory) of any list, by
+    one rule and one model for every row."""
+
+    def __init__(self, sizes, counts, req: PlanRequest, candidates: str):
+        self.sizes, self.counts, self.req, self.candidates = sizes, counts, req, candidates
+        self.eager_ms = None
+        if req.calibration is not None:
+            self.eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.padding_factor, candidates)
+
+    def row(self, name: str, kind: str, buckets, *, sglang_aligns: bool = False) -> PlanRow:
+        given = sorted({int(b) for b in buckets})
+        captured = align_buckets(given, self.req.layout_align) if sglang_aligns else given
+        m = evaluate_list(self.sizes, self.counts, captured, name=name, factor=self.req.padding_factor)
+        r = PlanRow(name=name, kind=kind, metrics=m, aligned_from=given if captured != given else None)
+        cal = self.req.calibration
+        if cal is not None:
+            r.predicted_ms = predicted_time_ms(self.sizes, self.counts, captured, cal, self.req.padding_factor, self.candidates)
+            r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms else None
+            if cal.has_memory and captured:
+                r.graph_mem_gib = float(cal.graph_memory_gib(captured))
+        return r
+
+
+def _curve_point(sizes, counts, p: dict, req: PlanRequest) -> CurvePoint:
+    m = evaluate_list(sizes, counts, p["buckets"], factor=req.padding_factor)
+    return CurvePoint(
+        k=p["k"], buckets=p["buckets"], eager_batches=m.eager_batches, padded_tokens=m.padded_tokens,
+        waste_pct=m.waste_pct, hit_rate_pct=m.hit_rate_pct,
+        predicted_ms=p["cost"] if req.objective == "time" else None,
+    )
+
+
+def _beats(row: PlanRow, opt: PlanRow, objective: str) -> bool:
+    if objective == "time":
+        return row.predicted_ms is not None and opt.predicted_ms is not None and row.predicted_ms < opt.predicted_ms - 1e-9 * max(1.0, opt.predicted_ms)
+    a, b = row.metrics, opt.metrics
+    return (a.eager_batches, a.padded_tokens) < (b.eager_batches, b.padded_tokens)
+
+
+def restrictions(plan: BucketPlan) -> list[Restriction]:
+    """For each row that beats the optimal row on its objective, the constraints of the
+    optimum that row breaks (an exact optimum is beaten only by a list it was not allowed)."""
+    req = plan.request
+    opt = plan.recommended
+    cal_rows = set(np.asarray(req.calibration.tokens).tolist()) if plan.candidate_set == "calibration" else None
+    out = []
+    for row in plan.rows[1:]:
+        if not _beats(row, opt, req.objective):
+            continue
+        b = row.buckets
+        why = []
+        if len(b) > req.max_buckets:
+            why.append(f"{len(b)} buckets, more than the {req.max_buckets} allowed")
+        off = [x for x in b if x % req.align]
+        if off:
+            why.append(f"buckets that are not multiples of {req.align}")
+        if req.max_bucket is not None and b and max(b) > req.max_bucket:
+            why.append(f"buckets above {req.max_bucket}")
+        if cal_rows is not None and any(x not in cal_rows for x in b):
+            why.append("buckets at sizes the calibration did not measure, priced by interpolating it "
+                       "(the optimum picks measured sizes only)")
+        if req.max_graph_mem_gib is not None and row.graph_mem_gib is not None and row.graph_mem_gib > req.max_graph_mem_gib:
+            why.append(f"{row.graph_mem_gib:.2f} GiB of graphs, above the {req.max_graph_mem_gib:g} GiB budget")
+        if not why:
+            why.append("none found: please report this as a bug")
+        out.append(Restriction(row=row.name, reasons=why))
+    return out

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bcgtune.errors import InputError
+from bcgtune.core.stats import nearest_rank
+from bcgtune.errors import InputError, quote
 
 # prefill_cuda_graph_runner.py: _MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR
 DEFAULT_PADDING_FACTOR = 2.0
@@ -37,36 +38,24 @@ def smallest_replaying_size(bucket: int, factor: float = DEFAULT_PADDING_FACTOR)
 
 
 def check_bucket_list(buckets, where: str = "bucket list") -> list[int]:
-    """Positive, unique, ascending integers (what SGLang accepts without surprises)."""
-    out = []
-    for b in buckets:
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
-            raise InputError(f"bucket {b!r} is not an integer", where)
-        if b <= 0:
-            raise InputError(f"bucket {b} is not positive", where)
-        out.append(int(b))
-    if not out:
-        raise InputError("bucket list is empty", where)
+    """A bucket list as written in a file: token counts, unique and ascending (SGLang would
+    sort and deduplicate, so a list that is not is most likely a typo)."""
+    from bcgtune.core.schema import Tokens, parse_int_list
+
+    if isinstance(buckets, (str, bool)) or not isinstance(buckets, (list, tuple)):
+        raise InputError(f"must be a list of integers, got {quote(buckets)}", where)
+    out = parse_int_list(list(buckets), where, item=Tokens)
     for a, b in zip(out, out[1:]):
         if b <= a:
             raise InputError(f"buckets must be unique and ascending ({a} then {b})", where)
     return out
 
 
-def parse_bucket_list(text: str, where: str = "bucket list") -> list[int]:
-    """'256 512 1024' or '256,512,1024' (what users paste) -> sorted unique list."""
-    toks = text.replace(",", " ").split()
-    vals = []
-    for t in toks:
-        try:
-            vals.append(int(t))
-        except ValueError:
-            raise InputError(f"bucket {t!r} is not an integer", where) from None
-    if not vals:
-        raise InputError("bucket list is empty", where)
-    if any(v <= 0 for v in vals):
-        raise InputError(f"bucket {min(vals)} is not positive", where)
-    return sorted(set(vals))
+def parse_bucket_list(text, where: str = "bucket list", field: str | None = None) -> list[int]:
+    """'256 512 1024' or '256,512,1024' (what users paste) -> sorted unique token counts."""
+    from bcgtune.core.schema import Tokens, parse_int_list
+
+    return parse_int_list(text, where, item=Tokens, sort_unique=True, field=field)
 
 
 def assign_buckets(sizes: np.ndarray, buckets, factor: float = DEFAULT_PADDING_FACTOR):
@@ -115,13 +104,9 @@ def evaluate_list(
     n_rep = int(rc.sum())
     padded = int((pad * rc).sum())
     rep_tokens = int((sizes[replay] * rc).sum())
-    if n_rep:
-        order = np.argsort(pad, kind="stable")
-        cum = np.cumsum(rc[order])
-        p99 = int(pad[order][np.searchsorted(cum, max(1, int(np.ceil(0.99 * n_rep))))])
-    else:
-        p99 = 0
-    used = set(chosen[replay].tolist())
+    p99 = int(nearest_rank(pad, rc, 99)) if n_rep else 0
+    bl_arr = np.asarray(bl, dtype=np.int64)
+    unused = int((~np.isin(bl_arr, chosen[replay])).sum()) if bl else 0
     total = int(counts.sum())
     return ListMetrics(
         name=name,
@@ -136,5 +121,5 @@ def evaluate_list(
         waste_pct=100.0 * padded / rep_tokens if rep_tokens else 0.0,
         mean_pad=padded / n_rep if n_rep else 0.0,
         p99_pad=p99,
-        unused_buckets=sum(1 for b in bl if b not in used),
+        unused_buckets=unused,
     )

@@ -5,7 +5,8 @@ from logs or simulated also carry compact per-batch columns (numpy arrays of equ
 and provenance (sources with sha256, parse statistics, captured buckets, simulation
 parameters). Pure data: no printing, no flags, no torch/sglang.
 
-On-disk forms (all readable by `load_trace`):
+On-disk forms (all readable by `load_trace`, every value checked against
+bcgtune.core.schema's bounds):
   * JSON, `format_version` 1 (written by `save_trace`):
       {"format_version": 1, "kind": "bcgtune.prefill-trace", "tool_version": ...,
        "created": ISO-8601, "origin": "sglang-log" | "simulation" | "histogram" | ...,
@@ -13,30 +14,39 @@ On-disk forms (all readable by `load_trace`):
        "captures": [...], "meta": {...},
        "histogram": {"sizes": [...], "counts": [...]},
        "batches": {"forward_tokens": [...], "<column>": [...], ...} | null}
-  * CSV with the header `size,count` (one row per distinct size);
+  * CSV with a `size` column (also `tokens`, `num_tokens`, `forward_tokens`) and an optional
+    `count` (or `batches`) column, in any order; without a count each row is one batch;
+  * a JSON array of forward sizes, one per batch;
   * plain text, one forward size per line (blank lines and `#` comments skipped).
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
+import pydantic
 
-from bcgtune.errors import InputError
+from bcgtune.core.document import check_header, document_header
+from bcgtune.core.schema import BATCHES_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
+from bcgtune.core.stats import nearest_rank
+from bcgtune.errors import InputError, quote
 
 FORMAT_VERSION = 1
 TRACE_KIND = "bcgtune.prefill-trace"
+# A trace file larger than this is not a trace (a JSON trace of a million batches with every
+# per-batch column is ~150 MB).
+MAX_TRACE_BYTES = 512 << 20
 
 # Per-batch columns a trace may carry, with their numpy dtype. Flags use -1 for "unknown".
 BATCH_COLUMNS: dict[str, str] = {
     "forward_tokens": "int64",  # tokens in the forward pass: what picks the bucket
-    "new_seq": "int64",
+    "new_seq": "int64",  # requests in the batch
     "new_token": "int64",
     "cached_token": "int64",
     "running_req": "int64",
@@ -50,6 +60,20 @@ BATCH_COLUMNS: dict[str, str] = {
     "rank": "int32",  # index into meta["ranks"] (e.g. "TP0", "DP7 TP7"); -1 if none
     "time_s": "float64",  # simulated start time of the batch
 }
+
+
+@dataclass(frozen=True)
+class CapturedList:
+    """The prefill bucket list a server logged at capture: the last complete `target
+    prefill` list (after restarts, the one the server runs now), with how many capture
+    lines listed a list and how many different lists there were."""
+
+    buckets: list[int]
+    backend: str | None
+    source: int | None
+    line: int | None
+    capture_lines: int
+    distinct_lists: int
 
 
 @dataclass
@@ -69,7 +93,7 @@ class PrefillTrace:
         """Histogram from per-batch forward sizes (any iterable of ints)."""
         arr = np.asarray(forward_tokens, dtype=np.int64)
         if arr.ndim != 1:
-            raise InputError("forward sizes must be a flat list")
+            raise InputError("forward sizes must be a flat list", field="sizes")
         sizes, counts = np.unique(arr, return_counts=True) if arr.size else (arr, arr)
         return cls(sizes=sizes.astype(np.int64), counts=counts.astype(np.int64), **kw)
 
@@ -79,15 +103,15 @@ class PrefillTrace:
         n = None
         for name, values in batches.items():
             if name not in BATCH_COLUMNS:
-                raise InputError(f"unknown batch column {name!r}")
+                raise InputError(f"unknown batch column {name!r}", field="batches")
             arr = np.asarray(values, dtype=BATCH_COLUMNS[name])
             if n is None:
                 n = len(arr)
             elif len(arr) != n:
-                raise InputError(f"batch column {name!r} has {len(arr)} rows, expected {n}")
+                raise InputError(f"batch column {name!r} has {len(arr)} rows, expected {n}", field="batches")
             cols[name] = arr
         if "forward_tokens" not in cols:
-            raise InputError("batches need a forward_tokens column")
+            raise InputError("batches need a forward_tokens column", field="batches")
         t = cls.from_sizes(cols["forward_tokens"], **kw)
         t.batches = cols
         return t
@@ -105,9 +129,39 @@ class PrefillTrace:
         """Nearest-rank percentile of the per-batch forward size."""
         if self.n_batches == 0:
             raise InputError("trace is empty")
-        cum = np.cumsum(self.counts)
-        rank = max(1, int(np.ceil(q / 100.0 * cum[-1])))
-        return int(self.sizes[np.searchsorted(cum, rank)])
+        return int(nearest_rank(self.sizes, self.counts, q, presorted=True))
+
+    def captured_list(self) -> CapturedList | None:
+        """The list the traced server captured (see CapturedList); None when no complete
+        target prefill list was logged."""
+        lists = [
+            c
+            for c in self.captures
+            if c.get("kind") == "prefill" and c.get("phase") == "target" and c.get("buckets") and not c.get("elided")
+        ]
+        if not lists:
+            return None
+        last = lists[-1]
+        return CapturedList(
+            buckets=sorted({int(b) for b in last["buckets"]}),
+            backend=last.get("backend"),
+            source=last.get("source"),
+            line=last.get("line"),
+            capture_lines=len(lists),
+            distinct_lists=len({tuple(c["buckets"]) for c in lists}),
+        )
+
+    def chunked_prefill_size(self) -> int | None:
+        """chunked_prefill_size the traced server ran with, when the trace knows it: from the
+        log's startup line, or from the simulated workload's resolved settings."""
+        for st in self.meta.get("startup") or []:
+            if isinstance(st, dict) and st.get("chunked_prefill_size"):
+                return int(st["chunked_prefill_size"])
+        workload = self.meta.get("workload")
+        resolved = workload.get("resolved") if isinstance(workload, dict) else None
+        if isinstance(resolved, dict) and resolved.get("chunked_prefill_size"):
+            return int(resolved["chunked_prefill_size"])
+        return None
 
     def validate(self, where: str | None = None) -> "PrefillTrace":
         s, c = self.sizes, self.counts
@@ -117,22 +171,20 @@ class PrefillTrace:
             raise InputError("histogram sizes and counts differ in length", where)
         if (s <= 0).any():
             raise InputError(f"forward size must be positive, got {int(s[s <= 0][0])}", where)
+        if (s > TOKENS_MAX).any():
+            raise InputError(f"forward size {int(s[s > TOKENS_MAX][0])} is above SGLang's int32 token counts", where)
         if (c <= 0).any():
             raise InputError(f"count must be positive, got {int(c[c <= 0][0])}", where)
+        if (c > BATCHES_MAX).any():
+            raise InputError(f"count {int(c[c > BATCHES_MAX][0])} is above {BATCHES_MAX}", where)
         if (np.diff(s) <= 0).any():
             raise InputError("histogram sizes must be distinct and ascending", where)
         return self
 
     # ---- serialisation ------------------------------------------------------------
     def to_json_obj(self) -> dict[str, Any]:
-        from bcgtune import __version__
-
         return {
-            "format_version": FORMAT_VERSION,
-            "kind": TRACE_KIND,
-            "tool": "bcgtune",
-            "tool_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **document_header(TRACE_KIND, FORMAT_VERSION),
             "origin": self.origin,
             "sources": self.sources,
             "parse_stats": self.parse_stats,
@@ -174,92 +226,165 @@ def save_trace(trace: PrefillTrace, path: str) -> None:
 
 
 def load_trace(path: str) -> PrefillTrace:
-    """Read a JSON trace, a `size,count` CSV, or a plain one-size-per-line file.
-    Errors name the file (and line or field)."""
-    from bcgtune.fileio import open_binary
+    """Read a JSON trace, a CSV, a JSON array of sizes or a one-size-per-line file.
+    Errors name the file (and the line or field)."""
+    from bcgtune.fileio import decode_text, display_path, read_input
 
-    fh = open_binary(path)
-    try:
-        data = fh.read()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc}", path) from None
-    finally:
-        if path != "-":
-            fh.close()
-    try:
-        text = data.decode("utf-8-sig")  # a BOM from spreadsheet exports is dropped
-    except UnicodeDecodeError:
-        raise InputError("not a text file (expected a JSON trace, size,count CSV or one size per line)", path) from None
+    where = display_path(path)
+    what = "trace (JSON trace, size,count CSV or one size per line)"
+    text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
     stripped = text.lstrip()
     if not stripped:
-        raise InputError("trace is empty", path)
+        raise InputError("trace is empty", where)
     if stripped.startswith("{"):
-        trace = _parse_json_trace(text, path)
+        trace = _parse_json_trace(text, where)
     elif stripped.startswith("["):
-        trace = _parse_json_list(text, path)
+        trace = _parse_json_list(text, where)
     else:
         first = stripped.splitlines()[0].strip().lower().replace(" ", "")
         if "," in first or first.startswith(_SIZE_COLUMNS):
-            trace = _parse_csv_trace(text, path)
+            trace = _parse_csv_trace(text, where)
         else:
-            trace = _parse_plain_trace(text, path)
-    trace.validate(path)
+            trace = _parse_plain_trace(text, where)
+    trace.validate(where)
     if not trace.sources:
-        trace.sources = [{"path": path}]
+        trace.sources = [{"path": where}]
     return trace
 
 
-def _parse_json_trace(text: str, path: str) -> PrefillTrace:
-    from bcgtune.fileio import check_versioned, loads_json
+# ---- the JSON document ----------------------------------------------------------------
+class _Histogram(Document):
+    sizes: list[Tokens]
+    counts: list[BatchCount]
 
-    obj = check_versioned(loads_json(text, path), TRACE_KIND, FORMAT_VERSION, "prefill trace", path)
-    hist = obj.get("histogram")
-    if not isinstance(hist, dict) or "sizes" not in hist or "counts" not in hist:
-        raise InputError("missing field histogram.sizes / histogram.counts", path)
-    sizes = _int_array(hist["sizes"], path, "histogram.sizes")
-    counts = _int_array(hist["counts"], path, "histogram.counts")
-    if sizes.shape != counts.shape:
-        raise InputError("histogram.sizes and histogram.counts differ in length", path)
+
+class _StartupLine(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    chunked_prefill_size: Optional[int] = None
+
+
+class _WorkloadResolved(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    chunked_prefill_size: Optional[int] = None
+
+
+class _WorkloadMeta(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    name: Optional[str] = None
+    resolved: Optional[_WorkloadResolved] = None
+
+
+class _TraceMeta(Document):
+    """The meta keys bcgtune reads back from a trace file, typed; others pass through."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    startup: list[_StartupLine] = []
+    workload: Optional[_WorkloadMeta] = None
+    ranks: list[str] = []
+
+
+class _CaptureLine(Document):
+    """A capture line as the log parser recorded it (only what is read back is typed)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    kind: Optional[str] = None
+    phase: Optional[str] = None
+    backend: Optional[str] = None
+    buckets: Optional[list[Tokens]] = None
+    elided: bool = False
+    source: Optional[int] = None
+    line: Optional[int] = None
+
+
+class _TraceDocument(Document):
+    origin: str = "histogram"
+    sources: list[dict[str, Any]] = []
+    parse_stats: dict[str, Any] = {}
+    captures: list[_CaptureLine] = []
+    meta: _TraceMeta = _TraceMeta()
+    histogram: _Histogram
+    batches: Optional[dict[str, Any]] = None
+
+
+def _parse_json_trace(text: str, where: str) -> PrefillTrace:
+    from bcgtune.fileio import parse_json
+
+    obj = check_header(parse_json(text, where), TRACE_KIND, FORMAT_VERSION, "prefill trace", where)
+    doc = validate(_TraceDocument, obj, where)
+    hist = doc.histogram
+    if len(hist.sizes) != len(hist.counts):
+        raise InputError("histogram.sizes and histogram.counts differ in length", where)
+    sizes = np.asarray(hist.sizes, dtype=np.int64)
+    counts = np.asarray(hist.counts, dtype=np.int64)
     order = np.argsort(sizes, kind="stable")
     sizes, counts = sizes[order], counts[order]
-    batches = None
-    raw_batches = obj.get("batches")
-    if raw_batches:
-        if not isinstance(raw_batches, dict):
-            raise InputError("field batches must be an object of columns", path)
-        batches = {}
-        for name, values in raw_batches.items():
-            if name not in BATCH_COLUMNS:
-                continue  # columns from a newer writer are kept out, not fatal
-            if not isinstance(values, list):
-                raise InputError(f"batches.{name} must be a list", path)
-            dtype = BATCH_COLUMNS[name]
-            if dtype.startswith("float"):
-                batches[name] = np.array([np.nan if v is None else v for v in values], dtype=dtype)
-            else:
-                batches[name] = _int_array(values, path, f"batches.{name}", dtype=dtype)
+    if (np.diff(sizes) == 0).any():
+        raise InputError("histogram.sizes holds a size twice", where)
+    batches = _batch_columns(doc.batches, where) if doc.batches else None
+    meta = doc.meta.model_dump(exclude_unset=True)
     return PrefillTrace(
         sizes=sizes,
         counts=counts,
         batches=batches,
-        origin=str(obj.get("origin", "histogram")),
-        sources=list(obj.get("sources") or []),
-        parse_stats=dict(obj.get("parse_stats") or {}),
-        captures=list(obj.get("captures") or []),
-        meta=dict(obj.get("meta") or {}),
+        origin=doc.origin,
+        sources=doc.sources,
+        parse_stats=doc.parse_stats,
+        captures=[c.model_dump(exclude_unset=True) for c in doc.captures],
+        meta=meta,
     )
 
 
-def _int_array(values, path: str, fieldname: str, dtype: str = "int64") -> np.ndarray:
-    if not isinstance(values, list):
-        raise InputError(f"field {fieldname} must be a list", path)
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise InputError(f"field {fieldname} holds a non-integer value {v!r}", path)
-    return np.asarray(values, dtype=dtype)
+_COLUMN_BOUNDS = {"int64": (-(2**62), 2**62), "int32": (-(2**31), 2**31 - 1), "int8": (-1, 1)}
 
 
-def _parse_int(token: str, path: str, lineno: int, what: str) -> int:
+def _batch_columns(raw: dict[str, Any], where: str) -> dict[str, np.ndarray]:
+    """Per-batch columns, each checked with numpy (they may hold millions of values):
+    integers (or null for float columns) within the column's range, equal lengths."""
+    out: dict[str, np.ndarray] = {}
+    n = None
+    for name, values in raw.items():
+        if name not in BATCH_COLUMNS:
+            continue  # columns from a newer writer are left out, not fatal
+        loc = f"batches.{name}"
+        if not isinstance(values, list):
+            raise InputError(f"{loc}: must be a list", where)
+        dtype = BATCH_COLUMNS[name]
+        if dtype.startswith("float"):
+            bad = next((i for i, v in enumerate(values) if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))), None)
+            if bad is not None:
+                raise InputError(f"{loc}[{bad}]: must be a number or null, got {quote(values[bad])}", where)
+            arr = np.array([np.nan if v is None else float(v) for v in values], dtype=dtype)
+        else:
+            bad = next((i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, int)), None)
+            if bad is not None:
+                raise InputError(f"{loc}[{bad}]: must be an integer, got {quote(values[bad])}", where)
+            lo, hi = _COLUMN_BOUNDS[dtype]
+            if name == "forward_tokens":
+                lo, hi = 1, TOKENS_MAX
+            bad = next((i for i, v in enumerate(values) if not lo <= v <= hi), None)
+            if bad is not None:
+                raise InputError(f"{loc}[{bad}]: must be within {lo}..{hi}, got {str(values[bad])[:40]}", where)
+            arr = np.asarray(values, dtype=dtype)
+        if n is None:
+            n = arr.size
+        elif arr.size != n:
+            raise InputError(f"{loc}: has {arr.size} rows, other columns {n}", where)
+        out[name] = arr
+    return out
+
+
+def _parse_json_list(text: str, where: str) -> PrefillTrace:
+    """A JSON array of forward sizes, one per batch."""
+    from bcgtune.fileio import parse_json
+
+    values = validate(list[Tokens], parse_json(text, where), where, prefix=("sizes",))
+    if not values:
+        raise InputError("trace is empty: no sizes", where)
+    return PrefillTrace.from_sizes(values, origin="sizes")
+
+
+def _parse_int(token: str, where: str, what: str, bound) -> int:
+    """An integer cell ('12' or '12.0'), within `bound` (a schema type)."""
     t = token.strip()
     try:
         v = int(t)
@@ -267,68 +392,61 @@ def _parse_int(token: str, path: str, lineno: int, what: str) -> int:
         try:
             f = float(t)
         except ValueError:
-            raise InputError(f"{what} {t!r} is not an integer", f"{path}:{lineno}") from None
+            raise InputError(f"{what}: {t[:40]!r} is not an integer", where) from None
         if not f.is_integer():
-            raise InputError(f"{what} {t!r} is not an integer", f"{path}:{lineno}") from None
+            raise InputError(f"{what}: {t[:40]!r} is not an integer", where) from None
         v = int(f)
-    if v <= 0:
-        raise InputError(f"{what} must be positive, got {v}", f"{path}:{lineno}")
-    return v
+    return validate(bound, v, where, prefix=(what,))
 
 
 _SIZE_COLUMNS = ("size", "tokens", "num_tokens", "forward_tokens")
 _COUNT_COLUMNS = ("count", "batches")
 
 
-def _parse_csv_trace(text: str, path: str) -> PrefillTrace:
+def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
     """`size,count` rows (columns found by name, in any order, others ignored; `tokens` is
     taken for `size`; without a count column each row is one batch)."""
     rows = csv.reader(io.StringIO(text))
     header = None
     si = ci = None
-    acc: dict[int, int] = {}
-    for lineno, row in enumerate(rows, start=1):
-        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-            continue
-        if header is None:
-            header = [h.strip().lower() for h in row]
-            si = next((header.index(c) for c in _SIZE_COLUMNS if c in header), None)
-            ci = next((header.index(c) for c in _COUNT_COLUMNS if c in header), None)
-            if si is None:
-                raise InputError(
-                    f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)!r}", f"{path}:{lineno}"
-                )
-            continue
-        need = max(si, ci if ci is not None else 0) + 1
-        if len(row) < need:
-            raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{path}:{lineno}")
-        size = _parse_int(row[si], path, lineno, header[si])
-        count = _parse_int(row[ci], path, lineno, header[ci]) if ci is not None else 1
-        acc[size] = acc.get(size, 0) + count
+    acc: Counter[int] = Counter()
+    try:
+        for lineno, row in enumerate(rows, start=1):
+            if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+                continue
+            if header is None:
+                header = [h.strip().lower() for h in row]
+                si = next((header.index(c) for c in _SIZE_COLUMNS if c in header), None)
+                ci = next((header.index(c) for c in _COUNT_COLUMNS if c in header), None)
+                if si is None:
+                    raise InputError(
+                        f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)[:60]!r}",
+                        f"{where}:{lineno}",
+                    )
+                continue
+            need = max(si, ci if ci is not None else 0) + 1
+            if len(row) < need:
+                raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
+            size = _parse_int(row[si], f"{where}:{lineno}", header[si], Tokens)
+            count = _parse_int(row[ci], f"{where}:{lineno}", header[ci], BatchCount) if ci is not None else 1
+            acc[size] += count
+    except csv.Error as exc:
+        raise InputError(f"invalid CSV: {exc}", where) from None
     if not acc:
-        raise InputError("trace is empty: CSV has no rows", path)
+        raise InputError("trace is empty: CSV has no rows", where)
     sizes = np.array(sorted(acc), dtype=np.int64)
     counts = np.array([acc[s] for s in sizes.tolist()], dtype=np.int64)
     return PrefillTrace(sizes=sizes, counts=counts, origin="histogram")
 
 
-def _parse_json_list(text: str, path: str) -> PrefillTrace:
-    """A JSON array of forward sizes, one per batch."""
-    from bcgtune.fileio import loads_json
-
-    obj = loads_json(text, path)
-    if not obj:
-        raise InputError("trace is empty: no sizes", path)
-    return PrefillTrace.from_sizes(_int_array(obj, path, "sizes"), origin="sizes")
-
-
-def _parse_plain_trace(text: str, path: str) -> PrefillTrace:
-    values = []
+def _parse_plain_trace(text: str, where: str) -> PrefillTrace:
+    acc: Counter[int] = Counter()
     for lineno, line in enumerate(text.splitlines(), start=1):
         s = line.split("#", 1)[0].strip()
-        if not s:
-            continue
-        values.append(_parse_int(s, path, lineno, "size"))
-    if not values:
-        raise InputError("trace is empty: no sizes", path)
-    return PrefillTrace.from_sizes(values, origin="sizes")
+        if s:
+            acc[_parse_int(s, f"{where}:{lineno}", "size", Tokens)] += 1
+    if not acc:
+        raise InputError("trace is empty: no sizes", where)
+    sizes = np.array(sorted(acc), dtype=np.int64)
+    counts = np.array([acc[s] for s in sizes.tolist()], dtype=np.int64)
+    return PrefillTrace(sizes=sizes, counts=counts, origin="sizes")

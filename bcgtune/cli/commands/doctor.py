@@ -1,0 +1,41 @@
+"""`bcgtune doctor`: Python / torch / sglang, the platform's default prefill backend, the
+installed prefill runner's multimodal gate, and (with a profile) what would disappoint at
+launch. Exit 0 when nothing blocks, 1 when something does (CI can gate on it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from bcgtune.cli.console import out, out_json
+from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
+from bcgtune.cli.render.doctor import render_text
+from bcgtune.errors import CheckFailed
+
+
+def doctor_command(
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Also check this profile (built-in name or .toml).", show_default=False)] = None,
+    model_path: ModelPath = None,
+    runner_source: Annotated[Optional[str], typer.Option("--runner-source", help="Check this prefill_cuda_graph_runner.py instead of the installed one.", show_default=False)] = None,
+    as_json: JsonFlag = False,
+    quiet: Quiet = False,
+) -> None:
+    """Check the installed SGLang and a profile for prefill CUDA-graph problems.
+
+    Exit 1 when something blocks.
+
+    Examples: bcgtune doctor; bcgtune doctor --profile mi355x --json
+    """
+    from bcgtune.adapters.doctor import run_doctor
+    from bcgtune.adapters.profiles import load_profile
+
+    prof = load_profile(profile) if profile is not None else None
+    report = run_doctor(prof, runner_path=runner_source, model=model_path)
+    if as_json:
+        out_json(report.to_dict())
+    else:
+        out(render_text(report), nl=False)
+    if report.blocking:
+        n = len(report.blocking)
+        raise CheckFailed(f"{n} blocking finding{'s' if n > 1 else ''}: {', '.join(f.code for f in report.blocking)}", "doctor")

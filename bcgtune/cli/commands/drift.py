@@ -1,0 +1,70 @@
+"""`bcgtune drift`: is a profile's bucket list still right for today's traffic? Exit 0 keep,
+1 re-tune: a cron job can run it on new logs."""
+
+from __future__ import annotations
+
+from typing import Annotated, List, Optional
+
+import typer
+
+from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet
+from bcgtune.cli.render.drift import render_drift_text
+from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, drift_report
+from bcgtune.core.ladder import layout_alignment, layout_from_server_flags, sglang_default_ladder
+from bcgtune.errors import CheckFailed, InputError
+
+
+def drift_command(
+    profile: ProfileRef,
+    log: Annotated[Optional[List[str]], typer.Option("--log", help="Today's SGLang server log(s), repeatable; .gz ok.", show_default=False)] = None,
+    trace_path: Annotated[Optional[str], typer.Option("--trace", help="Today's trace file instead of logs (bcgtune trace -o).", show_default=False)] = None,
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Judge by predicted prefill time from this calibration (bcgtune calibrate).", show_default=False)] = None,
+    threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=100.0, help="Re-tune when today's optimum is better by more than this: % of predicted time with a calibration, else points of replay share or padding waste.")] = DEFAULT_THRESHOLD_PCT,
+    as_json: JsonFlag = False,
+    quiet: Quiet = False,
+) -> None:
+    """Is a profile's bucket list still right for today's traffic? Exit 1: re-tune.
+
+    Compares the list with today's optimum on today's traffic (same number of graphs, same
+    alignment).
+
+    Example (cron): bcgtune drift --profile h200.toml --log /var/log/sglang/today.log --threshold 2
+    """
+    from bcgtune.adapters.profiles import load_profile
+
+    if bool(log) == bool(trace_path):
+        raise InputError("give today's traffic as --log FILE... or --trace FILE")
+    prof = load_profile(profile)
+    if prof.buckets:
+        deployed, name = list(prof.buckets), f"profile {prof.name}'s list"
+    else:
+        deployed, name = sglang_default_ladder(8192), f"profile {prof.name}: SGLang's default ladder (no list)"
+    align = layout_alignment(layout_from_server_flags(prof.server, is_hip=prof.platform == "rocm"))
+    if log:
+        from bcgtune.adapters.sglang_log import parse_logs
+
+        trace = parse_logs(list(log))
+    else:
+        from bcgtune.core.trace import load_trace
+
+        trace = load_trace(trace_path)
+    cal = None
+    if calibration:
+        from bcgtune.core.calibration import load_calibration
+
+        cal = load_calibration(calibration)
+    if not prof.buckets:
+        cps = trace.chunked_prefill_size()
+        if cps:
+            deployed = sglang_default_ladder(cps)
+    rep = drift_report(trace, deployed, name=name, align=align, calibration=cal, threshold_pct=threshold)
+    if as_json:
+        out_json(rep.to_dict())
+    else:
+        out(render_drift_text(rep, trace.n_batches), nl=False)
+    if rep.verdict == "re-tune":
+        raise CheckFailed(rep.reason, "drift")
+    note("keep: " + rep.reason, quiet or not as_json)
+
+

@@ -1,0 +1,217 @@
+"""`bcgtune capture`, `validate` and `calibrate`: prefill graphs on a GPU through torch (CUDA,
+or ROCm through the same torch.cuda API). torch and the engine are imported inside the
+commands, after a check that torch is installed at all."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from bcgtune.cli import guard
+from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
+from bcgtune.cli.render.engine import render_calibration, render_capture, render_validate
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
+from bcgtune.errors import CheckFailed, InputError
+from bcgtune.fileio import atomic_write_json
+
+_BUCKETS = "Buckets"
+
+Buckets = Annotated[Optional[str], typer.Option("--buckets", help="Token buckets, e.g. '256,512,1024' or '256 512 1024'.", rich_help_panel=_BUCKETS, show_default=False)]
+ProfileBuckets = Annotated[Optional[str], typer.Option("--profile", "-p", help="Take the buckets from a profile's \\[buckets].list (built-in name or .toml).", rich_help_panel=_BUCKETS, show_default=False)]
+ReportOut = Annotated[Optional[str], typer.Option("-o", "--out", help="Also write the report JSON here (atomic).", show_default=False)]
+
+
+def _needs_torch(command: str) -> None:
+    guard.needs("torch", "gpu", f"bcgtune {command}")
+
+
+def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
+    if buckets and profile:
+        raise InputError("give --buckets or --profile, not both")
+    if buckets:
+        return parse_bucket_list(buckets, "--buckets")
+    if profile:
+        from bcgtune.adapters.profiles import load_profile
+
+        prof = load_profile(profile)
+        if not prof.buckets:
+            raise InputError("the profile has no [buckets].list", prof.where)
+        return sorted(set(int(b) for b in prof.buckets))
+    raise InputError("give --buckets LIST or --profile P")
+
+
+def _hf_fix(value: str) -> bool:
+    if value not in ("causal", "sdpa"):
+        raise InputError(f"must be causal or sdpa, got {value[:40]!r}", "--hf-attention")
+    return value == "causal"
+
+
+def _engine_kwargs(engine: EngineOptions) -> dict:
+    return dict(model=engine.model, device=engine.device, dtype=engine.dtype, sdpa_backend=engine.sdpa_backend,
+                seed=engine.seed, hf_fix_attention=_hf_fix(engine.hf_attention), random_weights=engine.random_weights)
+
+
+@options("engine", EngineOptions)
+def capture_command(
+    buckets: Buckets = None,
+    profile: ProfileBuckets = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Eager warm-up runs before each capture.")] = 1,
+    out_path: ReportOut = None,
+    as_json: JsonFlag = False,
+    quiet: Quiet = False,
+    engine: EngineOptions = None,  # type: ignore[assignment]
+) -> None:
+    """Capture one prefill graph per bucket on the GPU: seconds, memory, errors.
+
+    Largest bucket first, one shared memory pool, as SGLang captures them.
+
+    Example: bcgtune capture --buckets '256 512 1024 2048' --model qwen3-0.6b -o capture.json
+    """
+    guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
+    _needs_torch("capture")
+    from bcgtune.engines.ops import run_capture
+
+    bl = _bucket_list(buckets, profile)
+    progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
+    rep = run_capture(bl, warmup=warmup, progress=progress, **_engine_kwargs(engine))
+    if out_path:
+        atomic_write_json(out_path, rep)
+        note(f"wrote {out_path}", quiet)
+    if as_json:
+        out_json(rep)
+    else:
+        out(render_capture(rep), nl=False)
+    if rep["failed"]:
+        raise CheckFailed(f"{rep['failed']} of {len(rep['buckets'])} captures failed")
+
+
+@options("accuracy", AccuracyOptions)
+@options("engine", EngineOptions)
+def validate_command(
+    buckets: Buckets = None,
+    profile: ProfileBuckets = None,
+    sizes_per_bucket: Annotated[int, typer.Option("--sizes-per-bucket", min=1, max=1000, help="Sizes checked per bucket among those that replay in it (the ends included).")] = 3,
+    images: Annotated[Optional[bool], typer.Option("--images/--no-images", help="Also sweep image-style inputs. Default: on for VL models.", show_default=False)] = None,
+    server: Annotated[bool, typer.Option("--server", help="Validate a live SGLang server launched from --profile (graphs on vs off) instead of the torch engine.", rich_help_panel="Live server (--server)")] = False,
+    prompts: Annotated[Optional[str], typer.Option("--prompts", help="With --server: a prompts file (JSON lines {text, image?} or one prompt per line).", rich_help_panel="Live server (--server)", show_default=False)] = None,
+    min_replay_share: Annotated[Optional[float], typer.Option("--min-replay-share", min=0.0, max=1.0, help="With --server: least share of the batches a captured bucket serves that must replay (default 0.9).", rich_help_panel="Live server (--server)", show_default=False)] = None,
+    workdir: Annotated[Optional[str], typer.Option("--workdir", help="With --server: folder for both servers' logs and the report (default: a new ./bcgtune-validate-<profile>-<time>).", rich_help_panel="Live server (--server)", show_default=False)] = None,
+    out_path: ReportOut = None,
+    as_json: JsonFlag = False,
+    quiet: Quiet = False,
+    engine: EngineOptions = None,  # type: ignore[assignment]
+    accuracy: AccuracyOptions = None,  # type: ignore[assignment]
+) -> None:
+    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure.
+
+    Examples: bcgtune validate --buckets '256 512 1024' --model qwen3-0.6b;
+    bcgtune validate --server --profile h200 (a live server, graphs on vs off).
+    """
+    guard.outputs({"-o": out_path}, inputs=[p for p in (profile, prompts) if p])
+    if workdir is not None:
+        guard.workdir(workdir)
+    if server:
+        _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy)
+        return
+    if prompts is not None or min_replay_share is not None or workdir is not None:
+        raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
+    _needs_torch("validate")
+    from bcgtune.engines.ops import run_validate
+
+    bl = _bucket_list(buckets, profile)
+    progress = None if quiet else (lambda e: note(f"  bucket {e['bucket']}: {'ok' if e['ok'] else 'FAIL'}"))
+    rep = run_validate(bl, sizes_per_bucket=sizes_per_bucket, gap_threshold=accuracy.gap_threshold,
+                       max_logprob_delta=accuracy.max_logprob_delta, images=images, progress=progress,
+                       **_engine_kwargs(engine))
+    if out_path:
+        atomic_write_json(out_path, rep)
+        note(f"wrote {out_path}", quiet)
+    if as_json:
+        out_json(rep)
+    else:
+        out(render_validate(rep), nl=False)
+    if not rep["ok"]:
+        bad = [str(e["bucket"]) for e in rep["per_bucket"] if not e["ok"]]
+        raise CheckFailed(f"validation failed: {'buckets ' + ', '.join(bad) if bad else 'image sweep'} failed")
+
+
+def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy) -> None:
+    from bcgtune.adapters.live_validate import server_validation
+    from bcgtune.cli.render.server_validation import render_server_validation
+
+    if not profile:
+        raise InputError("--server needs --profile P (the launch to validate)")
+    rep = server_validation(profile, prompts=prompts, min_replay_share=min_replay_share,
+                                gap_threshold=accuracy.gap_threshold, delta_tol=accuracy.max_logprob_delta,
+                                workdir=workdir, say=None if quiet else note)
+    if out_path:
+        atomic_write_json(out_path, rep)
+        note(f"wrote {out_path}", quiet)
+    if as_json:
+        out_json(rep)
+    else:
+        out(render_server_validation(rep), nl=False)
+    if not rep["ok"]:
+        raise CheckFailed("server validation failed: " + "; ".join(rep.get("failures") or ["see the report"]))
+
+
+@options("engine", EngineOptions)
+def calibrate_command(
+    out_path: Annotated[str, typer.Option("-o", "--out", help="Calibration file to write: versioned JSON, or CSV when the name ends in .csv.", show_default=False)],
+    sizes: Annotated[Optional[str], typer.Option("--sizes", help="Token sizes to measure. Default: 15 sizes from 16 to 8192.", show_default=False)] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, max=2**31 - 1, help="Drop sizes above this.", show_default=False)] = None,
+    grid: Annotated[Optional[int], typer.Option("--grid", min=1, max=2**31 - 1, help="Measure every multiple of this (a bucket grid: suggest-buckets then picks buckets among the measured sizes), up to --max-tokens (default 8192) or the trace's range.", show_default=False)] = None,
+    sizes_from: Annotated[Optional[str], typer.Option("--sizes-from", help="A trace: measure the grid (default --grid 64) over the sizes its batches can replay in, plus its smallest and largest size.", show_default=False)] = None,
+    padding_factor: Annotated[float, typer.Option("--padding-factor", min=1.0, max=1e6, help="With --sizes-from: replay iff bucket <= factor x tokens (SGLang's rule: 2).")] = DEFAULT_PADDING_FACTOR,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Untimed runs before each measurement.")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, max=10000, help="Timed runs per size (the median is kept).")] = 10,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Also measure the pool size when each size is the largest graph.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,
+    quiet: Quiet = False,
+    engine: EngineOptions = None,  # type: ignore[assignment]
+) -> None:
+    """Measure eager time, replay time and graph memory: a calibration for the time objective.
+
+    The calibration feeds `suggest-buckets --objective time --calibration FILE`.
+
+    Example: bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b -o cal.json
+    """
+    guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
+    if sizes and (grid or sizes_from):
+        raise InputError("give --sizes, or --grid/--sizes-from, not both")
+    wanted, meta_extra = _calibration_sizes(sizes, max_tokens, grid, sizes_from, padding_factor)
+    _needs_torch("calibrate")
+    from bcgtune.core.calibration import save_calibration
+    from bcgtune.engines.ops import run_calibrate
+
+    say = None if quiet else (lambda m: note("  " + m))
+    if say:
+        say(f"{len(wanted)} sizes: {wanted[0]} ... {wanted[-1]}")
+    cal = run_calibrate(wanted, warmup=warmup, repeats=repeats, memory=memory, progress=say, **_engine_kwargs(engine))
+    cal.meta.update(meta_extra)
+    save_calibration(cal, out_path)
+    note(f"wrote {out_path}", quiet)
+    if as_json:
+        out_json(cal.to_json_obj())
+    else:
+        out(render_calibration(cal), nl=False)
+
+
+def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor) -> tuple[list[int], dict]:
+    from bcgtune.engines.ops import DEFAULT_CALIBRATION_SIZES, grid_sizes
+
+    if sizes_from or grid:
+        trace_sizes = None
+        if sizes_from:
+            from bcgtune.core.trace import load_trace
+
+            trace_sizes = load_trace(sizes_from).sizes
+        step = grid or 64
+        return grid_sizes(step, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor), {
+            "bucket_grid": step, "sizes_from": sizes_from}
+    wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
+    if max_tokens is not None:
+        wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
+    return wanted, {}

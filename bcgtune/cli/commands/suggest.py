@@ -1,0 +1,169 @@
+"""`bcgtune suggest-buckets`: the optimal bucket list for a trace, beside the alternatives."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from bcgtune import __version__
+from bcgtune.cli import guard
+from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
+from bcgtune.cli.render.plan import plot_plan, render_plan_text
+from bcgtune.core.ladder import layout_alignment, layout_from_server_flags
+from bcgtune.core.plan import (
+    MI355X_PR_HAND_LIST,
+    MI355X_PR_HAND_LIST_NAME,
+    BucketPlan,
+    make_plan,
+    plan_request,
+)
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
+from bcgtune.core.trace import PrefillTrace, load_trace
+from bcgtune.errors import InputError
+
+_OPT = "Optimizer"
+_CMP = "Comparison rows"
+_OUT = "Output"
+
+EXAMPLES = """
+Examples:
+
+  bcgtune suggest-buckets                              # the built-in MI355X image workload, simulated
+  bcgtune suggest-buckets trace.json -k 8 --align 64
+  bcgtune suggest-buckets trace.json --objective time --calibration cal.json
+  bcgtune suggest-buckets trace.json --write-profile h200.toml   # creates it from the built-in h200
+"""
+
+
+@options("layout", LayoutOptions)
+def suggest_buckets_command(
+    trace_path: Annotated[
+        Optional[str],
+        typer.Argument(
+            metavar="[TRACE]",
+            help="JSON trace (bcgtune trace -o), size,count CSV, JSON array of sizes or one size per line; '-' for stdin. "
+            "Default: simulate the built-in workload (the image benchmark of the Qwen multimodal breakable-prefill PR on MI355X).",
+            show_default=False,
+        ),
+    ] = None,
+    max_buckets: Annotated[int, typer.Option("--max-buckets", "-k", help="At most this many buckets (graphs).", rich_help_panel=_OPT)] = 12,
+    align: Annotated[Optional[int], typer.Option("--align", help="Buckets are multiples of this. Default: the layout's capture alignment (1 unless the layout flags say otherwise).", rich_help_panel=_OPT, show_default=False)] = None,
+    max_bucket: Annotated[Optional[int], typer.Option("--max-bucket", help="No bucket above this many tokens. Default: none.", rich_help_panel=_OPT, show_default=False)] = None,
+    padding_factor: Annotated[float, typer.Option("--padding-factor", help="Replay iff bucket <= factor x tokens (SGLang's rule: 2).", rich_help_panel=_OPT)] = DEFAULT_PADDING_FACTOR,
+    objective: Annotated[str, typer.Option("--objective", help="padding (fewest eager batches, then fewest padded tokens) or time (least predicted prefill time; needs --calibration).", rich_help_panel=_OPT)] = "padding",
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration from `bcgtune calibrate` (JSON) or a tokens,eager_ms,graph_ms CSV: prices every row in predicted ms.", rich_help_panel=_OPT, show_default=False)] = None,
+    max_graph_mem_gib: Annotated[Optional[float], typer.Option("--max-graph-mem", help="GiB budget for all graphs (time objective; the calibration's memory model).", rich_help_panel=_OPT, show_default=False)] = None,
+    candidates: Annotated[str, typer.Option("--candidates", help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).", rich_help_panel=_OPT)] = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for KMeans; for the default simulation, 0 keeps the workload's own seed.", rich_help_panel=_OPT)] = 0,
+    compare: Annotated[Optional[List[str]], typer.Option("--compare", help='A list to compare, e.g. "256 512 1024", optionally "NAME=256 512 1024". Repeatable.', rich_help_panel=_CMP, show_default=False)] = None,
+    chunked_prefill_size: Annotated[Optional[int], typer.Option("--chunked-prefill-size", help="The server's chunked prefill size: the max of SGLang's default ladder. Default: from the trace, else the smallest SGLang default that covers it.", rich_help_panel=_CMP, show_default=False)] = None,
+    kmeans: Annotated[bool, typer.Option("--kmeans", help="Also compare scikit-learn's KMeans (imports scikit-learn: a few seconds).", rich_help_panel=_CMP)] = False,
+    no_baselines: Annotated[bool, typer.Option("--no-baselines", help="Leave out the quantile (and KMeans) rows.", rich_help_panel=_CMP)] = False,
+    as_json: JsonFlag = False,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG: the size histogram with the buckets, and waste vs K (needs bcgtune[plot]).", rich_help_panel=_OUT, show_default=False)] = None,
+    write_profile: Annotated[Optional[str], typer.Option("--write-profile", help="Write the list into this profile's \\[buckets] (atomic). A missing file is created from --base-profile, or from the built-in profile of the same name (h200 -> ./h200.toml).", rich_help_panel=_OUT, show_default=False)] = None,
+    base_profile: Annotated[Optional[str], typer.Option("--base-profile", help="Profile (built-in name or path) to create --write-profile from.", rich_help_panel=_OUT, show_default=False)] = None,
+    quiet: Quiet = False,
+    layout: LayoutOptions = None,  # type: ignore[assignment]
+) -> None:
+    """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
+    profile_path = _profile_target(write_profile) if write_profile else None
+    guard.outputs({"--plot": plot, "--write-profile": profile_path}, inputs=[trace_path, calibration])
+    if plot:
+        guard.needs("matplotlib", "plot", "--plot")
+    if objective == "time" and calibration is None:
+        raise InputError("the time objective needs --calibration FILE", "--objective time")
+    base = _base_profile(profile_path, base_profile) if profile_path else None
+
+    layout_align = layout_alignment(layout_from_server_flags(layout.flags()))
+    compares = [_compare_arg(text, i) for i, text in enumerate(compare or [], start=1)]
+    if trace_path is None:
+        trace = _default_trace(seed)
+        if not any(lst == MI355X_PR_HAND_LIST for _, lst in compares):
+            compares.insert(0, (MI355X_PR_HAND_LIST_NAME, list(MI355X_PR_HAND_LIST)))
+    else:
+        trace = load_trace(trace_path)
+    cal = None
+    if calibration is not None:
+        from bcgtune.core.calibration import load_calibration
+
+        cal = load_calibration(calibration)
+    req = plan_request(
+        max_buckets=max_buckets, align=layout_align if align is None else align, layout_align=layout_align,
+        max_bucket=max_bucket, padding_factor=padding_factor, objective=objective,
+        chunked_prefill_size=chunked_prefill_size, compare=compares, calibration=cal,
+        max_graph_mem_gib=max_graph_mem_gib, kmeans=kmeans and not no_baselines, quantiles=not no_baselines,
+        candidates=candidates, seed=seed,
+    )
+    plan = make_plan(trace, req)
+    if plot:
+        plot_plan(trace, plan, plot)
+        note(f"wrote {plot}", quiet)
+    if profile_path:
+        _write_profile(profile_path, base, plan, trace)
+        note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
+    if as_json:
+        out_json(plan.to_json_obj())
+    else:
+        out(render_plan_text(plan), nl=False)
+
+
+def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:
+    name, _, lst = text.rpartition("=")
+    return (name.strip()[:60] or f"--compare #{i}", parse_bucket_list(lst, f"--compare {text[:60]!r}"))
+
+
+def _default_trace(seed: int) -> PrefillTrace:
+    """The built-in default: the MI355X image benchmark of the Qwen multimodal
+    breakable-prefill PR, simulated."""
+    from dataclasses import replace
+
+    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.workload import default_workload
+
+    wl = default_workload()
+    return simulate(replace(wl, seed=seed) if seed else wl)
+
+
+def _profile_target(value: str) -> str:
+    """`--write-profile h200` means ./h200.toml; anything with a folder or a suffix is a path."""
+    if "/" in value or value.endswith(".toml") or Path(value).exists():
+        return value
+    return value + ".toml"
+
+
+def _base_profile(path: str, base: str | None) -> str | None:
+    """The profile a missing --write-profile file is created from: --base-profile, else the
+    built-in profile named like the file."""
+    from bcgtune.adapters.profiles import builtin_profile_names
+
+    if Path(path).exists():
+        return base
+    if base is not None:
+        return base
+    stem = Path(path).stem
+    if stem in builtin_profile_names():
+        return stem
+    names = ", ".join(builtin_profile_names())
+    raise InputError(
+        f"{path} does not exist: give --base-profile (a built-in profile: {names}; or a path) to create it from",
+        "--write-profile",
+    )
+
+
+def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace) -> None:
+    from bcgtune.adapters.profiles import write_profile_buckets
+
+    sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
+    provenance = {
+        "trace_sha256": sha or "",
+        "objective": plan.request.objective,
+        "max_buckets": plan.request.max_buckets,
+        "tool_version": __version__,
+        "date": dt.date.today().isoformat(),
+    }
+    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base)

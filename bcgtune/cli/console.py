@@ -1,0 +1,127 @@
+"""What a command writes: results on stdout (exactly the text or JSON the command promises),
+notes and progress on stderr, silenced by --quiet.
+
+Progress appears only for work that lasts: after `delay` seconds, a bar on a terminal
+(rich, which typer brings) or, when stderr is not a terminal, a plain line every `every`
+seconds, so logs of long jobs stay readable."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import typer
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away (`bcgtune ... | head`): stop quietly."""
+
+
+def out(text: str, *, nl: bool = True) -> None:
+    try:
+        typer.echo(text, nl=nl)
+    except BrokenPipeError:
+        raise StdoutClosed() from None
+
+
+def out_json(obj: Any) -> None:
+    out(json.dumps(obj, separators=(",", ":"), allow_nan=False, default=_json_default))
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def err_line(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def note(text: str, quiet: bool = False) -> None:
+    """Chatter: a line on stderr, unless --quiet."""
+    if not quiet:
+        err_line(text)
+
+
+class Progress:
+    """Progress of one long step on stderr. `update(done, total)` as often as convenient;
+    nothing shows for the first `delay` seconds."""
+
+    def __init__(self, label: str, *, total: float | None = None, unit: str = "", quiet: bool = False,
+                 delay: float = 2.0, every: float = 10.0, scale: float = 1.0):
+        self.label = label
+        self.total = total
+        self.unit = unit
+        self.quiet = quiet
+        self.delay = delay
+        self.every = every
+        self.scale = scale
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.done = 0.0
+        self._bar = None
+        self._task = None
+        try:
+            self.tty = sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def update(self, done: float, total: float | None = None) -> None:
+        if self.quiet:
+            return
+        self.done = done
+        if total is not None:
+            self.total = total
+        now = time.monotonic()
+        if now - self.t0 < self.delay:
+            return
+        if self.tty:
+            self._tty_update()
+        elif now - self.last >= self.every or self.last == 0.0:
+            self.last = now
+            err_line(f"bcgtune: {self.label}: {self._text()} ({now - self.t0:.0f} s)")
+
+    def _text(self) -> str:
+        d = self.done / self.scale
+        if self.total:
+            t = self.total / self.scale
+            return f"{100.0 * self.done / self.total:.0f}% ({d:,.0f} of {t:,.0f}{self.unit})"
+        return f"{d:,.0f}{self.unit}"
+
+    def _tty_update(self) -> None:
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(
+                TextColumn(f"bcgtune: {self.label}"), BarColumn(), TextColumn("{task.description}"),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self._text(), total=self.total)
+        self._bar.update(self._task, completed=self.done, total=self.total, description=self._text())
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

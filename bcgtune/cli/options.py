@@ -1,0 +1,155 @@
+"""Option sets shared by several commands, declared once.
+
+An option set is a dataclass whose fields are `Annotated[type, typer.Option(...)]` with a
+default; `@options("name", Cls)` on a command adds those options to it and hands the command
+one `Cls` instance in its parameter `name`. Single shared options are Annotated aliases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+
+
+def options(name: str, cls: type) -> Callable:
+    """Add the fields of dataclass `cls` to a command as options; the command receives
+    them as one `cls` instance in its parameter `name`."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    flds = dataclasses.fields(cls)
+
+    def deco(func: Callable) -> Callable:
+        sig = inspect.signature(func)
+        resolved = typing.get_type_hints(func, include_extras=True)
+        params = [p.replace(annotation=resolved.get(n, p.annotation)) for n, p in sig.parameters.items() if n != name]
+        added = [
+            inspect.Parameter(f"{name}__{f.name}", inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+            for f in flds
+        ]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            kwargs[name] = cls(**{f.name: kwargs.pop(f"{name}__{f.name}") for f in flds})
+            return func(*args, **kwargs)
+
+        new = sorted(params + added, key=lambda p: p.kind)
+        wrapper.__signature__ = sig.replace(parameters=new)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in new}
+        del wrapper.__wrapped__  # typer must read the signature above, not func's
+        return wrapper
+
+    return deco
+
+
+def resolved_callable(func: Callable, around: Callable[[Callable, tuple, dict], Any]) -> Callable:
+    """`func` wrapped by `around(func, args, kwargs)`, with a signature whose annotations are
+    resolved objects (typer reads them; string annotations would resolve in the wrong module)."""
+    sig = inspect.signature(func)
+    resolved = typing.get_type_hints(func, include_extras=True)
+    params = [p.replace(annotation=resolved.get(n, p.annotation)) for n, p in sig.parameters.items()]
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return around(func, args, kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    if hasattr(wrapper, "__wrapped__"):
+        del wrapper.__wrapped__
+    return wrapper
+
+
+# ---- single options ------------------------------------------------------------------
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text (progress and notes stay on stderr).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr (errors still go there).")]
+Workdir = Annotated[
+    Optional[str],
+    typer.Option("--workdir", help="Folder for the run's server logs, client output and results (default: a new ./bcgtune-<command>-<profile>-<time>)."),
+]
+ProfileRef = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name (mi355x, h200) or a path to a profile .toml.")]
+ModelPath = Annotated[
+    Optional[str],
+    typer.Option("--model-path", help="The model the server loads (path or hub id); overrides \\[profile].model."),
+]
+
+
+# ---- parallel layout (suggest-buckets, drift) ------------------------------------------
+@dataclass
+class LayoutOptions:
+    """The launch flags that change how SGLang aligns and caps the captured buckets."""
+
+    tp: Annotated[int, typer.Option("--tp", "--tp-size", help="Tensor parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    dp: Annotated[int, typer.Option("--dp", "--dp-size", help="Data parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    dp_attention: Annotated[bool, typer.Option("--dp-attention", "--enable-dp-attention", help="DP attention: --dp ranks of attention data parallelism.", rich_help_panel="Server layout (SGLang's flags)")] = False
+    attn_dp: Annotated[int, typer.Option("--attn-dp-size", help="Attention data parallel size (the newer spelling of DP attention).", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    two_batch_overlap: Annotated[bool, typer.Option("--enable-two-batch-overlap", "--two-batch-overlap", help="Two-batch overlap (buckets x2).", rich_help_panel="Server layout (SGLang's flags)")] = False
+    moe_a2a_backend: Annotated[str, typer.Option("--moe-a2a-backend", help="MoE all-to-all backend (none, deepep, mooncake, ...).", rich_help_panel="Server layout (SGLang's flags)")] = "none"
+    moe_dense_tp_size: Annotated[Optional[int], typer.Option("--moe-dense-tp-size", help="Dense-layer TP size under MoE (unset: none).", rich_help_panel="Server layout (SGLang's flags)")] = None
+    attn_cp_size: Annotated[int, typer.Option("--attn-cp-size", help="Attention context parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+
+    def flags(self) -> dict[str, Any]:
+        """As SGLang launch flags (snake_case keys), for bcgtune.core.ladder."""
+        out: dict[str, Any] = {
+            "tp_size": self.tp,
+            "dp_size": self.dp,
+            "enable_dp_attention": self.dp_attention,
+            "attn_dp_size": self.attn_dp,
+            "enable_two_batch_overlap": self.two_batch_overlap,
+            "moe_a2a_backend": self.moe_a2a_backend,
+            "attn_cp_size": self.attn_cp_size,
+        }
+        if self.moe_dense_tp_size is not None:
+            out["moe_dense_tp_size"] = self.moe_dense_tp_size
+        return out
+
+
+# ---- the torch engine (capture, validate, calibrate) -----------------------------------
+_ENGINE = "Engine"
+ENGINE_MODELS = "qwen3-8b, qwen3-0.6b, qwen3-vl-8b, tiny, qwen3-vl-tiny"
+
+
+@dataclass
+class EngineOptions:
+    """Which model the torch engine builds and how it runs."""
+
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help=f"Built-in random-weight model ({ENGINE_MODELS}) or a local Hugging Face checkpoint folder (hf:PATH or PATH).",
+            rich_help_panel=_ENGINE,
+        ),
+    ] = "qwen3-8b"
+    device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:N or cpu.", rich_help_panel=_ENGINE)] = "auto"
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.", rich_help_panel=_ENGINE)] = "auto"
+    sdpa_backend: Annotated[
+        str,
+        typer.Option("--sdpa-backend", help="SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, cudnn, math, none.", rich_help_panel=_ENGINE),
+    ] = "auto"
+    hf_attention: Annotated[
+        str,
+        typer.Option("--hf-attention", help="Checkpoint folders: causal (bcgtune's fixed causal SDPA, replay equals eager) or sdpa (transformers' own).", rich_help_panel=_ENGINE),
+    ] = "causal"
+    random_weights: Annotated[bool, typer.Option("--random-weights", help="Checkpoint folders: random weights from config.json.", rich_help_panel=_ENGINE)] = False
+    seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed for weights and inputs.", rich_help_panel=_ENGINE)] = 0
+
+
+@dataclass
+class AccuracyOptions:
+    """When a replayed token counts as disagreeing with eager."""
+
+    gap_threshold: Annotated[
+        float,
+        typer.Option("--gap-threshold", min=0.0, max=1e6, help="Eager top-1/top-2 logit gap above which a top-1 flip or logprob change fails (below it bf16 noise flips tokens).", rich_help_panel="Accuracy"),
+    ] = GAP_THRESHOLD
+    max_logprob_delta: Annotated[
+        float,
+        typer.Option("--max-logprob-delta", min=0.0, max=1e6, help="Largest |logprob change| of eager's top-1 allowed where the gap is wide.", rich_help_panel="Accuracy"),
+    ] = MAX_LOGPROB_DELTA

@@ -1,0 +1,77 @@
+"""Rendering of the torch engine's reports: capture, validate and calibrate."""
+
+from __future__ import annotations
+
+
+def env_line(rep: dict) -> str:
+    e = rep["environment"]
+    ver = f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
+    gpu = e.get("gpu_name") or "no GPU"
+    return (f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | "
+            f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {rep['model'].get('name')}")
+
+
+def render_capture(rep: dict) -> str:
+    lines = [env_line(rep), f"{'bucket':>8} {'capture s':>10} {'pool GiB':>9}  result"]
+    for r in rep["per_bucket"]:
+        pool = "-" if r["pool_growth_gib"] is None else f"{r['pool_growth_gib']:.4f}"
+        res = "ok" if r["ok"] else f"FAILED: {r['error']}"
+        if r["ok"] and not r["attention_match"]:
+            res += "  (attention differs from eager: " + "; ".join(r["attention_capture"]) + ")"
+        lines.append(f"{r['bucket']:>8} {r['capture_s']:>10.3f} {pool:>9}  {res}")
+    pool = "-" if rep["pool_gib_total"] is None else f"{rep['pool_gib_total']:.3f} GiB"
+    lines.append(f"{rep['graphs']} graphs in {rep['capture_s_total']:.2f} s, pool {pool}")
+    return "\n".join(lines) + "\n"
+
+
+def render_validate(rep: dict) -> str:
+    lines = [env_line(rep),
+             f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}",
+             f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict"]
+    for e in rep["per_bucket"]:
+        if not e["captured"]:
+            lines.append(f"{e['bucket']:>7}  capture FAILED: {e['error']}")
+            continue
+        cs = e["checks"]
+        if not cs:
+            lines.append(f"{e['bucket']:>7}  no size replays in it (all of (b/2, b] go to a smaller bucket)   ok")
+            continue
+        top1 = min(c["top1_agree"] for c in cs)
+        mad = max(c["max_abs_diff"] for c in cs)
+        mlp = max(c["max_logprob_delta"] for c in cs)
+        wide = sum(c["wide_gap_tokens"] for c in cs)
+        fw = sum(c["wide_gap_flips"] for c in cs)
+        fn = sum(c["narrow_gap_flips"] for c in cs)
+        pi = e.get("pad_invariance")
+        pis = "-" if pi is None else ("exact" if pi["ok"] else f"{pi['max_abs_diff']:.2g}")
+        sizes = ",".join(str(s) for s in e["sizes"])
+        lines.append(f"{e['bucket']:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
+                     f"{'same' if e['attention_match'] else 'DIFF':>5}  {'ok' if e['ok'] else 'FAIL'}")
+        if not e["attention_match"]:
+            lines.append(f"         eager:   {'; '.join(e['attention_eager'])}")
+            lines.append(f"         capture: {'; '.join(e['attention_capture'])}")
+    sw = rep.get("image_sweep")
+    if sw:
+        done = [r for r in sw["checks"] if "skipped" not in r]
+        lines.append(
+            f"image sweep {sw['image_px']} px: {len(done)} prefills, new captures {sw['new_captures']}, "
+            f"dynamo recompiles {sw['dynamo_recompiles']} (torch.compile not used), "
+            f"min top1 {min((r['top1_agree'] for r in done), default=1.0):.4f}: {'ok' if sw['ok'] else 'FAIL'}"
+        )
+    lines.append("PASS" if rep["ok"] else "FAIL")
+    return "\n".join(lines) + "\n"
+
+
+def render_calibration(cal) -> str:
+    g = cal.meta.get("gpu", {})
+    s = cal.meta.get("software", {})
+    lines = [f"{g.get('gpu_name') or 'CPU'} | driver {g.get('driver')} | torch {s.get('torch')} | "
+             f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
+             f"model {cal.meta.get('model', {}).get('name')} | {cal.meta.get('engine', {}).get('graph_mode')}",
+             f"{'tokens':>7} {'eager ms':>10} {'graph ms':>10} {'speed-up':>8}"]
+    for t, e, gm in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
+        lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
+    if cal.pool_gib is not None:
+        lines.append(f"pool of the largest graph {cal.pool_gib:.3f} GiB, per further graph {cal.per_graph_gib or 0:.4f} GiB")
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,72 @@
+"""Rendering of a TraceSummary (bcgtune.core.trace_summary): what `bcgtune trace --log` prints."""
+
+from __future__ import annotations
+
+from bcgtune.cli.render.table import count, num
+from bcgtune.core.trace_summary import TraceSummary
+
+
+def render_trace_text(s: TraceSummary) -> str:
+    lines = [
+        f"sources          {count(len(s.sources), 'file')}, {count(s.lines or 0, 'line')}",
+        f"prefill batches  {num(s.batches)}   (decode lines {num(s.decode_lines)}"
+        + (f", legacy decode lines {num(s.legacy_decode_lines)}" if s.legacy_decode_lines else "")
+        + ")",
+        f"distinct sizes   {num(s.distinct_sizes)}",
+        f"forward tokens   {num(s.tokens)}   ({s.forward_tokens_rule or 'as logged'})",
+    ]
+    if s.percentiles:
+        p = s.percentiles
+        lines.append(f"size p50/p90/p99/max  {p.p50} / {p.p90} / {p.p99} / {p.max}")
+    if s.graph:
+        g = s.graph
+        label = "/".join(sorted(g.labels)) or "cuda"
+        lines.append(
+            f"graph flag       {g.replayed_pct:.1f}% replayed ({num(g.replayed)} of "
+            f"{count(g.flagged_batches, 'flagged batch')}; {label} graph)"
+        )
+    else:
+        lines.append("graph flag       not logged (older SGLang: replay unknown per batch)")
+    if s.ranks:
+        shown = ", ".join(f"{r} ({c})" for r, c in list(s.ranks.items())[:8])
+        more = len(s.ranks) - 8
+        lines.append(f"ranks            {shown}" + (f", +{more} more" if more > 0 else ""))
+    lines += _captured(s)
+    for text in s.graph_disabled:
+        lines.append(f"graph disabled   {text}")
+    lines.append(f"malformed prefill lines  {s.malformed.count}")
+    for sample in s.malformed.samples:
+        lines.append(f"  {sample['where']}: {sample['text']}")
+    for n in s.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines) + "\n"
+
+
+def _captured(s: TraceSummary) -> list[str]:
+    cap = s.captured
+    if cap is None:
+        if s.capture_lines:
+            return [f"capture lines    {s.capture_lines} (no complete prefill bucket list among them)"]
+        return []
+    lines = [
+        f"captured buckets {len(cap.buckets)} (target prefill, backend {cap.backend or '?'}; "
+        f"{count(cap.capture_lines, 'capture line')}"
+        + (f", {cap.distinct_lists} different lists: the last one is shown" if cap.distinct_lists > 1 else "")
+        + ")",
+        "  " + " ".join(str(b) for b in cap.buckets),
+    ]
+    has_graph = bool(cap.per_bucket) and cap.per_bucket[0].replayed is not None
+    lines.append("  bucket    served" + ("  replayed  ran eager" if has_graph else ""))
+    for row in cap.per_bucket:
+        if row.served == 0:
+            continue
+        line = f"  {row.bucket:>6}  {row.served:>8}"
+        if has_graph:
+            line += f"  {row.replayed:>8}  {row.ran_eager:>9}"
+        lines.append(line)
+    lines.append(
+        f"  batches the rule serves: {num(cap.servable_batches)}; "
+        f"eager by the rule (no bucket within 2x): {num(cap.not_servable_batches)}; "
+        f"unused buckets: {len(cap.unused_buckets)}"
+    )
+    return lines
