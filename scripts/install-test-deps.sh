@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Installs bcgtune with everything its test suite exercises into the active Python:
-#  - the package with its test and plot extras;
+# Installs bcgtune with everything its test suite exercises into the virtual environment
+# named by $VIRTUAL_ENV, with uv ($UV, default `uv`):
+#  - the package (editable) with its test and lint extras;
 #  - torch 2.13.0 CPU (the engine's eager path and calibration logic run on CPU);
-#  - sglang 0.5.23 WITHOUT its declared dependencies (they pull CUDA torch and GPU
-#    kernels), plus the short list of packages its ServerArgs import needs, so tests can
-#    check flags against SGLang's real argument parser (see shared/docs/sglang-facts.md).
+#  - sglang 0.5.23 WITHOUT its declared dependencies (they pull CUDA torch and GPU kernels),
+#    plus the short list of packages its import needs, so tests check flags against SGLang's
+#    real argument parser, resolve launches with its own code and import its prefill runner;
+#  - transformers, tokenizers and datasets at the versions sglang 0.5.23 pins: the live
+#    tests run the real `python -m sglang.benchmark.serving` client against a stand-in server.
+# Where a local wheel folder exists (/opt/wheels holds the CPU build of torch on this
+# project's machines) it is searched first.
 set -euo pipefail
-python -m pip install -q -e ".[test]"
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q --no-deps "sglang==0.5.23"
-# Checked in a fresh venv (torch 2.13.0 CPU): with these, `from sglang.srt.server_args import
-# ServerArgs` imports and builds its parser; numpy is listed because sglang/srt/utils/common.py
-# imports it (bcgtune depends on it too, but this line should not rely on that).
-python -m pip install -q numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil pybase64 \
-    starlette tqdm packaging pillow IPython
-# tests/test_ladder.py compares with SGLang's own ladder function; its module
-# (srt/arg_groups/cuda_graph_hook.py) imports srt/connector, which imports safetensors.
-python -m pip install -q safetensors
-# Live tests (issue 6) run the real benchmark client, `python -m sglang.benchmark.serving`,
-# against a stand-in server. At import it needs transformers and tokenizers (the versions
-# sglang 0.5.23 pins) and datasets; tests/standin/bench_client.py pre-registers the one
-# GPU-bound module it imports (torchvision/tvm_ffi have no CPU builds on PyPI).
-python -m pip install -q "transformers==5.19.0" "tokenizers==0.23.2" datasets
+UV=${UV:-uv}
+FIND=()
+[ -d /opt/wheels ] && FIND=(--find-links /opt/wheels)
+TORCH="torch==2.13.0"
+"$UV" pip install -q "${FIND[@]}" -e ".[test,lint]" "$TORCH"
+"$UV" pip install -q --no-deps "sglang==0.5.23"
+# What `from sglang.srt.server_args import ServerArgs`, srt/arg_groups (which imports
+# srt/connector -> safetensors) and the prefill runner module need at import on a CPU machine.
+"$UV" pip install -q "${FIND[@]}" "$TORCH" numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil \
+    pybase64 starlette tqdm packaging pillow IPython safetensors \
+    "transformers==5.19.0" "tokenizers==0.23.2" datasets

@@ -85,14 +85,14 @@ ModelPath = Annotated[
 class LayoutOptions:
     """The launch flags that change how SGLang aligns and caps the captured buckets."""
 
-    tp: Annotated[int, typer.Option("--tp", "--tp-size", help="Tensor parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
-    dp: Annotated[int, typer.Option("--dp", "--dp-size", help="Data parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    tp: Annotated[int, typer.Option("--tp", "--tp-size", min=1, max=1 << 20, help="Tensor parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    dp: Annotated[int, typer.Option("--dp", "--dp-size", min=1, max=1 << 20, help="Data parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
     dp_attention: Annotated[bool, typer.Option("--dp-attention", "--enable-dp-attention", help="DP attention: --dp ranks of attention data parallelism.", rich_help_panel="Server layout (SGLang's flags)")] = False
-    attn_dp: Annotated[int, typer.Option("--attn-dp-size", help="Attention data parallel size (the newer spelling of DP attention).", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    attn_dp: Annotated[int, typer.Option("--attn-dp-size", min=1, max=1 << 20, help="Attention data parallel size (the newer spelling of DP attention).", rich_help_panel="Server layout (SGLang's flags)")] = 1
     two_batch_overlap: Annotated[bool, typer.Option("--enable-two-batch-overlap", "--two-batch-overlap", help="Two-batch overlap (buckets x2).", rich_help_panel="Server layout (SGLang's flags)")] = False
     moe_a2a_backend: Annotated[str, typer.Option("--moe-a2a-backend", help="MoE all-to-all backend (none, deepep, mooncake, ...).", rich_help_panel="Server layout (SGLang's flags)")] = "none"
-    moe_dense_tp_size: Annotated[Optional[int], typer.Option("--moe-dense-tp-size", help="Dense-layer TP size under MoE (unset: none).", rich_help_panel="Server layout (SGLang's flags)")] = None
-    attn_cp_size: Annotated[int, typer.Option("--attn-cp-size", help="Attention context parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    moe_dense_tp_size: Annotated[Optional[int], typer.Option("--moe-dense-tp-size", min=1, max=1 << 20, help="Dense-layer TP size under MoE (unset: none).", rich_help_panel="Server layout (SGLang's flags)")] = None
+    attn_cp_size: Annotated[int, typer.Option("--attn-cp-size", min=1, max=1 << 20, help="Attention context parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
 
     def flags(self) -> dict[str, Any]:
         """As SGLang launch flags (snake_case keys), for bcgtune.core.ladder."""

@@ -341,7 +341,7 @@ class _Pricer:
         cal = self.req.calibration
         if cal is not None:
             r.predicted_ms = predicted_time_ms(self.sizes, self.counts, captured, cal, self.req.padding_factor, self.candidates)
-            r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms else None
+            r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms and self.eager_ms is not None else None
             if cal.has_memory and captured:
                 r.graph_mem_gib = float(cal.graph_memory_gib(captured))
         return r

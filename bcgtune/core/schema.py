@@ -60,7 +60,7 @@ def format_loc(loc: Iterable[Any], style: str = "json") -> str:
     return out
 
 
-def _message(err: dict, schema: Any) -> str:
+def _message(err: Any, schema: Any) -> str:
     kind = err.get("type", "")
     msg = str(err.get("msg", "invalid value"))
     if msg.startswith("Input should be "):

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 
 
-def nearest_rank(values, weights, q: float, *, presorted: bool = False):
+def nearest_rank(values, weights, q: float | Fraction, *, presorted: bool = False):
     """The weighted nearest-rank q-th percentile (0 < q <= 100; a float or a Fraction): the smallest value whose
     cumulative weight reaches ceil(q/100 * total). `values` need not be sorted unless
     `presorted`. Raises ValueError on an empty or weightless sample."""

@@ -424,6 +424,7 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
                         f"{where}:{lineno}",
                     )
                 continue
+            assert si is not None  # the header was checked above
             need = max(si, ci if ci is not None else 0) + 1
             if len(row) < need:
                 raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")

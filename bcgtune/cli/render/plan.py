@@ -21,7 +21,8 @@ _FLAG_HINTS = (
 
 def render_plan_text(plan: BucketPlan) -> str:
     lines = _header(plan) + [""] + _comparison(plan) + [""] + _curve(plan) + [""] + _summary(plan) + _notes(plan)
-    lines += ["", plan.flag]
+    if plan.recommended.buckets:
+        lines += ["", plan.flag]
     return "\n".join(lines) + "\n"
 
 
@@ -88,6 +89,11 @@ def _summary(plan: BucketPlan) -> list[str]:
     if n_full:
         line += f" ({num(plan.full_replay_batches)} of {count(plan.trace.batches, 'batch')})"
     m = plan.recommended.metrics
+    if not m.graphs:
+        r = plan.request
+        why = (f"no bucket that is a multiple of {r.align}" + (f" and at most {r.max_bucket}" if r.max_bucket else "")
+               + " replays any traced batch" if r.objective == "padding" else "no graph is predicted to pay for itself")
+        return [line, f"recommended: no graphs ({why}); run prefill eager"]
     return [
         line,
         f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of batches replay, {m.waste_pct:.2f}% padding waste",

@@ -1,0 +1,58 @@
+"""Driving the real CLI in-process, capturing its output without pytest fixtures (so that
+hypothesis can call it many times in one test)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import time
+from dataclasses import dataclass
+
+from bcgtune.cli.app import main
+
+README_EXIT_CODES = {0, 1, 2, 3, 4, 130}
+USER_EXIT_CODES = {0, 1, 2, 3, 130}  # 4 means a bug in bcgtune
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+    seconds: float
+
+
+def cli(args: list[str], stdin: str | None = None) -> Result:
+    """bcgtune's real entry point in-process: exit code, stdout, stderr, wall time."""
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.monotonic()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return Result(code, out.getvalue(), err.getvalue(), time.monotonic() - t0)
+
+
+def assert_one_line_error(r: Result) -> None:
+    """A failure prints exactly one `error:` line on stderr and never a traceback."""
+    assert "Traceback" not in r.err and "Traceback" not in r.out, r.err[-2000:]
+    if r.code != 0:
+        lines = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1, r.err[-2000:]
+        assert len(lines[0]) < 600, lines[0][:600]
+
+
+def digest(paths) -> dict[str, str | None]:
+    out = {}
+    for p in paths:
+        p = str(p)
+        if os.path.isfile(p):
+            with open(p, "rb") as fh:
+                out[p] = hashlib.sha256(fh.read()).hexdigest()
+        else:
+            out[p] = None
+    return out

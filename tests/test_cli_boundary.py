@@ -1,0 +1,268 @@
+"""The CLI boundary: usage errors, the README's exit codes command by command, one line per
+failure, and a regression test for each way a user's input used to crash, run away or
+overwrite an input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import stat
+import sys
+
+import pytest
+
+from cli_helpers import README_EXIT_CODES, assert_one_line_error, cli, digest
+
+import bcgtune.cli.commands.doctor as doctor_cmd
+import bcgtune.cli.commands.drift as drift_cmd
+import bcgtune.cli.commands.suggest as suggest_cmd
+from bcgtune.errors import CheckFailed, ExternalError, InputError
+
+TRACE = "size,count\n100,5\n300,2\n700,1\n"
+
+
+@pytest.fixture()
+def trace_csv(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text(TRACE)
+    return p
+
+
+# ---- usage errors: the parser's own one line, exit 2 ---------------------------------
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["suggest-buckets", "{t}", "--no-such-flag"], "no-such-flag"),
+        (["suggest-buckets", "{t}", "--max-buckets", "abc"], "max-buckets"),
+        (["suggest-buckets", "{t}", "--max-buckets"], "max-buckets"),
+        (["suggest-bucket"], "suggest-bucket"),
+        (["trace", "--log"], "--log"),
+        (["serve"], "--profile"),
+        (["capture", "--warmup", "-3"], "warmup"),
+        (["--no-such-global"], "no-such-global"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(trace_csv, args, needle):
+    r = cli([a.format(t=trace_csv) for a in args])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert needle in r.err
+
+
+def test_no_arguments_prints_help_exit_0():
+    r = cli([])
+    assert r.code == 0 and "suggest-buckets" in r.out and "Usage" in r.out
+
+
+def test_version():
+    r = cli(["--version"])
+    assert r.code == 0 and r.out.startswith("bcgtune ")
+
+
+# ---- the README's exit codes, command by command --------------------------------------
+def _exit_code_cases(tmp_path):
+    """(command line, module, function the command calls into) for every command, with a
+    valid command line: the function is replaced to raise each kind of failure."""
+    t = tmp_path / "t.csv"
+    t.write_text(TRACE)
+    log = tmp_path / "s.log"
+    log.write_text("[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, #cached-token: 0, cuda graph: True\n")
+    return [
+        (["suggest-buckets", str(t)], suggest_cmd, "make_plan"),
+        (["drift", "--profile", "mi355x", "--trace", str(t)], drift_cmd, "drift_report"),
+        (["doctor"], doctor_cmd, "render_text"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (InputError("bad value", "here"), 2),
+        (CheckFailed("check failed", "there"), 1),
+        (ExternalError("the server died", "log: x"), 3),
+        (KeyboardInterrupt(), 130),
+        (RuntimeError("unexpected"), 4),
+        (MemoryError(), 3),
+    ],
+)
+def test_exit_codes_of_each_command(tmp_path, monkeypatch, exc, code):
+    for args, module, name in _exit_code_cases(tmp_path):
+        def boom(*a, **k):
+            raise exc
+
+        with monkeypatch.context() as m:
+            m.setattr(module, name, boom)
+            r = cli(args)
+        assert r.code == code, (args, r.err)
+        assert r.code in README_EXIT_CODES
+        assert_one_line_error(r)
+        if code == 4:
+            assert "--debug" in r.err and "BCGTUNE_DEBUG" in r.err
+
+
+def test_success_exit_0(trace_csv, tmp_path):
+    assert cli(["suggest-buckets", str(trace_csv)]).code == 0
+    assert cli(["doctor"]).code == 0
+
+
+def test_debug_shows_the_traceback(trace_csv, monkeypatch):
+    monkeypatch.setattr(suggest_cmd, "make_plan", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("kaboom")))
+    with pytest.raises(RuntimeError, match="kaboom"):
+        cli(["--debug", "suggest-buckets", str(trace_csv)])
+    monkeypatch.setenv("BCGTUNE_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="kaboom"):
+        cli(["suggest-buckets", str(trace_csv)])
+
+
+# ---- regressions: each used to crash, run away, or pass nonsense ------------------------
+def _write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return p
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("size,count\n1000000000000,1\n", "less than or equal to 2147483647"),
+        ("size,count\n1e30,1\n", "less than or equal to 2147483647"),
+        ("size,count\n100,1180591620717411303424\n", "less than or equal to"),
+        ("[1, 1180591620717411303424]", "less than or equal to 2147483647"),
+        ("[1, 1e30]", "valid integer"),
+        ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "sources": 5}', "sources"),
+        ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": [1, 2]}', "meta"),
+        ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "batches": {"forward_tokens": [1], "timestamp": ["x"]}}', "timestamp"),
+        ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        ('{"format_version": 1, "histogram": {"sizes": [NaN], "counts": [1]}}', "NaN"),
+        ("\x00\x01\x02binary", "binary"),
+        ("size,count\n", "empty"),
+    ],
+)
+def test_hostile_trace_files_are_one_line_exit_2(tmp_path, content, needle):
+    p = _write(tmp_path, "t.txt", content)
+    r = cli(["suggest-buckets", str(p)])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert needle in r.err
+
+
+def test_corrupt_and_truncated_gz(tmp_path):
+    good = gzip.compress(TRACE.encode())
+    for name, data in (("trunc.csv.gz", good[: len(good) // 2]), ("corrupt.csv.gz", b"\x1f\x8b" + b"junk" * 20)):
+        r = cli(["suggest-buckets", str(_write(tmp_path, name, data))])
+        assert r.code == 2, r.err
+        assert_one_line_error(r)
+        assert name in r.err
+
+
+def test_closed_stdin(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", None)
+    r = cli(["suggest-buckets", "-"])
+    assert r.code == 2 and "standard input is closed" in r.err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--seed", "-1"], "--seed"),
+        (["--padding-factor", "nan"], "--padding-factor"),
+        (["--padding-factor", "inf"], "--padding-factor"),
+        (["--compare", "99999999999999999999999"], "2147483647"),
+        (["--max-buckets", "0"], "--max-buckets"),
+        (["--tp", "0"], "--tp"),
+        (["--tp", "-4"], "--tp"),
+        (["--dp", "0"], "--dp"),
+        (["--attn-cp-size", "0"], "--attn-cp-size"),
+        (["--chunked-prefill-size", "0"], "--chunked-prefill-size"),
+        (["--objective", "speed"], "--objective"),
+        (["--objective", "time"], "--calibration"),
+        (["--plot", ""], "empty output path"),
+        (["--align", "0"], "--align"),
+        (["--max-graph-mem", "nan"], "--max-graph-mem"),
+    ],
+)
+def test_nonsense_options_are_refused(trace_csv, extra, needle):
+    r = cli(["suggest-buckets", str(trace_csv), *extra])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert needle in r.err
+
+
+def test_huge_max_buckets_is_clamped_not_a_runaway(trace_csv):
+    r = cli(["suggest-buckets", str(trace_csv), "--max-buckets", "4096", "--json"])
+    assert r.code == 0 and r.seconds < 10
+    obj = json.loads(r.out)
+    assert len(obj["recommended"]["buckets"]) <= 3
+    r = cli(["suggest-buckets", str(trace_csv), "--max-buckets", "1000000000"])
+    assert r.code == 2 and "--max-buckets" in r.err
+
+
+def test_alignment_above_every_size_says_no_graphs(trace_csv):
+    r = cli(["suggest-buckets", str(trace_csv), "--align", "1000000"])
+    assert r.code == 0, r.err
+    assert "--cuda-graph-bs-prefill\n" not in r.out + "\n"
+    assert "no bucket" in r.out
+
+
+def test_dev_zero_as_a_trace_is_refused_fast():
+    r = cli(["suggest-buckets", "/dev/zero"])
+    assert r.code == 2 and r.seconds < 5
+    assert "binary" in r.err
+
+
+# ---- outputs never hurt inputs ---------------------------------------------------------
+def test_outputs_that_are_inputs_are_refused_before_work(tmp_path, trace_csv):
+    log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
+    before = digest([log, trace_csv])
+    for args in (
+        ["trace", "--log", str(log), "-o", str(log)],
+        ["suggest-buckets", str(trace_csv), "--plot", str(trace_csv)],
+        ["suggest-buckets", str(trace_csv), "--write-profile", str(trace_csv)],
+        ["calibrate", "--sizes-from", str(trace_csv), "-o", str(trace_csv), "--model", "tiny"],
+    ):
+        r = cli(args)
+        assert r.code == 2, (args, r.err)
+        assert_one_line_error(r)
+        assert "input of this run" in r.err
+        assert r.seconds < 5
+    assert digest([log, trace_csv]) == before
+
+
+def test_output_to_a_device_a_folder_or_nowhere(tmp_path, trace_csv):
+    log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
+    for target, needle in (
+        ("/dev/full", "not a regular file"),
+        ("/dev/null", "not a regular file"),
+        (str(tmp_path), "folder"),
+        (str(tmp_path / "missing" / "t.json"), "does not exist"),
+        ("", "empty output path"),
+    ):
+        r = cli(["trace", "--log", str(log), "-o", target])
+        assert r.code == 2, (target, r.err)
+        assert needle in r.err
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_output_in_an_unwritable_folder(tmp_path, trace_csv):
+    # /proc refuses new files to every user, root included (a chmod'ed folder would not stop root)
+    r = cli(["suggest-buckets", str(trace_csv), "--plot", "/proc/self/p.png"])
+    assert r.code == 2 and "cannot write" in r.err, r.err
+
+
+def test_workdir_that_is_a_file(tmp_path, trace_csv):
+    r = cli(["validate", "--server", "--profile", "mi355x", "--workdir", str(trace_csv)])
+    assert r.code == 2 and "not a folder" in r.err
+    r = cli(["trace", "--live", "--profile", "mi355x", "--workdir", str(trace_csv)])
+    assert r.code == 2 and "not a folder" in r.err
+
+
+def test_gpu_commands_without_torch(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    for cmd in (["capture", "--buckets", "16"], ["validate", "--buckets", "16"], ["calibrate", "-o", "/tmp/never.json"]):
+        r = cli(cmd)
+        assert r.code == 2, r.err
+        assert "needs torch: pip install 'bcgtune[gpu]'" in r.err
