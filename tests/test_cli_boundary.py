@@ -11,7 +11,6 @@ import stat
 import sys
 
 import pytest
-
 from cli_helpers import README_EXIT_CODES, assert_one_line_error, cli, digest
 
 import bcgtune.cli.commands.doctor as doctor_cmd

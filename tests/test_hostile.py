@@ -11,10 +11,9 @@ import os
 import tempfile
 
 import tomli_w
+from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
 
 SETTINGS = dict(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
