@@ -63,6 +63,7 @@ GPU_ONLY_PACKAGES = (
     "mori",
     "pplx_kernels",
 )
+RUNNER_MODULE = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"
 # A version string for placeholders that libraries compare (transformers checks
 # torchvision's version).
 _PLACEHOLDER_VERSION = "0.28.0"
@@ -146,7 +147,8 @@ def fake_device(device: dict) -> None:
     is imported (several of its modules read the platform at import)."""
     import torch
 
-    mem_bytes = int(float(device["memory_gib"]) * 2**30)
+    known = device.get("memory_gib") is not None
+    mem_bytes = int(float(device["memory_gib"]) * 2**30) if known else 80 * 2**30
     major, minor = (int(x) for x in device["capability"])
     props = types.SimpleNamespace(
         name=device["name"],
@@ -181,7 +183,8 @@ def _answer_memory_queries(device: dict) -> None:
     # or get_amdgpu_memory_capacity (rocminfo), in MiB
     import sglang.srt.utils.common as common
 
-    mib = float(device["memory_gib"]) * 1024
+    # unknown memory: the query fails, and SGLang falls back to its own defaults
+    mib = float(device["memory_gib"]) * 1024 if device.get("memory_gib") is not None else None
     common.get_nvgpu_memory_capacity = lambda: mib
     common.get_amdgpu_memory_capacity = lambda: mib
 
@@ -256,20 +259,17 @@ def resolve_launch(argv: list[str]) -> dict:
 
 
 def _captured_buckets(bs: list[int]) -> list[int]:
-    """model_executor/runner/prefill_cuda_graph_runner.py, get_prefill_num_tokens_to_capture
-    (each bucket rounded up to the capture alignment, deduplicated, sorted); called from
-    the runner module when it imports, else the same map over utils/common.py's
-    get_cuda_graph_max_batch_size."""
-    try:
-        from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import (
-            get_prefill_num_tokens_to_capture,
-        )
+    """model_executor/runner/prefill_cuda_graph_runner.py, get_prefill_num_tokens_to_capture:
+    each bucket rounded up to the capture alignment, deduplicated, sorted. Called from the
+    runner module when it is already imported (importing it costs seconds), else the same
+    map over utils/common.py's get_cuda_graph_max_batch_size, which it is defined as."""
+    runner = sys.modules.get(RUNNER_MODULE)
+    fn = getattr(runner, "get_prefill_num_tokens_to_capture", None)
+    if fn is not None:
+        return [int(b) for b in fn(bs)]
+    from sglang.srt.utils.common import get_cuda_graph_max_batch_size
 
-        return [int(b) for b in get_prefill_num_tokens_to_capture(bs)]
-    except ImportError:
-        from sglang.srt.utils.common import get_cuda_graph_max_batch_size
-
-        return sorted({int(get_cuda_graph_max_batch_size(b)) for b in bs})
+    return sorted({int(get_cuda_graph_max_batch_size(b)) for b in bs})
 
 
 def _one_line(exc: BaseException) -> str:
@@ -293,7 +293,6 @@ def check_flags(req: dict) -> dict:
 
 # --------------------------------------------------------------------------- the runner gate
 QWEN4_EXP_ARCH = "Qwen4ExpForConditionalGeneration"
-RUNNER_MODULE = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"
 
 
 def _load_runner_module(source: str | None):
@@ -530,14 +529,14 @@ def run(request: dict) -> dict:
             result["flags"] = check_flags(request["flags"])
         except Exception as exc:
             result["flags"] = {"ok": None, "error": _one_line(exc)}
-    if "launches" in request:
-        result["launches"] = [resolve_launch(argv) for argv in request["launches"]]
     if "runners" in request:
         try:
             result["runners"] = runner_gates(request["runners"])
         except Exception as exc:
             err = {"ok": False, "imported": None, "error": f"cannot prepare the runner check: {_one_line(exc)}"}
             result["runners"] = [err for _ in request["runners"]["sources"]]
+    if "launches" in request:
+        result["launches"] = [resolve_launch(argv) for argv in request["launches"]]
     result["placeholders"] = sorted(finder.used)
     return result
 
