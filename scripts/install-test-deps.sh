@@ -22,3 +22,11 @@ python -m pip install -q safetensors
 # sglang 0.5.23 pins) and datasets; tests/standin/bench_client.py pre-registers the one
 # GPU-bound module it imports (torchvision/tvm_ffi have no CPU builds on PyPI).
 python -m pip install -q "transformers==5.19.0" "tokenizers==0.23.2" datasets
+# bcgtune asks SGLang itself (bcgtune/adapters/sglang_probe.py): its resolution pipeline
+# (srt/arg_groups/) and its prefill runner module import these CPU packages beyond the
+# parser's list (versions as sglang 0.5.23 pins them where it does). Two are installed
+# without their dependencies so they cannot replace torch or transformers. The GPU-only
+# packages (torchvision's CUDA build, sgl_kernel, flashinfer, ...) are not installed: the
+# probe puts inert placeholders in their place.
+python -m pip install -q loguru gguf einops "sentencepiece==0.2.1" "openai==2.8.0" partial_json_parser
+python -m pip install -q --no-deps "compressed-tensors==0.18.0" "apache-tvm-ffi==0.1.11"
