@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from proc_helpers import run_cli
 
 from bcgtune.adapters.doctor import (
     GateReport,
@@ -21,14 +22,13 @@ from bcgtune.adapters.doctor import (
 )
 from bcgtune.adapters.profiles import load_profile, parse_profile
 from bcgtune.adapters.sglang_resolve import (
+    _PROBE_CONFIG_DIR,
     FlagCheck,
     ResolvedPrefill,
     RunnerAnswers,
-    _PROBE_CONFIG_DIR,
     run_probe,
     sglang_installed,
 )
-from proc_helpers import run_cli
 
 RUNNERS = Path(__file__).parent / "data" / "runner"
 EXPECTED = {
@@ -253,8 +253,20 @@ def test_doctor_without_sglang_falls_back(monkeypatch):
     assert (g.state, g.method) == ("unpatched", "source reading") and "sglang is not installed" in g.detail
     assert report.resolved_prefill.source == "bcgtune model"
     assert report.resolved_prefill.buckets == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
-    codes = {f.code for f in report.findings}
-    assert "qwen-mm-unpatched-runner" in codes and "flags-unchecked" not in codes  # nothing was asked
+    found = {f.code: f for f in report.findings}
+    assert "qwen-mm-unpatched-runner" in found
+    assert found["flags-unchecked"].severity == "info" and "sglang is not installed" in found["flags-unchecked"].message
+
+
+def test_doctor_reports_a_profile_serve_refuses_before_any_flag(monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)
+    monkeypatch.setattr(sr, "run_probe", lambda request, timeout: {"sglang_version": "0.5.23", "runners": []})
+    prof = parse_profile('[profile]\nname = "t"\nplatform = "cuda"\n', "t.toml")  # no model: serve refuses
+    report = run_doctor(prof, runner_path=RUNNERS / "unpatched_0.5.23.py")
+    found = {f.code: f for f in report.findings}
+    assert found["flag-refused"].severity == "blocking" and "no model" in found["flag-refused"].message
 
 
 # ------------------------------------------------------------------ CLI, SGLang asked

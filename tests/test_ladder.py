@@ -7,7 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from bcgtune.adapters.sglang_flags import layout_from_server_flags, prefill_launch_from_server_flags
+from bcgtune.adapters.sglang_flags import (
+    layout_from_server_flags,
+    prefill_launch_from_server_flags,
+)
 from bcgtune.core.ladder import (
     ParallelLayout,
     PrefillLaunch,
@@ -188,8 +191,8 @@ def test_alignment_matches_sglang(monkeypatch):
     pytest.importorskip("sglang.srt.server_args")
     import sys
 
-    import sglang.srt.utils.common as common
     from sglang.srt.runtime_context import derive_attn_tp_size
+    from sglang.srt.utils import common
 
     # sglang.srt.layers.moe.utils imports torchvision through the model configs; the
     # alignment code only asks the backend these questions (layers/moe/utils.py).

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bcgtune.adapters.hardware import gpu_for
 from bcgtune.adapters.launcher import build_server_command
 from bcgtune.adapters.profiles import Profile
 from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
@@ -32,7 +33,6 @@ from bcgtune.adapters.sglang_resolve import (
     run_probe,
     sglang_installed,
 )
-from bcgtune.adapters.hardware import gpu_for
 from bcgtune.core.ladder import resolve_prefill_capture
 
 DATA = Path(__file__).parent / "data"
@@ -233,3 +233,14 @@ def test_resolve_prefill_asks_sglang(tmp_path):
     assert r.source == "sglang 0.5.23" and r.fallback_reason is None
     assert (r.backend, r.buckets, r.alignment) == ("breakable", (104, 304, 1000), 2)
     assert any("divisible by 8" in n for n in r.notes)
+
+
+def test_serve_dry_run_lines(monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    prof = _profile({"tp": 2, "enable-two-batch-overlap": True}, [256, 512], "cuda", "h200", _PROBE_CONFIG_DIR)
+    lines = sr.describe_launch_prefill(prof)
+    assert lines[0] == "prefill graphs (bcgtune model; SGLang not asked: sglang is not installed):"
+    assert "backend    disabled: SGLang turns breakable prefill graphs off with two-batch overlap" in lines[1]
+    assert lines[2] == "  captures   nothing"

@@ -8,7 +8,8 @@ Defaults are SGLang 0.5.23's (srt/arg_groups/fields/parallel.py, exec_.py, memor
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bcgtune.adapters.profiles import snake
 from bcgtune.core.ladder import PREFILL_BACKENDS, ParallelLayout, PrefillLaunch
@@ -82,7 +83,7 @@ def layout_from_server_flags(flags: Mapping[str, Any], *, is_hip: bool = False) 
             "with attention DP are not supported by SGLang",
             "attn_dp_size",
         )
-    layout.attn_tp_size  # validates divisibility
+    _ = layout.attn_tp_size  # raises when tp is not a multiple of attention DP x CP
     return layout
 
 

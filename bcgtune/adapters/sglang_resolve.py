@@ -23,9 +23,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bcgtune.adapters.hardware import GpuSpec, gpu_for
 
@@ -376,7 +377,7 @@ def ask_sglang(
 
     model = model or (profile.model if profile is not None else None)
     if not sglang_installed():
-        return _unasked(profile, model, "sglang is not installed", resolve, runner_sources)
+        return _unasked(profile, model, "sglang is not installed", resolve, runner_sources, check_flags)
     request: dict[str, Any] = {}
     notes: list[str] = []
     if profile is not None:
@@ -385,11 +386,12 @@ def ask_sglang(
         request["device"] = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
     config_dir, config_why = locate_model_config(model) if (resolve and profile is not None) else (None, None)
     cmd = None
+    refused: InputError | None = None
     if profile is not None and (resolve or check_flags):
         try:
-            cmd = build_server_command(profile, model=model or "model-not-set")
-        except InputError:
-            cmd = None
+            cmd = build_server_command(profile, model=model)
+        except InputError as exc:  # serve refuses before any flag is checked
+            refused = exc
     if resolve and profile is not None and config_dir is not None and cmd is not None:
         argv = list(cmd.argv[3:])
         argv[argv.index("--model-path") + 1] = str(config_dir)
@@ -408,7 +410,10 @@ def ask_sglang(
             "sources": [None if s is None else str(Path(s).resolve()) for s in runner_sources],
         }
     if len(request) == 1:  # nothing but the device: nothing to ask
-        return _unasked(profile, model, config_why or "nothing to ask", resolve, runner_sources)
+        answers = _unasked(profile, model, config_why or "nothing to ask", resolve, runner_sources, False)
+        if check_flags and refused is not None:
+            answers = replace(answers, flags=FlagCheck(False, refused.what, refused.where))
+        return answers
     result = run_probe(request, timeout=timeout)
     version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
     error = result.get("error") if isinstance(result.get("error"), str) else None
@@ -425,7 +430,7 @@ def ask_sglang(
                 profile.platform, _backend_explicit(profile),
             )
             if resolved is not None and notes:
-                resolved = ResolvedPrefill(**{**resolved.__dict__, "notes": tuple(notes) + resolved.notes})
+                resolved = replace(resolved, notes=tuple(notes) + resolved.notes)
             why = None if resolved is not None else "SGLang's answer was incomplete"
         elif launch is not None:
             why = f"SGLang refused the launch: {launch.get('error')}"
@@ -454,7 +459,9 @@ def ask_sglang(
     flags = None
     if check_flags:
         f = result.get("flags")
-        if cmd is None:
+        if refused is not None:
+            flags = FlagCheck(False, refused.what, refused.where)
+        elif cmd is None:
             flags = None
         elif isinstance(f, dict) and f.get("ok") is True:
             flags = FlagCheck(True)
@@ -474,14 +481,15 @@ def _jsonable(v):
     return str(v)
 
 
-def _unasked(profile, model, why: str, resolve: bool, runner_sources) -> SglangAnswers:
+def _unasked(profile, model, why: str, resolve: bool, runner_sources, check_flags: bool = False) -> SglangAnswers:
     resolved = None
     if resolve and profile is not None:
         config_dir, _ = locate_model_config(model)
         _, notes = _device(profile)
         resolved = resolve_with_model(profile, model, fallback_reason=why, config_dir=config_dir, extra_notes=notes)
     runners = tuple(RunnerAnswers(False, False, {}, why) for _ in runner_sources)
-    return SglangAnswers(None, resolved, runners, None, why)
+    flags = FlagCheck(None, why) if check_flags and profile is not None else None
+    return SglangAnswers(None, resolved, runners, flags, why)
 
 
 def resolve_prefill(profile, model: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> ResolvedPrefill:
