@@ -17,7 +17,6 @@ from bcgtune.core.ladder import (
     align_buckets,
     deepep_breakable_ladder,
     default_chunked_prefill_size,
-    default_prefill_max_bs,
     layout_alignment,
     resolve_prefill_capture,
     sglang_default_ladder,
@@ -47,12 +46,15 @@ def test_chunked_prefill_defaults():
 
 
 def test_prefill_max_bs():
-    assert default_prefill_max_bs(16384) == 16384
-    assert default_prefill_max_bs(16384, mla_backend=True) == 8192
-    assert default_prefill_max_bs(16384, pp_size=2) == 8192
-    assert default_prefill_max_bs(16384, pp_size=2, breakable=False) == 16384
-    assert default_prefill_max_bs(8192, max_total_tokens=5000) == 5000
-    assert default_prefill_max_bs(16384, attn_dp_size=4) == 4096
+    def max_bs(chunk, **kw):
+        return resolve_prefill_capture(PrefillLaunch(chunked_prefill_size=chunk, **kw)).max_bs
+
+    assert max_bs(16384) == 16384
+    assert max_bs(16384, mla=True) == 8192
+    assert max_bs(16384, pp_size=2, backend="breakable") == 8192
+    assert max_bs(16384, pp_size=2, backend="full") == 16384
+    assert max_bs(8192, max_total_tokens=5000) == 5000
+    assert max_bs(16384, layout=ParallelLayout(tp=4, attn_dp=4)) == 4096
 
 
 def test_alignment_cases():

@@ -47,11 +47,16 @@ def sglang_default_ladder(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
+def deepep_round(buckets) -> list[int]:
+    """cuda_graph_hook.py, apply_deepep_adjustments: under DeepEP with breakable graphs
+    every bucket is rounded up to a multiple of 8 (capture hangs otherwise), deduplicated."""
+    return sorted({ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE) for b in buckets})
+
+
 def deepep_breakable_ladder(max_bs: int = 2048) -> list[int]:
-    """DeepEP + breakable with no explicit list (cuda_graph_hook.py, apply_deepep_adjustments):
-    the ladder for `--cuda-graph-max-bs-prefill` or, unset, 2048, every bucket rounded up
-    to a multiple of 8 (deduplicated)."""
-    return sorted({ceil_to(s, 8) for s in sglang_default_ladder(max_bs)})
+    """DeepEP + breakable with no explicit list: the ladder for
+    `--cuda-graph-max-bs-prefill` or, unset, 2048, rounded by deepep_round."""
+    return deepep_round(sglang_default_ladder(max_bs))
 
 
 def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
@@ -71,31 +76,8 @@ def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
 
 # memory_hook.py: _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS
 PP_BREAKABLE_PREFILL_MAX_BS = 8192
-
-
-def default_prefill_max_bs(
-    chunked_prefill_size: int,
-    *,
-    mla_backend: bool = False,
-    pp_size: int = 1,
-    breakable: bool = True,
-    max_total_tokens: int | None = None,
-    attn_dp_size: int = 1,
-) -> int:
-    """The prefill ladder's max when neither --cuda-graph-max-bs-prefill nor a list is
-    given: chunked_prefill_size (MLA: min(8192, it)), capped at 8192 for PP + breakable and
-    at --max-total-tokens (memory_hook.py); under attention DP, chunked_prefill_size is
-    divided by attn_dp_size and the max re-clamped to it (parallel_hook.py,
-    handle_data_parallelism). `chunked_prefill_size` is the launch value (before the DP
-    division), e.g. default_chunked_prefill_size(gpu_mem)."""
-    max_bs = min(8192, chunked_prefill_size) if mla_backend else chunked_prefill_size
-    if pp_size > 1 and breakable:
-        max_bs = min(max_bs, PP_BREAKABLE_PREFILL_MAX_BS)
-    if max_total_tokens is not None:
-        max_bs = min(max_bs, max_total_tokens)
-    if attn_dp_size > 1:
-        max_bs = min(max_bs, chunked_prefill_size // attn_dp_size)
-    return max_bs
+# cuda_graph_hook.py, apply_deepep_adjustments
+DEEPEP_BUCKET_MULTIPLE = 8
 
 
 # MoE all-to-all backends whose DP bookkeeping always needs the gathered buffer under
@@ -204,9 +186,8 @@ PREFILL_BACKENDS = ("breakable", "full", "disabled")
 # disable_breakable_cudagraph_if_incompatible: MoE all-to-all backends validated with
 # breakable prefill graphs; any other one turns them off unless the backend was chosen.
 BREAKABLE_VALIDATED_A2A = ("none", "deepep", "megamoe", "flashinfer")
-# apply_deepep_adjustments: DeepEP capture hangs on buckets that are not multiples of 8;
-# with no list it starts from the ladder for --cuda-graph-max-bs-prefill or this max.
-DEEPEP_BUCKET_MULTIPLE = 8
+# apply_deepep_adjustments: with no list, the DeepEP ladder starts from the ladder for
+# --cuda-graph-max-bs-prefill or this max.
 DEEPEP_DEFAULT_MAX_BS = 2048
 # handle_gpu_memory_settings: MLA models cap the ladder at 8192 tokens, "llama-2" model
 # paths at 4096.
@@ -333,7 +314,7 @@ def resolve_prefill_capture(launch: PrefillLaunch) -> PrefillCapture:
     # apply_deepep_adjustments
     if a2a == "deepep" and backend == "breakable":
         src = buckets if buckets is not None else _ladder_or_empty(max_bs or DEEPEP_DEFAULT_MAX_BS)
-        rounded = sorted({ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE) for b in src})
+        rounded = deepep_round(src)
         if rounded != sorted(src):
             if launch.buckets is not None:
                 moved = [f"{b}->{ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE)}" for b in sorted(set(src)) if b % DEEPEP_BUCKET_MULTIPLE]
