@@ -37,6 +37,7 @@ from bcgtune.core.ladder import resolve_prefill_capture
 
 DATA = Path(__file__).parent / "data"
 MLA_CONFIG = DATA / "models" / "deepseek-v2-mla-tiny"
+MOE_CONFIG = DATA / "models" / "qwen3-moe-tiny"
 
 # (tp, dp, extra flags): replicas, attention DP in both spellings, and plain TP
 LAYOUTS = [
@@ -84,6 +85,13 @@ SPECIAL = [
     ("h200", "plain", {"tp-size": 4, "enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "breakable",
                        "moe-a2a-backend": "deepep"}, [100, 301]),
     ("h200", "plain", {"tp-size": 4, "attn-cp-size": 2}, None),
+    # DeepEP v2 turns prefill graphs off even when breakable is chosen (it needs a model
+    # registered for it and a per-rank budget of 128 tokens); MoRI is not validated
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "deepep_v2", "cuda-graph-backend-prefill": "breakable",
+                     "chunked-prefill-size": 128, "max-prefill-tokens": 128, "cuda-graph-max-bs-decode": 64}, None),
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096}, None),
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096,
+                     "cuda-graph-backend-prefill": "breakable"}, [100, 301]),
     # pplx needs attention DP and at most 128 tokens per rank: SGLang turns graphs off with it
     ("h200", "plain", {"tp-size": 8, "attn-dp-size": 8, "moe-a2a-backend": "pplx", "chunked-prefill-size": 1024}, None),
     ("h200", "plain", {"tp-size": 4, "attn-cp-size": 2, "cuda-graph-backend-prefill": "breakable"}, [100, 301]),
@@ -95,7 +103,7 @@ def _grid(tmp: Path) -> list[tuple[str, Profile]]:
     llama2 = tmp / "Llama-2-7b-shaped"
     llama2.mkdir(exist_ok=True)
     shutil.copy(plain / "config.json", llama2 / "config.json")
-    models = {"plain": plain, "mla": MLA_CONFIG, "llama2": llama2}
+    models = {"plain": plain, "mla": MLA_CONFIG, "moe": MOE_CONFIG, "llama2": llama2}
     out = []
     chunk_i, list_i = itertools.cycle(CHUNKS), itertools.cycle(LISTS)
     for (tp, dp, extra), a2a, tbo, explicit in itertools.product(LAYOUTS, A2A, (False, True), (False, True)):
@@ -147,8 +155,8 @@ def test_fallback_model_equals_sglang_resolution(tmp_path):
     grid = _grid(tmp_path)
     # the grid's size, recorded: 7 layouts x 4 a2a backends x two-batch overlap on/off x
     # backend default/explicit (112, with chunk sizes and lists cycled through them) plus
-    # 27 special launches
-    assert len(grid) == 139
+    # 30 special launches
+    assert len(grid) == 142
     by_device: dict[str, list[int]] = {}
     for i, (hw, _p) in enumerate(grid):
         by_device.setdefault(hw, []).append(i)
