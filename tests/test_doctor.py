@@ -311,3 +311,16 @@ def test_find_runner_source_path():
     if info.get("installed"):
         assert find_runner_source(info["path"]).name == "prefill_cuda_graph_runner.py"
     assert find_runner_source("") is None
+
+
+def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatch):
+    import bcgtune.adapters.doctor as doc
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    monkeypatch.setattr(doc, "sglang_info", lambda: {"installed": False})
+    prof = _profile('tp-size = "two"')
+    report = run_doctor(prof, runner_path=RUNNERS / "unpatched_0.5.23.py")
+    found = {f.code: f for f in report.findings}
+    assert found["launch-invalid"].severity == "blocking" and "'two'" in found["launch-invalid"].message
+    assert report.resolved_prefill is None

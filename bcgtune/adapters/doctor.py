@@ -343,20 +343,25 @@ def profile_findings(
     check on the launch (None: not run)."""
     from bcgtune.adapters.sglang_resolve import resolve_with_model
 
+    from bcgtune.errors import InputError
+
     out: list[Finding] = []
     server = profile.server
     model = model or profile.model
-    if resolved is None:
-        resolved = resolve_with_model(profile, model, fallback_reason="not asked")
-    qwen = model_is_qwen4_exp(model)
-    spec = server.get("speculative_algorithm")
-    spec_on = bool(spec) and str(spec).upper() not in ("NONE", "FALSE")
-
     if flags is not None and flags.ok is False:
         where = f" ({flags.where})" if flags.where else ""
         out.append(Finding(BLOCKING, "flag-refused", f"serve refuses this launch: {flags.message}{where}"))
     elif flags is not None and flags.ok is None:
         out.append(Finding(INFO, "flags-unchecked", f"flags not checked against SGLang's parser: {flags.message}"))
+    if resolved is None:
+        try:
+            resolved = resolve_with_model(profile, model, fallback_reason="not asked")
+        except InputError as exc:
+            out.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {exc}"))
+            return out
+    qwen = model_is_qwen4_exp(model)
+    spec = server.get("speculative_algorithm")
+    spec_on = bool(spec) and str(spec).upper() not in ("NONE", "FALSE")
 
     explicit = any(
         k in server for k in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph", "disable_cuda_graph")

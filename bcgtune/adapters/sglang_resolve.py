@@ -437,7 +437,7 @@ def ask_sglang(
         elif why is None:
             why = "the launch could not be built from the profile"
         if resolved is None:
-            resolved = resolve_with_model(profile, model, fallback_reason=why, config_dir=config_dir, extra_notes=notes)
+            resolved = _model_or_none(profile, model, why, config_dir, notes)
 
     runners = []
     raw_runners = result.get("runners")
@@ -473,6 +473,17 @@ def ask_sglang(
     return SglangAnswers(version, resolved, tuple(runners), flags, error, tuple(str(p) for p in placeholders))
 
 
+def _model_or_none(profile, model, why, config_dir, notes) -> ResolvedPrefill | None:
+    """The fallback model's answer; None when the launch's own values are invalid (the
+    caller reports that, e.g. doctor as a blocking finding)."""
+    from bcgtune.errors import InputError
+
+    try:
+        return resolve_with_model(profile, model, fallback_reason=why, config_dir=config_dir, extra_notes=notes)
+    except InputError:
+        return None
+
+
 def _jsonable(v):
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
@@ -486,7 +497,7 @@ def _unasked(profile, model, why: str, resolve: bool, runner_sources, check_flag
     if resolve and profile is not None:
         config_dir, _ = locate_model_config(model)
         _, notes = _device(profile)
-        resolved = resolve_with_model(profile, model, fallback_reason=why, config_dir=config_dir, extra_notes=notes)
+        resolved = _model_or_none(profile, model, why, config_dir, notes)
     runners = tuple(RunnerAnswers(False, False, {}, why) for _ in runner_sources)
     flags = FlagCheck(None, why) if check_flags and profile is not None else None
     return SglangAnswers(None, resolved, runners, flags, why)
@@ -497,7 +508,8 @@ def resolve_prefill(profile, model: str | None = None, *, timeout: float = DEFAU
     [profile].model): SGLang's own resolution when it can be asked, else bcgtune's model
     of its rules with the reason."""
     answers = ask_sglang(profile, model, resolve=True, timeout=timeout)
-    assert answers.resolved is not None
+    if answers.resolved is None:  # the launch's values are invalid: say which
+        return resolve_with_model(profile, model, fallback_reason=answers.error)
     return answers.resolved
 
 
