@@ -324,3 +324,13 @@ def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatc
     found = {f.code: f for f in report.findings}
     assert found["launch-invalid"].severity == "blocking" and "'two'" in found["launch-invalid"].message
     assert report.resolved_prefill is None
+
+
+def test_effective_prefill_backend_follows_the_model():
+    from bcgtune.adapters.doctor import effective_prefill_backend
+
+    assert effective_prefill_backend({}, "cuda") == ("breakable", False)
+    assert effective_prefill_backend({}, "rocm") == ("disabled", False)
+    assert effective_prefill_backend({"cuda_graph_backend_prefill": "breakable"}, "rocm") == ("breakable", True)
+    assert effective_prefill_backend({"enable_two_batch_overlap": True}, "cuda") == ("disabled", False)
+    assert effective_prefill_backend({"disable_prefill_cuda_graph": True}, "cuda") == ("disabled", True)

@@ -319,6 +319,19 @@ def model_is_qwen4_exp(model: str | None) -> bool | None:
     return None
 
 
+def effective_prefill_backend(server: dict, platform_name: str) -> tuple[str, bool]:
+    """(backend, explicit) for a [server] table, by bcgtune's model of SGLang's resolution
+    (bcgtune.core.ladder.resolve_prefill_capture; no SGLang needed): "disabled" whenever
+    nothing would be captured. `explicit`: the launch chose the backend or switched graphs
+    off. For what SGLang itself resolves, use sglang_resolve.resolve_prefill."""
+    from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+    from bcgtune.core.ladder import resolve_prefill_capture
+
+    launch = prefill_launch_from_server_flags(server, platform=platform_name)
+    cap = resolve_prefill_capture(launch)
+    return (cap.backend if cap.captured else "disabled"), (launch.backend is not None or launch.backend_forced_off)
+
+
 def _moved(requested: list[int], captured: tuple[int, ...]) -> list[str]:
     cap = sorted(captured)
     out = []
