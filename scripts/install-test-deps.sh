@@ -17,8 +17,16 @@ FIND=()
 TORCH="torch==2.13.0"
 "$UV" pip install -q "${FIND[@]}" -e ".[test,lint]" "$TORCH"
 "$UV" pip install -q --no-deps "sglang==0.5.23"
-# What `from sglang.srt.server_args import ServerArgs`, srt/arg_groups (which imports
-# srt/connector -> safetensors) and the prefill runner module need at import on a CPU machine.
+# What `from sglang.srt.server_args import ServerArgs` needs at import on a CPU machine, and
+# srt/arg_groups (its resolution hooks import srt/connector -> safetensors).
 "$UV" pip install -q "${FIND[@]}" "$TORCH" numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil \
     pybase64 starlette tqdm packaging pillow IPython safetensors \
     "transformers==5.19.0" "tokenizers==0.23.2" datasets
+# bcgtune asks SGLang itself (bcgtune/adapters/sglang_probe.py): its resolution pipeline and
+# its prefill runner module import these CPU packages beyond the parser's list (versions as
+# sglang 0.5.23 pins them where it does). Two are installed without their dependencies so
+# they cannot replace torch or transformers. The GPU-only packages (torchvision's CUDA build,
+# sgl_kernel, flashinfer, ...) are not installed: the probe puts inert placeholders in their
+# place.
+"$UV" pip install -q "${FIND[@]}" "$TORCH" loguru gguf einops "sentencepiece==0.2.1" "openai==2.8.0" partial_json_parser
+"$UV" pip install -q --no-deps "compressed-tensors==0.18.0" "apache-tvm-ffi==0.1.11"

@@ -1,109 +1,151 @@
-"""`bcgtune doctor`: the runner-gate classification on the real sglang 0.5.23 source and
-on a copy patched as shared/seeds/000 describes, plus absent/unknown; profile findings;
-exit codes and --json."""
+"""`bcgtune doctor`: the runner gate classified by the runner's own behaviour (copies of
+the 0.5.23 runner in tests/data/runner, see SOURCES.md there), the `ast` reading kept as
+the fallback, profile findings on what the server will resolve, serve's flag refusals as
+blocking findings, exit codes and --json."""
 
 import json
 from pathlib import Path
 
 import pytest
+from proc_helpers import run_cli
 
 from bcgtune.adapters.doctor import (
+    GateReport,
+    classify_gate,
     find_runner_source,
+    gate_report,
     model_is_qwen4_exp,
     profile_findings,
+    run_doctor,
     runner_gate_state,
     sglang_info,
 )
 from bcgtune.adapters.profiles import load_profile, parse_profile
-from bcgtune.cli.app import main
-from proc_helpers import run_cli
+from bcgtune.adapters.sglang_resolve import (
+    _PROBE_CONFIG_DIR,
+    FlagCheck,
+    ResolvedPrefill,
+    RunnerAnswers,
+    run_probe,
+    sglang_installed,
+)
 
-UNPATCHED_INIT = "self._qwen_bcg_mtp_draft = qwen_bcg and model_runner.is_draft_worker"
-PATCHED_INIT = "self._qwen_bcg_multimodal_eager = (\n            qwen_bcg and model_runner.spec_algorithm.is_speculative()\n        )"
-UNPATCHED_GATE = """        if contains_mm_inputs and (
-            self._qwen_bcg_hc_sidechannel or self._qwen_bcg_mtp_draft
-        ):
-            return False"""
-PATCHED_GATE = """        if contains_mm_inputs and self._qwen_bcg_multimodal_eager:
-            return False"""
+RUNNERS = Path(__file__).parent / "data" / "runner"
+EXPECTED = {
+    "unpatched_0.5.23.py": "unpatched",
+    "patched_as_proposed.py": "patched",
+    "patched_nested_if.py": "patched",
+    "patched_local_variable.py": "patched",
+    "patched_renamed_flag.py": "patched",
+    "patched_check_in_gate.py": "patched",
+    "inverted_condition.py": "inverted",
+    "refusal_removed.py": "refusal-removed",
+}
+H200 = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
 
 
+def test_every_runner_copy_has_an_expectation():
+    assert sorted(p.name for p in RUNNERS.glob("*.py")) == sorted(EXPECTED)
+
+
+# ------------------------------------------------------------------ the gate, by behaviour
 @pytest.fixture(scope="module")
-def real_runner() -> Path:
-    info = sglang_info()
-    if not info.get("installed"):
+def runner_answers():
+    """One child process builds every copy's PrefillCudaGraphRunner and asks it."""
+    if not sglang_installed():
         pytest.skip("sglang not installed")
-    path = find_runner_source(info["path"])
-    if info.get("version") != "0.5.23":
-        pytest.skip(f"needs sglang 0.5.23, found {info.get('version')}")
-    return path
+    names = sorted(EXPECTED)
+    result = run_probe(
+        {"device": H200, "runners": {"config_dir": str(_PROBE_CONFIG_DIR),
+                                     "sources": [str(RUNNERS / n) for n in names] + [None]}},
+        timeout=600,
+    )
+    assert "error" not in result, result["error"]
+    return dict(zip(names + ["installed"], result["runners"]))
 
 
-def test_real_0_5_23_runner_is_unpatched(real_runner):
-    g = runner_gate_state(real_runner)
-    assert g.state == "unpatched" and "_qwen_bcg_hc_sidechannel" in g.detail and g.path == str(real_runner)
+@pytest.mark.sglang
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_copies_classified_by_behaviour(runner_answers, name):
+    r = runner_answers[name]
+    assert r["ok"], r.get("error")
+    g = gate_report(RunnerAnswers(True, True, r["answers"]), RUNNERS / name)
+    assert (g.state, g.method) == (EXPECTED[name], "behaviour"), (r["answers"], g.detail)
+    # every copy still replays text batches, with and without speculative decoding
+    assert r["answers"]["text_spec_off"] and r["answers"]["text_spec_on"]
 
 
-def _patched_copy(real_runner, tmp_path) -> Path:
-    src = real_runner.read_text()
-    assert src.count(UNPATCHED_INIT) == 1 and src.count(UNPATCHED_GATE) == 1
-    out = tmp_path / "prefill_cuda_graph_runner.py"
-    out.write_text(src.replace(UNPATCHED_INIT, PATCHED_INIT).replace(UNPATCHED_GATE, PATCHED_GATE))
-    return out
+@pytest.mark.sglang
+def test_installed_0_5_23_runner_is_unpatched_by_behaviour(runner_answers):
+    if sglang_info().get("version") != "0.5.23":
+        pytest.skip("needs sglang 0.5.23")
+    r = runner_answers["installed"]
+    assert r["ok"] and r["answers"] == {
+        "image_spec_off": False, "text_spec_off": True, "image_spec_on": False, "text_spec_on": True,
+    }
 
 
-def test_patched_copy(real_runner, tmp_path):
-    g = runner_gate_state(_patched_copy(real_runner, tmp_path))
-    assert g.state == "patched", g.detail
+def test_classification_table():
+    def ans(img_off, img_on, text=True):
+        return {"image_spec_off": img_off, "image_spec_on": img_on, "text_spec_off": text, "text_spec_on": text}
+
+    assert classify_gate(ans(True, False))[0] == "patched"
+    assert classify_gate(ans(False, False))[0] == "unpatched"
+    assert classify_gate(ans(True, True))[0] == "refusal-removed"
+    assert classify_gate(ans(False, True))[0] == "inverted"
+    assert classify_gate(ans(True, False, text=False))[0] == "unknown"  # the stand-ins replay nothing
+    assert classify_gate({"image_spec_off": True})[0] == "unknown"
 
 
-def test_patched_flag_not_from_speculative_is_unknown(real_runner, tmp_path):
-    p = _patched_copy(real_runner, tmp_path)
-    p.write_text(p.read_text().replace("model_runner.spec_algorithm.is_speculative()", "True"))
-    assert runner_gate_state(p).state == "unknown"
+def test_a_runner_that_imports_but_cannot_run_is_unknown():
+    g = gate_report(RunnerAnswers(False, True, {}, "cannot run the runner: KeyError: 'x'"), "r.py")
+    assert (g.state, g.method) == ("unknown", "behaviour") and "KeyError" in g.detail
 
 
-def test_absent_gate(tmp_path):
+# ------------------------------------------------------------------ the ast reading (fallback)
+def _src(name):
+    return RUNNERS / name
+
+
+def test_reading_when_the_module_does_not_import(tmp_path):
+    g = gate_report(RunnerAnswers(False, False, {}, "sglang is not installed"), _src("unpatched_0.5.23.py"))
+    assert (g.state, g.method) == ("unpatched", "source reading")
+    assert "read from the source, not run: sglang is not installed" in g.detail
+    assert gate_report(None, _src("patched_as_proposed.py")).state == "patched"
+
+
+def test_reading_shapes(tmp_path):
+    assert runner_gate_state(_src("unpatched_0.5.23.py")).state == "unpatched"
+    assert runner_gate_state(_src("patched_as_proposed.py")).state == "patched"
+    # the reading only knows one spelling: this is why behaviour is asked first
+    assert runner_gate_state(_src("patched_local_variable.py")).state == "unknown"
     p = tmp_path / "r.py"
     p.write_text(
         "class PrefillCudaGraphRunner:\n"
         "    def __init__(self, model_runner):\n        self.x = 1\n"
         "    def can_replay_locally(self, *, contains_mm_inputs=False, num_tokens=None):\n"
-        "        if num_tokens is None:\n            return True\n        return True\n"
+        "        return True\n"
     )
     assert runner_gate_state(p).state == "absent"
-
-
-@pytest.mark.parametrize(
-    "text, detail",
-    [
+    for text, detail in [
         (None, "not found"),
         ("def broken(:\n", "cannot parse"),
         ("class Other:\n    pass\n", "PrefillCudaGraphRunner not found"),
         ("class PrefillCudaGraphRunner:\n    def __init__(self):\n        pass\n", "can_replay_locally"),
-        (
-            "class PrefillCudaGraphRunner:\n"
-            "    def __init__(self, mr):\n        self._qwen_bcg_new = True\n"
-            "    def can_replay_locally(self, *, contains_mm_inputs=False):\n"
-            "        if contains_mm_inputs and self._qwen_bcg_new:\n            return False\n        return True\n",
-            "unrecognized gate",
-        ),
-    ],
-)
-def test_unknown_cases(tmp_path, text, detail):
-    p = tmp_path / "r.py"
-    if text is not None:
-        p.write_text(text)
-    g = runner_gate_state(p)
-    assert g.state == "unknown" and detail in g.detail
+    ]:
+        q = tmp_path / "q.py"
+        if text is not None:
+            q.write_text(text)
+        elif q.exists():
+            q.unlink()
+        g = runner_gate_state(q)
+        assert g.state == "unknown" and detail in g.detail
     assert runner_gate_state(None).state == "unknown"
 
 
 # ------------------------------------------------------------------ profile findings
 def _gate(state):
-    from bcgtune.adapters.doctor import GateReport
-
-    return GateReport(state, "", None)
+    return GateReport(state, "", None, method="behaviour")
 
 
 def _codes(findings):
@@ -117,11 +159,38 @@ def _profile(server="", buckets="", platform="cuda", model="amd/Qwen3.8-Flash-Ne
     return parse_profile(text, "t.toml")
 
 
+def _resolved(backend="breakable", buckets=(256, 512), alignment=1, notes=(), chunk=8192, reason="x"):
+    return ResolvedPrefill(backend, reason, tuple(buckets), 8192, alignment, chunk, "sglang 0.5.23", notes=tuple(notes))
+
+
 def test_mi355x_findings_by_gate():
     prof = load_profile("mi355x")
-    assert _codes(profile_findings(prof, _gate("unpatched"))) == {("blocking", "qwen-mm-unpatched-runner")}
-    assert profile_findings(prof, _gate("patched")) == []  # seeds' list: no gaps, alignment 1
-    assert _codes(profile_findings(prof, _gate("unknown"))) == {("warning", "qwen-mm-gate-unknown")}
+    res = _resolved(buckets=prof.buckets, chunk=16384)
+    assert _codes(profile_findings(prof, _gate("unpatched"), resolved=res)) == {("blocking", "qwen-mm-unpatched-runner")}
+    assert profile_findings(prof, _gate("patched"), resolved=res) == []
+    assert _codes(profile_findings(prof, _gate("unknown"), resolved=res)) == {("warning", "qwen-mm-gate-unknown")}
+    assert _codes(profile_findings(prof, _gate("refusal-removed"), resolved=res)) == {
+        ("blocking", "qwen-mm-gate-refusal-removed")}
+    assert _codes(profile_findings(prof, _gate("inverted"), resolved=res)) == {("blocking", "qwen-mm-gate-inverted")}
+
+
+def test_no_runner_finding_for_graphs_never_captured():
+    # two-batch overlap with no explicit backend: SGLang turns breakable graphs off
+    prof = _profile("enable-two-batch-overlap = true", "[256, 512]")
+    off = _resolved("disabled", (), 2, reason="SGLang: Breakable CUDA graph is incompatible with two-batch overlap")
+    codes = _codes(profile_findings(prof, _gate("unpatched"), resolved=off))
+    assert codes == {("blocking", "buckets-dead")}
+    # without a list there is nothing dead and nothing to warn about
+    assert profile_findings(_profile("enable-two-batch-overlap = true"), _gate("unpatched"), resolved=off) == []
+    # and the fallback model reaches the same verdict on its own
+    assert _codes(profile_findings(prof, _gate("unpatched"))) == {("blocking", "buckets-dead")}
+
+
+def test_deepep_rounding_is_reported():
+    prof = _profile('tp-size = 2\nmoe-a2a-backend = "deepep"', "[100, 300, 1000]")
+    found = {f.code: f for f in profile_findings(prof, _gate("patched"))}  # fallback model
+    assert "bucket-rounded" in found and "100->104, 300->304" in found["bucket-rounded"].message
+    assert "[104, 304, 1000]" in found["bucket-rounded"].message
 
 
 def test_speculative_warning_even_when_patched():
@@ -138,17 +207,27 @@ def test_rocm_backend_not_explicit():
     assert profile_findings(prof, _gate("patched")) == []
 
 
-def test_bucket_gap_and_alignment():
-    prof = _profile("tp-size = 8\nattn-dp-size = 2", "[102, 256, 1024]", model="meta-llama/Llama-3.1-8B")
+def test_bucket_gap_alignment_and_chunk():
+    prof = _profile("tp-size = 8\nattn-dp-size = 2", "[102, 256, 1024, 8000]", model="meta-llama/Llama-3.1-8B")
     found = {f.code: f for f in profile_findings(prof, _gate("unpatched"))}
-    assert set(found) == {"bucket-gap", "bucket-alignment", "model-unknown"}
+    assert set(found) == {"bucket-gap", "bucket-rounded", "bucket-above-chunk", "model-unknown"}
     assert found["model-unknown"].severity == "info"
     assert "256->1024 (sizes 257..511 run eager)" in found["bucket-gap"].message
-    assert "[102]" in found["bucket-alignment"].message and "multiples of 4" in found["bucket-alignment"].message
-    assert "[102, 256, 1024]" not in found["bucket-alignment"].message
+    assert "102->104" in found["bucket-rounded"].message and "multiples of 4" in found["bucket-rounded"].message
+    assert "[8000]" in found["bucket-above-chunk"].message and "(2048)" in found["bucket-above-chunk"].message
 
 
-def test_model_detection(tmp_path):
+def test_flag_refusal_is_blocking():
+    prof = _profile('cuda-graph-backend-prefill = "breakable"')
+    refused = FlagCheck(False, "--mem-frac is an abbreviation of --mem-fraction-static", "t.toml: [server].mem-frac")
+    found = {f.code: f for f in profile_findings(prof, _gate("patched"), flags=refused)}
+    assert found["flag-refused"].severity == "blocking" and "[server].mem-frac" in found["flag-refused"].message
+    found = {f.code: f for f in profile_findings(prof, _gate("patched"), flags=FlagCheck(None, "sglang is not installed"))}
+    assert found["flags-unchecked"].severity == "info"
+
+
+def test_model_detection(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert model_is_qwen4_exp("amd/Qwen3.8-Flash-Next-Quark-MXFP4") is True
     assert model_is_qwen4_exp("meta-llama/Llama-3.1-8B") is None
     d = tmp_path / "m"
@@ -157,23 +236,101 @@ def test_model_detection(tmp_path):
     assert model_is_qwen4_exp(str(d)) is False
     (d / "config.json").write_text(json.dumps({"architectures": ["Qwen4ExpForConditionalGeneration"]}))
     assert model_is_qwen4_exp(str(d)) is True
+    snap = tmp_path / "hub" / "models--org--q" / "snapshots" / "r1"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"architectures": ["Qwen4ExpForConditionalGeneration"]}))
+    assert model_is_qwen4_exp("org/q") is True  # from the local Hugging Face cache
 
 
-# ------------------------------------------------------------------ CLI
+def test_doctor_without_sglang_falls_back(monkeypatch):
+    import bcgtune.adapters.doctor as doc
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    monkeypatch.setattr(doc, "sglang_info", lambda: {"installed": False})
+    report = run_doctor(load_profile("mi355x"), runner_path=RUNNERS / "unpatched_0.5.23.py")
+    g = report.prefill_runner_gate
+    assert (g.state, g.method) == ("unpatched", "source reading") and "sglang is not installed" in g.detail
+    assert report.resolved_prefill.source == "bcgtune model"
+    assert report.resolved_prefill.buckets == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
+    found = {f.code: f for f in report.findings}
+    assert "qwen-mm-unpatched-runner" in found
+    assert found["flags-unchecked"].severity == "info" and "sglang is not installed" in found["flags-unchecked"].message
 
 
-def test_cli_json_and_exit_codes(real_runner, tmp_path, capsys):
+def test_doctor_reports_a_profile_serve_refuses_before_any_flag(monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)
+    monkeypatch.setattr(sr, "run_probe", lambda request, timeout: {"sglang_version": "0.5.23", "runners": []})
+    prof = parse_profile('[profile]\nname = "t"\nplatform = "cuda"\n', "t.toml")  # no model: serve refuses
+    report = run_doctor(prof, runner_path=RUNNERS / "unpatched_0.5.23.py")
+    found = {f.code: f for f in report.findings}
+    assert found["flag-refused"].severity == "blocking" and "no model" in found["flag-refused"].message
+
+
+# ------------------------------------------------------------------ CLI, SGLang asked
+@pytest.mark.sglang
+def test_cli_json_resolved_prefill_and_exit_code(capsys):
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
     code, out, err = run_cli(["doctor", "--profile", "mi355x", "--json"], capsys)
     assert code == 1 and "error: 1 blocking finding: qwen-mm-unpatched-runner (doctor)" in err
     obj = json.loads(out)
-    assert obj["ok"] is False and obj["prefill_runner_gate"]["state"] == "unpatched"
-    assert obj["sglang"]["version"] == "0.5.23" and obj["profile"] == "mi355x"
-    assert obj["findings"][0]["severity"] == "blocking"
+    gate = obj["prefill_runner_gate"]
+    assert (obj["ok"], gate["state"], gate["method"]) == (False, "unpatched", "behaviour")
+    assert gate["answers"]["text_spec_off"] is True and gate["answers"]["image_spec_off"] is False
+    rp = obj["resolved_prefill"]
+    assert rp["backend"] == "breakable" and rp["buckets"] == [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
+    # the model's config is not on this machine: the fallback says so
+    assert rp["source"] == "bcgtune model" and "not in the local Hugging Face cache" in rp["fallback_reason"]
 
-    patched = _patched_copy(real_runner, tmp_path)
-    code, out, err = run_cli(["doctor", "--profile", "mi355x", "--runner-source", str(patched)], capsys)
-    assert code == 0, err
-    assert "prefill runner multimodal gate: patched" in out and "no findings" in out
 
-    code, out, _ = run_cli(["doctor"], capsys)
-    assert code == 0 and "sglang   0.5.23" in out
+@pytest.mark.sglang
+def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys):
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    prof = tmp_path / "abbrev.toml"
+    prof.write_text(
+        '[profile]\nname = "abbrev"\nplatform = "cuda"\nhardware = "h200"\n'
+        f'model = "{_PROBE_CONFIG_DIR}"\n[server]\ntp = 2\nmem-frac = 0.8\n[buckets]\nlist = [256, 512]\n'
+    )
+    code, out, err = run_cli(["doctor", "--profile", str(prof), "--runner-source",
+                              str(RUNNERS / "patched_nested_if.py")], capsys)
+    assert code == 1 and "flag-refused" in err
+    assert "prefill runner multimodal gate: patched (behaviour)" in out
+    assert "--mem-frac is an abbreviation of --mem-fraction-static" in out and "[server].mem-frac" in out
+    assert "prefill graphs (sglang 0.5.23):" in out and "captures   2 graphs, 256..512" in out
+    # serve refuses the same profile
+    code, _, err = run_cli(["serve", "--profile", str(prof), "--dry-run"], capsys)
+    assert code == 2 and "--mem-frac is an abbreviation of --mem-fraction-static" in err
+
+
+def test_find_runner_source_path():
+    info = sglang_info()
+    if info.get("installed"):
+        assert find_runner_source(info["path"]).name == "prefill_cuda_graph_runner.py"
+    assert find_runner_source("") is None
+
+
+def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatch):
+    import bcgtune.adapters.doctor as doc
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    monkeypatch.setattr(doc, "sglang_info", lambda: {"installed": False})
+    prof = _profile('tp-size = "two"')
+    report = run_doctor(prof, runner_path=RUNNERS / "unpatched_0.5.23.py")
+    found = {f.code: f for f in report.findings}
+    assert found["launch-invalid"].severity == "blocking" and "'two'" in found["launch-invalid"].message
+    assert report.resolved_prefill is None
+
+
+def test_effective_prefill_backend_follows_the_model():
+    from bcgtune.adapters.doctor import effective_prefill_backend
+
+    assert effective_prefill_backend({}, "cuda") == ("breakable", False)
+    assert effective_prefill_backend({}, "rocm") == ("disabled", False)
+    assert effective_prefill_backend({"cuda_graph_backend_prefill": "breakable"}, "rocm") == ("breakable", True)
+    assert effective_prefill_backend({"enable_two_batch_overlap": True}, "cuda") == ("disabled", False)
+    assert effective_prefill_backend({"disable_prefill_cuda_graph": True}, "cuda") == ("disabled", True)

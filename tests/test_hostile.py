@@ -72,7 +72,7 @@ def test_garbage_bytes_as_any_input(data):
         yield ["suggest-buckets", p]
         yield ["suggest-buckets", t, "--objective", "time", "--calibration", p]
         yield ["trace", "--log", p, "--json"]
-        yield ["doctor", "--profile", p]
+        yield ["doctor", "--no-sglang-probe", "--profile", p]
         yield ["trace", "--simulate", "--workload", p, "--num-prompts", "4"]
         yield ["drift", "--profile", "mi355x", "--trace", p]
 
@@ -113,7 +113,7 @@ def test_profiles_and_workloads_with_hostile_tables(doc):
     data = tomli_w.dumps(doc).encode()
 
     def args_for(p, t, d):
-        yield ["doctor", "--profile", p]
+        yield ["doctor", "--no-sglang-probe", "--profile", p]
         yield ["serve", "--profile", p, "--dry-run"]
         yield ["trace", "--simulate", "--workload", p, "--num-prompts", "3"]
         yield ["drift", "--profile", p, "--trace", t]

@@ -7,14 +7,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from bcgtune.adapters.sglang_flags import (
+    layout_from_server_flags,
+    prefill_launch_from_server_flags,
+)
 from bcgtune.core.ladder import (
     ParallelLayout,
+    PrefillLaunch,
     align_buckets,
     deepep_breakable_ladder,
     default_chunked_prefill_size,
-    default_prefill_max_bs,
     layout_alignment,
-    layout_from_server_flags,
+    resolve_prefill_capture,
     sglang_default_ladder,
 )
 from bcgtune.errors import InputError
@@ -42,12 +46,15 @@ def test_chunked_prefill_defaults():
 
 
 def test_prefill_max_bs():
-    assert default_prefill_max_bs(16384) == 16384
-    assert default_prefill_max_bs(16384, mla_backend=True) == 8192
-    assert default_prefill_max_bs(16384, pp_size=2) == 8192
-    assert default_prefill_max_bs(16384, pp_size=2, breakable=False) == 16384
-    assert default_prefill_max_bs(8192, max_total_tokens=5000) == 5000
-    assert default_prefill_max_bs(16384, attn_dp_size=4) == 4096
+    def max_bs(chunk, **kw):
+        return resolve_prefill_capture(PrefillLaunch(chunked_prefill_size=chunk, **kw)).max_bs
+
+    assert max_bs(16384) == 16384
+    assert max_bs(16384, mla=True) == 8192
+    assert max_bs(16384, pp_size=2, backend="breakable") == 8192
+    assert max_bs(16384, pp_size=2, backend="full") == 16384
+    assert max_bs(8192, max_total_tokens=5000) == 5000
+    assert max_bs(16384, layout=ParallelLayout(tp=4, attn_dp=4)) == 4096
 
 
 def test_alignment_cases():
@@ -79,6 +86,93 @@ def test_layout_from_flags():
         layout_from_server_flags({"tp_size": 8, "dp_size": 2, "attn_dp_size": 2})
     with pytest.raises(InputError):
         layout_from_server_flags({"tp_size": "two"})
+    # SGLang's short flags are the same flags
+    assert layout_from_server_flags({"tp": 8, "dp": 8, "enable-dp-attention": True}).attn_dp_size == 8
+
+
+# ---------------------------------------------------------------- where the rules combine
+def _cap(flags=None, **kw):
+    return resolve_prefill_capture(prefill_launch_from_server_flags(flags or {}, **kw))
+
+
+def test_capture_defaults_by_platform():
+    c = _cap(gpu_memory_gib=141)
+    assert (c.backend, c.buckets, c.max_bs, len(c.captured), c.captured[-1]) == ("breakable", None, 8192, 58, 8192)
+    assert "default on CUDA" in c.reason
+    c = _cap(platform="rocm", gpu_memory_gib=288)
+    assert c.backend == "disabled" and c.captured == () and "opt-in" in c.reason
+    c = _cap({"cuda-graph-backend-prefill": "breakable"}, platform="rocm", gpu_memory_gib=288)
+    assert (c.backend, len(c.captured), c.max_bs) == ("breakable", 74, 16384)
+
+
+def test_capture_auto_disable_rules():
+    assert "two-batch overlap" in _cap({"enable-two-batch-overlap": True}).reason
+    for a2a in ("mooncake", "nixl", "mori", "pplx"):
+        c = _cap({"moe-a2a-backend": a2a, "tp": 2})
+        assert c.backend == "disabled" and a2a in c.reason, a2a
+    c = _cap({"pp-size": 2})
+    assert c.backend == "disabled" and "pipeline parallelism" in c.reason
+    # an explicit backend skips those rules ...
+    c = _cap({"enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "breakable", "tp": 2})
+    assert (c.backend, c.alignment) == ("breakable", 2)
+    c = _cap({"pp-size": 2, "cuda-graph-backend-prefill": "breakable"}, gpu_memory_gib=288)
+    assert (c.backend, c.max_bs) == ("breakable", 8192)  # PP caps the ladder at 8192
+    # ... but not DeepEP v2 or DeepEP normal dispatch
+    c = _cap({"moe-a2a-backend": "deepep_v2", "cuda-graph-backend-prefill": "breakable"})
+    assert c.backend == "disabled" and "DeepEP v2" in c.reason
+    c = _cap({"moe-a2a-backend": "deepep", "deepep-mode": "normal", "cuda-graph-backend-prefill": "breakable"})
+    assert c.backend == "disabled" and "normal" in c.reason
+    c = _cap({"disable-prefill-cuda-graph": True}, buckets=[256])
+    assert c.backend == "disabled" and c.captured == ()
+
+
+def test_capture_deepep_rounding_and_regeneration():
+    c = _cap({"moe-a2a-backend": "deepep"}, buckets=[100, 300, 1000, 3000])
+    assert c.captured == (104, 304, 1000, 3000) and c.buckets == (104, 304, 1000, 3000)
+    assert "100->104, 300->304" in c.notes[0]
+    c = _cap({"moe-a2a-backend": "deepep"}, gpu_memory_gib=141)
+    assert c.captured == tuple(deepep_breakable_ladder()) and c.max_bs == 2048
+    # DeepEP + attention DP with a chunk per rank below 2048: the plain ladder to 1024
+    c = _cap({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep",
+              "chunked-prefill-size": 8192})
+    assert (len(c.captured), c.captured[0], c.captured[-1], c.max_bs, c.buckets) == (38, 4, 1024, 1024, None)
+    assert any("regenerates the plain ladder" in n for n in c.notes)
+    # an explicit list is rounded but never regenerated
+    c = _cap({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep",
+              "chunked-prefill-size": 8192}, buckets=[100, 3000])
+    assert c.captured == (104, 3000)
+
+
+def test_capture_ladder_maximum_per_layout():
+    assert _cap({"tp": 8, "dp": 8, "enable-dp-attention": True, "chunked-prefill-size": 8192}).max_bs == 1024
+    assert _cap({"chunked-prefill-size": 16384}, mla=True).max_bs == 8192
+    assert _cap({"chunked-prefill-size": 16384}, model_path="meta-llama/Llama-2-70b-hf").max_bs == 4096
+    assert _cap({"max-total-tokens": 5000}, gpu_memory_gib=141).max_bs == 5000
+    assert _cap({"moe-a2a-backend": "deepep", "chunked-prefill-size": 16384}).max_bs == 2048
+    # an explicit max is not clamped by attention DP
+    assert _cap({"tp": 8, "attn-dp-size": 8, "cuda-graph-max-bs-prefill": 4096,
+                 "chunked-prefill-size": 8192}).captured[-1] == 4096
+
+
+def test_capture_chunked_prefill_off_means_no_graphs():
+    c = _cap({"chunked-prefill-size": -1})
+    assert (c.backend, c.captured, c.buckets) == ("disabled", (), None)
+    assert "--chunked-prefill-size -1" in c.reason and "disables prefill CUDA graphs" in c.reason
+    # an explicit list does not depend on the chunk
+    assert _cap({"chunked-prefill-size": -1}, buckets=[64, 128]).captured == (64, 128)
+    with pytest.raises(InputError):
+        _cap({"chunked-prefill-size": 0})
+
+
+def test_capture_explicit_lists_unsorted_duplicate_unaligned():
+    c = _cap({"tp": 8, "attn-dp-size": 2}, buckets=[512, 256, 256, 102])
+    assert (c.alignment, c.captured) == (4, (104, 256, 512))
+    assert c.buckets == (512, 256, 256, 102)  # as resolved: SGLang sorts at capture
+
+
+def test_capture_rejects_unknown_backend():
+    with pytest.raises(InputError):
+        resolve_prefill_capture(PrefillLaunch(backend="piecewise"))
 
 
 # ---------------------------------------------------------------- against the real source
@@ -99,8 +193,8 @@ def test_alignment_matches_sglang(monkeypatch):
     pytest.importorskip("sglang.srt.server_args")
     import sys
 
-    import sglang.srt.utils.common as common
     from sglang.srt.runtime_context import derive_attn_tp_size
+    from sglang.srt.utils import common
 
     # sglang.srt.layers.moe.utils imports torchvision through the model configs; the
     # alignment code only asks the backend these questions (layers/moe/utils.py).

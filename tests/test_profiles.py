@@ -150,3 +150,57 @@ def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
     with pytest.raises(ExternalError, match="disk full"):
         write_profile_buckets(f, [8, 16])
     assert f.read_text() == GOOD and sorted(os.listdir(tmp_path)) == ["p.toml"]
+
+
+# ---------------------------------------------------------------- SGLang's short flags
+def test_short_flags_are_stored_under_the_full_name():
+    p = parse_profile(GOOD.replace("tp-size = 2", "tp = 2\ndp = 2\nep = 2\ntensor-parallel-size-x = 1"), "x.toml")
+    assert p.server == {"tp_size": 2, "dp_size": 2, "ep_size": 2, "tensor_parallel_size_x": 1, "disable_radix_cache": True}
+    assert "tp-size = 2" in p.to_toml() and "\ntp = " not in p.to_toml()
+    with pytest.raises(InputError) as ei:
+        parse_profile(GOOD.replace("tp-size = 2", "tp-size = 2\ntp = 4"), "x.toml")
+    assert "same flag as [server].tp-size" in str(ei.value) and "[server].tp" in ei.value.where
+    with pytest.raises(InputError):
+        parse_profile(GOOD.replace("tp-size = 2", "tp = 2\ntensor-parallel-size = 2"), "x.toml")
+
+
+def test_snake_is_the_one_flag_normalizer():
+    from bcgtune.adapters.profiles import flag_name, snake
+
+    assert [snake(k) for k in ("--tp-size", "tp-size", "tp_size", "tp", "--tp", " dp ", "attention-data-parallel-size")] == [
+        "tp_size", "tp_size", "tp_size", "tp_size", "tp_size", "dp_size", "attn_dp_size"]
+    assert snake("mem-frac") == "mem_frac"  # other abbreviations pass through, for the parser check to refuse
+    assert flag_name("tp") == "--tp-size"
+
+
+@pytest.mark.sglang
+def test_flag_aliases_agree_with_sglangs_parser():
+    """Each short form, on SGLang's own parser (prefix matching on, as `launch_server` runs
+    it), lands in the same setting as the flag bcgtune writes for it."""
+    pytest.importorskip("sglang.srt.server_args")
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    from bcgtune.adapters.profiles import FLAG_ALIASES, flag_name
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    for short, full in FLAG_ALIASES.items():
+        ns, rest = parser.parse_known_args(["--model-path", "m", "--" + short.replace("_", "-"), "3"])
+        assert not rest and getattr(ns, full) == 3, short
+        assert parser._option_string_actions[flag_name(full)].dest == full
+
+
+@pytest.mark.sglang
+def test_serve_accepts_short_flags_and_refuses_other_abbreviations():
+    pytest.importorskip("sglang.srt.server_args")
+    from bcgtune.adapters.launcher import build_server_command, check_command_flags
+
+    p = parse_profile(GOOD.replace("tp-size = 2", "tp = 2\ndp = 2"), "x.toml")
+    cmd = build_server_command(p)
+    assert cmd.argv[cmd.argv.index("--tp-size") + 1] == "2" and "--dp-size" in cmd.argv
+    check_command_flags(cmd)
+    p = parse_profile(GOOD.replace("tp-size = 2", "tp-si = 2"), "x.toml")
+    with pytest.raises(InputError, match="abbreviation of --tp-size"):
+        check_command_flags(build_server_command(p))

@@ -1,19 +1,24 @@
 """`bcgtune doctor`: what the installed stack will do with prefill CUDA graphs, before a
-10-minute server start-up. Reads SGLang's source with `ast` (never imports sglang, needs
-no GPU); imports torch only inside torch_info().
+10-minute server start-up.
 
-The multimodal gate (sglang 0.5.23, srt/model_executor/runner/prefill_cuda_graph_runner.py):
-  unpatched: PrefillCudaGraphRunner.__init__ sets _qwen_bcg_hc_sidechannel /
-             _qwen_bcg_mtp_draft and can_replay_locally returns False for
-             `contains_mm_inputs and (self._qwen_bcg_hc_sidechannel or ...)`: every
-             Qwen4-Exp (Qwen3.8-Flash-Next) image batch runs eager under breakable graphs.
-  patched:   (shared/seeds/000) __init__ sets `_qwen_bcg_multimodal_eager = qwen_bcg and
-             model_runner.spec_algorithm.is_speculative()` and the gate reads only it:
-             image batches replay unless speculative decoding is on.
-  absent:    the runner has no Qwen multimodal gate at all (an SGLang without Qwen4-Exp
-             breakable support, or one where the refusal was removed).
-  unknown:   the file or the methods are missing, do not parse, or the gate has a shape
-             this check does not recognize.
+SGLang is asked itself, in a child process (bcgtune.adapters.sglang_resolve): its argument
+resolution says which prefill graphs a profile's launch captures, `serve`'s flag check says
+whether it would launch at all, and the prefill runner's own `can_replay_locally`
+(srt/model_executor/runner/prefill_cuda_graph_runner.py, built on the CPU with stand-ins
+for the GPU) says whether a Qwen4-Exp (Qwen3.8-Flash-Next) image batch and a text batch
+replay, with speculative decoding off and on. The gate is classified by those answers:
+
+  patched          images replay without speculative decoding, stay eager with it
+                   (the multimodal breakable-prefill patch)
+  unpatched        every image batch runs eager
+  refusal-removed  images replay even under speculative decoding, which the patch
+                   exists to prevent (the draft runner still refuses them)
+  inverted         images replay only under speculative decoding
+  unknown          the runner could not be built or asked
+
+When the runner module cannot be imported (SGLang absent, or a copy that does not import
+here), its source is read with `ast` instead, and the report says it is a reading:
+patched / unpatched / absent / unknown by the shape of the code.
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from bcgtune.adapters.sglang_resolve import (
+    FlagCheck,
+    ResolvedPrefill,
+    RunnerAnswers,
+    SglangAnswers,
+    ask_sglang,
+)
 
 RUNNER_RELPATH = Path("srt/model_executor/runner/prefill_cuda_graph_runner.py")
 QWEN4_EXP_ARCHS = ("Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLMMTP")
@@ -42,9 +55,11 @@ class Finding:
 
 @dataclass
 class GateReport:
-    state: str  # patched | unpatched | absent | unknown
+    state: str  # patched | unpatched | refusal-removed | inverted | absent | unknown
     detail: str
     path: str | None
+    method: str = "source reading"  # "behaviour" (the runner was run) | "source reading" (ast)
+    answers: dict[str, bool] | None = None  # image/text x speculative off/on, when run
 
 
 @dataclass
@@ -56,6 +71,7 @@ class DoctorReport:
     prefill_runner_gate: GateReport
     profile: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    resolved_prefill: ResolvedPrefill | None = None
 
     @property
     def blocking(self) -> list[Finding]:
@@ -155,7 +171,8 @@ def _returns_false(body: list[ast.stmt]) -> bool:
 
 
 def runner_gate_state(path: str | Path | None) -> GateReport:
-    """Classify the installed prefill runner's multimodal gate from its source."""
+    """Read the prefill runner's multimodal gate from its source (`ast`, nothing runs):
+    the fallback when the runner module cannot be imported."""
     if path is None:
         return GateReport("unknown", "sglang is not installed (no runner source to read)", None)
     p = Path(path)
@@ -224,20 +241,65 @@ def runner_gate_state(path: str | Path | None) -> GateReport:
     return GateReport("unknown", f"unrecognized gate on {', '.join(sorted(gate_attrs))}", where)
 
 
+# --------------------------------------------------------------------------- the gate, by behaviour
+GATE_QUESTIONS = ("image_spec_off", "image_spec_on", "text_spec_off", "text_spec_on")
+
+
+def classify_gate(answers: dict[str, bool]) -> tuple[str, str]:
+    """(state, detail) from the runner's own answers for a Qwen4-Exp image batch and a
+    text batch, with speculative decoding off and on."""
+    if any(q not in answers for q in GATE_QUESTIONS):
+        return "unknown", "the runner did not answer every question"
+    if not (answers["text_spec_off"] and answers["text_spec_on"]):
+        return "unknown", "a text batch did not replay either, so the answers say nothing about images"
+    img_off, img_on = answers["image_spec_off"], answers["image_spec_on"]
+    if img_off and not img_on:
+        return "patched", "image batches replay unless speculative decoding is on"
+    if not img_off and not img_on:
+        return "unpatched", "every Qwen4-Exp image batch runs eager under breakable graphs"
+    if img_off and img_on:
+        return (
+            "refusal-removed",
+            "image batches replay even under speculative decoding, where the draft runner refuses them "
+            "(ranks can split between replay and eager)",
+        )
+    return "inverted", "image batches replay only under speculative decoding"
+
+
+def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateReport:
+    """The gate by behaviour when the runner ran; a source reading when its module could
+    not be imported; unknown when it imported but could not be run."""
+    where = str(path) if path is not None else None
+    if runner is not None and runner.ok:
+        state, detail = classify_gate(runner.answers)
+        return GateReport(state, detail, where, method="behaviour", answers=dict(runner.answers))
+    if runner is not None and runner.imported:
+        return GateReport("unknown", f"the runner imports but could not be run: {runner.error}", where, method="behaviour",
+                          answers=dict(runner.answers) or None)
+    reading = runner_gate_state(path)
+    why = runner.error if runner is not None and runner.error else "the runner was not run"
+    reading.detail = f"{reading.detail} (read from the source, not run: {why})"
+    return reading
+
+
 # --------------------------------------------------------------------------- profile checks
 def model_is_qwen4_exp(model: str | None) -> bool | None:
-    """True/False when it can tell (a local config.json, or the checkpoint's name), None
-    when it cannot."""
+    """True/False when it can tell (the model's config.json in a local folder or the local
+    Hugging Face cache, or the checkpoint's name), None when it cannot."""
+    from bcgtune.adapters.sglang_resolve import locate_model_config
+
     if not model:
         return None
-    cfg = Path(model) / "config.json"
-    if cfg.is_file():
+    folder, _ = locate_model_config(model)
+    if folder is not None:
         try:
-            data = json.loads(cfg.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            data = {}
+        if not isinstance(data, dict):
             data = {}
         archs = data.get("architectures") or []
-        if archs:
+        if isinstance(archs, list) and archs:
             return archs[0] in QWEN4_EXP_ARCHS
         if data.get("model_type"):
             return data["model_type"] == "qwen4_exp"
@@ -247,54 +309,101 @@ def model_is_qwen4_exp(model: str | None) -> bool | None:
 
 
 def effective_prefill_backend(server: dict, platform_name: str) -> tuple[str, bool]:
-    """(backend, explicit): cuda-graph-config JSON wins over --cuda-graph-backend-prefill,
-    --disable-prefill-cuda-graph means disabled, else the platform default."""
-    from bcgtune.adapters.profiles import prefill_graph_config
+    """(backend, explicit) for a [server] table, by bcgtune's model of SGLang's resolution
+    (bcgtune.core.ladder.resolve_prefill_capture; no SGLang needed): "disabled" whenever
+    nothing would be captured. `explicit`: the launch chose the backend or switched graphs
+    off. For what SGLang itself resolves, use sglang_resolve.resolve_prefill."""
+    from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+    from bcgtune.core.ladder import resolve_prefill_capture
 
-    prefill = prefill_graph_config(server) or {}
-    if "backend" in prefill:
-        return str(prefill["backend"]), True
-    if server.get("disable_prefill_cuda_graph") is True or server.get("disable_cuda_graph") is True:
-        return "disabled", True
-    if server.get("cuda_graph_backend_prefill"):
-        return str(server["cuda_graph_backend_prefill"]), True
-    return ("breakable" if platform_name == "cuda" else "disabled"), False
+    launch = prefill_launch_from_server_flags(server, platform=platform_name)
+    cap = resolve_prefill_capture(launch)
+    return (cap.backend if cap.captured else "disabled"), (launch.backend is not None or launch.backend_forced_off)
 
 
-def profile_findings(profile, gate: GateReport, model: str | None = None) -> list[Finding]:
-    from bcgtune.core.ladder import align_buckets, layout_alignment, layout_from_server_flags
+def _moved(requested: list[int], captured: tuple[int, ...]) -> list[str]:
+    cap = sorted(captured)
+    out = []
+    for b in sorted(set(requested)):
+        import bisect
+
+        i = bisect.bisect_left(cap, b)
+        if i < len(cap) and cap[i] != b:
+            out.append(f"{b}->{cap[i]}")
+    return out
+
+
+def profile_findings(
+    profile,
+    gate: GateReport,
+    model: str | None = None,
+    resolved: ResolvedPrefill | None = None,
+    flags: FlagCheck | None = None,
+) -> list[Finding]:
+    """What in a profile would disappoint at launch. `resolved`: what the server will do
+    (sglang_resolve; bcgtune's model of SGLang's rules when None); `flags`: serve's flag
+    check on the launch (None: not run)."""
+    from bcgtune.adapters.sglang_resolve import resolve_with_model
     from bcgtune.errors import InputError
 
     out: list[Finding] = []
     server = profile.server
-    backend, explicit = effective_prefill_backend(server, profile.platform)
     model = model or profile.model
+    if flags is not None and flags.ok is False:
+        where = f" ({flags.where})" if flags.where else ""
+        out.append(Finding(BLOCKING, "flag-refused", f"serve refuses this launch: {flags.message}{where}"))
+    elif flags is not None and flags.ok is None:
+        out.append(Finding(INFO, "flags-unchecked", f"flags not checked against SGLang's parser: {flags.message}"))
+    if resolved is None:
+        try:
+            resolved = resolve_with_model(profile, model, fallback_reason="not asked")
+        except InputError as exc:
+            out.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {exc}"))
+            return out
     qwen = model_is_qwen4_exp(model)
     spec = server.get("speculative_algorithm")
     spec_on = bool(spec) and str(spec).upper() not in ("NONE", "FALSE")
 
-    if profile.platform == "rocm" and not explicit:
-        sev = BLOCKING if profile.buckets is not None else WARNING
-        out.append(
-            Finding(
-                sev,
-                "rocm-prefill-backend-unset",
-                "ROCm: the prefill CUDA-graph backend defaults to disabled (breakable is opt-in); "
-                "set cuda-graph-backend-prefill = \"breakable\" in [server]"
-                + (", or the bucket list is never captured" if profile.buckets is not None else ""),
+    explicit = any(
+        k in server for k in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph", "disable_cuda_graph")
+    ) or "backend" in (_prefill_json(server))
+    has_list = profile.buckets is not None
+    if not resolved.graphs_on:
+        if profile.platform == "rocm" and not explicit:
+            out.append(
+                Finding(
+                    BLOCKING if has_list else WARNING,
+                    "rocm-prefill-backend-unset",
+                    "ROCm: the prefill CUDA-graph backend defaults to disabled (breakable is opt-in); "
+                    "set cuda-graph-backend-prefill = \"breakable\" in [server]"
+                    + (", or the bucket list is never captured" if has_list else ""),
+                )
             )
-        )
-    elif backend == "disabled" and profile.buckets is not None:
-        out.append(Finding(WARNING, "buckets-unused", "prefill CUDA graphs are disabled, so [buckets].list is unused"))
+        elif has_list:
+            out.append(
+                Finding(
+                    BLOCKING,
+                    "buckets-dead",
+                    f"[buckets].list is never captured: prefill graphs are off ({resolved.reason})",
+                )
+            )
 
-    if backend == "breakable" and qwen:
+    if resolved.graphs_on and qwen:
         if gate.state == "unpatched":
             out.append(
                 Finding(
                     BLOCKING,
                     "qwen-mm-unpatched-runner",
                     "Qwen4-Exp (Qwen3.8-Flash-Next) multimodal model on an unpatched prefill runner: "
-                    "every image prefill runs eager (apply the multimodal breakable-prefill patch, seeds/000)",
+                    "every image prefill runs eager (apply the multimodal breakable-prefill patch)",
+                )
+            )
+        elif gate.state in ("refusal-removed", "inverted"):
+            out.append(
+                Finding(
+                    BLOCKING,
+                    f"qwen-mm-gate-{gate.state}",
+                    f"the prefill runner's multimodal gate is wrong: {gate.detail}",
                 )
             )
         elif gate.state == "unknown":
@@ -309,7 +418,7 @@ def profile_findings(profile, gate: GateReport, model: str | None = None) -> lis
                     f"speculative decoding ({spec}) is on: Qwen4-Exp image batches stay eager even on a patched runner",
                 )
             )
-    elif qwen is None and backend == "breakable" and gate.state == "unpatched":
+    elif qwen is None and resolved.graphs_on and gate.state == "unpatched":
         out.append(
             Finding(
                 INFO,
@@ -318,38 +427,73 @@ def profile_findings(profile, gate: GateReport, model: str | None = None) -> lis
             )
         )
 
-    if profile.buckets:
-        b = profile.buckets
+    if resolved.graphs_on:
+        b = list(resolved.buckets)
         gaps = [(x, y) for x, y in zip(b, b[1:]) if y > 2 * x]
         if gaps:
             spans = ", ".join(f"{x}->{y} (sizes {x + 1}..{-(-y // 2) - 1} run eager)" for x, y in gaps)
             out.append(Finding(WARNING, "bucket-gap", f"neighbouring buckets more than 2x apart: {spans}"))
-        try:
-            layout = layout_from_server_flags(server, is_hip=profile.platform == "rocm")
-            align = layout_alignment(layout)
-        except InputError as exc:
-            out.append(Finding(WARNING, "layout", f"cannot derive the parallel layout: {exc}"))
-            align = 1
-        if align > 1:
-            off = [x for x in b if x % align]
-            if off:
-                captured = align_buckets(b, align)
-                out.append(
-                    Finding(
-                        WARNING,
-                        "bucket-alignment",
-                        f"buckets {off} are not multiples of {align} (this layout's capture alignment); "
-                        f"SGLang captures {captured}",
-                    )
+        chunk = resolved.chunked_prefill_size
+        # a prefill batch holds at most the chunk per attention-DP rank (schedule_policy.py),
+        # plus one token per running request with --enable-mixed-chunk
+        if chunk is not None and chunk > 0 and b[-1] > chunk and not server.get("enable_mixed_chunk"):
+            over = [x for x in b if x > chunk]
+            out.append(
+                Finding(
+                    WARNING,
+                    "bucket-above-chunk",
+                    f"buckets {over} exceed the chunked prefill size per rank ({chunk}): "
+                    "no prefill batch is that large, so they cost capture time and memory for nothing",
                 )
+            )
+        if has_list and sorted(set(profile.buckets)) != b:
+            why = []
+            if resolved.alignment > 1:
+                why.append(f"this layout rounds buckets up to multiples of {resolved.alignment}")
+            why += [n for n in resolved.notes if "multiple of 8" in n or "divisible by 8" in n]
+            moved = _moved(profile.buckets, resolved.buckets)
+            out.append(
+                Finding(
+                    WARNING,
+                    "bucket-rounded",
+                    f"buckets {', '.join(moved) or 'changed'}: SGLang captures {b}"
+                    + (f" ({'; '.join(why)})" if why else ""),
+                )
+            )
     return out
 
 
-def run_doctor(profile=None, *, runner_path: str | Path | None = None, model: str | None = None) -> DoctorReport:
+def _prefill_json(server: dict) -> dict:
+    from bcgtune.adapters.sglang_flags import prefill_graph_json
+
+    return prefill_graph_json(server)
+
+
+def run_doctor(
+    profile=None,
+    *,
+    runner_path: str | Path | None = None,
+    model: str | None = None,
+    ask=ask_sglang,
+) -> DoctorReport:
+    """Everything doctor reports. `ask`: how SGLang is asked (sglang_resolve.ask_sglang;
+    one child process answers the resolution, the flag check and the runner gate)."""
     sg = sglang_info()
-    if runner_path is None and sg.get("installed"):
-        runner_path = find_runner_source(sg["path"])
-    gate = runner_gate_state(runner_path)
+    installed_runner = None
+    if sg.get("installed"):
+        installed_runner = find_runner_source(sg["path"])
+    path = runner_path if runner_path is not None else installed_runner
+    answers: SglangAnswers = ask(
+        profile,
+        model,
+        runner_sources=[None if runner_path is None else str(runner_path)],
+        check_flags=profile is not None,
+        resolve=profile is not None,
+    )
+    runner = answers.runners[0] if answers.runners else None
+    if runner_path is None and not sg.get("installed"):
+        runner = None
+    gate = gate_report(runner, path)
     tor = torch_info()
     report = DoctorReport(
         python=python_info(),
@@ -358,9 +502,10 @@ def run_doctor(profile=None, *, runner_path: str | Path | None = None, model: st
         default_prefill_backend=default_prefill_backend(tor),
         prefill_runner_gate=gate,
         profile=profile.name if profile is not None else None,
+        resolved_prefill=answers.resolved,
     )
     if profile is not None:
-        report.findings = profile_findings(profile, gate, model=model)
+        report.findings = profile_findings(profile, gate, model=model, resolved=answers.resolved, flags=answers.flags)
         if tor.get("installed"):
             hip = bool(tor.get("hip"))
             if hip != (profile.platform == "rocm") and tor.get("gpu_available"):

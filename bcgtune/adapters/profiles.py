@@ -2,7 +2,8 @@
 
     [profile]   name, description, hardware, platform ("rocm" | "cuda"), model
     [server]    SGLang launch flags, one key per flag, full flag names (kebab or snake
-                case; normalized to snake in memory). Values: bool, int, float, str, or a
+                case; normalized to snake in memory) or SGLang's documented short
+                forms (`tp`, `dp`, `ep`), stored under the full name. Values: bool, int, float, str, or a
                 list of those. `true` emits the bare flag; `false` emits nothing (the same
                 as leaving the key out: to negate a flag that SGLang can negate, write
                 `no-<flag> = true`).
@@ -69,8 +70,35 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# Other names SGLang's launch parser gives a flag, mapped to the flag's own name (its
+# `dest`): the short flags SGLang's documentation writes (`--tp 2`, `--dp 2` in "Common
+# launch commands" of docs/advanced_features/server_arguments), which its parser takes as
+# unique prefixes of --tp-size / --dp-size, and the aliases it registers itself
+# (srt/arg_groups/fields/parallel.py: --ep, --tensor-parallel-size, ...). A profile may use
+# any of them; bcgtune stores and emits the full name. tests/test_profiles.py checks each
+# entry against the installed parser.
+FLAG_ALIASES = {
+    "tp": "tp_size",
+    "dp": "dp_size",
+    "ep": "ep_size",
+    "tensor_parallel_size": "tp_size",
+    "data_parallel_size": "dp_size",
+    "pipeline_parallel_size": "pp_size",
+    "expert_parallel_size": "ep_size",
+    "attention_data_parallel_size": "attn_dp_size",
+    "attention_context_parallel_size": "attn_cp_size",
+    "decode_context_parallel_size": "dcp_size",
+    "moe_data_parallel_size": "moe_dp_size",
+}
+
+
 def snake(key: str) -> str:
-    return key.strip().lstrip("-").replace("-", "_")
+    """The one normalizer for SGLang flag names: `--tp-size`, `tp-size` and `tp_size` are
+    `tp_size`, and SGLang's short flags and aliases (`tp`, `tensor-parallel-size`) are the
+    flag they stand for. Other names (abbreviations included) pass through unchanged, for
+    the parser check to refuse."""
+    key = key.strip().lstrip("-").replace("-", "_")
+    return FLAG_ALIASES.get(key, key)
 
 
 def flag_name(key: str) -> str:

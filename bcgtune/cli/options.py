@@ -93,6 +93,7 @@ class LayoutOptions:
     moe_a2a_backend: Annotated[str, typer.Option("--moe-a2a-backend", help="MoE all-to-all backend (none, deepep, mooncake, ...).", rich_help_panel="Server layout (SGLang's flags)")] = "none"
     moe_dense_tp_size: Annotated[Optional[int], typer.Option("--moe-dense-tp-size", min=1, max=1 << 20, help="Dense-layer TP size under MoE (unset: none).", rich_help_panel="Server layout (SGLang's flags)")] = None
     attn_cp_size: Annotated[int, typer.Option("--attn-cp-size", min=1, max=1 << 20, help="Attention context parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
+    backend: Annotated[Optional[str], typer.Option("--cuda-graph-backend-prefill", help="The prefill graph backend chosen at launch (breakable, full, disabled). Default: SGLang's (breakable on CUDA).", rich_help_panel="Server layout (SGLang's flags)", show_default=False)] = None
 
     def flags(self) -> dict[str, Any]:
         """As SGLang launch flags (snake_case keys), for bcgtune.core.ladder."""
@@ -107,6 +108,8 @@ class LayoutOptions:
         }
         if self.moe_dense_tp_size is not None:
             out["moe_dense_tp_size"] = self.moe_dense_tp_size
+        if self.backend is not None:
+            out["cuda_graph_backend_prefill"] = self.backend
         return out
 
 

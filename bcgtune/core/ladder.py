@@ -5,12 +5,19 @@ Must match SGLang exactly (sglang 0.5.23):
   * chunked_prefill_size default by GPU memory: srt/arg_groups/memory_hook.py
   * alignment: srt/utils/common.py, get_cuda_graph_batch_size_alignment (+ require_gathered_buffer)
   * attention widths: srt/runtime_context.py (derive_attn_tp_size), arg_groups/parallel_hook.py
+  * what a launch captures, where the rules combine (resolve_prefill_capture):
+    arg_groups/pipeline.py (the order), cuda_graph_hook.py (parse_cuda_graph_config,
+    apply_cuda_graph_compatibility, disable_breakable_cudagraph_if_incompatible,
+    apply_deepep_adjustments, apply_cuda_graph_disaggregation_roles), memory_hook.py
+    (handle_gpu_memory_settings), parallel_hook.py (handle_data_parallelism), moe_hook.py
+    (handle_a2a_moe), model_executor/runner/prefill_cuda_graph_runner.py
+    (get_prefill_num_tokens_to_capture) and model_runner_components/cuda_graph_setup.py
+    (capture_prefill_graph: an empty list captures nothing)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
 
 from bcgtune.errors import InputError
 
@@ -40,11 +47,16 @@ def sglang_default_ladder(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
+def deepep_round(buckets) -> list[int]:
+    """cuda_graph_hook.py, apply_deepep_adjustments: under DeepEP with breakable graphs
+    every bucket is rounded up to a multiple of 8 (capture hangs otherwise), deduplicated."""
+    return sorted({ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE) for b in buckets})
+
+
 def deepep_breakable_ladder(max_bs: int = 2048) -> list[int]:
-    """DeepEP + breakable with no explicit list (cuda_graph_hook.py, apply_deepep_adjustments):
-    the ladder for `--cuda-graph-max-bs-prefill` or, unset, 2048, every bucket rounded up
-    to a multiple of 8 (deduplicated)."""
-    return sorted({ceil_to(s, 8) for s in sglang_default_ladder(max_bs)})
+    """DeepEP + breakable with no explicit list: the ladder for
+    `--cuda-graph-max-bs-prefill` or, unset, 2048, rounded by deepep_round."""
+    return deepep_round(sglang_default_ladder(max_bs))
 
 
 def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
@@ -64,31 +76,8 @@ def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
 
 # memory_hook.py: _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS
 PP_BREAKABLE_PREFILL_MAX_BS = 8192
-
-
-def default_prefill_max_bs(
-    chunked_prefill_size: int,
-    *,
-    mla_backend: bool = False,
-    pp_size: int = 1,
-    breakable: bool = True,
-    max_total_tokens: int | None = None,
-    attn_dp_size: int = 1,
-) -> int:
-    """The prefill ladder's max when neither --cuda-graph-max-bs-prefill nor a list is
-    given: chunked_prefill_size (MLA: min(8192, it)), capped at 8192 for PP + breakable and
-    at --max-total-tokens (memory_hook.py); under attention DP, chunked_prefill_size is
-    divided by attn_dp_size and the max re-clamped to it (parallel_hook.py,
-    handle_data_parallelism). `chunked_prefill_size` is the launch value (before the DP
-    division), e.g. default_chunked_prefill_size(gpu_mem)."""
-    max_bs = min(8192, chunked_prefill_size) if mla_backend else chunked_prefill_size
-    if pp_size > 1 and breakable:
-        max_bs = min(max_bs, PP_BREAKABLE_PREFILL_MAX_BS)
-    if max_total_tokens is not None:
-        max_bs = min(max_bs, max_total_tokens)
-    if attn_dp_size > 1:
-        max_bs = min(max_bs, chunked_prefill_size // attn_dp_size)
-    return max_bs
+# cuda_graph_hook.py, apply_deepep_adjustments
+DEEPEP_BUCKET_MULTIPLE = 8
 
 
 # MoE all-to-all backends whose DP bookkeeping always needs the gathered buffer under
@@ -190,71 +179,207 @@ def align_buckets(buckets: list[int], align: int) -> list[int]:
     return sorted({ceil_to(int(b), align) for b in buckets})
 
 
-# Spellings SGLang's parser accepts for the flags that shape the layout (the field names
-# are the canonical ones; aliases from srt/arg_groups/fields/parallel.py and exec_.py).
-_LAYOUT_ALIASES = {
-    "tensor_parallel_size": "tp_size",
-    "data_parallel_size": "dp_size",
-    "attention_data_parallel_size": "attn_dp_size",
-    "attention_context_parallel_size": "attn_cp_size",
-}
+# --------------------------------------------------------------------------- what a launch captures
+# Prefill graph backends SGLang accepts (model_executor/cuda_graph_config.py,
+# ALLOWED_BACKENDS_PER_PHASE); "disabled" captures nothing.
+PREFILL_BACKENDS = ("breakable", "full", "disabled")
+# disable_breakable_cudagraph_if_incompatible: MoE all-to-all backends validated with
+# breakable prefill graphs; any other one turns them off unless the backend was chosen.
+BREAKABLE_VALIDATED_A2A = ("none", "deepep", "megamoe", "flashinfer")
+# apply_deepep_adjustments: with no list, the DeepEP ladder starts from the ladder for
+# --cuda-graph-max-bs-prefill or this max.
+DEEPEP_DEFAULT_MAX_BS = 2048
+# handle_gpu_memory_settings: MLA models cap the ladder at 8192 tokens, "llama-2" model
+# paths at 4096.
+MLA_PREFILL_MAX_BS = 8192
+LLAMA2_PREFILL_MAX_BS = 4096
 
 
-def _flag_int(flags: Mapping[str, Any], key: str, default: int | None) -> int | None:
-    v = flags.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise InputError(f"{key} must be an integer, got {v!r}", key)
-    try:
-        n = int(v)
-    except ValueError:
-        raise InputError(f"{key} must be an integer, got {v!r}", key) from None
-    if n < 1:
-        raise InputError(f"{key} must be positive, got {n}", key)
-    return n
+def _ladder_or_empty(max_bs: int) -> list[int]:
+    """generate_prefill_cuda_graph_batch_sizes for any max: SGLang returns [] for a max
+    below the first bucket (e.g. --chunked-prefill-size -1)."""
+    return sglang_default_ladder(max_bs) if max_bs >= 1 else []
 
 
-def _flag_bool(flags: Mapping[str, Any], key: str) -> bool:
-    v = flags.get(key, False)
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    return bool(v)
+@dataclass(frozen=True)
+class PrefillLaunch:
+    """The parts of a launch that decide which prefill graphs SGLang captures.
+
+    `backend`: the prefill backend chosen at launch (None: the platform's default,
+    breakable on CUDA, disabled on ROCm); `backend_forced_off`: graphs switched off by a
+    launch switch (both count as an explicit choice, which SGLang's automatic rules
+    respect). `buckets` / `max_bs`: an explicit bucket list / ladder maximum, or None.
+    `chunked_prefill_size`: the launch value (None: SGLang's default for
+    `gpu_memory_gib`; -1 turns chunked prefill off). `mla`: the model uses multi-head
+    latent attention. `model_path`: only its name matters here ("llama-2" caps the
+    ladder). `deepep_mode`, `disaggregation_mode`, `dcp_size`: as SGLang names them.
+    """
+
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    platform: str = "cuda"  # "cuda" | "rocm"
+    backend: str | None = None
+    backend_forced_off: bool = False
+    buckets: tuple[int, ...] | None = None
+    max_bs: int | None = None
+    chunked_prefill_size: int | None = None
+    gpu_memory_gib: float | None = None
+    pp_size: int = 1
+    mla: bool = False
+    model_path: str = ""
+    max_total_tokens: int | None = None
+    deepep_mode: str = "auto"
+    disaggregation_mode: str = "null"
+    dcp_size: int = 1
+    enable_prefill_cp: bool = False
 
 
-def layout_from_server_flags(flags: Mapping[str, Any], *, is_hip: bool = False) -> ParallelLayout:
-    """A ParallelLayout from SGLang launch flags as a dict (keys snake or kebab case,
-    without leading dashes; e.g. a profile's [server] table): tp_size, dp_size,
-    attn_dp_size, enable_dp_attention, enable_two_batch_overlap, moe_a2a_backend,
-    moe_dense_tp_size, attn_cp_size, enable_dp_lm_head, disable_attn_tp_gather.
-    Flags that are absent take SGLang's defaults. `is_hip`: ROCm (context-parallel
-    alignment is skipped there)."""
-    norm: dict[str, Any] = {}
-    for k, v in flags.items():
-        key = str(k).lstrip("-").replace("-", "_")
-        norm[_LAYOUT_ALIASES.get(key, key)] = v
-    a2a = norm.get("moe_a2a_backend", "none")
-    if a2a is not None and not isinstance(a2a, str):
-        raise InputError(f"moe_a2a_backend must be a string, got {a2a!r}", "moe_a2a_backend")
-    layout = ParallelLayout(
-        tp=_flag_int(norm, "tp_size", 1),
-        dp=_flag_int(norm, "dp_size", 1),
-        enable_dp_attention=_flag_bool(norm, "enable_dp_attention"),
-        two_batch_overlap=_flag_bool(norm, "enable_two_batch_overlap"),
-        moe_a2a_backend=(a2a or "none"),
-        moe_dense_tp_size=_flag_int(norm, "moe_dense_tp_size", None),
-        attn_cp_size=_flag_int(norm, "attn_cp_size", 1),
-        is_hip=is_hip,
-        attn_dp=_flag_int(norm, "attn_dp_size", 1),
-        enable_dp_lm_head=_flag_bool(norm, "enable_dp_lm_head"),
-        disable_attn_tp_gather=_flag_bool(norm, "disable_attn_tp_gather"),
-    )
-    if layout.attn_dp > 1 and layout.dp > 1:
-        # parallel_hook.py refuses this combination at launch
-        raise InputError(
-            f"--dp-size {layout.dp} with --attn-dp-size {layout.attn_dp}: replicas combined "
-            "with attention DP are not supported by SGLang",
-            "attn_dp_size",
+@dataclass(frozen=True)
+class PrefillCapture:
+    """What SGLang will do with prefill CUDA graphs for one launch.
+
+    `backend`: breakable | full | disabled, and `reason` says why. `buckets`: the list
+    SGLang resolves before capture alignment, or None when it is SGLang's default ladder
+    up to `max_bs`. `max_bs`: the ladder maximum this layout resolves to (the largest
+    bucket worth offering an optimizer). `alignment`: the multiple every bucket is rounded
+    up to at capture. `captured`: exactly the buckets captured (empty when graphs are off).
+    `chunked_prefill_size`: per attention-DP rank. `notes`: changes SGLang makes to what
+    was asked (a rounded list, a regenerated ladder, a rule this model cannot check).
+    """
+
+    backend: str
+    reason: str
+    buckets: tuple[int, ...] | None
+    max_bs: int
+    alignment: int
+    captured: tuple[int, ...]
+    chunked_prefill_size: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def graphs_on(self) -> bool:
+        return self.backend != "disabled" and bool(self.captured)
+
+
+def resolve_prefill_capture(launch: PrefillLaunch) -> PrefillCapture:
+    """SGLang 0.5.23's prefill capture for a launch, following its resolution pipeline
+    (arg_groups/pipeline.py) step by step. Rules that depend on the model's architecture
+    beyond MLA (KDA hybrid attention, DeepSeek-V4, multimodal models outside SGLang's
+    allowlist, DeepSeek-V3 on trtllm_mla) are not modelled; prefill context parallelism
+    support is reported as unchecked."""
+    lay = launch.layout
+    a2a = (lay.moe_a2a_backend or "none").lower()
+    notes: list[str] = []
+
+    # parse_cuda_graph_config: explicit choices are "locked" against automatic rules
+    platform_default = "breakable" if launch.platform == "cuda" else "disabled"
+    if launch.backend is not None:
+        backend = launch.backend
+        reason = f"{backend}, chosen at launch"
+    elif launch.backend_forced_off:
+        backend = "disabled"
+        reason = "prefill CUDA graphs switched off at launch"
+    else:
+        backend = platform_default
+        reason = (
+            "breakable, SGLang's default on CUDA"
+            if backend == "breakable"
+            else f"SGLang's default on {launch.platform.upper()} (breakable prefill graphs are opt-in there)"
         )
-    layout.attn_tp_size  # validates divisibility
-    return layout
+    if backend not in PREFILL_BACKENDS:
+        raise InputError(f"prefill backend must be one of {', '.join(PREFILL_BACKENDS)}, got {backend!r}", "backend")
+    locked_backend = launch.backend is not None or launch.backend_forced_off
+    buckets: list[int] | None = list(launch.buckets) if launch.buckets is not None else None
+    locked_buckets = buckets is not None
+    max_bs = launch.max_bs
+    locked_max = max_bs is not None
+
+    # apply_cuda_graph_compatibility (skipped when the backend was chosen)
+    if not locked_backend:
+        if launch.pp_size > 1 and backend == "breakable":
+            backend, reason = "disabled", "pipeline parallelism (--pp-size > 1): breakable prefill graphs are opt-in there"
+        elif backend == "breakable":
+            off = None
+            if lay.attn_cp_size > 1 and not launch.enable_prefill_cp:
+                off = "attention context parallelism without prefill context parallelism"
+            elif lay.attn_cp_size > 1:
+                notes.append("prefill context parallelism: whether it supports breakable graphs is not checked here")
+            if off is None and launch.dcp_size > 1:
+                off = "decode context parallelism (--dcp-size > 1)"
+            if off is None and lay.two_batch_overlap:
+                off = "two-batch overlap"
+            if off is None and a2a not in BREAKABLE_VALIDATED_A2A:
+                off = f"MoE all-to-all backend {a2a!r}, not validated with breakable graphs"
+            if off is not None:
+                backend, reason = "disabled", f"SGLang turns breakable prefill graphs off with {off}"
+    # apply_deepep_adjustments
+    if a2a == "deepep" and backend == "breakable":
+        src = buckets if buckets is not None else _ladder_or_empty(max_bs or DEEPEP_DEFAULT_MAX_BS)
+        rounded = deepep_round(src)
+        if rounded != sorted(src):
+            if launch.buckets is not None:
+                moved = [f"{b}->{ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE)}" for b in sorted(set(src)) if b % DEEPEP_BUCKET_MULTIPLE]
+                notes.append(
+                    f"DeepEP rounds every bucket up to a multiple of {DEEPEP_BUCKET_MULTIPLE}: " + ", ".join(moved)
+                )
+            buckets, max_bs = rounded, rounded[-1]
+    # apply_cuda_graph_disaggregation_roles
+    if launch.disaggregation_mode == "decode" and not locked_backend and backend != "disabled":
+        backend, reason = "disabled", "a decode-only server (disaggregation mode decode) runs no prefill"
+
+    # handle_gpu_memory_settings
+    chunk = launch.chunked_prefill_size
+    if chunk is None:
+        chunk = default_chunked_prefill_size(launch.gpu_memory_gib)
+    if max_bs is None:
+        max_bs = min(MLA_PREFILL_MAX_BS, chunk) if launch.mla else chunk
+        if launch.pp_size > 1 and backend == "breakable" and not locked_buckets and max_bs > PP_BREAKABLE_PREFILL_MAX_BS:
+            max_bs = PP_BREAKABLE_PREFILL_MAX_BS
+        if launch.max_total_tokens is not None:
+            max_bs = min(max_bs, launch.max_total_tokens)
+        if "llama-2" in launch.model_path.lower():
+            max_bs = min(max_bs, LLAMA2_PREFILL_MAX_BS)
+    ladder_default = buckets is None
+
+    # handle_data_parallelism: the chunk is per attention-DP rank, and the ladder follows it
+    if lay.attn_dp_size > 1:
+        chunk = chunk // lay.attn_dp_size
+        if backend != "disabled" and max_bs > chunk and not locked_max:
+            if not ladder_default and not locked_buckets:
+                notes.append(
+                    f"the chunk per attention-DP rank ({chunk}) is below the DeepEP ladder's maximum: "
+                    f"SGLang regenerates the plain ladder up to {chunk}"
+                )
+            max_bs = chunk
+            if not locked_buckets:
+                buckets, ladder_default = None, True
+
+    # handle_a2a_moe: DeepEP normal dispatch and DeepEP v2 turn prefill graphs off, even when chosen
+    if a2a == "deepep" and launch.deepep_mode == "normal" and backend != "disabled":
+        backend, reason = "disabled", "SGLang turns CUDA graphs off with DeepEP normal dispatch (--deepep-mode normal)"
+    if a2a == "deepep_v2" and backend != "disabled":
+        backend, reason = "disabled", "SGLang turns prefill CUDA graphs off with DeepEP v2 (its prefill is not capturable)"
+
+    align = layout_alignment(lay)
+    listed = _ladder_or_empty(max_bs) if ladder_default else list(buckets or [])
+    if backend == "disabled":
+        captured: tuple[int, ...] = ()
+    elif not listed:
+        captured = ()
+        why = (
+            "chunked prefill is off (--chunked-prefill-size -1)"
+            if chunk < 1
+            else f"the ladder's maximum {max_bs} is below its first bucket"
+        )
+        backend, reason = "disabled", f"no bucket to capture: {why}; SGLang disables prefill CUDA graphs"
+    else:
+        captured = tuple(align_buckets(listed, align))
+    return PrefillCapture(
+        backend=backend,
+        reason=reason,
+        buckets=None if ladder_default else tuple(buckets or ()),
+        max_bs=max_bs,
+        alignment=align,
+        captured=captured,
+        chunked_prefill_size=chunk,
+        notes=tuple(notes),
+    )

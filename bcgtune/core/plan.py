@@ -62,6 +62,10 @@ class PlanRequest(pydantic.BaseModel):
     padding_factor: Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)] = DEFAULT_PADDING_FACTOR
     objective: str = "padding"
     chunked_prefill_size: Optional[Annotated[int, Field(ge=1, le=TOKENS_MAX)]] = None
+    # SGLang's default ladder as this launch captures it (bcgtune.core.ladder.resolve_prefill_capture),
+    # with its maximum; None: the plain ladder up to chunked_prefill_size (or one covering the trace)
+    sglang_ladder: Optional[list[int]] = None
+    ladder_max: Optional[int] = None
     compare: list[tuple[str, list[int]]] = []
     calibration: Any = None  # core.calibration.Calibration, for objective=time
     max_graph_mem_gib: Optional[Annotated[float, Field(gt=0, le=GIB_MAX, allow_inf_nan=False)]] = None
@@ -205,9 +209,10 @@ class BucketPlan:
         }
 
 
-def ladder_max_for(trace: PrefillTrace, chunked_prefill_size: int | None) -> int:
-    """max_bs SGLang would use: chunked_prefill_size when known, else the smallest of
-    SGLang's memory-based chunked_prefill_size defaults that covers the trace."""
+def assumed_chunked_prefill_size(trace: PrefillTrace, chunked_prefill_size: int | None) -> int:
+    """The traced server's chunked_prefill_size: as given, else as the trace knows it (log
+    startup line, simulated workload), else the smallest of SGLang's memory-based defaults
+    that covers the trace's largest batch."""
     if chunked_prefill_size:
         return int(chunked_prefill_size)
     known = trace.chunked_prefill_size()
@@ -266,9 +271,14 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     pricer = _Pricer(sizes, counts, req, candidates)
 
     rows = [pricer.row("bcgtune (optimal)", "optimal", sol.buckets)]
-    ladder_max = ladder_max_for(trace, req.chunked_prefill_size)
-    ladder = sglang_default_ladder(ladder_max)
-    rows.append(pricer.row(f"SGLang default ladder (max {ladder_max})", "sglang-default", ladder, sglang_aligns=True))
+    if req.sglang_ladder is not None:
+        ladder_max = req.ladder_max or (max(req.sglang_ladder) if req.sglang_ladder else 0)
+        name = f"SGLang default ladder (max {ladder_max}" + (f", aligned to {req.layout_align})" if req.layout_align > 1 else ")")
+        rows.append(pricer.row(name, "sglang-default", req.sglang_ladder))
+    else:
+        ladder_max = assumed_chunked_prefill_size(trace, req.chunked_prefill_size)
+        rows.append(pricer.row(f"SGLang default ladder (max {ladder_max})", "sglang-default", sglang_default_ladder(ladder_max),
+                               sglang_aligns=True))
     for name, lst in req.compare:
         rows.append(pricer.row(name, "compare", lst, sglang_aligns=True))
     cap = trace.captured_list()

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bcgtune.cli.console import out, out_json
+from bcgtune.cli.console import note, out, out_json
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
 from bcgtune.cli.render.doctor import render_text
 from bcgtune.errors import CheckFailed
@@ -18,6 +18,7 @@ def doctor_command(
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Also check this profile (built-in name or .toml).", show_default=False)] = None,
     model_path: ModelPath = None,
     runner_source: Annotated[Optional[str], typer.Option("--runner-source", help="Check this prefill_cuda_graph_runner.py instead of the installed one.", show_default=False)] = None,
+    no_sglang_probe: Annotated[bool, typer.Option("--no-sglang-probe", help="Do not start the installed SGLang to ask it (20-45 s): bcgtune's model of its rules and a reading of the runner's source answer instead.")] = False,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
 ) -> None:
@@ -27,11 +28,16 @@ def doctor_command(
 
     Examples: bcgtune doctor; bcgtune doctor --profile mi355x --json
     """
+    from functools import partial
+
     from bcgtune.adapters.doctor import run_doctor
     from bcgtune.adapters.profiles import load_profile
+    from bcgtune.adapters.sglang_resolve import ask_sglang
 
     prof = load_profile(profile) if profile is not None else None
-    report = run_doctor(prof, runner_path=runner_source, model=model_path)
+    if not no_sglang_probe:
+        note("bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)", quiet)
+    report = run_doctor(prof, runner_path=runner_source, model=model_path, ask=partial(ask_sglang, probe=not no_sglang_probe))
     if as_json:
         out_json(report.to_dict())
     else:

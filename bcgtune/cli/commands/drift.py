@@ -11,7 +11,10 @@ from bcgtune.cli.console import note, out, out_json
 from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet
 from bcgtune.cli.render.drift import render_drift_text
 from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, drift_report
-from bcgtune.core.ladder import layout_alignment, layout_from_server_flags, sglang_default_ladder
+from bcgtune.adapters.hardware import gpu_for
+from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+from bcgtune.core.ladder import resolve_prefill_capture
+from bcgtune.core.plan import assumed_chunked_prefill_size
 from bcgtune.errors import CheckFailed, InputError
 
 
@@ -36,11 +39,6 @@ def drift_command(
     if bool(log) == bool(trace_path):
         raise InputError("give today's traffic as --log FILE... or --trace FILE")
     prof = load_profile(profile)
-    if prof.buckets:
-        deployed, name = list(prof.buckets), f"profile {prof.name}'s list"
-    else:
-        deployed, name = sglang_default_ladder(8192), f"profile {prof.name}: SGLang's default ladder (no list)"
-    align = layout_alignment(layout_from_server_flags(prof.server, is_hip=prof.platform == "rocm"))
     if log:
         from bcgtune.adapters.sglang_log import parse_logs
 
@@ -54,11 +52,18 @@ def drift_command(
         from bcgtune.core.calibration import load_calibration
 
         cal = load_calibration(calibration)
-    if not prof.buckets:
-        cps = trace.chunked_prefill_size()
-        if cps:
-            deployed = sglang_default_ladder(cps)
-    rep = drift_report(trace, deployed, name=name, align=align, calibration=cal, threshold_pct=threshold)
+    server = dict(prof.server)
+    gpu = gpu_for(prof.hardware)
+    if "chunked_prefill_size" not in server and (trace.chunked_prefill_size() or gpu is None):
+        server["chunked_prefill_size"] = assumed_chunked_prefill_size(trace, None)
+    capture = resolve_prefill_capture(prefill_launch_from_server_flags(
+        server, platform=prof.platform, buckets=prof.buckets, model_path=prof.model or "",
+        gpu_memory_gib=gpu.memory_gib if gpu is not None else None))
+    if not capture.graphs_on:
+        raise InputError(f"the profile runs no prefill graphs: {capture.reason}", prof.where)
+    what = "list" if prof.buckets else "SGLang default ladder (no list)"
+    rep = drift_report(trace, list(capture.captured), name=f"profile {prof.name}'s {what}", align=capture.alignment,
+                       calibration=cal, threshold_pct=threshold)
     if as_json:
         out_json(rep.to_dict())
     else:

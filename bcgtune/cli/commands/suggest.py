@@ -13,11 +13,13 @@ from bcgtune.cli import guard
 from bcgtune.cli.console import note, out, out_json
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
 from bcgtune.cli.render.plan import plot_plan, render_plan_text
-from bcgtune.core.ladder import layout_alignment, layout_from_server_flags
+from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+from bcgtune.core.ladder import PrefillCapture, ceil_to, resolve_prefill_capture
 from bcgtune.core.plan import (
     MI355X_PR_HAND_LIST,
     MI355X_PR_HAND_LIST_NAME,
     BucketPlan,
+    assumed_chunked_prefill_size,
     make_plan,
     plan_request,
 )
@@ -60,7 +62,7 @@ def suggest_buckets_command(
     candidates: Annotated[str, typer.Option("--candidates", help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).", rich_help_panel=_OPT)] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Seed for KMeans; for the default simulation, 0 keeps the workload's own seed.", rich_help_panel=_OPT)] = 0,
     compare: Annotated[Optional[List[str]], typer.Option("--compare", help='A list to compare, e.g. "256 512 1024", optionally "NAME=256 512 1024". Repeatable.', rich_help_panel=_CMP, show_default=False)] = None,
-    chunked_prefill_size: Annotated[Optional[int], typer.Option("--chunked-prefill-size", help="The server's chunked prefill size: the max of SGLang's default ladder. Default: from the trace, else the smallest SGLang default that covers it.", rich_help_panel=_CMP, show_default=False)] = None,
+    chunked_prefill_size: Annotated[Optional[int], typer.Option("--chunked-prefill-size", min=-1, max=2**31 - 1, help="The server's chunked prefill size (-1: off), which sets SGLang's ladder and the largest useful bucket. Default: from the trace, else the smallest SGLang default that covers it.", rich_help_panel=_CMP, show_default=False)] = None,
     kmeans: Annotated[bool, typer.Option("--kmeans", help="Also compare scikit-learn's KMeans (imports scikit-learn: a few seconds).", rich_help_panel=_CMP)] = False,
     no_baselines: Annotated[bool, typer.Option("--no-baselines", help="Leave out the quantile (and KMeans) rows.", rich_help_panel=_CMP)] = False,
     as_json: JsonFlag = False,
@@ -79,23 +81,30 @@ def suggest_buckets_command(
         raise InputError("the time objective needs --calibration FILE", "--objective time")
     base = _base_profile(profile_path, base_profile) if profile_path else None
 
-    layout_align = layout_alignment(layout_from_server_flags(layout.flags()))
     compares = [_compare_arg(text, i) for i, text in enumerate(compare or [], start=1)]
+    if chunked_prefill_size == 0:
+        raise InputError("must be positive, or -1 to turn chunked prefill off", "--chunked-prefill-size")
     if trace_path is None:
         trace = _default_trace(seed)
         if not any(lst == MI355X_PR_HAND_LIST for _, lst in compares):
             compares.insert(0, (MI355X_PR_HAND_LIST_NAME, list(MI355X_PR_HAND_LIST)))
     else:
         trace = load_trace(trace_path)
+    capture = _capture(layout, chunked_prefill_size or assumed_chunked_prefill_size(trace, None))
+    if not capture.graphs_on:
+        _graphs_off(capture, as_json)
+        return
     cal = None
     if calibration is not None:
         from bcgtune.core.calibration import load_calibration
 
         cal = load_calibration(calibration)
     req = plan_request(
-        max_buckets=max_buckets, align=layout_align if align is None else align, layout_align=layout_align,
-        max_bucket=max_bucket, padding_factor=padding_factor, objective=objective,
-        chunked_prefill_size=chunked_prefill_size, compare=compares, calibration=cal,
+        max_buckets=max_buckets, align=capture.alignment if align is None else align, layout_align=capture.alignment,
+        max_bucket=_ceiling(trace, capture, layout_align_or(align, capture)) if max_bucket is None else max_bucket,
+        padding_factor=padding_factor,
+        objective=objective, sglang_ladder=list(capture.captured) if capture.buckets is None else None,
+        ladder_max=capture.max_bs, compare=compares, calibration=cal,
         max_graph_mem_gib=max_graph_mem_gib, kmeans=kmeans and not no_baselines, quantiles=not no_baselines,
         candidates=candidates, seed=seed,
     )
@@ -110,6 +119,32 @@ def suggest_buckets_command(
         out_json(plan.to_json_obj())
     else:
         out(render_plan_text(plan), nl=False)
+
+
+def _capture(layout: LayoutOptions, chunked_prefill_size: int) -> PrefillCapture:
+    """What SGLang captures for this layout (bcgtune's model of its resolution, checked
+    against SGLang's own in the test suite): alignment, the default ladder, the largest
+    useful bucket, or prefill graphs off."""
+    flags = {**layout.flags(), "chunked_prefill_size": chunked_prefill_size}
+    return resolve_prefill_capture(prefill_launch_from_server_flags(flags, platform="cuda"))
+
+
+def layout_align_or(align: int | None, capture: PrefillCapture) -> int:
+    return capture.alignment if align is None else max(1, align)
+
+
+def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | None:
+    """The largest bucket worth offering: the ladder's maximum for this launch (no batch is
+    larger than the chunk), unless not even the smallest traced batch fits under it."""
+    smallest = ceil_to(int(trace.sizes[0]), align)
+    return capture.max_bs if smallest <= capture.max_bs else None
+
+
+def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
+    if as_json:
+        out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None})
+    else:
+        out(f"prefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
 
 
 def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:

@@ -1,8 +1,10 @@
-"""Rendering of a DoctorReport (bcgtune.adapters.doctor)."""
+"""Rendering of a DoctorReport (bcgtune.adapters.doctor) and of a resolved prefill capture
+(bcgtune.adapters.sglang_resolve), which `serve --dry-run` prints too."""
 
 from __future__ import annotations
 
 from bcgtune.adapters.doctor import DoctorReport
+from bcgtune.adapters.sglang_resolve import ResolvedPrefill
 
 
 def render_text(report: DoctorReport) -> str:
@@ -19,11 +21,45 @@ def render_text(report: DoctorReport) -> str:
     else:
         lines.append("sglang   not installed")
     lines.append(f"default prefill backend here: {report.default_prefill_backend or 'unknown (no torch)'}")
-    lines.append(f"prefill runner multimodal gate: {g.state}: {g.detail}")
+    lines.append(f"prefill runner multimodal gate: {g.state} ({g.method}): {g.detail}")
+    if g.answers:
+        lines.append(f"  Qwen4-Exp batches: {_answers_text(g.answers)}")
     if report.profile is not None:
         lines.append(f"profile  {report.profile}")
+        if report.resolved_prefill is not None:
+            lines.extend("  " + ln for ln in render_resolved_prefill(report.resolved_prefill))
         if not report.findings:
             lines.append("  no findings")
         for f in report.findings:
             lines.append(f"  {f.severity:8s} {f.code}: {f.message}")
     return "\n".join(lines) + "\n"
+
+
+def _answers_text(answers: dict[str, bool]) -> str:
+    def yn(k):
+        return "replays" if answers.get(k) else "eager"
+
+    return (
+        f"image: {yn('image_spec_off')} without / {yn('image_spec_on')} with speculative decoding; "
+        f"text: {yn('text_spec_off')} / {yn('text_spec_on')}"
+    )
+
+
+def render_resolved_prefill(r: ResolvedPrefill) -> list[str]:
+    """Lines describing what the server will do (doctor and serve --dry-run print them)."""
+    src = r.source if r.fallback_reason is None else f"{r.source}; SGLang not asked: {r.fallback_reason}"
+    lines = [f"prefill graphs ({src}):"]
+    lines.append(f"  backend    {r.backend}: {r.reason}")
+    if r.graphs_on:
+        lines.append(f"  captures   {len(r.buckets)} graphs, {r.buckets[0]}..{r.buckets[-1]}: {' '.join(map(str, r.buckets))}")
+    else:
+        lines.append("  captures   nothing")
+    extra = [f"alignment {r.alignment}"]
+    if r.max_bs is not None:
+        extra.append(f"ladder max {r.max_bs}")
+    if r.chunked_prefill_size is not None:
+        extra.append(f"chunked prefill {r.chunked_prefill_size} per attention-DP rank")
+    lines.append("  " + ", ".join(extra))
+    for n in r.notes:
+        lines.append(f"  note: {n}")
+    return lines

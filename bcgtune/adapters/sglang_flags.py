@@ -1,0 +1,169 @@
+"""SGLang launch flags (a profile's [server] table, keys normalized by
+`bcgtune.adapters.profiles.snake`) turned into the domain objects of `bcgtune.core.ladder`:
+the parallel layout and the prefill launch that `resolve_prefill_capture` resolves.
+
+Defaults are SGLang 0.5.23's (srt/arg_groups/fields/parallel.py, exec_.py, memory.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from bcgtune.adapters.profiles import snake
+from bcgtune.core.ladder import PREFILL_BACKENDS, ParallelLayout, PrefillLaunch
+from bcgtune.errors import InputError
+
+# Bounds that make sense for a launch (SGLang counts tokens in int32).
+_INT32_MAX = 2**31 - 1
+
+
+def _norm(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {snake(str(k)): v for k, v in flags.items()}
+
+
+def _flag_int(flags: Mapping[str, Any], key: str, default: int | None, *, minimum: int = 1) -> int | None:
+    v = flags.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise InputError(f"{key} must be an integer, got {v!r}"[:120], key)
+    try:
+        n = int(v)
+    except ValueError:
+        raise InputError(f"{key} must be an integer, got {v!r}"[:120], key) from None
+    if n < minimum or n > _INT32_MAX:
+        raise InputError(f"{key} must be in {minimum}..{_INT32_MAX}, got {n}", key)
+    return n
+
+
+def _flag_bool(flags: Mapping[str, Any], key: str) -> bool:
+    v = flags.get(key, False)
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(v)
+
+
+def _flag_str(flags: Mapping[str, Any], key: str, default: str | None) -> str | None:
+    v = flags.get(key, default)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise InputError(f"{key} must be a string, got {v!r}"[:120], key)
+    return v
+
+
+def layout_from_server_flags(flags: Mapping[str, Any], *, is_hip: bool = False) -> ParallelLayout:
+    """A ParallelLayout from SGLang launch flags as a dict (keys snake or kebab case,
+    with or without leading dashes, short forms such as `tp` included): tp_size, dp_size,
+    attn_dp_size, enable_dp_attention, enable_two_batch_overlap, moe_a2a_backend,
+    moe_dense_tp_size, attn_cp_size, enable_dp_lm_head, disable_attn_tp_gather.
+    Flags that are absent take SGLang's defaults. `is_hip`: ROCm (context-parallel
+    alignment is skipped there)."""
+    norm = _norm(flags)
+    a2a = _flag_str(norm, "moe_a2a_backend", "none")
+    layout = ParallelLayout(
+        tp=_flag_int(norm, "tp_size", 1),
+        dp=_flag_int(norm, "dp_size", 1),
+        enable_dp_attention=_flag_bool(norm, "enable_dp_attention"),
+        two_batch_overlap=_flag_bool(norm, "enable_two_batch_overlap"),
+        moe_a2a_backend=(a2a or "none"),
+        moe_dense_tp_size=_flag_int(norm, "moe_dense_tp_size", None),
+        attn_cp_size=_flag_int(norm, "attn_cp_size", 1),
+        is_hip=is_hip,
+        attn_dp=_flag_int(norm, "attn_dp_size", 1),
+        enable_dp_lm_head=_flag_bool(norm, "enable_dp_lm_head"),
+        disable_attn_tp_gather=_flag_bool(norm, "disable_attn_tp_gather"),
+    )
+    if layout.attn_dp > 1 and layout.dp > 1:
+        # parallel_hook.py refuses this combination at launch
+        raise InputError(
+            f"--dp-size {layout.dp} with --attn-dp-size {layout.attn_dp}: replicas combined "
+            "with attention DP are not supported by SGLang",
+            "attn_dp_size",
+        )
+    _ = layout.attn_tp_size  # raises when tp is not a multiple of attention DP x CP
+    return layout
+
+
+def prefill_graph_json(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The `prefill` object of a `cuda-graph-config` JSON flag ({} when absent or not
+    JSON); SGLang lets it win over the per-phase flags (cuda_graph_hook.py,
+    parse_cuda_graph_config)."""
+    cfg = flags.get("cuda_graph_config")
+    if not isinstance(cfg, str):
+        return {}
+    try:
+        parsed = json.loads(cfg)
+    except ValueError:
+        return {}
+    if isinstance(parsed, dict) and isinstance(parsed.get("prefill"), dict):
+        return parsed["prefill"]
+    return {}
+
+
+def _bucket_list(value: Any, where: str) -> tuple[int, ...]:
+    vals = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise InputError(f"bucket must be an integer, got {v!r}"[:120], where)
+        try:
+            n = int(v)
+        except ValueError:
+            raise InputError(f"bucket must be an integer, got {v!r}"[:120], where) from None
+        if not 1 <= n <= _INT32_MAX:
+            raise InputError(f"bucket must be in 1..{_INT32_MAX}, got {n}", where)
+        out.append(n)
+    return tuple(out)
+
+
+def prefill_launch_from_server_flags(
+    flags: Mapping[str, Any],
+    *,
+    platform: str = "cuda",
+    gpu_memory_gib: float | None = None,
+    buckets: list[int] | tuple[int, ...] | None = None,
+    model_path: str = "",
+    mla: bool = False,
+) -> PrefillLaunch:
+    """A PrefillLaunch from launch flags (as `layout_from_server_flags` takes them).
+    `buckets`: the list passed as --cuda-graph-bs-prefill (a profile's [buckets].list);
+    a `cuda-graph-config` JSON's prefill keys win, as in SGLang."""
+    norm = _norm(flags)
+    js = prefill_graph_json(norm)
+    backend = _flag_str(norm, "cuda_graph_backend_prefill", None)
+    if "backend" in js:
+        backend = str(js["backend"])
+    if backend is not None and backend not in PREFILL_BACKENDS:
+        raise InputError(f"must be one of {', '.join(PREFILL_BACKENDS)}, got {backend!r}"[:120], "cuda_graph_backend_prefill")
+    forced_off = _flag_bool(norm, "disable_prefill_cuda_graph") or _flag_bool(norm, "disable_cuda_graph")
+    if "cuda_graph_bs_prefill" in norm:
+        buckets = _bucket_list(norm["cuda_graph_bs_prefill"], "cuda_graph_bs_prefill")
+    if "bs" in js:
+        buckets = _bucket_list(js["bs"], "cuda_graph_config prefill.bs")
+    max_bs = _flag_int(norm, "cuda_graph_max_bs_prefill", None)
+    if "max_bs" in js:
+        max_bs = _flag_int({"max_bs": js["max_bs"]}, "max_bs", None)
+    chunk = _flag_int(norm, "chunked_prefill_size", None, minimum=-1)
+    if chunk == 0:
+        raise InputError("chunked_prefill_size must be positive, or -1 to turn chunked prefill off", "chunked_prefill_size")
+    return PrefillLaunch(
+        layout=layout_from_server_flags(norm, is_hip=platform == "rocm"),
+        platform=platform,
+        backend=backend,
+        backend_forced_off=forced_off,
+        buckets=tuple(buckets) if buckets is not None else None,
+        max_bs=max_bs,
+        chunked_prefill_size=chunk,
+        gpu_memory_gib=gpu_memory_gib,
+        pp_size=_flag_int(norm, "pp_size", 1),
+        mla=mla,
+        model_path=model_path,
+        max_total_tokens=_flag_int(norm, "max_total_tokens", None),
+        deepep_mode=_flag_str(norm, "deepep_mode", "auto") or "auto",
+        disaggregation_mode=_flag_str(norm, "disaggregation_mode", "null") or "null",
+        dcp_size=_flag_int(norm, "dcp_size", 1),
+        enable_prefill_cp=_flag_bool(norm, "enable_prefill_cp"),
+    )

@@ -1,0 +1,254 @@
+"""SGLang's own launch resolution against bcgtune's model of it (bcgtune.core.ladder.
+resolve_prefill_capture), over a grid of launches, and the resolution API that doctor and
+`serve --dry-run` use.
+
+The differential test drives SGLang 0.5.23's real parser, `prepare_server_args` and
+resolution pipeline (every hook under srt/arg_groups/) in one child process, with the GPU
+queries answered as an H200 or an MI355X would (bcgtune.adapters.sglang_probe), and
+compares the backend, the exact captured bucket list, the alignment, the ladder maximum
+and the chunk per attention-DP rank for every launch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bcgtune.adapters.hardware import gpu_for
+from bcgtune.adapters.launcher import build_server_command
+from bcgtune.adapters.profiles import Profile
+from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+from bcgtune.adapters.sglang_resolve import (
+    _PROBE_CONFIG_DIR,
+    _is_mla,
+    _read_config,
+    locate_model_config,
+    resolve_prefill,
+    resolve_with_model,
+    run_probe,
+    sglang_installed,
+)
+from bcgtune.cli.render.doctor import render_resolved_prefill
+from bcgtune.core.ladder import resolve_prefill_capture
+
+DATA = Path(__file__).parent / "data"
+MLA_CONFIG = DATA / "models" / "deepseek-v2-mla-tiny"
+MOE_CONFIG = DATA / "models" / "qwen3-moe-tiny"
+
+# (tp, dp, extra flags): replicas, attention DP in both spellings, and plain TP
+LAYOUTS = [
+    (1, 1, {}),
+    (2, 1, {}),
+    (2, 2, {}),
+    (8, 1, {"attn-dp-size": 2}),
+    (8, 8, {"enable-dp-attention": True}),
+    (8, 1, {"attn-dp-size": 8}),
+    (4, 4, {"enable-dp-attention": True}),
+]
+A2A = ["none", "deepep", "mooncake", "nixl"]
+CHUNKS = [None, 4096, 1536, 12288]
+LISTS = [None, [100, 300, 1000, 3000], [512, 256, 256, 2048], [96, 200, 4000], None]
+SPECIAL = [
+    # pipeline parallelism: default off, explicit on (ladder capped at 8192)
+    ("h200", "plain", {"pp-size": 2}, None),
+    ("h200", "plain", {"pp-size": 2, "cuda-graph-backend-prefill": "breakable"}, None),
+    ("mi355x", "plain", {"pp-size": 2, "cuda-graph-backend-prefill": "breakable"}, None),
+    ("h200", "plain", {"pp-size": 2, "cuda-graph-backend-prefill": "breakable"}, [128, 9000, 16000]),
+    # ROCm: opt-in; a list without the backend is dead
+    ("mi355x", "plain", {"tp-size": 2}, None),
+    ("mi355x", "plain", {"tp-size": 2}, [256, 512]),
+    ("mi355x", "plain", {"tp-size": 2, "cuda-graph-backend-prefill": "breakable"}, None),
+    ("mi355x", "plain", {"tp-size": 4, "attn-dp-size": 2, "cuda-graph-backend-prefill": "breakable"}, [250, 500]),
+    # MLA caps the ladder at 8192; llama-2 paths at 4096; --max-total-tokens
+    ("mi355x", "mla", {"cuda-graph-backend-prefill": "breakable"}, None),
+    ("h200", "mla", {"tp-size": 8, "attn-dp-size": 2}, None),
+    ("mi355x", "llama2", {"cuda-graph-backend-prefill": "breakable"}, None),
+    ("h200", "plain", {"max-total-tokens": 5000}, None),
+    ("h200", "plain", {"max-total-tokens": 5000, "cuda-graph-max-bs-prefill": 6000}, None),
+    # chunked prefill off: an empty ladder, graphs off
+    ("h200", "plain", {"chunked-prefill-size": -1}, None),
+    ("h200", "plain", {"chunked-prefill-size": -1}, [64, 128]),
+    ("h200", "plain", {"chunked-prefill-size": -1, "tp-size": 2, "moe-a2a-backend": "deepep"}, None),
+    # explicit switches, the JSON config, DeepEP's own rules
+    ("h200", "plain", {"disable-prefill-cuda-graph": True}, [256]),
+    ("h200", "plain", {"cuda-graph-backend-prefill": "disabled"}, None),
+    ("h200", "plain", {"cuda-graph-backend-prefill": "full"}, [100, 200]),
+    ("h200", "plain", {"cuda-graph-config": '{"prefill": {"backend": "breakable", "max_bs": 3000}}'}, None),
+    ("h200", "plain", {"tp-size": 4, "moe-a2a-backend": "deepep", "cuda-graph-max-bs-prefill": 1000}, None),
+    ("h200", "plain", {"tp-size": 4, "moe-a2a-backend": "deepep", "deepep-mode": "normal"}, [256]),
+    ("h200", "plain", {"tp-size": 8, "attn-dp-size": 4, "moe-a2a-backend": "deepep",
+                       "cuda-graph-max-bs-prefill": 4096}, None),
+    ("h200", "plain", {"tp-size": 4, "enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "breakable",
+                       "moe-a2a-backend": "deepep"}, [100, 301]),
+    ("h200", "plain", {"tp-size": 4, "attn-cp-size": 2}, None),
+    # DeepEP v2 turns prefill graphs off even when breakable is chosen (it needs a model
+    # registered for it and a per-rank budget of 128 tokens); MoRI is not validated
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "deepep_v2", "cuda-graph-backend-prefill": "breakable",
+                     "chunked-prefill-size": 128, "max-prefill-tokens": 128, "cuda-graph-max-bs-decode": 64}, None),
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096}, None),
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096,
+                     "cuda-graph-backend-prefill": "breakable"}, [100, 301]),
+    # pplx needs attention DP and at most 128 tokens per rank: SGLang turns graphs off with it
+    ("h200", "plain", {"tp-size": 8, "attn-dp-size": 8, "moe-a2a-backend": "pplx", "chunked-prefill-size": 1024}, None),
+    ("h200", "plain", {"tp-size": 4, "attn-cp-size": 2, "cuda-graph-backend-prefill": "breakable"}, [100, 301]),
+]
+
+
+def _grid(tmp: Path) -> list[tuple[str, Profile]]:
+    plain = _PROBE_CONFIG_DIR
+    llama2 = tmp / "Llama-2-7b-shaped"
+    llama2.mkdir(exist_ok=True)
+    shutil.copy(plain / "config.json", llama2 / "config.json")
+    models = {"plain": plain, "mla": MLA_CONFIG, "moe": MOE_CONFIG, "llama2": llama2}
+    out = []
+    chunk_i, list_i = itertools.cycle(CHUNKS), itertools.cycle(LISTS)
+    for (tp, dp, extra), a2a, tbo, explicit in itertools.product(LAYOUTS, A2A, (False, True), (False, True)):
+        server = {"tp-size": tp, "dp-size": dp, **extra}
+        if a2a != "none":
+            server["moe-a2a-backend"] = a2a
+        if tbo:
+            server["enable-two-batch-overlap"] = True
+        if explicit:
+            server["cuda-graph-backend-prefill"] = "breakable"
+        chunk = next(chunk_i)
+        if chunk is not None:
+            server["chunked-prefill-size"] = chunk
+        out.append(("h200", _profile(server, next(list_i), "cuda", "h200", plain)))
+    for hw, model, server, buckets in SPECIAL:
+        spec = gpu_for(hw)
+        out.append((hw, _profile(dict(server), buckets, spec.platform, hw, models[model])))
+    return out
+
+
+def _profile(server: dict, buckets, platform: str, hardware: str, model: Path) -> Profile:
+    from bcgtune.adapters.profiles import snake
+
+    return Profile(
+        name="grid", platform=platform, hardware=hardware, model=str(model),
+        server={snake(k): v for k, v in server.items()}, buckets=list(buckets) if buckets else None,
+    )
+
+
+def _device(hw: str) -> dict:
+    g = gpu_for(hw)
+    return {"platform": g.platform, "name": g.name, "memory_gib": g.memory_gib, "capability": list(g.capability),
+            "gcn_arch": g.gcn_arch}
+
+
+def _ours(p: Profile):
+    spec = gpu_for(p.hardware)
+    launch = prefill_launch_from_server_flags(
+        p.server, platform=p.platform, gpu_memory_gib=spec.memory_gib, buckets=p.buckets,
+        model_path=p.model, mla=_is_mla(_read_config(Path(p.model))),
+    )
+    return resolve_prefill_capture(launch)
+
+
+@pytest.mark.sglang
+def test_fallback_model_equals_sglang_resolution(tmp_path):
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    grid = _grid(tmp_path)
+    # the grid's size, recorded: 7 layouts x 4 a2a backends x two-batch overlap on/off x
+    # backend default/explicit (112, with chunk sizes and lists cycled through them) plus
+    # 30 special launches
+    assert len(grid) == 142
+    by_device: dict[str, list[int]] = {}
+    for i, (hw, _p) in enumerate(grid):
+        by_device.setdefault(hw, []).append(i)
+    answers: dict[int, dict] = {}
+    for hw, idx in by_device.items():
+        launches = [build_server_command(grid[i][1]).argv[3:] for i in idx]
+        result = run_probe({"device": _device(hw), "launches": launches}, timeout=600)
+        assert "error" not in result, result.get("error")
+        for i, res in zip(idx, result["launches"]):
+            answers[i] = res
+    mismatches = []
+    for i, (hw, prof) in enumerate(grid):
+        sg = answers[i]
+        assert sg["ok"], (hw, prof.server, prof.buckets, sg.get("error"))
+        ours = _ours(prof)
+        sg_backend = sg["backend"] if sg["captured"] else "disabled"
+        got = (sg_backend, tuple(sg["captured"]), sg["alignment"], sg["max_bs"], sg["chunked_prefill_size"])
+        want = (ours.backend if ours.captured else "disabled", ours.captured, ours.alignment, ours.max_bs,
+                ours.chunked_prefill_size)
+        if got != want:
+            mismatches.append((hw, prof.server, prof.buckets, "sglang:", got, "bcgtune:", want))
+    assert not mismatches, "\n".join(map(str, mismatches[:10])) + f"\n{len(mismatches)} of {len(grid)} differ"
+    # the grid reaches every outcome the rules can produce
+    outcomes = {(answers[i]["backend"] if answers[i]["captured"] else "disabled") for i in answers}
+    assert {"breakable", "full", "disabled"} <= outcomes
+    assert any(answers[i]["alignment"] > 1 for i in answers)
+
+
+# ---------------------------------------------------------------- the resolution API
+def test_fallback_when_sglang_absent(monkeypatch, tmp_path):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    prof = _profile({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep",
+                     "chunked-prefill-size": 8192}, None, "cuda", "h200", _PROBE_CONFIG_DIR)
+    r = resolve_prefill(prof)
+    assert r.source == "bcgtune model" and r.fallback_reason == "sglang is not installed"
+    assert (r.backend, len(r.buckets), r.buckets[-1], r.max_bs, r.chunked_prefill_size) == ("breakable", 38, 1024, 1024, 1024)
+    text = "\n".join(render_resolved_prefill(r))
+    assert "SGLang not asked: sglang is not installed" in text and "38 graphs, 4..1024" in text
+
+
+def test_fallback_chunk_off_says_graphs_off(monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    prof = _profile({"chunked-prefill-size": -1}, None, "cuda", "h200", _PROBE_CONFIG_DIR)
+    r = resolve_prefill(prof)
+    assert r.backend == "disabled" and r.buckets == () and "--chunked-prefill-size -1" in r.reason
+    assert "captures   nothing" in "\n".join(render_resolved_prefill(r))
+
+
+def test_model_config_lookup(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert locate_model_config(str(MLA_CONFIG)) == (MLA_CONFIG, None)
+    folder, why = locate_model_config("org/missing-model")
+    assert folder is None and "not in the local Hugging Face cache" in why and str(tmp_path / "hub") in why
+    snap = tmp_path / "hub" / "models--org--model" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (tmp_path / "hub" / "models--org--model" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--model" / "refs" / "main").write_text("abc123")
+    assert locate_model_config("org/model") == (snap, None)
+    assert locate_model_config(str(tmp_path))[0] is None  # a folder without config.json
+    assert locate_model_config(None)[0] is None
+
+
+def test_resolve_with_model_reads_mla_from_config():
+    prof = _profile({"cuda-graph-backend-prefill": "breakable"}, None, "rocm", "mi355x", MLA_CONFIG)
+    r = resolve_with_model(prof, config_dir=MLA_CONFIG)
+    assert (r.max_bs, r.buckets[-1], r.chunked_prefill_size) == (8192, 8192, 16384)
+    prof = _profile({"cuda-graph-backend-prefill": "breakable"}, None, "rocm", "mi355x", _PROBE_CONFIG_DIR)
+    assert resolve_with_model(prof, config_dir=_PROBE_CONFIG_DIR).max_bs == 16384
+
+
+@pytest.mark.sglang
+def test_resolve_prefill_asks_sglang(tmp_path):
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    prof = _profile({"tp": 2, "moe-a2a-backend": "deepep"}, [100, 300, 1000], "cuda", "h200", _PROBE_CONFIG_DIR)
+    r = resolve_prefill(prof)
+    assert r.source == "sglang 0.5.23" and r.fallback_reason is None
+    assert (r.backend, r.buckets, r.alignment) == ("breakable", (104, 304, 1000), 2)
+    assert any("divisible by 8" in n for n in r.notes)
+
+
+def test_serve_dry_run_lines(monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    prof = _profile({"tp": 2, "enable-two-batch-overlap": True}, [256, 512], "cuda", "h200", _PROBE_CONFIG_DIR)
+    lines = render_resolved_prefill(sr.resolve_prefill(prof))
+    assert lines[0] == "prefill graphs (bcgtune model; SGLang not asked: sglang is not installed):"
+    assert "backend    disabled: SGLang turns breakable prefill graphs off with two-batch overlap" in lines[1]
+    assert lines[2] == "  captures   nothing"
