@@ -1,4 +1,14 @@
-"""File helpers shared by every command: atomic writes and tolerant opening of inputs."""
+"""Files in and out, for every command: bounded reading of inputs (stdin, .gz, binary and
+oversized files refused with one line), JSON and TOML decoding that cannot crash, the
+output-path guard that runs before any work, and atomic writes.
+
+Outputs never hurt inputs: `check_outputs` refuses, before a command starts working, an
+output path that is empty, a folder, a device or other non-regular file, in a folder that
+does not exist or cannot be written, or that resolves to one of the run's inputs. Writes go
+to a temp file in the same folder and are renamed over the target, so a reader never sees
+a torn file and an interrupted run leaves the old file intact; the rename never replaces
+anything but a regular file.
+"""
 
 from __future__ import annotations
 
@@ -7,95 +17,257 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
+import zlib
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterable, Mapping
 
-from bcgtune.errors import InputError
+from bcgtune.errors import ExternalError, InputError
+
+# A trace, calibration or profile larger than this is not one (a 1M-batch JSON trace with
+# every per-batch column is ~150 MB).
+MAX_DOCUMENT_BYTES = 1 << 30
+SNIFF_BYTES = 64 << 10
+_READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def display_path(path: str) -> str:
+    return "<stdin>" if path == "-" else str(path)
+
+
+def _stdin_buffer(where: str) -> IO[bytes]:
+    stream = sys.stdin
+    buf = getattr(stream, "buffer", None) if stream is not None else None
+    if buf is None or buf.closed:
+        raise InputError("standard input is closed", where)
+    return buf
+
+
+def open_binary(path: str) -> IO[bytes]:
+    """Open an input for reading bytes: `-` is stdin, gzip is decompressed (by the `.gz`
+    suffix or the magic bytes). Errors name the file."""
+    if path == "-":
+        return _stdin_buffer("<stdin>")
+    if path == "":
+        raise InputError("empty file name", "''")
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder, not a file", path)
+    try:
+        fh = open(p, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        if path.endswith(".gz"):
+            return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+        if stat.S_ISREG(st.st_mode):  # pipes and devices cannot seek back: no sniffing
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+        return fh
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"cannot read: {_reason(exc)}", path) from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "compressed data ends early (truncated .gz)"
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        return f"corrupt .gz ({exc})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def read_input(path: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of an input document (`-` for stdin, .gz decompressed), refused when it is
+    binary (NUL bytes in its first 64 KiB) or larger than `limit` after decompression:
+    neither is read to the end."""
+    where = display_path(path)
+    fh = open_binary(path)
+    try:
+        chunks = []
+        total = 0
+        first = True
+        while True:
+            block = fh.read(SNIFF_BYTES if first else 1 << 20)
+            if not block:
+                break
+            if first and b"\x00" in block:
+                raise InputError(f"binary data, not a {what}", where)
+            first = False
+            total += len(block)
+            if total > limit:
+                raise InputError(f"larger than {limit >> 20} MiB: not a {what}", where)
+            chunks.append(block)
+        return b"".join(chunks)
+    except _READ_ERRORS as exc:
+        raise InputError(f"cannot read: {_reason(exc)}", where) from None
+    finally:
+        if path != "-":
+            fh.close()
+
+
+def decode_text(data: bytes, where: str, what: str) -> str:
+    """UTF-8 text (a BOM from spreadsheet exports is dropped), or one line naming the byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): not a {what}", where) from None
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, where: str) -> Any:
+    """json.loads with every failure as one line: syntax (line and column), NaN/Infinity
+    literals, integers too long to convert, nesting too deep."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply", where) from None
+    except ValueError as exc:
+        raise InputError(f"invalid JSON: {str(exc)[:120]}", where) from None
+
+
+def parse_toml(data: bytes | str, where: str) -> dict[str, Any]:
+    """A TOML document as a dict, every failure one line (not UTF-8, syntax, nesting)."""
+    import tomllib
+
+    text = data if isinstance(data, str) else decode_text(data, where, "TOML file")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"invalid TOML: {str(exc)[:160]}", where) from None
+    except RecursionError:
+        raise InputError("invalid TOML: nested too deeply", where) from None
+    except ValueError as exc:
+        raise InputError(f"invalid TOML: {str(exc)[:160]}", where) from None
+
+
+def read_toml(path: str, what: str = "TOML file") -> dict[str, Any]:
+    return parse_toml(read_input(path, what, limit=16 << 20), display_path(path))
+
+
+# --------------------------------------------------------------------------- outputs
+def _regular_or_absent(real: str, where: str) -> bool:
+    """True when `real` exists (and is a regular file); False when absent; refuses the rest."""
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise InputError(f"cannot use as output: {exc.strerror}", where) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder, not a file", where)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("is not a regular file (a device, pipe or socket): refusing to replace it", where)
+    return True
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(path: str, where: str, inputs: Iterable[str] = ()) -> None:
+    """Refuse `path` as an output before any work starts (see the module docstring)."""
+    if not str(path).strip():
+        raise InputError("empty output path", where)
+    real = os.path.realpath(path)
+    exists = _regular_or_absent(real, f"{where} {path}")
+    parent = os.path.dirname(real) or "."
+    if not os.path.isdir(parent):
+        raise InputError("output folder does not exist", f"{where} {path}")
+    for inp in inputs:
+        if not inp or inp == "-":
+            continue
+        if real == os.path.realpath(inp) or (exists and os.path.exists(inp) and _same_file(real, inp)):
+            raise InputError("is also an input of this run: refusing to overwrite it", f"{where} {path}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".bcgtune-probe-", dir=parent)
+    except OSError as exc:
+        raise InputError(f"cannot write in {parent}: {exc.strerror}", f"{where} {path}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_outputs(outputs: Mapping[str, str | None], inputs: Iterable[str] = ()) -> None:
+    """`check_output` for each named output (flag -> path, None = not asked), and no two
+    outputs of one run may be the same file."""
+    inputs = [str(i) for i in inputs if i]
+    seen: dict[str, str] = {}
+    for where, path in outputs.items():
+        if path is None:
+            continue
+        check_output(str(path), where, inputs)
+        real = os.path.realpath(path)
+        if real in seen:
+            raise InputError(f"same file as {seen[real]}", f"{where} {path}")
+        seen[real] = where
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same folder + fsync + rename, so a
-    reader never sees a torn file and an interrupted run leaves the old file intact."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError("output folder does not exist", str(parent))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    """Write `data` via a temp file in the target's folder + fsync + rename. A symbolic link is
+    followed (its target is replaced, the link stays); anything but a regular file is refused."""
+    where = str(path)
+    real = os.path.realpath(path)
+    existed = _regular_or_absent(real, where)
+    parent = os.path.dirname(real) or "."
+    if not os.path.isdir(parent):
+        raise InputError("output folder does not exist", where)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise InputError(f"cannot write in {parent}: {exc.strerror}", where) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if path.exists():
-            try:
-                os.chmod(tmp, path.stat().st_mode & 0o777)
-            except OSError:
-                pass
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        mode = (os.stat(real).st_mode & 0o777) if existed else 0o644
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise ExternalError(f"cannot write: {exc.strerror or exc}", where) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+def atomic_write_json(path: str | os.PathLike, obj, *, indent: int | None = 1) -> None:
+    sep = None if indent is not None else (",", ":")
+    atomic_write_text(path, json.dumps(obj, indent=indent, separators=sep) + "\n")
 
 
-def loads_json(text: str, where: str):
-    """json.loads with the error as a one-line InputError naming the file, line and column."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where) from None
-
-
-def check_versioned(obj, kind: str, version: int, what: str, where: str) -> dict:
-    """A bcgtune JSON document: an object whose `kind` (if present) and `format_version`
-    match. Returns it."""
-    if not isinstance(obj, dict):
-        raise InputError(f"{what} JSON must be an object", where)
-    if obj.get("kind") not in (None, kind):
-        raise InputError(f"not a {what} (kind {obj.get('kind')!r})", where)
-    got = obj.get("format_version")
-    if got != version:
-        raise InputError(f"unsupported format_version {got!r} (this bcgtune reads {version})", where)
-    return obj
-
-
-def open_binary(path: str) -> IO[bytes]:
-    """Open a log/trace input for reading bytes: `-` is stdin, `.gz` is decompressed.
-    Errors name the file."""
-    if path == "-":
-        return sys.stdin.buffer
-    p = Path(path)
-    if not p.exists():
-        raise InputError("no such file", path)
-    if p.is_dir():
-        raise InputError("is a folder, not a file", path)
-    try:
-        fh = open(p, "rb")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path) from None
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
-    head = fh.read(2)
-    fh.seek(0)
-    if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
-    return fh
-
-
+# --------------------------------------------------------------------------- hashing
 class HashingReader(io.RawIOBase):
     """Wraps a binary stream, hashing (sha256) and counting the bytes as they are read,
     so a source's digest costs no second pass over a large file."""
@@ -118,30 +290,10 @@ class HashingReader(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            if self._raw is not sys.stdin.buffer:
+            if self._raw is not getattr(sys.stdin, "buffer", None):
                 self._raw.close()
         finally:
             super().close()
-
-
-def iter_byte_lines(path: str) -> tuple[Iterator[bytes], HashingReader]:
-    """Stream the physical lines of `path` as bytes, split on b"\\n" only (a lone "\\r" from
-    a progress bar does not start a new line, so line numbers match an editor's), with a
-    reader that exposes sha256/bytes once the iterator is exhausted. Memory stays flat."""
-    raw = open_binary(path)
-    reader = HashingReader(raw)
-    buffered = io.BufferedReader(reader, buffer_size=1 << 20)
-
-    def gen() -> Iterator[bytes]:
-        try:
-            try:
-                yield from buffered
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise InputError(f"cannot read: {exc}", path) from None
-        finally:
-            buffered.close()
-
-    return gen(), reader
 
 
 def sha256_file(path: str) -> str:
