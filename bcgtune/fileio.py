@@ -302,3 +302,22 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- JSON documents
+def loads_json(text: str, where: str):
+    """The JSON loader core/trace.py and core/calibration.py call on this branch: `parse_json`."""
+    return parse_json(text, where)
+
+
+def check_versioned(obj, kind: str, version: int, what: str, where: str) -> dict:
+    """A bcgtune JSON document: an object whose `kind` (if present) and `format_version`
+    match. Returns it."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{what} JSON must be an object", where)
+    if obj.get("kind") not in (None, kind):
+        raise InputError(f"not a {what} (kind {obj.get('kind')!r})", where)
+    got = obj.get("format_version")
+    if got != version:
+        raise InputError(f"unsupported format_version {got!r} (this bcgtune reads {version})", where)
+    return obj
