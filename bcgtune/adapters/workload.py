@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import pydantic
@@ -46,6 +46,9 @@ from bcgtune.adapters.profiles import snake
 from bcgtune.core import schema
 from bcgtune.core.ladder import default_chunked_prefill_size
 from bcgtune.errors import InputError
+
+if TYPE_CHECKING:
+    from bcgtune.core.calibration import Calibration
 
 DATASETS = ("random-ids", "random", "image")
 
@@ -128,6 +131,15 @@ class StepTimeModel:
     def prefill_table(self, max_tokens: int) -> list[float]:
         """Prefill forward time in seconds for every size 0..max_tokens (a list: O(1) lookups)."""
         return (self.prefill_ms(np.arange(max_tokens + 1, dtype=np.int64)) / 1000.0).tolist()
+
+    def calibrated(self, calibration: Calibration) -> StepTimeModel:
+        """This model with a calibration's measured eager prefill times in place of the
+        polynomial (sizes between measured ones interpolated, as the optimizer prices them)."""
+
+        def calibrated_eager_ms(n: np.ndarray) -> np.ndarray:
+            return calibration.eager_time(n)
+
+        return replace(self, prefill_curve=calibrated_eager_ms)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prefill_curve"}
