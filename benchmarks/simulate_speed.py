@@ -1,6 +1,6 @@
 """Simulator speed: 100,000 requests through `bcgtune.adapters.simulator.simulate`.
 
-Usage: python benchmarks/simulate_speed.py [--requests N] [--repeat R] [--large M]
+Usage: python benchmarks/simulate_speed.py [--requests N] [--repeat R] [--large M] [--tree DIR]
 Prints the machine, then the best of R runs (wall clock and CPU time of this process) for
 each scenario:
   * image-c128: the default workload (512x512 image, 1024/128, ratio 0.8) at concurrency 128
@@ -9,12 +9,14 @@ each scenario:
   * mixed-dp2: the image workload with --enable-mixed-chunk and --dp-size 2;
 the default workload trace (the main job's embedded default, 2,440 prompts), and with
 --large M one image-c128 run of M requests with its progress reports and the process's peak
-memory (resident set).
+memory (resident set). --tree DIR imports bcgtune from another checkout (e.g. an older commit
+extracted with `git archive`) to compare before and after on one machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import platform
 import resource
@@ -23,7 +25,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # _machine
+if "--tree" in sys.argv:
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--tree") + 1]).resolve()))
+else:
+    sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
 from _machine import cpu_model
@@ -46,9 +53,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--large", type=int, default=0, help="also one run of this many requests (e.g. 3000000)")
+    ap.add_argument("--tree", help="import bcgtune from this checkout instead of the one holding this script")
     a = ap.parse_args()
     n = a.requests
     print(f"machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()}, numpy {np.__version__}")
+    print(f"bcgtune from {Path(inspect.getfile(simulate)).parents[2]}")
     base = default_workload()
     cases = {
         "image-c128": replace(base, num_prompts=[n], max_concurrency=[128]),
@@ -66,14 +75,16 @@ def main() -> None:
         )
     wall, cpu, tr = best_of(default_workload_trace, a.repeat)
     img = float(tr.batches["images"].mean())
+    prompts = sum(lv["num_prompts"] for lv in tr.meta["levels"])
     print(
-        f"default workload ({base.name}, {base.total_requests:,} requests with warm-ups): {wall:.2f} s, "
-        f"cpu {cpu:.2f} s; {tr.n_batches:,} batches, {tr.sizes.size} distinct sizes, image batches {100 * img:.1f}%"
+        f"default workload ({base.name}, {prompts:,} prompts): {wall:.2f} s, cpu {cpu:.2f} s; "
+        f"{tr.n_batches:,} batches, {tr.sizes.size} distinct sizes, image batches {100 * img:.1f}%"
     )
     if a.large:
-        reports = []
+        reports: list[int] = []
         w = replace(base, num_prompts=[a.large], max_concurrency=[128])
-        wall, cpu, tr = best_of(lambda: simulate(w, progress=lambda done, total: reports.append(done)), 1)
+        kw = {"progress": lambda done, total: reports.append(done)} if "progress" in inspect.signature(simulate).parameters else {}
+        wall, cpu, tr = best_of(lambda: simulate(w, **kw), 1)
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(
             f"image-c128 large: {a.large:,} requests in {wall:.1f} s, cpu {cpu:.1f} s; {tr.n_batches:,} batches; "
