@@ -276,6 +276,14 @@ def test_workload_file_accepts_kebab_keys_aliases_and_inf(tmp_path):
     assert w.name == "w"
 
 
+def test_schema_names_match_the_rules():
+    from typing import get_args
+
+    from bcgtune.adapters.workload import MODEL_FAMILIES, ModelFamily
+
+    assert set(get_args(ModelFamily)) == set(MODEL_FAMILIES)
+
+
 def test_every_step_time_key_is_in_the_schema():
     from dataclasses import fields as dc_fields
 

@@ -168,6 +168,7 @@ class _Recorder:
         ("queue_req", "q"), ("images", "b"), ("time_s", "d"), ("rank", "i"),
     )
     FLUSH_ROWS = 1 << 16
+    __slots__ = ("arrays", "decode_steps", "flushed", "rows")
 
     def __init__(self) -> None:
         self.arrays = [array(code) for _, code in self.COLUMNS]
@@ -222,6 +223,8 @@ class _Requests:
 class _Simulation:
     """What lasts across phases and levels: the ranks, the round-robin pointer, the recorder,
     the progress count."""
+
+    __slots__ = ("_every", "completed", "next_rank", "next_report", "progress", "ranks", "rec", "reported", "server", "total")
 
     def __init__(self, w: Workload, prefill_s: list[float], progress: ProgressFn | None):
         self.server = _Server(w, prefill_s)
@@ -323,6 +326,7 @@ class _Phase:
 
     # ---- client -------------------------------------------------------------------------
     def _queue_release(self, rid: int) -> None:
+        assert self.release is not None
         heappush(self.heap, (self.t0 + float(self.release[rid]), rid, _RELEASE, rid))
 
     def _send_ready(self, t: float) -> None:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import numpy as np
 import pydantic
@@ -50,7 +50,8 @@ from bcgtune.errors import InputError
 if TYPE_CHECKING:
     from bcgtune.core.calibration import Calibration
 
-DATASETS = ("random-ids", "random", "image")
+DatasetName = Literal["random-ids", "random", "image"]
+DATASETS: tuple[str, ...] = get_args(DatasetName)
 
 # (patch, merge, min_pixels, max_pixels) from the models' preprocessor_config.json:
 # Qwen2-VL / Qwen2.5-VL: min_pixels 3136, max_pixels 12845056; Qwen3-VL: size.shortest_edge
@@ -179,8 +180,7 @@ PositiveGiB = Annotated[float, Field(strict=True, gt=0, le=schema.GIB_MAX, allow
 PositiveMs = Annotated[float, Field(strict=True, gt=0, le=schema.MS_MAX, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(strict=True, ge=0, le=SECONDS_MAX, allow_inf_nan=False)]
 Text = Annotated[str, Field(strict=True, max_length=TEXT_MAX)]
-DatasetName = Literal[DATASETS]  # type: ignore[valid-type]
-ModelFamily = Literal[tuple(MODEL_FAMILIES)]  # type: ignore[valid-type]
+ModelFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]  # the keys of MODEL_FAMILIES
 LongText = Annotated[str, Field(strict=True, max_length=10 * TEXT_MAX)]
 
 
