@@ -61,6 +61,7 @@ MODEL_FAMILIES: dict[str, tuple[int, int, int, int]] = {
     "qwen2.5-vl": (14, 2, 3136, 12845056),
     "qwen3-vl": (16, 2, 65536, 16777216),
 }
+ModelFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]  # the keys of MODEL_FAMILIES
 VISION_EDGE_TOKENS = 2  # <|vision_start|> + <|vision_end|>
 
 # bench_serving parse_image_resolution presets, (width, height).
@@ -180,7 +181,6 @@ PositiveGiB = Annotated[float, Field(strict=True, gt=0, le=schema.GIB_MAX, allow
 PositiveMs = Annotated[float, Field(strict=True, gt=0, le=schema.MS_MAX, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(strict=True, ge=0, le=SECONDS_MAX, allow_inf_nan=False)]
 Text = Annotated[str, Field(strict=True, max_length=TEXT_MAX)]
-ModelFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]  # the keys of MODEL_FAMILIES
 LongText = Annotated[str, Field(strict=True, max_length=10 * TEXT_MAX)]
 
 
