@@ -29,15 +29,20 @@ Client (sglang/benchmark/serving.py): warm-up of `warmup_requests` copies of req
 of max_concurrency; request_rate inf sends at once, else exponential gaps.
 
 Time is event-driven (heapq) and decode steps are jumped in closed form between events, so
-cost grows with requests and prefill batches, not with decode steps.
+cost grows with requests and prefill batches, not with decode steps. Memory is bounded: at
+most `schema.REQUESTS_MAX` requests (the workload refuses more) and `BATCHES_MAX` recorded
+batches. The library never prints: `simulate(..., progress=fn)` reports requests done.
 """
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
+from array import array
 from collections import deque
-from dataclasses import replace
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -48,419 +53,698 @@ from bcgtune.adapters.workload import (
     request_prompt_tokens,
     sample_lengths,
 )
+from bcgtune.core.ladder import default_chunked_prefill_size, sglang_default_ladder
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: max_new estimate cap for KV admission
 WARMUP_OUTPUT_CAP = 32  # serving.py: warm-up output_len = min(output_len, 32)
 WARMUP_SLEEP_S = 1.0  # serving.py: asyncio.sleep(1.0) after the warm-up
+# Forward sizes whose prefill time is precomputed (O(1) lookups); larger ones, which only
+# huge chunk budgets produce, are computed per batch.
+PREFILL_TABLE_MAX = 1 << 18
+# Prefill batches one simulation may record (~64 bytes each): far above the ~6 million that
+# `schema.REQUESTS_MAX` requests of a typical workload produce.
+BATCHES_MAX = 20_000_000
+PROGRESS_STEPS = 1000  # progress reports per simulation, at most (plus the first and last)
+
+ProgressFn = Callable[[int, int], None]
 
 _ARRIVE, _STEP, _DONE, _RELEASE = 0, 1, 2, 3
 
 
-class _Rank:
+# ---- state -----------------------------------------------------------------------------------
+
+
+class _Server:
+    """The settings each scheduler step reads, resolved once; times in seconds."""
+
     __slots__ = (
-        "idx", "waiting", "chunked", "chunk_done", "n_run", "ctx", "fin", "tick", "committed",
-        "pdi", "busy", "img_run",
+        "chunk",
+        "dec_base",
+        "dec_kv",
+        "dec_row",
+        "exact_cut",
+        "half_rtt",
+        "kv_cap",
+        "max_prefill",
+        "max_run",
+        "mixed",
+        "page",
+        "pdi",
+        "per_req_s",
+        "pre_s",
+        "prefill_s",
+        "step",
+        "vision_s",
+    )
+
+    def __init__(self, w: Workload, prefill_s: list[float]):
+        step = w.step
+        self.chunk = w.resolved_chunked_prefill_size
+        self.max_prefill = w.max_prefill_tokens
+        self.max_run = w.resolved_max_running_requests
+        self.page = w.page_size
+        self.mixed = w.enable_mixed_chunk
+        self.pdi = w.prefill_decode_interval
+        self.exact_cut = w.disable_radix_cache
+        self.kv_cap = w.max_total_tokens
+        self.half_rtt = step.client_rtt_ms / 2000.0
+        self.pre_s = step.image_preprocess_ms / 1000.0
+        self.per_req_s = step.prefill_per_req_ms / 1000.0
+        self.vision_s = step.vision_ms_per_image / 1000.0
+        self.dec_base = step.decode_base_ms / 1000.0
+        self.dec_row = step.decode_per_row_ms / 1000.0
+        self.dec_kv = step.decode_per_ctx_token_ms / 1000.0
+        self.step: StepTimeModel = step
+        self.prefill_s = prefill_s
+
+    def prefill_time(self, tokens: int) -> float:
+        """Prefill forward time (s) of a size beyond the table."""
+        return float(self.step.prefill_ms(np.array([tokens]))[0]) / 1000.0
+
+
+class _Rank:
+    """One scheduler (DP rank): its queue, its running requests and its decode clock."""
+
+    __slots__ = (
+        "busy",
+        "chunk_done",
+        "chunked",
+        "committed",
+        "ctx",
+        "fin",
+        "idx",
+        "img_run",
+        "n_run",
+        "pdi",
+        "tick",
+        "waiting",
     )
 
     def __init__(self, idx: int):
         self.idx = idx
-        self.waiting: deque[int] = deque()
-        self.chunked = -1
-        self.chunk_done = 0
-        self.n_run = 0
-        self.ctx = 0
-        self.fin: list[tuple[int, int]] = []
-        self.tick = 0
-        self.committed = 0
-        self.pdi = 0
-        self.busy = False
-        self.img_run = 0
+        self.waiting: deque[int] = deque()  # arrived, not admitted (FCFS)
+        self.chunked = -1  # the request being prefilled chunk by chunk, or -1
+        self.chunk_done = 0  # its prompt tokens prefilled so far
+        self.n_run = 0  # running (decoding) requests
+        self.ctx = 0  # their context tokens (KV read per decode step)
+        self.fin: list[tuple[int, int]] = []  # heap of (decode tick of the last token, request)
+        self.tick = 0  # decode steps run so far
+        self.committed = 0  # KV tokens held or promised to admitted requests
+        self.pdi = 0  # decode iterations still owed before the next prefill
+        self.busy = False  # a scheduler step is pending
+        self.img_run = 0  # running requests that carry images
 
 
 class _Recorder:
+    """The per-batch columns of the trace. Rows are appended to lists (fast) and moved to
+    typed arrays (8 bytes a value at most) every FLUSH_ROWS rows, so memory stays ~64
+    bytes a batch."""
+
+    COLUMNS = (
+        ("forward_tokens", "q"), ("new_seq", "q"), ("new_token", "q"), ("running_req", "q"),
+        ("queue_req", "q"), ("images", "b"), ("time_s", "d"), ("rank", "i"),
+    )
+    FLUSH_ROWS = 1 << 16
+    __slots__ = ("arrays", "decode_steps", "flushed", "rows")
+
     def __init__(self) -> None:
-        self.forward: list[int] = []
-        self.new_seq: list[int] = []
-        self.new_token: list[int] = []
-        self.running: list[int] = []
-        self.queue: list[int] = []
-        self.images: list[int] = []
-        self.time: list[float] = []
-        self.rank: list[int] = []
+        self.arrays = [array(code) for _, code in self.COLUMNS]
+        self.rows: list[list] = [[] for _ in self.COLUMNS]
+        self.flushed = 0
         self.decode_steps = 0
 
+    def batch(self, forward: int, new_seq: int, new_token: int, running: int, queue: int, images: int,
+              t: float, rank: int) -> None:
+        rows = self.rows
+        rows[0].append(forward)
+        rows[1].append(new_seq)
+        rows[2].append(new_token)
+        rows[3].append(running)
+        rows[4].append(queue)
+        rows[5].append(images)
+        rows[6].append(t)
+        rows[7].append(rank)
+        if len(rows[0]) >= self.FLUSH_ROWS:
+            self._flush()
 
-def _run_phase(
-    w: Workload,
-    prompt: list[int],
-    out: list[int],
-    n_img: list[int],
-    concurrency: int | None,
-    release: list[float] | None,
-    t0: float,
-    ranks: list[_Rank],
-    rr: list[int],
-    rec: _Recorder,
-    prefill_s: list[float],
-) -> tuple[float, int]:
-    """Play one bench_serving run (all requests until the last completes). Returns the end
-    time and the most requests in flight at once."""
-    step: StepTimeModel = w.step
-    n = len(prompt)
-    if n == 0:
-        return t0, 0
-    chunk = w.resolved_chunked_prefill_size
-    max_prefill = w.max_prefill_tokens
-    max_run = w.resolved_max_running_requests
-    page = w.page_size
-    mixed_on = w.enable_mixed_chunk
-    pdi_k = w.prefill_decode_interval
-    exact_cut = w.disable_radix_cache
-    kv_cap = w.max_total_tokens
-    n_ranks = len(ranks)
-    half_rtt = step.client_rtt_ms / 2000.0
-    pre_s = step.image_preprocess_ms / 1000.0
-    per_req_s = step.prefill_per_req_ms / 1000.0
-    vision_s = step.vision_ms_per_image / 1000.0
-    dec_base = step.decode_base_ms / 1000.0
-    dec_row = step.decode_per_row_ms / 1000.0
-    dec_kv = step.decode_per_ctx_token_ms / 1000.0
-    table_len = len(prefill_s)
-    kv_need = [((p + page - 1) // page) * page + min(o, CLIP_MAX_NEW_TOKENS) + page for p, o in zip(prompt, out)]
-    c_limit = concurrency if concurrency is not None else n
+    def _flush(self) -> None:
+        self.flushed += len(self.rows[0])
+        if self.flushed > BATCHES_MAX:
+            raise InputError(f"the simulation passed {BATCHES_MAX:,} prefill batches: shorten the workload")
+        for arr, rows in zip(self.arrays, self.rows):
+            arr.extend(rows)
+            rows.clear()
 
-    heap: list[tuple[float, int, int, int]] = []
-    seq = 0
-    fifo: deque[int] = deque()
-    in_flight = 0
-    max_in_flight = 0
-    done = 0
-    t_end = t0
+    def __len__(self) -> int:
+        return self.flushed + len(self.rows[0])
 
-    def prefill_time(tokens: int) -> float:
-        if tokens < table_len:
-            return prefill_s[tokens]
-        if step.prefill_curve is not None:
-            return float(np.asarray(step.prefill_curve(np.array([tokens])))[0]) / 1000.0
-        x = float(tokens)
-        return max(step.prefill_floor_ms, step.prefill_c0_ms + step.prefill_c1_ms * x + step.prefill_c2_ms * x * x) / 1000.0
+    def columns(self) -> dict[str, array]:
+        self._flush()
+        return {name: arr for (name, _), arr in zip(self.COLUMNS, self.arrays)}
 
-    if release is None:
-        fifo.extend(range(n))
+
+class _Requests:
+    """One phase's requests: prompt tokens, output tokens, images, KV need (admission), as
+    lists (the scheduler indexes them per event)."""
+
+    __slots__ = ("kv_need", "n_img", "out", "prompt")
+
+    def __init__(self, prompt: np.ndarray, out: np.ndarray, n_img: np.ndarray, page: int):
+        kv_need = -(-prompt // page) * page + np.minimum(out, CLIP_MAX_NEW_TOKENS) + page
+        self.prompt: list[int] = prompt.tolist()
+        self.out: list[int] = out.tolist()
+        self.n_img: list[int] = n_img.tolist()
+        self.kv_need: list[int] = kv_need.tolist()
+
+
+class _Simulation:
+    """What lasts across phases and levels: the ranks, the round-robin pointer, the recorder,
+    the progress count."""
+
+    __slots__ = ("_every", "completed", "next_rank", "next_report", "progress", "ranks", "rec", "reported", "server", "total")
+
+    def __init__(self, w: Workload, prefill_s: list[float], progress: ProgressFn | None):
+        self.server = _Server(w, prefill_s)
+        self.ranks = [_Rank(i) for i in range(w.dp_size)]
+        self.next_rank = 0
+        self.rec = _Recorder()
+        self.total = w.total_requests
+        self.completed = 0  # requests of finished phases
+        self.progress = progress
+        self.reported = 0
+        self._every = max(1, self.total // PROGRESS_STEPS)
+        self.next_report = self._every if progress is not None else self.total + 1
+        if progress is not None:
+            progress(0, self.total)
+
+    def report(self, phase_done: int = 0) -> None:
+        """Progress, with `phase_done` completions of the running phase on top of `completed`."""
+        done = self.completed + phase_done
+        if self.progress is not None and done != self.reported:
+            self.progress(done, self.total)
+            self.reported = done
+            self.next_report = done + self._every
+
+
+# ---- the scheduler: one bench_serving run ----------------------------------------------------
+
+
+def _decode_steps_before(horizon: float, a: float, b: float) -> int:
+    """Decode steps to run until the next event, `horizon` seconds away. Step i (from 0)
+    takes a + b i seconds (the context grows), so step j starts at S(j) = a j + b j (j-1)/2;
+    the count is 1 plus the steps j >= 1 with S(j) < horizon."""
+    if horizon <= 0:
+        return 1
+    if b > 0:
+        p = a - b / 2.0
+        j = math.ceil((-p + math.sqrt(p * p + 2.0 * b * horizon)) / b) - 1
     else:
-        for rid in range(n):
-            heap.append((t0 + release[rid], seq, _RELEASE, rid))
-            seq += 1
-        heapq.heapify(heap)
+        j = math.ceil(horizon / a) - 1
+    j = max(j, 0)
+    # the closed form can be off by one in floating point
+    while a * (j + 1) + b * (j + 1) * j / 2.0 < horizon:
+        j += 1
+    while j > 0 and a * j + b * j * (j - 1) / 2.0 >= horizon:
+        j -= 1
+    return j + 1
 
-    def send(rid: int, t: float) -> None:
-        nonlocal seq, in_flight, max_in_flight
-        in_flight += 1
-        if in_flight > max_in_flight:
-            max_in_flight = in_flight
-        heapq.heappush(heap, (t + half_rtt + n_img[rid] * pre_s, seq, _ARRIVE, rid))
-        seq += 1
 
-    while fifo and in_flight < c_limit:
-        send(fifo.popleft(), t0)
+class _Phase:
+    """One bench_serving run (every request until the last completes) against the ranks'
+    schedulers: an event loop whose events each have a handler: a request's arrival at the
+    server, a rank's scheduler step (a prefill batch or a jump of decode steps), a
+    completion back at the client, and (Poisson arrivals) a request's release.
 
-    def finish_due(r: _Rank, t: float) -> None:
-        nonlocal seq
-        fin = r.fin
-        while fin and fin[0][0] <= r.tick:
-            _, rid = heapq.heappop(fin)
-            r.n_run -= 1
-            r.ctx -= prompt[rid] + out[rid]
-            r.committed -= kv_need[rid]
-            r.img_run -= 1 if n_img[rid] else 0
-            heapq.heappush(heap, (t + half_rtt, seq, _DONE, rid))
-            seq += 1
+    Events are ordered by (time, sequence number); the releases own sequence numbers
+    0..n-1 and only the next one is queued at a time (release times never decrease). The
+    handlers copy what they read into locals: this loop is the simulator's hot path."""
 
-    def join_running(r: _Rank, rid: int, t: float) -> None:
-        nonlocal seq
-        if out[rid] <= 1:  # the prefill produced the only output token
-            r.committed -= kv_need[rid]
-            heapq.heappush(heap, (t + half_rtt, seq, _DONE, rid))
-            seq += 1
+    __slots__ = (
+        "done", "heap", "in_flight", "kv_need", "limit", "max_in_flight", "n", "n_img", "out", "prompt", "ranks",
+        "rec", "release", "released", "report_at", "sent", "seq", "server", "sim", "t0", "t_end",
+    )
+
+    def __init__(self, sim: _Simulation, reqs: _Requests, concurrency: int | None,
+                 release: np.ndarray | None, t0: float):
+        self.sim = sim
+        self.server = sim.server
+        self.ranks = sim.ranks
+        self.rec = sim.rec
+        self.prompt, self.out, self.n_img, self.kv_need = reqs.prompt, reqs.out, reqs.n_img, reqs.kv_need
+        self.n = len(reqs.prompt)
+        self.limit = concurrency if concurrency is not None else self.n
+        self.release = release
+        self.t0 = t0
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = itertools.count(self.n if release is not None else 0)
+        self.released = 0 if release is not None else self.n  # requests the client may send
+        self.sent = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.t_end = t0
+        self.done = 0  # completions in this phase
+        self.report_at = sim.next_report - sim.completed  # completions that call for a report
+
+    def run(self) -> tuple[float, int]:
+        """Play the phase. Returns the end time and the most requests in flight at once."""
+        if self.n == 0:
+            return self.t0, 0
+        if self.release is not None:
+            self._queue_release(0)
+        else:
+            self._send_ready(self.t0)
+        handlers = (self._on_arrival, self._on_step, self._on_completion, self._on_release)
+        heap = self.heap
+        while heap:
+            t, _, kind, a = heappop(heap)
+            handlers[kind](t, a)
+        self.sim.completed += self.done
+        return self.t_end, self.max_in_flight
+
+    # ---- client -------------------------------------------------------------------------
+    def _queue_release(self, rid: int) -> None:
+        assert self.release is not None
+        heappush(self.heap, (self.t0 + float(self.release[rid]), rid, _RELEASE, rid))
+
+    def _send_ready(self, t: float) -> None:
+        """The client sends released requests while fewer than its concurrency are in flight."""
+        sent, in_flight, released, limit = self.sent, self.in_flight, self.released, self.limit
+        if sent >= released or in_flight >= limit:
             return
-        r.n_run += 1
-        r.ctx += prompt[rid] + 1
-        r.img_run += 1 if n_img[rid] else 0
-        heapq.heappush(r.fin, (r.tick + out[rid] - 1, rid))
+        heap, seq, n_img = self.heap, self.seq, self.n_img
+        t_out = t + self.server.half_rtt
+        pre_s = self.server.pre_s
+        while sent < released and in_flight < limit:
+            in_flight += 1
+            heappush(heap, (t_out + n_img[sent] * pre_s, next(seq), _ARRIVE, sent))
+            sent += 1
+        self.sent, self.in_flight = sent, in_flight
+        if in_flight > self.max_in_flight:  # noqa: PLR1730 (hot path: no builtin call)
+            self.max_in_flight = in_flight
 
-    while heap:
-        t, _, kind, a = heapq.heappop(heap)
-        if kind == _ARRIVE:
-            r = ranks[rr[0] % n_ranks]
-            rr[0] += 1
-            r.waiting.append(a)
-            if not r.busy:
-                r.busy = True
-                heapq.heappush(heap, (t, seq, _STEP, r.idx))
-                seq += 1
-            continue
-        if kind == _DONE:
-            done += 1
-            in_flight -= 1
-            if t > t_end:
-                t_end = t
-            while fifo and in_flight < c_limit:
-                send(fifo.popleft(), t)
-            continue
-        if kind == _RELEASE:
-            fifo.append(a)
-            while fifo and in_flight < c_limit:
-                send(fifo.popleft(), t)
-            continue
+    def _on_release(self, t: float, rid: int) -> None:
+        self.released += 1
+        if rid + 1 < self.n:
+            self._queue_release(rid + 1)
+        self._send_ready(t)
 
-        # ---- one scheduler iteration of rank `a` at time t -------------------------------
-        r = ranks[a]
-        n_run = r.n_run
+    def _on_completion(self, t: float, rid: int) -> None:
+        self.in_flight -= 1
+        if t > self.t_end:  # noqa: PLR1730 (hot path: no builtin call)
+            self.t_end = t
+        self.done += 1
+        if self.done >= self.report_at:
+            sim = self.sim
+            sim.report(self.done)
+            self.report_at = sim.next_report - sim.completed
+        self._send_ready(t)
+
+    # ---- server -------------------------------------------------------------------------
+    def _on_arrival(self, t: float, rid: int) -> None:
+        """Round-robin to a rank; wake its scheduler if it is idle."""
+        sim = self.sim
+        r = self.ranks[sim.next_rank % len(self.ranks)]
+        sim.next_rank += 1
+        r.waiting.append(rid)
+        if not r.busy:
+            r.busy = True
+            heappush(self.heap, (t, next(self.seq), _STEP, r.idx))
+
+    def _on_step(self, t: float, idx: int) -> None:
+        """One scheduler iteration of rank `idx`: a prefill batch if one can be admitted,
+        else decode steps, else the rank goes idle."""
+        r = self.ranks[idx]
         deferred = False
         if r.pdi > 0:
-            if n_run > 0:
+            if r.n_run > 0:
                 r.pdi -= 1
                 deferred = True
             else:
                 r.pdi = 0
-        admitted: list[int] = []
-        finishing: list[int] = []  # requests whose prefill completes in this batch
-        if not deferred and (r.waiting or r.chunked >= 0):
-            mixed = n_run if mixed_on else 0
-            rem_chunk = chunk - mixed
-            rem_input = max_prefill - mixed
-            slots = max_run - n_run
-            count = 0
-            ext_total = 0
-            img_flag = 0
-            vision = 0
-            if r.chunked >= 0:
-                rid = r.chunked
-                left = prompt[rid] - r.chunk_done
-                take = min(left, rem_chunk if rem_chunk > 0 else 1)
-                charge = ((take + page - 1) // page) * page
-                rem_chunk -= charge
-                rem_input -= charge
-                count += 1
-                ext_total += take
-                if n_img[rid]:
-                    img_flag = 1
-                admitted.append(rid)
-                if take == left:
-                    finishing.append(rid)
-                    r.chunked = -1
-                    r.chunk_done = 0
-                else:
-                    r.chunk_done += take
-            waiting = r.waiting
-            while waiting and r.chunked < 0:
-                if rem_input <= 0 or rem_chunk <= 0 or count >= slots:
-                    break
-                rid = waiting[0]
-                if kv_cap is not None and r.committed + kv_need[rid] > kv_cap:
-                    break
-                ext = prompt[rid]
-                if ext <= rem_chunk:
-                    waiting.popleft()
-                    charge = ((ext + page - 1) // page) * page
-                    rem_chunk -= charge
-                    rem_input -= charge
-                    finishing.append(rid)
-                else:
-                    cut = rem_chunk if exact_cut else (rem_chunk // page) * page
-                    if cut <= 0:
-                        break
-                    waiting.popleft()
-                    ext = cut
-                    rem_chunk -= cut
-                    rem_input -= cut
-                    r.chunked = rid
-                    r.chunk_done = cut
-                r.committed += kv_need[rid]
-                count += 1
-                ext_total += ext
-                admitted.append(rid)
-                if n_img[rid]:
-                    img_flag = 1
-                    vision += n_img[rid]
-            if admitted:
-                rows = n_run if (mixed_on and n_run > 0) else 0
-                forward = ext_total + rows
-                if rows and r.img_run:
-                    img_flag = 1
-                d = prefill_time(forward) + per_req_s * count + vision_s * vision + dec_kv * r.ctx * (1 if rows else 0)
-                rec.forward.append(forward)
-                rec.new_seq.append(count)
-                rec.new_token.append(ext_total)
-                rec.running.append(n_run)
-                rec.queue.append(len(waiting))
-                rec.images.append(img_flag)
-                rec.time.append(t)
-                rec.rank.append(r.idx)
-                te = t + d
-                if rows:
-                    r.tick += 1
-                    r.ctx += n_run
-                    finish_due(r, te)
-                for rid in finishing:
-                    join_running(r, rid, te)
-                if pdi_k:
-                    r.pdi = pdi_k
-                heapq.heappush(heap, (te, seq, _STEP, r.idx))
-                seq += 1
-                continue
-        if n_run > 0:
-            # Decode steps until something can change: a request finishes, the deferral ends,
-            # or (when a new arrival could start a prefill) the next event of anyone.
-            k = r.fin[0][0] - r.tick
-            blocked = bool(r.waiting) or r.chunked >= 0
-            if deferred:
-                k = min(k, 1 + r.pdi)
-            a_s = dec_base + dec_row * n_run + dec_kv * r.ctx
-            b_s = dec_kv * n_run
-            if not blocked or deferred:
-                horizon = (heap[0][0] - t) if heap else math.inf
-                if horizon <= 0:
-                    k = 1
-                elif horizon != math.inf:
-                    # most ticks j with start S(j) = a j + b j(j-1)/2 < horizon, plus the first
-                    if b_s > 0:
-                        p = a_s - b_s / 2.0
-                        j = int(math.ceil((-p + math.sqrt(p * p + 2.0 * b_s * horizon)) / b_s)) - 1
-                    else:
-                        j = int(math.ceil(horizon / a_s)) - 1
-                    j = max(j, 0)
-                    while a_s * (j + 1) + b_s * (j + 1) * j / 2.0 < horizon:
-                        j += 1
-                    while j > 0 and a_s * j + b_s * j * (j - 1) / 2.0 >= horizon:
-                        j -= 1
-                    k = min(k, j + 1)
-            k = max(k, 1)
-            if deferred and k > 1:
-                r.pdi -= k - 1
-            dur = a_s * k + b_s * k * (k - 1) / 2.0
-            r.tick += k
-            r.ctx += n_run * k
-            rec.decode_steps += k
-            te = t + dur
-            finish_due(r, te)
-            heapq.heappush(heap, (te, seq, _STEP, r.idx))
-            seq += 1
-            continue
+        if not deferred and (r.waiting or r.chunked >= 0) and self._prefill(r, t):
+            return
+        if r.n_run > 0:
+            self._decode(r, t, deferred)
+            return
         if r.waiting or r.chunked >= 0:
             # Nothing runs and nothing can be admitted: only a KV pool too small for one request.
+            rid = r.waiting[0] if r.waiting else r.chunked
             raise InputError(
-                f"--max-total-tokens {kv_cap} leaves no room for a waiting request of "
-                f"{prompt[r.waiting[0]] if r.waiting else prompt[r.chunked]} prompt tokens"
+                f"a KV pool of {self.server.kv_cap} tokens leaves no room for a waiting request of "
+                f"{self.prompt[rid]} prompt tokens",
+                field="max_total_tokens",
             )
         r.busy = False
-    return t_end, max_in_flight
 
-
-def simulate(workload: Workload, step: StepTimeModel | None = None) -> PrefillTrace:
-    """Play `workload` and return its prefill trace (origin "simulation"), deterministic for
-    the workload's seed. `step` replaces the workload's step-time model (a calibration)."""
-    w = workload if step is None else replace(workload, step=step)
-    w.validate()
-    levels = w.levels
-    chunk = w.resolved_chunked_prefill_size
-    n_ranks = w.dp_size
-    ranks = [_Rank(i) for i in range(n_ranks)]
-    rr = [0]
-    rec = _Recorder()
-    per_level = []
-    t = 0.0
-    plans = []
-    max_prompt = 0
-    for i, conc in enumerate(levels):
-        n = w.prompts_for_level(i)
-        inp, outs = sample_lengths(w, n)
-        gen = np.random.default_rng([w.seed, i])
-        prompt, n_img = request_prompt_tokens(w, inp, gen)
-        if w.context_length is not None:
-            worst = int((prompt + outs).max())
-            if worst > w.context_length:
-                raise InputError(
-                    f"requests reach {worst} tokens (prompt + output), above --context-length {w.context_length}"
-                )
-        if w.max_total_tokens is not None:
-            need = int(prompt.max()) + min(int(outs.max()), CLIP_MAX_NEW_TOKENS) + 2 * w.page_size
-            if need > w.max_total_tokens:
-                raise InputError(f"--max-total-tokens {w.max_total_tokens} is below one request's need of {need} tokens")
-        release = None
-        if not math.isinf(w.request_rate):
-            gaps = gen.exponential(1.0 / w.request_rate, size=n)
-            release = np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist()
-        max_prompt = max(max_prompt, int(prompt.max()))
-        plans.append((conc, n, prompt, outs, n_img, release))
-    mixed_extra = (w.resolved_max_running_requests if w.enable_mixed_chunk else 0)
-    table_max = min(chunk, w.max_prefill_tokens + max_prompt) + min(mixed_extra, 1 << 16)
-    prefill_s = w.step.prefill_table(int(table_max))
-
-    for i, (conc, n, prompt, outs, n_img, release) in enumerate(plans):
-        level_start_batch = len(rec.forward)
-        level_start_t = t
-        steps_before = rec.decode_steps
-        p_list = prompt.tolist()
-        o_list = outs.tolist()
-        i_list = n_img.tolist()
-        warm_tokens = 0
-        warm_in_flight = 0
-        if w.warmup_requests > 0:
-            wn = w.warmup_requests
-            t, warm_in_flight = _run_phase(
-                w, [p_list[0]] * wn, [min(o_list[0], WARMUP_OUTPUT_CAP)] * wn, [i_list[0]] * wn,
-                conc, None, t, ranks, rr, rec, prefill_s,
+    def _prefill(self, r: _Rank, t: float) -> bool:
+        """Admit and record one prefill batch (PrefillAdder: the continuing chunked request
+        first, then waiting requests FCFS); False when nothing could be admitted."""
+        s = self.server
+        n_run = r.n_run
+        mixed = n_run if s.mixed else 0
+        rem_chunk = s.chunk - mixed
+        rem_input = s.max_prefill - mixed
+        finishing: list[int] = []  # requests whose prefill completes in this batch
+        count = ext_total = img_flag = vision = 0
+        if r.chunked >= 0:
+            ext_total, charge, img_flag = self._continue_chunked(r, rem_chunk, finishing)
+            rem_chunk -= charge
+            rem_input -= charge
+            count = 1
+        if r.chunked < 0 and r.waiting:
+            count, ext_total, img_flag, vision = self._admit_waiting(
+                r, rem_chunk, rem_input, s.max_run - n_run, finishing, count, ext_total, img_flag
             )
-            warm_tokens = p_list[0] * wn
-            t += WARMUP_SLEEP_S
-        warm_batches = len(rec.forward) - level_start_batch
-        run_start = t
-        t, in_flight = _run_phase(w, p_list, o_list, i_list, conc, release, t, ranks, rr, rec, prefill_s)
-        dur = t - run_start
-        per_level.append(
-            {
-                "max_concurrency": conc,
-                "num_prompts": n,
-                "batches": [level_start_batch, len(rec.forward)],
-                "warmup_batches": warm_batches,
-                "decode_steps": rec.decode_steps - steps_before,
-                "input_tokens": int(prompt.sum()),
-                "warmup_input_tokens": warm_tokens,
-                "output_tokens": int(outs.sum()),
-                "max_in_flight": max(in_flight, warm_in_flight),
-                "start_s": round(level_start_t, 6),
-                "duration_s": round(dur, 6),
-                "output_throughput_tok_s": round(float(outs.sum()) / dur, 3) if dur > 0 else None,
-            }
+        if not count:
+            return False
+        rows = n_run if (mixed and n_run > 0) else 0
+        forward = ext_total + rows
+        if rows and r.img_run:
+            img_flag = 1
+        table = s.prefill_s
+        d = (table[forward] if forward < len(table) else s.prefill_time(forward)) + s.per_req_s * count + s.vision_s * vision + s.dec_kv * r.ctx * (1 if rows else 0)
+        self.rec.batch(forward, count, ext_total, n_run, len(r.waiting), img_flag, t, r.idx)
+        te = t + d
+        if rows:
+            r.tick += 1
+            r.ctx += n_run
+            self._finish_due(r, te)
+        self._start_decoding(r, finishing, te)
+        if s.pdi:
+            r.pdi = s.pdi
+        heappush(self.heap, (te, next(self.seq), _STEP, r.idx))
+        return True
+
+    def _continue_chunked(self, r: _Rank, rem_chunk: int, finishing: list[int]) -> tuple[int, int, int]:
+        """The chunked request's next chunk (at least one token). Returns (tokens, tokens
+        charged to the budgets, image flag)."""
+        rid = r.chunked
+        page = self.server.page
+        left = self.prompt[rid] - r.chunk_done
+        take = min(left, rem_chunk if rem_chunk > 0 else 1)
+        if take == left:
+            finishing.append(rid)
+            r.chunked = -1
+            r.chunk_done = 0
+        else:
+            r.chunk_done += take
+        return take, ((take + page - 1) // page) * page, 1 if self.n_img[rid] else 0
+
+    def _admit_waiting(self, r: _Rank, rem_chunk: int, rem_input: int, slots: int, finishing: list[int],
+                       count: int, ext_total: int, img_flag: int) -> tuple[int, int, int, int]:
+        """New requests in arrival order until a budget, the running cap (`slots` new rows)
+        or the KV room is spent; one that overflows the chunk budget is cut and ends the
+        batch. Returns the batch's (requests, new tokens, image flag, images to encode)."""
+        s = self.server
+        prompt, n_img, kv_need = self.prompt, self.n_img, self.kv_need
+        page, kv_cap = s.page, s.kv_cap
+        waiting = r.waiting
+        vision = 0
+        while waiting and r.chunked < 0:
+            if rem_input <= 0 or rem_chunk <= 0 or count >= slots:
+                break
+            rid = waiting[0]
+            if kv_cap is not None and r.committed + kv_need[rid] > kv_cap:
+                break
+            ext = prompt[rid]
+            if ext <= rem_chunk:
+                waiting.popleft()
+                charge = ((ext + page - 1) // page) * page
+                rem_chunk -= charge
+                rem_input -= charge
+                finishing.append(rid)
+            else:
+                cut = rem_chunk if s.exact_cut else (rem_chunk // page) * page
+                if cut <= 0:
+                    break
+                waiting.popleft()
+                ext = cut
+                rem_chunk -= cut
+                rem_input -= cut
+                r.chunked = rid
+                r.chunk_done = cut
+            r.committed += kv_need[rid]
+            count += 1
+            ext_total += ext
+            if n_img[rid]:
+                img_flag = 1
+                vision += n_img[rid]
+        return count, ext_total, img_flag, vision
+
+    def _decode(self, r: _Rank, t: float, deferred: bool) -> None:
+        """Decode steps until something can change: a request finishes, the deferral ends,
+        or (when a new arrival could start a prefill) the next event of anyone."""
+        s = self.server
+        n_run = r.n_run
+        k = r.fin[0][0] - r.tick
+        if deferred:
+            k = min(k, 1 + r.pdi)
+        a_s = s.dec_base + s.dec_row * n_run + s.dec_kv * r.ctx
+        b_s = s.dec_kv * n_run
+        if (deferred or not (r.waiting or r.chunked >= 0)) and self.heap:  # empty: nothing else can happen
+            k = min(k, _decode_steps_before(self.heap[0][0] - t, a_s, b_s))
+        if deferred and k > 1:
+            r.pdi -= k - 1
+        dur = a_s * k + b_s * k * (k - 1) / 2.0
+        r.tick += k
+        r.ctx += n_run * k
+        self.rec.decode_steps += k
+        te = t + dur
+        self._finish_due(r, te)
+        heappush(self.heap, (te, next(self.seq), _STEP, r.idx))
+
+    def _finish_due(self, r: _Rank, t: float) -> None:
+        """Requests whose last token came with the rank's latest decode tick leave it."""
+        fin = r.fin
+        if not fin or fin[0][0] > r.tick:
+            return
+        prompt, out, n_img, kv_need = self.prompt, self.out, self.n_img, self.kv_need
+        heap, seq = self.heap, self.seq
+        t_done = t + self.server.half_rtt
+        while fin and fin[0][0] <= r.tick:
+            _, rid = heappop(fin)
+            r.n_run -= 1
+            r.ctx -= prompt[rid] + out[rid]
+            r.committed -= kv_need[rid]
+            r.img_run -= 1 if n_img[rid] else 0
+            heappush(heap, (t_done, next(seq), _DONE, rid))
+
+    def _start_decoding(self, r: _Rank, rids: list[int], t: float) -> None:
+        """Requests whose prefill completed at `t` start decoding (or are done: the prefill
+        produced their only output token)."""
+        prompt, out, n_img = self.prompt, self.out, self.n_img
+        for rid in rids:
+            o = out[rid]
+            if o <= 1:
+                r.committed -= self.kv_need[rid]
+                heappush(self.heap, (t + self.server.half_rtt, next(self.seq), _DONE, rid))
+                continue
+            r.n_run += 1
+            r.ctx += prompt[rid] + 1
+            r.img_run += 1 if n_img[rid] else 0
+            heappush(r.fin, (r.tick + o - 1, rid))
+
+
+# ---- a simulation: levels of warm-up + run ---------------------------------------------------
+
+
+@dataclass
+class _LevelPlan:
+    """One concurrency level's requests, drawn as bench_serving draws them."""
+
+    concurrency: int | None
+    n: int
+    prompt: np.ndarray
+    out: np.ndarray
+    n_img: np.ndarray
+    release: np.ndarray | None  # Poisson send times after the run's start; None: all at once
+
+
+def _plan_level(w: Workload, i: int, concurrency: int | None) -> _LevelPlan:
+    n = w.prompts_for_level(i)
+    inp, out = sample_lengths(w, n)
+    gen = np.random.default_rng([w.seed, i])
+    prompt, n_img = request_prompt_tokens(w, inp, gen)
+    if w.context_length is not None:
+        worst = int((prompt + out).max())
+        if worst > w.context_length:
+            raise InputError(
+                f"requests reach {worst} tokens (prompt + output), above the context length {w.context_length}",
+                field="context_length",
+            )
+    if w.max_total_tokens is not None:
+        need = int(prompt.max()) + min(int(out.max()), CLIP_MAX_NEW_TOKENS) + 2 * w.page_size
+        if need > w.max_total_tokens:
+            raise InputError(
+                f"a KV pool of {w.max_total_tokens} tokens is below one request's need of {need} tokens",
+                field="max_total_tokens",
+            )
+    release = None
+    if not math.isinf(w.request_rate):
+        gaps = gen.exponential(1.0 / w.request_rate, size=n)
+        release = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+    return _LevelPlan(concurrency, n, prompt, out, n_img, release)
+
+
+def _check_work(w: Workload, plans: list[_LevelPlan]) -> None:
+    """Refuse, before simulating, a workload whose prompt tokens alone need more prefill
+    batches than BATCHES_MAX (each batch carries at most one chunk of new tokens)."""
+    per_batch = min(w.resolved_chunked_prefill_size, w.max_prefill_tokens + max(int(p.prompt.max()) for p in plans))
+    tokens = sum(int(p.prompt.sum()) + w.warmup_requests * int(p.prompt[0]) for p in plans)
+    need = -(-tokens // per_batch)
+    if need > BATCHES_MAX:
+        raise InputError(
+            f"the workload needs at least {need:,} prefill batches ({tokens:,} prompt tokens, at most "
+            f"{per_batch:,} a batch), above the simulator's limit of {BATCHES_MAX:,}"
         )
-        t += w.step.level_gap_s
-    if not rec.forward:
-        raise InputError("the workload produced no prefill batches")
-    cols = {
-        "forward_tokens": rec.forward,
-        "new_seq": rec.new_seq,
-        "new_token": rec.new_token,
-        "running_req": rec.running,
-        "queue_req": rec.queue,
-        "images": rec.images,
-        "time_s": rec.time,
+
+
+def _prefill_table_size(w: Workload, plans: list[_LevelPlan]) -> int:
+    """The largest forward a batch can reach (new tokens plus mixed decode rows), capped."""
+    max_prompt = max(int(p.prompt.max()) for p in plans)
+    mixed_extra = w.resolved_max_running_requests if w.enable_mixed_chunk else 0
+    size = min(w.resolved_chunked_prefill_size, w.max_prefill_tokens + max_prompt) + min(mixed_extra, 1 << 16)
+    return int(min(size, PREFILL_TABLE_MAX))
+
+
+def _play_level(sim: _Simulation, w: Workload, plan: _LevelPlan, t: float) -> tuple[dict, float]:
+    """bench_serving's warm-up, its sleep, then the run. Returns the level's metadata (as
+    saved in trace JSON) and the end time."""
+    rec = sim.rec
+    start_batch, start_t, steps_before = len(rec), t, rec.decode_steps
+    warm_tokens = warm_in_flight = 0
+    if w.warmup_requests > 0:
+        wn = w.warmup_requests
+        warm = _Requests(
+            np.repeat(plan.prompt[:1], wn), np.repeat(np.minimum(plan.out[:1], WARMUP_OUTPUT_CAP), wn),
+            np.repeat(plan.n_img[:1], wn), w.page_size,
+        )
+        t, warm_in_flight = _Phase(sim, warm, plan.concurrency, None, t).run()
+        warm_tokens = int(plan.prompt[0]) * wn
+        t += WARMUP_SLEEP_S
+    warm_batches = len(rec) - start_batch
+    run_start = t
+    reqs = _Requests(plan.prompt, plan.out, plan.n_img, w.page_size)
+    t, in_flight = _Phase(sim, reqs, plan.concurrency, plan.release, t).run()
+    dur = t - run_start
+    level = {
+        "max_concurrency": plan.concurrency,
+        "num_prompts": plan.n,
+        "batches": [start_batch, len(rec)],
+        "warmup_batches": warm_batches,
+        "decode_steps": rec.decode_steps - steps_before,
+        "input_tokens": int(plan.prompt.sum()),
+        "warmup_input_tokens": warm_tokens,
+        "output_tokens": int(plan.out.sum()),
+        "max_in_flight": max(in_flight, warm_in_flight),
+        "start_s": round(start_t, 6),
+        "duration_s": round(dur, 6),
+        "output_throughput_tok_s": round(float(plan.out.sum()) / dur, 3) if dur > 0 else None,
     }
-    meta = {"workload": w.to_dict(), "levels": per_level, "decode_steps": rec.decode_steps}
-    if n_ranks > 1:
-        cols["rank"] = rec.rank
-        meta["ranks"] = [f"DP{i}" for i in range(n_ranks)]
+    return level, t
+
+
+def _trace(w: Workload, rec: _Recorder, levels: list[dict]) -> PrefillTrace:
+    if not len(rec):
+        raise InputError("the workload produced no prefill batches")
+    cols = rec.columns()
+    meta = {"workload": w.to_dict(), "levels": levels, "decode_steps": rec.decode_steps}
+    if w.dp_size > 1:
+        meta["ranks"] = [f"DP{i}" for i in range(w.dp_size)]
+    else:
+        del cols["rank"]
     return PrefillTrace.from_batches(cols, origin="simulation", meta=meta)
 
 
-def replay_shares(trace: PrefillTrace, buckets, factor: float = 2.0) -> dict:
-    """Share of batches that replay under a bucket list, for the patched runner (image batches
-    replay like text ones; no speculative decoding) and the unpatched 0.5.23 runner (every
-    image batch of a Qwen4-Exp model runs eager). Pure function of the trace."""
-    from bcgtune.core.replay import assign_buckets
+def simulate(workload: Workload, step: StepTimeModel | None = None, *,
+             progress: ProgressFn | None = None) -> PrefillTrace:
+    """Play `workload` and return its prefill trace (origin "simulation"), deterministic for
+    the workload's seed. `step` replaces the workload's step-time model (a calibration).
+    `progress(done, total)` is called with completed requests (warm-ups included) about
+    every 0.1% of `total`, first with 0 and last with total. Interruptible (Ctrl-C)."""
+    w = workload if step is None else replace(workload, step=step)
+    w.validate()
+    plans = [_plan_level(w, i, conc) for i, conc in enumerate(w.levels)]
+    _check_work(w, plans)
+    sim = _Simulation(w, w.step.prefill_table(_prefill_table_size(w, plans)), progress)
+    levels = []
+    t = 0.0
+    for plan in plans:
+        level, t = _play_level(sim, w, plan, t)
+        levels.append(level)
+        t += w.step.level_gap_s
+    sim.report()
+    return _trace(w, sim.rec, levels)
 
+
+def default_workload_trace() -> PrefillTrace:
+    """The built-in default: the default workload simulated (see `default_workload`)."""
+    return simulate(default_workload())
+
+
+# ---- what `trace --simulate` reports ---------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayShare:
+    """Batches that replay under one bucket list: with the patched prefill runner (image
+    batches replay like text ones) and the unpatched SGLang 0.5.23 runner (every image batch
+    of a Qwen multimodal model runs eager). `list` and `buckets` name the list."""
+
+    list: str | None = None
+    buckets: int
+    batches: int
+    image_batches: int
+    image_share: float
+    images_known: bool
+    patched_replay_batches: int
+    unpatched_replay_batches: int
+    patched_replay_share: float
+    unpatched_replay_share: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """One concurrency level of a simulated sweep."""
+
+    max_concurrency: int | None
+    num_prompts: int
+    batches: int
+    image_batches: int | None
+    mean_forward_tokens: float | None
+    max_forward_tokens: int | None
+    decode_steps: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class SimulationSummary:
+    """What `trace --simulate` reports beyond a log trace's summary."""
+
+    workload: str | None
+    replay: list[ReplayShare]
+    levels: list[LevelSummary]
+
+    def to_dict(self) -> dict:
+        """The JSON form: {"workload", "replay": [{"list", "buckets", ...}], "levels": [...]}."""
+        return {
+            "workload": self.workload,
+            "replay": [r.to_dict() for r in self.replay],
+            "levels": [asdict(lv) for lv in self.levels],
+        }
+
+
+def replay_shares(trace: PrefillTrace, buckets: Iterable[int], factor: float = DEFAULT_PADDING_FACTOR, *,
+                  label: str | None = None) -> ReplayShare:
+    """Share of batches that replay under a bucket list, for the patched and the unpatched
+    runner (see ReplayShare; no speculative decoding). Pure function of the trace."""
+    buckets = list(buckets)
     if trace.batches is not None and "forward_tokens" in trace.batches:
         sizes = np.asarray(trace.batches["forward_tokens"], dtype=np.int64)
         weights = np.ones(sizes.shape, dtype=np.int64)
@@ -472,60 +756,55 @@ def replay_shares(trace: PrefillTrace, buckets, factor: float = 2.0) -> dict:
         weights = np.asarray(trace.counts, dtype=np.int64)
         images_known = False
         is_img = np.zeros(sizes.shape, dtype=bool)
-    _, replay = assign_buckets(sizes, list(buckets), factor)
+    _, replay = assign_buckets(sizes, buckets, factor)
     total = int(weights.sum())
     n_img = int(weights[is_img].sum())
     patched = int(weights[replay].sum())
     unpatched = int(weights[replay & ~is_img].sum())
-    return {
-        "batches": total,
-        "image_batches": n_img,
-        "image_share": n_img / total if total else 0.0,
-        "images_known": images_known,
-        "patched_replay_batches": patched,
-        "unpatched_replay_batches": unpatched,
-        "patched_replay_share": patched / total if total else 0.0,
-        "unpatched_replay_share": unpatched / total if total else 0.0,
-    }
+    return ReplayShare(
+        list=label,
+        buckets=len(buckets),
+        batches=total,
+        image_batches=n_img,
+        image_share=n_img / total if total else 0.0,
+        images_known=images_known,
+        patched_replay_batches=patched,
+        unpatched_replay_batches=unpatched,
+        patched_replay_share=patched / total if total else 0.0,
+        unpatched_replay_share=unpatched / total if total else 0.0,
+    )
 
 
-def default_workload_trace() -> PrefillTrace:
-    """The main job's embedded default: the seeds' benchmark simulated (see default_workload)."""
-    return simulate(default_workload())
+def _level_summary(level: dict, fwd: np.ndarray | None, img: np.ndarray | None) -> LevelSummary:
+    s, e = level["batches"]
+    n = e - s
+    return LevelSummary(
+        max_concurrency=level["max_concurrency"],
+        num_prompts=level["num_prompts"],
+        batches=n,
+        image_batches=int((img[s:e] == 1).sum()) if img is not None else None,
+        mean_forward_tokens=round(float(fwd[s:e].mean()), 1) if fwd is not None and n else None,
+        max_forward_tokens=int(fwd[s:e].max()) if fwd is not None and n else None,
+        decode_steps=level["decode_steps"],
+        duration_s=level["duration_s"],
+    )
 
 
-def simulation_summary(trace: PrefillTrace, buckets=None, factor: float = 2.0) -> dict:
-    """What `trace --simulate` reports beyond a log trace's summary: image share and the
-    patched-vs-unpatched replay shares under SGLang's default ladder (max = chunked prefill
-    size) and, if given, a user list; plus the per-concurrency-level breakdown."""
-    from bcgtune.core.ladder import sglang_default_ladder
-
+def simulation_summary(trace: PrefillTrace, buckets: Iterable[int] | None = None,
+                       factor: float = DEFAULT_PADDING_FACTOR) -> SimulationSummary:
+    """Image share and the patched-vs-unpatched replay shares under SGLang's default ladder
+    (max = the simulated chunked prefill size) and, if given, a user list (labelled
+    "--buckets"); plus the per-concurrency-level breakdown."""
     wl = trace.meta.get("workload", {})
-    max_bs = int(wl.get("resolved", {}).get("chunked_prefill_size") or 8192)
+    max_bs = int(wl.get("resolved", {}).get("chunked_prefill_size") or default_chunked_prefill_size(Workload().gpu_memory_gib))
     max_bs = min(max_bs, 1 << 20)
     lists = {f"sglang default ladder (max {max_bs})": sglang_default_ladder(max_bs)}
     if buckets:
         lists["--buckets"] = sorted(int(b) for b in buckets)
     fwd = trace.batches["forward_tokens"] if trace.batches is not None else None
     img = trace.batches.get("images") if trace.batches is not None else None
-    levels = []
-    for lv in trace.meta.get("levels", []):
-        s, e = lv["batches"]
-        n = e - s
-        levels.append(
-            {
-                "max_concurrency": lv["max_concurrency"],
-                "num_prompts": lv["num_prompts"],
-                "batches": n,
-                "image_batches": int((img[s:e] == 1).sum()) if img is not None else None,
-                "mean_forward_tokens": round(float(fwd[s:e].mean()), 1) if fwd is not None and n else None,
-                "max_forward_tokens": int(fwd[s:e].max()) if fwd is not None and n else None,
-                "decode_steps": lv["decode_steps"],
-                "duration_s": lv["duration_s"],
-            }
-        )
-    return {
-        "workload": wl.get("name") or None,
-        "replay": [{"list": name, "buckets": len(bl), **replay_shares(trace, bl, factor)} for name, bl in lists.items()],
-        "levels": levels,
-    }
+    return SimulationSummary(
+        workload=wl.get("name") or None,
+        replay=[replay_shares(trace, bl, factor, label=name) for name, bl in lists.items()],
+        levels=[_level_summary(lv, fwd, img) for lv in trace.meta.get("levels", [])],
+    )

@@ -3,7 +3,15 @@ its prefill batches, as one validated value the simulator plays.
 
 Sources, later ones winning: built-in defaults (bench_serving's and SGLang's own) <- a
 workload TOML or shipped preset (`--workload`) <- a profile's `[server]` (`--profile`) <-
-explicit CLI options. Names are bench_serving's / SGLang's, snake_case.
+explicit CLI options. Names are bench_serving's / SGLang's, snake_case (kebab-case keys are
+read as their snake_case form).
+
+Every value is checked by the pydantic models below through `bcgtune.core.schema.validate`
+(the project's one validation mechanism): types, bounds (token counts within SGLang's int32,
+finite non-negative step times, seeds within numpy's legacy range, at most
+`schema.REQUESTS_MAX` simulated requests), unknown keys. A workload file's errors name the
+file and `[table].key`; option errors name the field (`num_prompts`), which the CLI turns
+into its flag.
 
 What is checked against SGLang 0.5.23 source (PyPI wheel):
   * lengths: sglang/benchmark/datasets/common.py `compute_random_lens`:
@@ -25,15 +33,25 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import numpy as np
+import pydantic
+from pydantic import BeforeValidator, Field
 
+from bcgtune.adapters.profiles import snake
+from bcgtune.core import schema
+from bcgtune.core.ladder import default_chunked_prefill_size
 from bcgtune.errors import InputError
 
-DATASETS = ("random-ids", "random", "image")
+if TYPE_CHECKING:
+    from bcgtune.core.calibration import Calibration
+
+DatasetName = Literal["random-ids", "random", "image"]
+DATASETS: tuple[str, ...] = get_args(DatasetName)
 
 # (patch, merge, min_pixels, max_pixels) from the models' preprocessor_config.json:
 # Qwen2-VL / Qwen2.5-VL: min_pixels 3136, max_pixels 12845056; Qwen3-VL: size.shortest_edge
@@ -43,6 +61,7 @@ MODEL_FAMILIES: dict[str, tuple[int, int, int, int]] = {
     "qwen2.5-vl": (14, 2, 3136, 12845056),
     "qwen3-vl": (16, 2, 65536, 16777216),
 }
+ModelFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]  # the keys of MODEL_FAMILIES
 VISION_EDGE_TOKENS = 2  # <|vision_start|> + <|vision_end|>
 
 # bench_serving parse_image_resolution presets, (width, height).
@@ -61,19 +80,28 @@ QWEN_CHAT_TEMPLATE_TOKENS = 8
 # bench_serving defaults (benchmark/serving.py argparse).
 BENCH_DEFAULT_SEED = 42
 
+# Bounds of a simulated benchmark beyond those in bcgtune.core.schema: a sweep of more
+# concurrency levels, more images per request or more DP/TP ranks than these describes no
+# real benchmark, and each costs memory or time in the simulator.
+LEVELS_MAX = 1000
+IMAGES_PER_REQUEST_MAX = 1024
+PARALLEL_MAX = 1024
+SECONDS_MAX = schema.MS_MAX / 1000.0
+TEXT_MAX = 200  # characters of a name, a resolution or a preset description line
+
 
 @dataclass
 class StepTimeModel:
     """How long the server's steps take, in milliseconds; orders arrivals and completions.
 
-    Defaults come from /work/shared/docs/h200-measurements.md (Qwen3-8B-shaped decoder, one
-    H200, eager): prefill_ms(n) = max(9.5, 0.99 + 0.02623 n + 6.85e-7 n^2) fits the lean
-    eager column within 2.5% from 512 to 8192 tokens and its ~9.5 ms launch-bound floor
-    below. Decode: the lean replay time at 16 tokens (5.6 ms) as the base, plus a KV-read
-    term of 3.0e-5 ms per context token (that model's 144 KiB of KV per token at ~4.8 TB/s).
-    Vision encoder and client costs are plausible guesses, not measurements. A calibration
-    (issue 5's t_eager(n)) replaces the polynomial: pass `prefill_curve`, a callable taking
-    an int array of forward sizes and returning milliseconds."""
+    Defaults are eager measurements of a Qwen3-8B-shaped decoder on one H200:
+    prefill_ms(n) = max(9.5, 0.99 + 0.02623 n + 6.85e-7 n^2) fits the eager times within
+    2.5% from 512 to 8192 tokens and their ~9.5 ms launch-bound floor below. Decode: the
+    replay time at 16 tokens (5.6 ms) as the base, plus a KV-read term of 3.0e-5 ms per
+    context token (that model's 144 KiB of KV per token at ~4.8 TB/s). Vision encoder and
+    client costs are plausible guesses, not measurements. A calibration (measured eager
+    prefill times, `bcgtune calibrate`) replaces the polynomial: `prefill_curve` takes an
+    int array of forward sizes and returns milliseconds."""
 
     prefill_floor_ms: float = 9.5
     prefill_c0_ms: float = 0.99
@@ -89,22 +117,160 @@ class StepTimeModel:
     level_gap_s: float = 5.0  # between two bench_serving runs of a sweep
     prefill_curve: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
-    def prefill_table(self, max_tokens: int) -> list[float]:
-        """Prefill forward time in seconds for every size 0..max_tokens (a list: O(1) lookups)."""
-        n = np.arange(max_tokens + 1, dtype=np.int64)
+    def prefill_ms(self, tokens) -> np.ndarray:
+        """Eager prefill forward time (ms) for each forward size in `tokens` (an int array):
+        the calibration curve when one is set, else max(floor, c0 + c1 n + c2 n^2)."""
+        n = np.asarray(tokens, dtype=np.int64)
         if self.prefill_curve is not None:
             ms = np.asarray(self.prefill_curve(n), dtype=np.float64)
             if ms.shape != n.shape or not np.all(np.isfinite(ms)) or (ms < 0).any():
-                raise InputError("prefill_curve must return finite non-negative milliseconds per size")
-        else:
-            nf = n.astype(np.float64)
-            ms = np.maximum(self.prefill_floor_ms, self.prefill_c0_ms + self.prefill_c1_ms * nf + self.prefill_c2_ms * nf * nf)
-        return (ms / 1000.0).tolist()
+                raise InputError("the prefill time curve must return finite non-negative milliseconds per size",
+                                 field="prefill_curve")
+            return ms
+        nf = n.astype(np.float64)
+        return np.maximum(self.prefill_floor_ms, self.prefill_c0_ms + self.prefill_c1_ms * nf + self.prefill_c2_ms * nf * nf)
+
+    def prefill_table(self, max_tokens: int) -> list[float]:
+        """Prefill forward time in seconds for every size 0..max_tokens (a list: O(1) lookups)."""
+        return (self.prefill_ms(np.arange(max_tokens + 1, dtype=np.int64)) / 1000.0).tolist()
+
+    def calibrated(self, calibration: Calibration) -> StepTimeModel:
+        """This model with a calibration's measured eager prefill times in place of the
+        polynomial (sizes between measured ones interpolated, as the optimizer prices them)."""
+
+        def calibrated_eager_ms(n: np.ndarray) -> np.ndarray:
+            return calibration.eager_time(n)
+
+        return replace(self, prefill_curve=calibrated_eager_ms)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prefill_curve"}
         d["prefill_curve"] = None if self.prefill_curve is None else getattr(self.prefill_curve, "__name__", "callable")
         return d
+
+
+# ---- the schema: every settable value, its type and bounds ----------------------------------
+
+
+def _one_as_list(value: Any) -> Any:
+    """`num_prompts = 1000` is the list [1000]."""
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _inf_word(value: Any) -> Any:
+    """request_rate may be written "inf" (bench_serving's spelling of a closed loop)."""
+    return math.inf if isinstance(value, str) and value.strip().lower() in ("inf", "infinity") else value
+
+
+def _chunk_size(value: int) -> int:
+    if value == 0 or value < -1:
+        raise ValueError("must be positive, or -1 to turn chunked prefill off")
+    return value
+
+
+Requests = Annotated[int, Field(strict=True, ge=1, le=schema.REQUESTS_MAX)]
+PromptCounts = Annotated[list[Requests], BeforeValidator(_one_as_list), Field(min_length=1, max_length=LEVELS_MAX)]
+Concurrencies = Annotated[list[Requests], BeforeValidator(_one_as_list), Field(max_length=LEVELS_MAX)]
+WarmupRequests = Annotated[int, Field(strict=True, ge=0, le=schema.REQUESTS_MAX)]
+RangeRatio = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
+RequestRate = Annotated[float, BeforeValidator(_inf_word), Field(strict=True, gt=0.0)]
+ImageCount = Annotated[int, Field(strict=True, ge=0, le=IMAGES_PER_REQUEST_MAX)]
+Parallel = Annotated[int, Field(strict=True, ge=1, le=PARALLEL_MAX)]
+ChunkSize = Annotated[int, Field(strict=True, ge=-1, le=schema.TOKENS_MAX), pydantic.AfterValidator(_chunk_size)]
+PositiveGiB = Annotated[float, Field(strict=True, gt=0, le=schema.GIB_MAX, allow_inf_nan=False)]
+PositiveMs = Annotated[float, Field(strict=True, gt=0, le=schema.MS_MAX, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(strict=True, ge=0, le=SECONDS_MAX, allow_inf_nan=False)]
+Text = Annotated[str, Field(strict=True, max_length=TEXT_MAX)]
+LongText = Annotated[str, Field(strict=True, max_length=10 * TEXT_MAX)]
+
+
+class ClientSettings(schema.StrictDocument):
+    """[client]: bench_serving's options (None: not set here)."""
+
+    dataset_name: DatasetName | None = None
+    num_prompts: PromptCounts | None = None  # one value, or one per concurrency level
+    random_input_len: schema.Tokens | None = None
+    random_output_len: schema.NonNegativeInt | None = None
+    random_range_ratio: RangeRatio | None = None
+    image_count: ImageCount | None = None
+    image_resolution: Text | None = None
+    max_concurrency: Concurrencies | None = None  # empty: unbounded, one run
+    request_rate: RequestRate | None = None  # inf: closed loop; else Poisson arrivals (req/s)
+    warmup_requests: WarmupRequests | None = None
+    seed: schema.Seed | None = None
+    model_family: ModelFamily | None = None
+    tokens_per_image: schema.NonNegativeInt | None = None
+    chat_template_tokens: schema.NonNegativeInt | None = None
+
+
+class ServerSettings(schema.StrictDocument):
+    """[server]: the SGLang flags that shape prefill batches (None: not set here)."""
+
+    chunked_prefill_size: ChunkSize | None = None
+    max_prefill_tokens: schema.PositiveInt | None = None
+    max_running_requests: schema.PositiveInt | None = None
+    page_size: schema.PositiveInt | None = None
+    enable_mixed_chunk: pydantic.StrictBool | None = None
+    prefill_decode_interval: schema.NonNegativeInt | None = None
+    disable_radix_cache: pydantic.StrictBool | None = None
+    dp_size: Parallel | None = None
+    enable_dp_attention: pydantic.StrictBool | None = None
+    max_total_tokens: schema.PositiveInt | None = None
+    context_length: schema.PositiveInt | None = None
+    tp_size: Parallel | None = None
+    gpu_memory_gib: PositiveGiB | None = None
+
+
+class StepTimeSettings(schema.StrictDocument):
+    """[step_time]: the step-time model's constants (None: not set here)."""
+
+    prefill_floor_ms: schema.Milliseconds | None = None
+    prefill_c0_ms: schema.Milliseconds | None = None
+    prefill_c1_ms: schema.Milliseconds | None = None
+    prefill_c2_ms: schema.Milliseconds | None = None
+    prefill_per_req_ms: schema.Milliseconds | None = None
+    vision_ms_per_image: schema.Milliseconds | None = None
+    decode_base_ms: PositiveMs | None = None  # a decode step takes time: the clock must move
+    decode_per_row_ms: schema.Milliseconds | None = None
+    decode_per_ctx_token_ms: schema.Milliseconds | None = None
+    client_rtt_ms: schema.Milliseconds | None = None
+    image_preprocess_ms: schema.Milliseconds | None = None
+    level_gap_s: Seconds | None = None
+
+
+class WorkloadSettings(ClientSettings, ServerSettings, StepTimeSettings):
+    """Every settable value in one flat namespace: what options and a Workload carry."""
+
+
+class WorkloadFile(schema.StrictDocument):
+    """A workload TOML file or shipped preset."""
+
+    name: Text | None = None
+    description: LongText | None = None
+    profile: Text | None = None  # server settings from a profile, then [server] on top
+    client: ClientSettings = ClientSettings()
+    server: ServerSettings = ServerSettings()
+    step_time: StepTimeSettings = StepTimeSettings()
+
+
+SECTIONS: dict[str, type[schema.StrictDocument]] = {
+    "client": ClientSettings,
+    "server": ServerSettings,
+    "step_time": StepTimeSettings,
+}
+_SECTION_OF = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
+_STEP_FIELDS = frozenset(StepTimeSettings.model_fields)
+_LIST_FIELDS = {"num_prompts": Requests, "max_concurrency": Requests}
+# SGLang/profile flags the simulator reads under other names.
+_SERVER_ALIASES = {"tp": "tp_size", "dp": "dp_size", "tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"}
+
+
+def _field_error(what: str, name: str, where: str | None) -> InputError:
+    """An error about one setting: in a file, named `[table].key`; else by its field name
+    (the CLI turns it into the flag)."""
+    if where:
+        return InputError(f"[{_SECTION_OF.get(name, 'client')}].{name}: {what}", where)
+    return InputError(what, None, field=name)
 
 
 @dataclass
@@ -151,10 +317,13 @@ class Workload:
         return self.num_prompts[0] if len(self.num_prompts) == 1 else self.num_prompts[i]
 
     @property
+    def total_requests(self) -> int:
+        """Requests the simulation plays: every level's prompts and warm-up requests."""
+        return sum(self.prompts_for_level(i) + self.warmup_requests for i in range(len(self.levels)))
+
+    @property
     def resolved_chunked_prefill_size(self) -> int:
         """Per scheduler (DP rank): SGLang divides by dp size under DP attention."""
-        from bcgtune.core.ladder import default_chunked_prefill_size
-
         c = self.chunked_prefill_size
         if c is None:
             c = default_chunked_prefill_size(self.gpu_memory_gib)
@@ -192,51 +361,54 @@ class Workload:
         w, h = parse_resolution(self.image_resolution)
         return image_tokens(w, h, self.model_family)
 
-    def validate(self, where: str | None = None) -> "Workload":
-        def bad(what: str) -> InputError:
-            return InputError(what, where)
+    def max_image_tokens(self) -> int:
+        """The most tokens one image of this workload can add."""
+        fixed = self.fixed_image_tokens()
+        if fixed is not None:
+            return fixed
+        patch, merge, _, max_pixels = MODEL_FAMILIES[self.model_family]
+        return max_pixels // (patch * merge) ** 2 + VISION_EDGE_TOKENS
 
-        if self.dataset_name not in DATASETS:
-            raise bad(f"unknown dataset {self.dataset_name!r} (choose {', '.join(DATASETS)})")
-        if self.model_family not in MODEL_FAMILIES:
-            raise bad(f"unknown model family {self.model_family!r} (choose {', '.join(MODEL_FAMILIES)})")
-        for name in ("random_input_len", "random_output_len", "image_count", "warmup_requests", "prefill_decode_interval"):
-            v = getattr(self, name)
-            if v < 0:
-                raise bad(f"--{_flag(name)} must not be negative, got {v}")
-        if self.random_input_len == 0:
-            raise bad("--random-input-len must be at least 1")
-        if not (0.0 <= self.random_range_ratio <= 1.0):
-            raise bad(f"--random-range-ratio must be in [0, 1], got {self.random_range_ratio:g}")
-        if not self.num_prompts or any(n < 1 for n in self.num_prompts):
-            raise bad(f"--num-prompts must be at least 1, got {','.join(map(str, self.num_prompts)) or 'nothing'}")
-        if any(c < 1 for c in self.max_concurrency):
-            raise bad(f"--max-concurrency must be at least 1, got {min(self.max_concurrency)}")
-        if len(self.num_prompts) > 1 and len(self.num_prompts) != len(self.levels):
-            raise bad(
-                f"--num-prompts lists {len(self.num_prompts)} values for {len(self.levels)} concurrency levels"
+    # ---- validation -------------------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """Every settable value (client, server, step time) by field name."""
+        out = {name: getattr(self, name) for name in WorkloadSettings.model_fields if name not in _STEP_FIELDS}
+        out.update({name: getattr(self.step, name) for name in _STEP_FIELDS})
+        return out
+
+    def validate(self, where: str | None = None) -> Workload:
+        """Each value against the schema, then the rules that tie values together. A failure
+        is one InputError naming `[table].key` in `where` (a workload file) or, without
+        `where`, the field."""
+        try:
+            schema.validate(WorkloadSettings, self.settings(), None, as_fields=True)
+        except InputError as exc:
+            raise _field_error(exc.what, exc.field or "", where) from None
+        levels = len(self.levels)
+        if len(self.num_prompts) > 1 and len(self.num_prompts) != levels:
+            raise _field_error(f"lists {len(self.num_prompts)} values for {levels} concurrency levels", "num_prompts", where)
+        total = self.total_requests
+        if total > schema.REQUESTS_MAX:
+            over = "1 concurrency level" if levels == 1 else f"{levels} concurrency levels"
+            raise _field_error(
+                f"the simulation would play {total:,} requests (prompts and warm-ups over {over}), "
+                f"above the limit of {schema.REQUESTS_MAX:,}",
+                "num_prompts", where,
             )
-        if not (self.request_rate > 0):
-            raise bad(f"--request-rate must be positive (inf for a closed loop), got {self.request_rate:g}")
-        if self.tokens_per_image is not None and self.tokens_per_image < 0:
-            raise bad(f"--tokens-per-image must not be negative, got {self.tokens_per_image}")
-        if self.chat_template_tokens is not None and self.chat_template_tokens < 0:
-            raise bad(f"--chat-template-tokens must not be negative, got {self.chat_template_tokens}")
-        if self.dataset_name == "image":
-            if parse_random_resolution(self.image_resolution) is None:
-                parse_resolution(self.image_resolution)
-        c = self.chunked_prefill_size
-        if c is not None and c != -1 and c < 1:
-            raise bad(f"--chunked-prefill-size must be positive or -1, got {c}")
-        for name in ("max_prefill_tokens", "page_size", "dp_size", "tp_size"):
-            if getattr(self, name) < 1:
-                raise bad(f"--{_flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_running_requests", "max_total_tokens", "context_length"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise bad(f"--{_flag(name)} must be at least 1, got {v}")
-        if self.gpu_memory_gib <= 0:
-            raise bad(f"gpu_memory_gib must be positive, got {self.gpu_memory_gib:g}")
+        if self.has_images:
+            try:
+                image = self.max_image_tokens()
+            except InputError as exc:
+                raise _field_error(exc.what, "image_resolution", where) from None
+        else:
+            image = 0
+        prompt = self.random_input_len + self.resolved_chat_template_tokens + self.image_count * image
+        if prompt > schema.TOKENS_MAX:
+            raise _field_error(
+                f"a prompt may reach {prompt:,} tokens (text, template and images), above SGLang's "
+                f"int32 token limit {schema.TOKENS_MAX:,}",
+                "random_input_len", where,
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,10 +429,6 @@ class Workload:
             "tokens_per_image": self.fixed_image_tokens() if self.has_images else 0,
         }
         return d
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
 
 
 # ---- lengths: bench_serving's rule ---------------------------------------------------------
@@ -378,139 +546,51 @@ def request_prompt_tokens(w: Workload, input_lens: np.ndarray, rng: np.random.Ge
 
 # ---- building a Workload -------------------------------------------------------------------
 
-_CLIENT_KEYS = {
-    "dataset_name", "num_prompts", "random_input_len", "random_output_len", "random_range_ratio",
-    "image_count", "image_resolution", "max_concurrency", "request_rate", "warmup_requests", "seed",
-    "model_family", "tokens_per_image", "chat_template_tokens",
-}
-_SERVER_KEYS = {
-    "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size",
-    "enable_mixed_chunk", "prefill_decode_interval", "disable_radix_cache", "dp_size",
-    "enable_dp_attention", "max_total_tokens", "context_length", "tp_size", "gpu_memory_gib",
-}
-_STEP_KEYS = {f.name for f in fields(StepTimeModel)} - {"prefill_curve"}
-_INT_KEYS = {
-    "random_input_len", "random_output_len", "image_count", "warmup_requests", "seed", "tokens_per_image",
-    "chat_template_tokens", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size",
-    "prefill_decode_interval", "dp_size", "max_total_tokens", "context_length", "tp_size",
-}
-_BOOL_KEYS = {"enable_mixed_chunk", "disable_radix_cache", "enable_dp_attention"}
-_FLOAT_KEYS = {"random_range_ratio", "request_rate", "gpu_memory_gib"}
-_STR_KEYS = {"dataset_name", "image_resolution", "model_family"}
-_LIST_KEYS = {"num_prompts", "max_concurrency"}
-# SGLang/profile flags the simulator reads under other names.
-_SERVER_ALIASES = {"tp": "tp_size", "dp": "dp_size", "tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"}
-
 PRESET_DIR = "workloads"
+DEFAULT_PRESET = "mi355x-multimodal-pr"
+
+# GPU memory per device by profile `hardware`, for SGLang's chunked_prefill_size default
+# (arg_groups/memory_hook.py thresholds: <160 GiB -> 8192, larger -> 16384).
+HARDWARE_GPU_MEMORY_GIB = {
+    "a100": 80.0, "h100": 80.0, "h200": 141.0, "b200": 180.0, "gb200": 186.0,
+    "mi300x": 192.0, "mi325x": 256.0, "mi350x": 288.0, "mi355x": 288.0,
+}
 
 
-def _coerce(key: str, value: Any, where: str) -> Any:
-    """One TOML/profile/CLI value into the field's type, or a one-line InputError."""
-    def fail(expect: str) -> InputError:
-        return InputError(f"{key} must be {expect}, got {value!r}", where)
-
-    if value is None:
-        return None
-    if key in _BOOL_KEYS:
-        if isinstance(value, bool):
-            return value
-        raise fail("true or false")
-    if key in _INT_KEYS:
-        if isinstance(value, bool):
-            raise fail("an integer")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-        raise fail("an integer")
-    if key in _FLOAT_KEYS or key in _STEP_KEYS:
-        if isinstance(value, bool):
-            raise fail("a number")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise fail("a number")
-    if key in _STR_KEYS:
-        if isinstance(value, str):
-            return value.strip()
-        raise fail("a string")
-    if key in _LIST_KEYS:
-        return parse_int_list(value, key, where)
-    raise InputError(f"unknown key {key!r}", where)
+def _setting_name(key: str) -> str:
+    """A key as written (kebab or snake case, an SGLang alias such as `tp`) -> its field name."""
+    name = snake(key)
+    return _SERVER_ALIASES.get(name, name)
 
 
-def parse_int_list(value: Any, key: str = "value", where: str | None = None) -> list[int]:
-    """'4,16,32' / '4 16 32' / 4 / [4, 16] -> [4, 16, 32]."""
-    if isinstance(value, bool):
-        raise InputError(f"{key} must be an integer or a list of integers, got {value!r}", where)
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, str):
-        toks = value.replace(",", " ").split()
-        if not toks:
-            raise InputError(f"{key} is empty", where)
-        out = []
-        for t in toks:
-            try:
-                out.append(int(t))
-            except ValueError:
-                raise InputError(f"{key}: {t!r} is not an integer", where) from None
-        return out
-    if isinstance(value, (list, tuple)):
-        out = []
-        for v in value:
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise InputError(f"{key}: {v!r} is not an integer", where)
-            out.append(v)
-        return out
-    raise InputError(f"{key} must be an integer or a list of integers, got {value!r}", where)
+def _normalize_table(table: Any, known: Mapping[str, Any], where: str, label: str) -> Any:
+    """Keys of one table renamed to their field names; unknown keys stay as written so the
+    schema's refusal names them. Two spellings of one setting are refused."""
+    if not isinstance(table, Mapping):
+        return table  # the schema says it must be a table
+    out: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    for key, value in table.items():
+        name = _setting_name(key)
+        name = name if name in known else key
+        if name in out:
+            raise InputError(f"{label}{key}: same setting as {label}{written[name]}", where)
+        out[name] = value
+        written[name] = key
+    return out
 
 
-def _norm(key: str) -> str:
-    return key.strip().lstrip("-").replace("-", "_")
-
-
-def apply_settings(w: Workload, settings: Mapping[str, Any], where: str, *, strict: bool = True) -> Workload:
-    """A copy of `w` with client/server/step keys set. `strict`: unknown keys are errors
-    (workload files); not strict: keys the simulator does not model are skipped (profiles)."""
-    changes: dict[str, Any] = {}
-    step_changes: dict[str, Any] = {}
-    for raw_key, value in settings.items():
-        key = _norm(raw_key)
-        key = _SERVER_ALIASES.get(key, key)
-        if key in _CLIENT_KEYS or key in _SERVER_KEYS:
-            changes[key] = _coerce(key, value, where)
-        elif key in _STEP_KEYS:
-            step_changes[key] = _coerce(key, value, where)
-        elif strict:
-            raise InputError(f"unknown key {raw_key!r}", where)
+def with_settings(w: Workload, settings: Mapping[str, Any]) -> Workload:
+    """A copy of `w` with already validated settings (field name -> value) applied."""
+    step_changes = {k: v for k, v in settings.items() if k in _STEP_FIELDS}
+    changes = {k: v for k, v in settings.items() if k not in _STEP_FIELDS}
     if step_changes:
         changes["step"] = replace(w.step, **step_changes)
     return replace(w, **changes)
 
 
-def _read_toml(path: str) -> dict[str, Any]:
-    import tomllib
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", path)
-    try:
-        with open(p, "rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"invalid TOML: {exc}", path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path) from None
+def _set_values(model: pydantic.BaseModel) -> dict[str, Any]:
+    return model.model_dump(exclude_none=True)
 
 
 def preset_names() -> list[str]:
@@ -523,18 +603,45 @@ def preset_names() -> list[str]:
         return []
 
 
-def _preset_text(name: str) -> str | None:
+def _preset_bytes(name: str) -> bytes | None:
     from importlib import resources
 
-    res = resources.files("bcgtune") / "data" / PRESET_DIR / f"{name}.toml"
-    try:
-        return res.read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError, OSError):
+    if name not in preset_names():
         return None
+    return (resources.files("bcgtune") / "data" / PRESET_DIR / f"{name}.toml").read_bytes()
+
+
+def _is_path(path_or_name: str) -> bool:
+    return Path(path_or_name).is_file() or path_or_name.endswith(".toml") or "/" in path_or_name
+
+
+def read_workload_document(path_or_name: str) -> tuple[WorkloadFile, str, str]:
+    """A workload TOML (path) or shipped preset (name), validated: (document, where, the
+    name it goes by when it gives none)."""
+    from bcgtune import fileio
+
+    if _is_path(path_or_name):
+        where = fileio.display_path(path_or_name)
+        data = fileio.read_toml(path_or_name, "workload file")
+        default_name = Path(path_or_name).stem
+    else:
+        raw = _preset_bytes(path_or_name)
+        if raw is None:
+            names = ", ".join(preset_names()) or "none"
+            raise InputError(f"no workload file or preset named {path_or_name!r} (presets: {names})")
+        where = f"preset {path_or_name}"
+        data = fileio.parse_toml(raw, where)
+        default_name = path_or_name
+    data = {
+        key: _normalize_table(value, SECTIONS[key].model_fields, where, f"[{key}].") if key in SECTIONS else value
+        for key, value in data.items()
+    }
+    doc = schema.validate(WorkloadFile, data, where, style="toml")
+    return doc, where, default_name
 
 
 def load_workload_file(path_or_name: str, base: Workload | None = None) -> Workload:
-    """A workload TOML (path) or a shipped preset (name). Layout:
+    """A workload TOML (path) or a shipped preset (name) applied over `base`. Layout:
 
         name = "..."              # optional
         description = "..."       # optional
@@ -543,77 +650,26 @@ def load_workload_file(path_or_name: str, base: Workload | None = None) -> Workl
         [server]  chunked_prefill_size, max_running_requests, ... (SGLang's names)
         [step_time]  prefill_floor_ms, decode_base_ms, ...
 
-    Strict: an unknown key is an error naming the file and the key."""
-    import tomllib
-
+    Strict: an unknown key, a wrong type or a value out of bounds is an error naming the
+    file and `[table].key` (WorkloadFile is the schema)."""
+    doc, where, default_name = read_workload_document(path_or_name)
     w = base if base is not None else Workload()
-    if Path(path_or_name).is_file() or path_or_name.endswith(".toml") or "/" in path_or_name:
-        where = path_or_name
-        data = _read_toml(path_or_name)
-        default_name = Path(path_or_name).stem
-    else:
-        text = _preset_text(path_or_name)
-        if text is None:
-            names = ", ".join(preset_names()) or "none"
-            raise InputError(f"no workload file or preset named {path_or_name!r} (presets: {names})")
-        where = f"preset {path_or_name}"
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(f"invalid TOML: {exc}", where) from None
-        default_name = path_or_name
-    for key in data:
-        if key not in ("name", "description", "profile", "client", "server", "step_time"):
-            raise InputError(f"unknown key {key!r}", where)
-    for section in ("client", "server", "step_time"):
-        if section in data and not isinstance(data[section], dict):
-            raise InputError(f"[{section}] must be a table", where)
-    if "profile" in data:
-        if not isinstance(data["profile"], str):
-            raise InputError("profile must be a string", where)
-        w = apply_profile(w, data["profile"])
-    allowed = {"client": _CLIENT_KEYS, "server": _SERVER_KEYS, "step_time": _STEP_KEYS}
-    for section, keys in allowed.items():
-        table = data.get(section, {})
-        for k in table:
-            if _SERVER_ALIASES.get(_norm(k), _norm(k)) not in keys:
-                raise InputError(f"unknown key {section}.{k}", where)
-        w = apply_settings(w, table, where)
-    name = data.get("name", default_name)
-    return replace(w, name=str(name)).validate(where)
-
-
-# GPU memory per device by profile `hardware`, for SGLang's chunked_prefill_size default
-# (arg_groups/memory_hook.py thresholds: <160 GiB -> 8192, larger -> 16384).
-HARDWARE_GPU_MEMORY_GIB = {
-    "a100": 80.0, "h100": 80.0, "h200": 141.0, "b200": 180.0, "gb200": 186.0,
-    "mi300x": 192.0, "mi325x": 256.0, "mi350x": 288.0, "mi355x": 288.0,
-}
+    if doc.profile is not None:
+        w = apply_profile(w, doc.profile)
+    for section in SECTIONS:
+        w = with_settings(w, _set_values(getattr(doc, section)))
+    name = doc.name if doc.name is not None else default_name
+    return replace(w, name=name).validate(where)
 
 
 def profile_server_settings(path_or_name: str) -> dict[str, Any]:
-    """The `[server]` table of a profile (normalized snake_case SGLang flags) plus
-    `gpu_memory_gib` when the profile names known hardware: through
-    bcgtune.adapters.profiles when present, else read straight from the TOML file."""
-    try:
-        from bcgtune.adapters import profiles  # written alongside; optional here
-    except ImportError:
-        profiles = None
-    if profiles is not None and hasattr(profiles, "load_profile"):
-        prof = profiles.load_profile(path_or_name)
-        server = getattr(prof, "server", None)
-        if not isinstance(server, Mapping):
-            raise InputError("profile has no [server] settings", str(path_or_name))
-        out = dict(server)
-        hardware = str(getattr(prof, "hardware", "") or "").lower()
-    else:
-        data = _read_toml(path_or_name)
-        server = data.get("server", {})
-        if not isinstance(server, dict):
-            raise InputError("[server] must be a table", path_or_name)
-        out = dict(server)
-        meta = data.get("profile", {})
-        hardware = str(meta.get("hardware", "") if isinstance(meta, dict) else "").lower()
+    """The `[server]` table of a profile (snake_case SGLang flags) plus `gpu_memory_gib` when
+    the profile names known hardware."""
+    from bcgtune.adapters.profiles import load_profile
+
+    prof = load_profile(path_or_name)
+    out = dict(prof.server)
+    hardware = str(prof.hardware or "").lower()
     if hardware in HARDWARE_GPU_MEMORY_GIB and "gpu_memory_gib" not in out:
         out["gpu_memory_gib"] = HARDWARE_GPU_MEMORY_GIB[hardware]
     return out
@@ -621,9 +677,23 @@ def profile_server_settings(path_or_name: str) -> dict[str, Any]:
 
 def apply_profile(w: Workload, path_or_name: str) -> Workload:
     """Server settings the simulator models, from a profile; other flags are not its business."""
+    where = str(path_or_name)
     server = profile_server_settings(path_or_name)
-    keep = {k: v for k, v in server.items() if _norm(k) in _SERVER_KEYS or _norm(k) in _SERVER_ALIASES}
-    return apply_settings(w, keep, str(path_or_name), strict=False)
+    modelled = {k: v for k, v in server.items() if _setting_name(k) in ServerSettings.model_fields}
+    table = _normalize_table(modelled, ServerSettings.model_fields, where, "[server].")
+    return with_settings(w, _set_values(schema.validate(ServerSettings, table, where, style="toml", prefix=("server",))))
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Option values as the CLI parsed them (comma lists as strings; ints, floats, bools
+    otherwise) -> validated settings by field name. Errors name the field."""
+    given: dict[str, Any] = {}
+    for key, value in options.items():
+        name = _setting_name(key)
+        if name in _LIST_FIELDS and isinstance(value, str):
+            value = schema.parse_int_list(value, None, item=_LIST_FIELDS[name], field=name, max_items=LEVELS_MAX)
+        given[name] = value
+    return _set_values(schema.validate(WorkloadSettings, given, None, as_fields=True))
 
 
 def workload_from_options(
@@ -631,9 +701,9 @@ def workload_from_options(
     profile: str | None = None,
     **options: Any,
 ) -> Workload:
-    """The CLI's mapping: defaults <- --workload (file or preset) <- --profile <- each option
+    """The CLI's mapping: defaults <- `workload` (file or preset) <- `profile` <- each option
     given (None = not given). Option values arrive as the CLI parsed them (strings for the
-    comma lists, floats/ints/bools otherwise)."""
+    comma lists, floats/ints/bools otherwise); errors name the option's field."""
     w = Workload()
     if workload:
         w = load_workload_file(workload, w)
@@ -641,10 +711,11 @@ def workload_from_options(
         w = apply_profile(w, profile)
     given = {k: v for k, v in options.items() if v is not None}
     if given:
-        w = apply_settings(w, given, "command line")
+        w = with_settings(w, check_options(given))
     return w.validate()
 
 
 def default_workload() -> Workload:
-    """The seeds' benchmark on the mi355x profile's server settings (preset seeds-mi355x)."""
-    return load_workload_file("mi355x-multimodal-pr")
+    """The image benchmark of the Qwen multimodal breakable-prefill pull request (SGLang,
+    MI355X) on the mi355x profile's server settings: the shipped preset of that name."""
+    return load_workload_file(DEFAULT_PRESET)

@@ -7,12 +7,12 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from bcgtune.adapters.hardware import gpu_for
+from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 from bcgtune.cli.console import note, out, out_json
 from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet
 from bcgtune.cli.render.drift import render_drift_text
 from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, drift_report
-from bcgtune.adapters.hardware import gpu_for
-from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 from bcgtune.core.ladder import resolve_prefill_capture
 from bcgtune.core.plan import assumed_chunked_prefill_size
 from bcgtune.errors import CheckFailed, InputError

@@ -9,11 +9,11 @@ from typing import Annotated, List, Optional
 import typer
 
 from bcgtune import __version__
+from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 from bcgtune.cli import guard
 from bcgtune.cli.console import note, out, out_json
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
 from bcgtune.cli.render.plan import plot_plan, render_plan_text
-from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 from bcgtune.core.ladder import PrefillCapture, ceil_to, resolve_prefill_capture
 from bcgtune.core.plan import (
     MI355X_PR_HAND_LIST,

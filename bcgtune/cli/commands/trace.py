@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from bcgtune.cli import guard
-from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.console import Progress, note, out, out_json
 from bcgtune.cli.options import JsonFlag, Quiet, Workdir, options
 from bcgtune.cli.render.simulation import render_simulation_text
 from bcgtune.cli.render.trace import render_trace_text
@@ -144,13 +144,9 @@ def _simulate(sim: SimulateOptions, buckets: str | None, calibration: str | None
     if calibration:
         from bcgtune.core.calibration import load_calibration
 
-        cal = load_calibration(calibration)
-
-        def calibrated_eager_ms(n):
-            return cal.eager_time(n)
-
-        wl = replace(wl, step=replace(wl.step, prefill_curve=calibrated_eager_ms))
-    trace = simulate(wl)
+        wl = replace(wl, step=wl.step.calibrated(load_calibration(calibration)))
+    with Progress("simulating", unit=" requests", quiet=quiet) as bar:
+        trace = simulate(wl, progress=bar.update)
     summary = simulation_summary(trace, bucket_list)
     if out_path:
         save_trace(trace, out_path)
