@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.ladder import align_buckets, default_chunked_prefill_size, sglang_default_ladder
+from bcgtune.core.mix import batch_mix
 from bcgtune.core.optimizer import (
     min_buckets_full_replay,
     optimal_buckets,
@@ -151,12 +152,13 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     if req.objective not in ("padding", "time"):
         raise InputError(f"unknown --objective {req.objective!r} (padding or time)")
     candidates = resolve_candidates(req.candidates, req.calibration)
+    mix = batch_mix(trace)  # request counts per batch: the breakable runner's break and eager costs need them
     if req.objective == "time":
         if req.calibration is None:
             raise InputError("--objective time needs --calibration FILE")
         sol = optimal_buckets_time(
             sizes, counts, req.max_buckets, req.calibration, req.align, req.max_bucket, req.factor,
-            req.max_graph_mem_gib, candidates=candidates,
+            req.max_graph_mem_gib, candidates=candidates, mix=mix,
         )
     else:
         if req.max_graph_mem_gib is not None:
@@ -167,7 +169,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         m = evaluate_list(sizes, counts, buckets, name=name, factor=req.factor).to_dict()
         m["kind"] = kind
         if req.calibration is not None:
-            m["predicted_ms"] = predicted_time_ms(sizes, counts, buckets, req.calibration, req.factor, candidates)
+            m["predicted_ms"] = predicted_time_ms(sizes, counts, buckets, req.calibration, req.factor, candidates, mix)
         return m
 
     rows = [row("bcgtune (optimal)", sol.buckets, "optimal")]
@@ -190,7 +192,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         rows.append(row(f"KMeans (k={k})", kmeans_buckets(sizes, counts, k, req.align, req.max_bucket, req.seed), "kmeans"))
         rows.append(row(f"quantiles (k={k})", quantile_buckets(sizes, counts, k, req.align, req.max_bucket), "quantile"))
     if req.calibration is not None:
-        eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.factor, candidates)
+        eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.factor, candidates, mix)
         for r in rows:
             r["speedup_vs_eager"] = eager_ms / r["predicted_ms"] if r["predicted_ms"] else None
             if req.calibration.per_graph_gib is not None and r["buckets"]:
