@@ -15,6 +15,12 @@ _MODEL_HELP = (
     "or a local Hugging Face checkpoint folder (hf:PATH or PATH)."
 )
 _SDPA_HELP = "SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, cudnn, math, none."
+_RUNNER_HELP = ("Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager "
+                "between them on the real rows) or full (SGLang's `full` prefill backend with one request slot: "
+                "one whole-forward graph per bucket).")
+_CPS_HELP = ("The server's chunked prefill size: buckets above it are refused "
+             "(default: 16384, SGLang's largest default).")
+_IMPL_HELP = "Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's), sglang, bcgtune."
 
 
 def _buckets(buckets: Optional[str], profile: Optional[str], where: str) -> list[int]:
@@ -47,7 +53,9 @@ def _env_line(rep: dict) -> str:
     e = rep["environment"]
     ver = f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
     gpu = e.get("gpu_name") or "no GPU"
-    return (f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | "
+    runner = e.get("runner", "full")
+    impl = f" ({e.get('graph_impl')}, attention {e.get('attention')})" if runner == "breakable" else ""
+    return (f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | runner {runner}{impl} | "
             f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {rep['model'].get('name')}")
 
 
@@ -61,7 +69,10 @@ def capture_command(
     sdpa_backend: str = typer.Option("auto", "--sdpa-backend", help=_SDPA_HELP),
     hf_attention: str = typer.Option("causal", "--hf-attention", help="HF models: causal (bcgtune's fixed causal SDPA) or sdpa (transformers' own)."),
     random_weights: bool = typer.Option(False, "--random-weights", help="HF folder: random weights from config.json."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Eager warm-up runs before each capture."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Eager warm-up runs before each capture (default: 2 breakable, as SGLang; 1 full)."),
+    runner: str = typer.Option("breakable", "--runner", help=_RUNNER_HELP),
+    chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", min=1, help=_CPS_HELP),
+    graph_impl: str = typer.Option("auto", "--graph-impl", help=_IMPL_HELP),
     seed: int = typer.Option(0, "--seed"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="Write the report JSON (atomic)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -73,7 +84,8 @@ def capture_command(
     bl = _buckets(buckets, profile, "bcgtune capture")
     progress = None if as_json else (lambda r: typer.echo(f"  captured {r.bucket}: {'ok' if r.ok else r.error}", err=True))
     rep = run_capture(bl, model=model, device=device, dtype=dtype, sdpa_backend=sdpa_backend, seed=seed, warmup=warmup,
-                      hf_fix_attention=_hf_fix(hf_attention), random_weights=random_weights, progress=progress)
+                      hf_fix_attention=_hf_fix(hf_attention), random_weights=random_weights, progress=progress,
+                      runner=runner, chunked_prefill_size=chunked_prefill_size, graph_impl=graph_impl)
     _emit_json(rep, out)
     if as_json:
         typer.echo(json.dumps(rep))
@@ -96,6 +108,8 @@ def render_capture(rep: dict) -> str:
     for r in rep["per_bucket"]:
         pool = "-" if r["pool_growth_gib"] is None else f"{r['pool_growth_gib']:.4f}"
         res = "ok" if r["ok"] else f"FAILED: {r['error']}"
+        if r["ok"] and r.get("segments"):
+            res += f" ({r['segments']} segments)"
         if r["ok"] and not r["attention_match"]:
             res += "  (attention differs from eager: " + "; ".join(r["attention_capture"]) + ")"
         lines.append(f"{r['bucket']:>8} {r['capture_s']:>10.3f} {pool:>9}  {res}")
@@ -118,6 +132,10 @@ def validate_command(
     hf_attention: str = typer.Option("causal", "--hf-attention", help="HF models: causal (fixed) or sdpa (transformers' own)."),
     random_weights: bool = typer.Option(False, "--random-weights", help="HF folder: random weights from config.json."),
     sizes_per_bucket: int = typer.Option(3, "--sizes-per-bucket", min=1, help="Sizes checked per bucket in (b/2, b] (ends included)."),
+    requests: str = typer.Option("1,4", "--requests", help="Request counts each size is checked with (a batch of n tokens from r requests; the full runner checks 1)."),
+    runner: str = typer.Option("breakable", "--runner", help=_RUNNER_HELP),
+    chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", min=1, help=_CPS_HELP),
+    graph_impl: str = typer.Option("auto", "--graph-impl", help=_IMPL_HELP),
     gap_threshold: float = typer.Option(0.7, "--gap-threshold", min=0.0, help="Top-1/top-2 logit gap above which a flip or logprob change fails (vLLM #55944)."),
     max_logprob_delta: float = typer.Option(0.5, "--max-logprob-delta", min=0.0, help="Largest |logprob change| of eager's top-1 allowed where the gap is wide."),
     images: Optional[bool] = typer.Option(None, "--images/--no-images", help="Sweep image-style inputs (default: on for VL models)."),
@@ -138,6 +156,7 @@ def validate_command(
         raise typer.Exit(int(code))
     if prompts is not None or min_replay_share is not None:
         raise InputError("--prompts and --min-replay-share apply with --server only", "bcgtune validate")
+    from bcgtune.core.replay import parse_bucket_list
     from bcgtune.engines.ops import run_validate
 
     bl = _buckets(buckets, profile, "bcgtune validate")
@@ -145,7 +164,9 @@ def validate_command(
     rep = run_validate(bl, model=model, device=device, dtype=dtype, sdpa_backend=sdpa_backend, seed=seed,
                        sizes_per_bucket=sizes_per_bucket, gap_threshold=gap_threshold,
                        max_logprob_delta=max_logprob_delta, images=images, hf_fix_attention=_hf_fix(hf_attention),
-                       random_weights=random_weights, progress=progress)
+                       random_weights=random_weights, progress=progress, runner=runner,
+                       requests=parse_bucket_list(requests, "--requests"), chunked_prefill_size=chunked_prefill_size,
+                       graph_impl=graph_impl)
     _emit_json(rep, out)
     if as_json:
         typer.echo(json.dumps(rep))
@@ -159,7 +180,9 @@ def validate_command(
 
 def render_validate(rep: dict) -> str:
     lines = [_env_line(rep),
-             f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}",
+             (f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}; "
+              f"requests per batch {','.join(map(str, rep.get('requests', [1])))}; "
+              f"{rep.get('bitwise_batches', 0)} of {rep.get('batches_checked', 0)} batches bit for bit"),
              f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict"]
     for e in rep["per_bucket"]:
         if not e["captured"]:
@@ -180,6 +203,10 @@ def render_validate(rep: dict) -> str:
         sizes = ",".join(str(s) for s in e["sizes"])
         lines.append(f"{e['bucket']:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
                      f"{'same' if e['attention_match'] else 'DIFF':>5}  {'ok' if e['ok'] else 'FAIL'}")
+        for c in cs:
+            if c.get("failing_requests") or (c.get("requests", 1) > 1 and c.get("differing_requests")):
+                lines.append(f"         n={c['n']} r={c['requests']}: requests differing {c['differing_requests']}, "
+                             f"failing {c['failing_requests']}")
         if not e["attention_match"]:
             lines.append(f"         eager:   {'; '.join(e['attention_eager'])}")
             lines.append(f"         capture: {'; '.join(e['attention_capture'])}")
@@ -212,10 +239,14 @@ def calibrate_command(
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed runs before each measurement."),
     repeats: int = typer.Option(10, "--repeats", min=1, help="Timed runs per size (median reported)."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Also measure pool size per largest bucket."),
+    runner: str = typer.Option("breakable", "--runner", help=_RUNNER_HELP),
+    mix_every: int = typer.Option(1, "--mix-every", min=1, help="Breakable, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (others interpolated), to save device time on large models."),
+    chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", min=1, help=_CPS_HELP),
+    graph_impl: str = typer.Option("auto", "--graph-impl", help=_IMPL_HELP),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print the calibration JSON on stdout too."),
 ) -> None:
-    """Measure eager time t_eager(n), replay time t_graph(b) and graph memory; write a calibration."""
+    """Measure what the time objective prices on one runner (breakable: segments per bucket, and eager and break time per batch of the trace's (tokens, requests) mix; full: eager and replay per size) and graph memory; write a calibration."""
     from bcgtune.core.calibration import save_calibration
     from bcgtune.core.replay import parse_bucket_list
     from bcgtune.engines.ops import DEFAULT_CALIBRATION_SIZES, run_calibrate
@@ -226,17 +257,23 @@ def calibrate_command(
     if sizes and (grid or sizes_from):
         raise InputError("give --sizes, or --grid/--sizes-from, not both", "bcgtune calibrate")
     meta_extra = {}
+    mix = None
     if sizes_from or grid:
         from bcgtune.engines.ops import grid_sizes
 
         trace_sizes = None
         if sizes_from:
+            from bcgtune.core.mix import batch_mix
             from bcgtune.core.trace import load_trace
 
-            trace_sizes = load_trace(sizes_from).validate().sizes
+            trace = load_trace(sizes_from).validate()
+            trace_sizes = trace.sizes
+            mix = batch_mix(trace).sample(mix_every)
         step = grid or 64
         wanted = grid_sizes(step, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor)
         meta_extra = {"bucket_grid": step, "sizes_from": sizes_from}
+        if mix is not None:
+            meta_extra["mix_every"] = mix_every
     else:
         wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
         if max_tokens is not None:
@@ -246,7 +283,8 @@ def calibrate_command(
         say(f"{len(wanted)} sizes: {wanted[0]} ... {wanted[-1]}")
     cal = run_calibrate(wanted, model=model, device=device, dtype=dtype, sdpa_backend=sdpa_backend, seed=seed,
                         warmup=warmup, repeats=repeats, memory=memory, hf_fix_attention=_hf_fix(hf_attention),
-                        random_weights=random_weights, progress=say)
+                        random_weights=random_weights, progress=say, runner=runner, mix=mix,
+                        chunked_prefill_size=chunked_prefill_size, graph_impl=graph_impl)
     cal.meta.update(meta_extra)
     save_calibration(cal, out)
     typer.echo(f"wrote {out}", err=True)
@@ -259,12 +297,22 @@ def calibrate_command(
 def render_calibration(cal) -> str:
     g = cal.meta.get("gpu", {})
     s = cal.meta.get("software", {})
+    eng = cal.meta.get("engine", {})
     lines = [f"{g.get('gpu_name') or 'CPU'} | driver {g.get('driver')} | torch {s.get('torch')} | "
              f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
-             f"model {cal.meta.get('model', {}).get('name')} | {cal.meta.get('engine', {}).get('graph_mode')}",
-             f"{'tokens':>7} {'eager ms':>10} {'graph ms':>10} {'speed-up':>8}"]
-    for t, e, gm in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
-        lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
+             f"model {cal.meta.get('model', {}).get('name')} | runner {cal.runner} | {eng.get('graph_mode')}"]
+    if cal.runner == "breakable":
+        lines.append(f"{'bucket':>7} {'segments ms':>12}")
+        for t, gm in zip(cal.tokens, cal.graph_ms):
+            lines.append(f"{int(t):>7} {gm:>12.3f}")
+        bt = cal.batches
+        lines.append(f"{'tokens':>7} {'requests':>8} {'eager ms':>10} {'breaks ms':>10}")
+        for t, r, e, b in zip(bt.tokens, bt.requests, bt.eager_ms, bt.breaks_ms):
+            lines.append(f"{int(t):>7} {int(r):>8} {e:>10.3f} {b:>10.3f}")
+    else:
+        lines.append(f"{'tokens':>7} {'eager ms':>10} {'graph ms':>10} {'speed-up':>8}")
+        for t, e, gm in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
+            lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
     if cal.pool_gib is not None:
         lines.append(f"pool of the largest graph {cal.pool_gib:.3f} GiB, per further graph {cal.per_graph_gib or 0:.4f} GiB")
     return "\n".join(lines) + "\n"
