@@ -86,7 +86,7 @@ class BreakablePrefillEngine:
         padding_factor: float = DEFAULT_PADDING_FACTOR,
         graph_impl: str = "auto",
     ):
-        from bcgtune.engines.segmented import resolve_impl
+        from bcgtune.engines.segmented import GraphImpl, resolve_impl
 
         if max_tokens < 1:
             raise InputError(f"max tokens must be positive, got {max_tokens}")
@@ -97,7 +97,10 @@ class BreakablePrefillEngine:
         self.sdpa_backend = sdpa_backend
         self.graphs_enabled = device.type == "cuda"
         self.mode = "breakable-cuda-graph" if self.graphs_enabled else "padded-eager"
-        self.impl = resolve_impl(graph_impl) if self.graphs_enabled else None
+        if not self.graphs_enabled:
+            self.impl = None
+        else:
+            self.impl = graph_impl if isinstance(graph_impl, GraphImpl) else resolve_impl(graph_impl)
         self.warmup = max(0, int(warmup))
         self.padding_factor = padding_factor
         self.max_tokens = int(max_tokens)
