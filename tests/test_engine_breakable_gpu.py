@@ -50,7 +50,7 @@ def test_breakable_capture_and_multi_request_replay(small):
     assert [r.bucket for r in recs] == [1024, 512, 256] and all(r.ok for r in recs), [r.error for r in recs]
     assert eng.segment_count(1024) == model.cfg.num_layers + 1  # one segment around each attention break
     # weak references: later, smaller graphs reuse the pool the first one sized
-    assert recs[0].pool_growth_gib > 0 and max(r.pool_growth_gib for r in recs[1:]) < 0.25 * recs[0].pool_growth_gib
+    assert recs[0].pool_growth_gib > 0 and max(r.pool_growth_gib for r in recs[1:]) < 0.5 * recs[0].pool_growth_gib
     rows = []
     for n, r in BATCHES:
         x = text_inputs(model, n, dev, seed=n, requests=r, split="random")

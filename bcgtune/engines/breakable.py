@@ -107,6 +107,10 @@ class BreakablePrefillEngine:
         self.graphs: dict[int, object] = {}
         self.capture_count = 0
         self.pool = torch.cuda.graph_pool_handle() if self.graphs_enabled else None
+        # One capture stream for every bucket: the caching allocator reuses a pool's freed
+        # blocks only on the stream that allocated them, so a stream per capture would give
+        # each graph memory of its own (SGLang captures a whole session on one stream).
+        self.capture_stream = torch.cuda.Stream(device) if self.graphs_enabled else None
         self.meta: BatchMeta | None = None
         self._skip_breaks = False
         kind = getattr(model, "input_kind", "ids")
@@ -255,7 +259,7 @@ class BreakablePrefillEngine:
             try:
                 with self.attention():
                     if self.graphs_enabled:
-                        side = torch.cuda.Stream(self.device)
+                        side = self.capture_stream
                         side.wait_stream(torch.cuda.current_stream(self.device))
                         with torch.cuda.stream(side):
                             for _ in range(max(1, self.warmup)):

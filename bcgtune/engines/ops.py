@@ -136,6 +136,9 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
     requests differ or fail; per bucket a pad-invariance check (garbage in the padded rows
     must not change any real row)."""
     from bcgtune.engines.preflight import check_run
+
+    check_runner(runner)
+    shape = check_run(model, device, buckets, chunked_prefill_size)
     from bcgtune.engines.torch_graphs import (
         check_pad_invariance,
         compare_batch,
@@ -144,8 +147,6 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
         text_inputs,
     )
 
-    check_runner(runner)
-    shape = check_run(model, device, buckets, chunked_prefill_size)
     req_list = sorted({int(r) for r in requests})
     if not req_list or req_list[0] < 1:
         raise InputError("request counts must be positive integers", "--requests")

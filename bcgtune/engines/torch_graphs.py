@@ -459,9 +459,21 @@ class PrefillGraphEngine:
 def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
     """Median, p10 and p90 (ms) of `repeats` back-to-back calls after `warmup` untimed ones:
     CUDA events on a GPU (host-side launch gaps included when the GPU waits for them),
-    perf_counter on CPU."""
+    perf_counter on CPU. Python's garbage collector is paused for the timed calls: a
+    launch-bound forward is Python work, and a collection inside one is noise, not cost."""
     for _ in range(max(0, warmup)):
         fn()
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _timed(fn, device, repeats)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _timed(fn, device: torch.device, repeats: int) -> dict:
     times = []
     if device.type == "cuda":
         stream = torch.cuda.current_stream(device)
