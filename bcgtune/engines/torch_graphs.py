@@ -463,7 +463,6 @@ def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
     launch-bound forward is Python work, and a collection inside one is noise, not cost."""
     for _ in range(max(0, warmup)):
         fn()
-    gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
