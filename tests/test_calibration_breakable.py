@@ -35,6 +35,9 @@ def test_lookup_exact_same_r_then_all_r():
     assert cal.eager_time(192, 1) == pytest.approx((9.2 + 12.0) / 2)
     # r = 2 has one point: off it, the all-r curve (mean where two r share n = 128)
     assert cal.break_time(160, 2) == pytest.approx(np.interp(160, [64, 128, 200, 256], [0.5, 0.7, 0.7, 0.9]))
+    # never extrapolated from one r: beyond r = 1's span (64..256) the all-r curve holds
+    assert cal.eager_time(1000, 1) == pytest.approx(cal.eager_time(1000, 5))
+    assert cal.eager_time(40, 3) == pytest.approx(cal.eager_time(40, 1))
     # vectorized over (n, r)
     out = cal.eager_time(np.array([64, 128, 128]), np.array([1, 1, 3]))
     assert out.tolist() == pytest.approx([9.0, 9.2, 9.6])

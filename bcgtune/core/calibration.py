@@ -25,8 +25,9 @@ On-disk forms (all read by `load_calibration`):
 Between measured rows times are linearly interpolated; beyond them linearly extrapolated
 from the two nearest rows (clipped at 0 ms: a time is never negative). A batch (n, r) of the
 breakable runner takes its measured value when that pair was measured; otherwise it is
-interpolated in n over the measured batches with the same r (when there are two or more),
-else over all measured batches (the mean where several r share an n).
+interpolated in n over the measured batches with the same r, inside the span of n they
+cover, and elsewhere read from the curve over all measured batches (the mean where several
+r share an n; linear beyond its ends, clipped at 0), never extrapolated from one r alone.
 """
 
 from __future__ import annotations
@@ -113,24 +114,25 @@ class BatchTimes:
     def lookup(self, column: str, n, r) -> np.ndarray:
         """`column` at batches (n, r): measured, else interpolated as the module says."""
         ys = getattr(self, column)
-        n = np.asarray(n, dtype=np.float64)
-        r = np.broadcast_to(np.asarray(r, dtype=np.int64), n.shape)
+        shape = np.broadcast_shapes(np.shape(n), np.shape(r))
+        n = np.broadcast_to(np.asarray(n, dtype=np.float64), shape).ravel()
+        r = np.broadcast_to(np.asarray(r, dtype=np.int64), shape).ravel()
         out = np.empty(n.shape, dtype=np.float64)
         t = self.tokens.astype(np.float64)
-        # every r: its own curve when it has two or more points, else the all-r curve
         ux, inv = np.unique(self.tokens, return_inverse=True)
         all_y = np.bincount(inv, weights=ys) / np.bincount(inv)
+        out[:] = _interp_extrap(n, ux.astype(np.float64), all_y)
         for rv in np.unique(r):
-            sel = r == rv
             mine = self.requests == rv
-            if mine.sum() >= 2:
-                out[sel] = _interp_extrap(n[sel], t[mine], ys[mine])
-            else:
-                out[sel] = _interp_extrap(n[sel], ux.astype(np.float64), all_y)
-                if mine.any():  # the one measured point of this r stays exact
-                    hit = sel & (n == t[mine][0])
-                    out[hit] = ys[mine][0]
-        return out
+            if not mine.any():
+                continue
+            tm, ym = t[mine], ys[mine]
+            # this r's own curve inside the span it was measured on (a single point: that
+            # point); never extrapolated: beyond its span the all-r curve holds
+            inside = (r == rv) & (n >= tm[0]) & (n <= tm[-1])
+            if inside.any():
+                out[inside] = np.interp(n[inside], tm, ym)
+        return out.reshape(shape)
 
 
 # Bounds for values read from files: token counts within SGLang's int32 sizes, times
