@@ -55,7 +55,7 @@ def load_mix(path: str | None, seed: int, batches: int):
 
 
 def suggest(trace_path: str, k: int) -> list[int]:
-    out = subprocess.run([sys.executable, "-m", "bcgtune", "suggest-buckets", trace_path, "--max-buckets", str(k), "--json"],
+    out = subprocess.run([sys.executable, "-m", "bcgtune", "suggest-buckets", trace_path, "--max-buckets", str(k), "--json"], check=False,
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"suggest-buckets failed: {out.stderr.strip()}")
@@ -124,7 +124,8 @@ def main() -> int:
     max_tokens = max(max(bl) for bl in lists.values())
     model, desc = load_model(args.model, dev, dtype)
     env = environment(dev)
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    def log(m):
+        print(m, file=sys.stderr, flush=True)
 
     def new_engine():
         if args.runner == "breakable":
