@@ -142,6 +142,18 @@ class EngineOptions:
     ] = "causal"
     random_weights: Annotated[bool, typer.Option("--random-weights", help="Checkpoint folders: random weights from config.json.", rich_help_panel=_ENGINE)] = False
     seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed for weights and inputs.", rich_help_panel=_ENGINE)] = 0
+    runner: Annotated[
+        str,
+        typer.Option("--runner", help="Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager between them on the real rows) or full (SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket).", rich_help_panel=_ENGINE),
+    ] = "breakable"
+    chunked_prefill_size: Annotated[
+        Optional[int],
+        typer.Option("--chunked-prefill-size", min=1, max=2**31 - 1, help="The server's chunked prefill size: buckets above it are refused. Default: 16384, SGLang's largest default.", rich_help_panel=_ENGINE, show_default=False),
+    ] = None
+    graph_impl: Annotated[
+        str,
+        typer.Option("--graph-impl", help="Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's copy), sglang, bcgtune.", rich_help_panel=_ENGINE),
+    ] = "auto"
 
 
 @dataclass

@@ -1,22 +1,38 @@
-"""Calibration: measured prefill times (eager and graph replay) and graph memory of one model
-on one GPU, the input of the time objective. Pure numpy: no torch, no printing.
+"""Calibration: measured prefill times and graph memory of one model on one GPU under one
+prefill runner, the input of the time objective. Pure numpy: no torch, no printing.
 
-On-disk forms (both read by `load_calibration`):
-  * JSON, `format_version` 1, written by `bcgtune calibrate` / `save_calibration`:
-      {"format_version": 1, "kind": "bcgtune.calibration", "tool_version", "created",
-       "rows": [{"tokens", "eager_ms", "graph_ms", ...}, ...],
-       "memory": {"pool_gib", "per_graph_gib", "pool_by_tokens": {"tokens": [...], "gib": [...]}} | null,
-       "meta": {"gpu": ..., "software": ..., "model": ..., "method": ...}}
-  * CSV with the header `tokens,eager_ms,graph_ms` (one row per measured size).
+Two runners, as SGLang names its prefill graph backends (cuda_graph_config.py):
+  * breakable (SGLang's default on CUDA): the forward is a chain of captured segments with
+    attention run eagerly between them on the real rows only. A batch of n tokens from r
+    requests replayed in bucket b costs segments(b) + breaks(n, r); run eagerly it costs
+    eager(n, r). segments(b) is measured on a grid of buckets (`rows`), breaks and eager on
+    a mix of (n, r) batches (`batches`).
+  * full: one whole-forward graph per bucket over one request; a batch costs graph(b)
+    replayed, eager(n) not (`rows` hold both; no break cost).
+
+On-disk forms (all read by `load_calibration`):
+  * JSON, `format_version` 2, written by `bcgtune calibrate` / `save_calibration`:
+      {"format_version": 2, "kind": "bcgtune.calibration", "tool_version", "created",
+       "runner": "breakable" | "full",
+       "rows": [{"tokens", "graph_ms"[, "eager_ms"]}, ...],       (eager_ms: full only)
+       "batches": {"tokens": [...], "requests": [...], "eager_ms": [...], "breaks_ms": [...]}
+                  | null,                                          (breakable only)
+       "memory": {"pool_gib", "per_graph_gib", "pool_by_tokens": {"tokens", "gib"}} | null,
+       "meta": {"gpu": ..., "software": ..., "model": ..., "engine": ...}}
+  * JSON `format_version` 1 (earlier bcgtune, whole-forward graphs): read as runner full.
+  * CSV with the header `tokens,eager_ms,graph_ms`: runner full.
 
 Between measured rows times are linearly interpolated; beyond them linearly extrapolated
-from the two nearest rows (clipped at 0 ms: a time is never negative).
+from the two nearest rows (clipped at 0 ms: a time is never negative). A batch (n, r) of the
+breakable runner takes its measured value when that pair was measured; otherwise it is
+interpolated in n over the measured batches with the same r, inside the span of n they
+cover, and elsewhere read from the curve over all measured batches (the mean where several
+r share an n; linear beyond its ends, clipped at 0), never extrapolated from one r alone.
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 import io
 import json
 import math
@@ -27,8 +43,11 @@ import numpy as np
 
 from bcgtune.errors import InputError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 CALIBRATION_KIND = "bcgtune.calibration"
+RUNNERS = ("breakable", "full")
+DEFAULT_RUNNER = "breakable"  # SGLang's default prefill backend on CUDA (cuda_graph_config.py)
 
 
 def _interp_extrap(x, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -49,18 +68,95 @@ def _interp_extrap(x, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class BatchTimes:
+    """Measured batches of the breakable runner: n tokens from r requests, eager time and
+    break time (everything a replay costs beyond its bucket's segments)."""
+
+    tokens: np.ndarray
+    requests: np.ndarray
+    eager_ms: np.ndarray
+    breaks_ms: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.tokens = np.asarray(self.tokens, dtype=np.int64)
+        self.requests = np.asarray(self.requests, dtype=np.int64)
+        self.eager_ms = np.asarray(self.eager_ms, dtype=np.float64)
+        self.breaks_ms = np.asarray(self.breaks_ms, dtype=np.float64)
+        if self.tokens.ndim == 1 and self.tokens.shape == self.requests.shape:
+            order = np.lexsort((self.requests, self.tokens))
+            for name in ("tokens", "requests", "eager_ms", "breaks_ms"):
+                arr = getattr(self, name)
+                if arr.shape == order.shape:
+                    setattr(self, name, arr[order])
+
+    def validate(self, where: str | None) -> None:
+        t, r = self.tokens, self.requests
+        if t.ndim != 1 or t.size == 0:
+            raise InputError("calibration batches are empty", where)
+        if not (t.shape == r.shape == self.eager_ms.shape == self.breaks_ms.shape):
+            raise InputError("calibration batches columns tokens/requests/eager_ms/breaks_ms differ in length", where)
+        if (t <= 0).any() or (t > MAX_TOKENS).any():
+            raise InputError(f"batches.tokens must be in 1..{MAX_TOKENS}", where)
+        if (r < 1).any() or (r > t).any():
+            i = int(np.argmax((r < 1) | (r > t)))
+            raise InputError(f"batches: {int(t[i])} tokens cannot hold {int(r[i])} requests", where)
+        dup = (np.diff(t) == 0) & (np.diff(r) == 0)
+        if dup.any():
+            i = int(np.argmax(dup))
+            raise InputError(f"batches: ({int(t[i])} tokens, {int(r[i])} requests) measured twice", where)
+        for name in ("eager_ms", "breaks_ms"):
+            arr = getattr(self, name)
+            bad = ~np.isfinite(arr) | (arr < 0) | (arr > MAX_MS)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise InputError(f"batches.{name} at {int(t[i])} tokens must be a time in 0..{MAX_MS:g} ms, got {arr[i]}", where)
+
+    def lookup(self, column: str, n, r) -> np.ndarray:
+        """`column` at batches (n, r): measured, else interpolated as the module says."""
+        ys = getattr(self, column)
+        shape = np.broadcast_shapes(np.shape(n), np.shape(r))
+        n = np.broadcast_to(np.asarray(n, dtype=np.float64), shape).ravel()
+        r = np.broadcast_to(np.asarray(r, dtype=np.int64), shape).ravel()
+        out = np.empty(n.shape, dtype=np.float64)
+        t = self.tokens.astype(np.float64)
+        ux, inv = np.unique(self.tokens, return_inverse=True)
+        all_y = np.bincount(inv, weights=ys) / np.bincount(inv)
+        out[:] = _interp_extrap(n, ux.astype(np.float64), all_y)
+        for rv in np.unique(r):
+            mine = self.requests == rv
+            if not mine.any():
+                continue
+            tm, ym = t[mine], ys[mine]
+            # this r's own curve inside the span it was measured on (a single point: that
+            # point); never extrapolated: beyond its span the all-r curve holds
+            inside = (r == rv) & (n >= tm[0]) & (n <= tm[-1])
+            if inside.any():
+                out[inside] = np.interp(n[inside], tm, ym)
+        return out.reshape(shape)
+
+
+# Bounds for values read from files: token counts within SGLang's int32 sizes, times
+# below a day.
+MAX_TOKENS = 2**31 - 1
+MAX_MS = 86_400_000.0
+
+
+@dataclass
 class Calibration:
-    tokens: np.ndarray  # measured sizes, ascending, int64
-    eager_ms: np.ndarray  # median eager forward time at each size
-    graph_ms: np.ndarray  # median graph replay time of a bucket of that size
+    tokens: np.ndarray  # measured bucket sizes, ascending, int64
+    eager_ms: np.ndarray | None  # full runner: eager time at each size (one request); breakable: None
+    graph_ms: np.ndarray  # full: whole-forward replay of a bucket of that size; breakable: its segments alone
     pool_gib: float | None = None  # memory of the first (largest) graph's pool
     per_graph_gib: float | None = None  # typical extra memory per further graph
     pool_by_tokens: tuple[np.ndarray, np.ndarray] | None = None  # (tokens, GiB) when that bucket is the largest
     meta: dict = field(default_factory=dict)
+    runner: str = "full"
+    batches: BatchTimes | None = None  # breakable: measured (n, r) batches
 
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, dtype=np.int64)
-        self.eager_ms = np.asarray(self.eager_ms, dtype=np.float64)
+        if self.eager_ms is not None:
+            self.eager_ms = np.asarray(self.eager_ms, dtype=np.float64)
         self.graph_ms = np.asarray(self.graph_ms, dtype=np.float64)
         if self.pool_by_tokens is not None:
             t, g = self.pool_by_tokens
@@ -70,41 +166,67 @@ class Calibration:
             self.pool_by_tokens = (t[order], g[order])
 
     # ---- checks ---------------------------------------------------------------------
-    def validate(self, where: str | None = None) -> "Calibration":
-        t, e, g = self.tokens, self.eager_ms, self.graph_ms
+    def validate(self, where: str | None = None) -> Calibration:
+        t, g = self.tokens, self.graph_ms
+        if self.runner not in RUNNERS:
+            raise InputError(f"runner must be one of {', '.join(RUNNERS)}, got {str(self.runner)[:40]!r}", where)
         if t.ndim != 1 or t.size == 0:
             raise InputError("calibration has no rows", where)
-        if not (t.shape == e.shape == g.shape):
-            raise InputError("calibration columns tokens/eager_ms/graph_ms differ in length", where)
-        if (t <= 0).any():
-            raise InputError(f"tokens must be positive, got {int(t[t <= 0][0])}", where)
+        if t.shape != g.shape:
+            raise InputError("calibration columns tokens/graph_ms differ in length", where)
+        if (t <= 0).any() or (t > MAX_TOKENS).any():
+            bad = t[(t <= 0) | (t > MAX_TOKENS)][0]
+            raise InputError(f"tokens must be in 1..{MAX_TOKENS}, got {int(bad)}", where)
         if (np.diff(t) <= 0).any():
             raise InputError("calibration tokens must be distinct and ascending", where)
-        for name, arr in (("eager_ms", e), ("graph_ms", g)):
-            bad = ~np.isfinite(arr) | (arr < 0)
+        cols = [("graph_ms", g)]
+        if self.runner == "full":
+            if self.eager_ms is None or self.eager_ms.shape != t.shape:
+                raise InputError("a full-runner calibration needs eager_ms on every row", where)
+            cols.append(("eager_ms", self.eager_ms))
+            if self.batches is not None:
+                raise InputError("a full-runner calibration has no batches table", where)
+        else:
+            if self.batches is None:
+                raise InputError("a breakable-runner calibration needs its batches table", where)
+            self.batches.validate(where)
+        for name, arr in cols:
+            bad = ~np.isfinite(arr) | (arr < 0) | (arr > MAX_MS)
             if bad.any():
                 i = int(np.argmax(bad))
-                raise InputError(f"{name} at tokens={int(t[i])} must be a finite time >= 0, got {arr[i]}", where)
+                raise InputError(f"{name} at tokens={int(t[i])} must be a time in 0..{MAX_MS:g} ms, got {arr[i]}", where)
         for name, v in (("pool_gib", self.pool_gib), ("per_graph_gib", self.per_graph_gib)):
-            if v is not None and (not math.isfinite(v) or v < 0):
-                raise InputError(f"{name} must be a finite size >= 0, got {v}", where)
+            if v is not None and (not math.isfinite(v) or v < 0 or v > 1e6):
+                raise InputError(f"{name} must be a finite size in 0..1e6 GiB, got {v}", where)
         if self.pool_by_tokens is not None:
             pt, pg = self.pool_by_tokens
             if pt.shape != pg.shape or pt.size == 0:
                 raise InputError("memory.pool_by_tokens tokens and gib differ in length or are empty", where)
-            if (np.diff(pt) <= 0).any() or (pt <= 0).any():
+            if (np.diff(pt) <= 0).any() or (pt <= 0).any() or (pt > MAX_TOKENS).any():
                 raise InputError("memory.pool_by_tokens tokens must be positive, distinct and ascending", where)
-            if (~np.isfinite(pg) | (pg < 0)).any():
+            if (~np.isfinite(pg) | (pg < 0) | (pg > 1e6)).any():
                 raise InputError("memory.pool_by_tokens gib must be finite sizes >= 0", where)
         return self
 
     # ---- the model the optimizer uses -----------------------------------------------
-    def eager_time(self, n) -> np.ndarray:
-        """Eager prefill time (ms) of a batch of n forward tokens."""
-        return _interp_extrap(n, self.tokens.astype(np.float64), self.eager_ms)
+    def eager_time(self, n, requests=1) -> np.ndarray:
+        """Eager prefill time (ms) of a batch of n forward tokens from `requests` requests
+        (the full runner measured one request per batch and ignores it)."""
+        if self.runner == "full" or self.batches is None:
+            return _interp_extrap(n, self.tokens.astype(np.float64), self.eager_ms)
+        return self.batches.lookup("eager_ms", n, requests)
+
+    def break_time(self, n, requests=1) -> np.ndarray:
+        """What a replay of a batch (n tokens, `requests` requests) costs beyond its bucket's
+        segments: the eager breaks on the real rows (0 for the full runner). Independent of
+        the bucket, which is what keeps the time objective's DP exact."""
+        if self.runner == "full" or self.batches is None:
+            return np.zeros(np.shape(n), dtype=np.float64)
+        return self.batches.lookup("breaks_ms", n, requests)
 
     def graph_time(self, b) -> np.ndarray:
-        """Replay time (ms) of the graph captured for bucket b (padding included)."""
+        """Replay time (ms) of the graph captured for bucket b (padding included): the whole
+        forward (full runner) or its segments alone (breakable)."""
         return _interp_extrap(b, self.tokens.astype(np.float64), self.graph_ms)
 
     @property
@@ -133,7 +255,7 @@ class Calibration:
 
     # ---- serialisation --------------------------------------------------------------
     def to_json_obj(self) -> dict[str, Any]:
-        from bcgtune import __version__
+        from bcgtune.core.document import document_header
 
         memory = None
         if self.has_memory or self.per_graph_gib is not None:
@@ -143,16 +265,26 @@ class Calibration:
                     "tokens": self.pool_by_tokens[0].tolist(),
                     "gib": [round(float(x), 6) for x in self.pool_by_tokens[1]],
                 }
+        rows = []
+        for i, (t, g) in enumerate(zip(self.tokens, self.graph_ms)):
+            row = {"tokens": int(t), "graph_ms": round(float(g), 4)}
+            if self.runner == "full":
+                row["eager_ms"] = round(float(self.eager_ms[i]), 4)
+            rows.append(row)
+        batches = None
+        if self.batches is not None:
+            bt = self.batches
+            batches = {
+                "tokens": bt.tokens.tolist(),
+                "requests": bt.requests.tolist(),
+                "eager_ms": [round(float(x), 4) for x in bt.eager_ms],
+                "breaks_ms": [round(float(x), 4) for x in bt.breaks_ms],
+            }
         return {
-            "format_version": FORMAT_VERSION,
-            "kind": CALIBRATION_KIND,
-            "tool": "bcgtune",
-            "tool_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "rows": [
-                {"tokens": int(t), "eager_ms": round(float(e), 4), "graph_ms": round(float(g), 4)}
-                for t, e, g in zip(self.tokens, self.eager_ms, self.graph_ms)
-            ],
+            **document_header(CALIBRATION_KIND, FORMAT_VERSION),
+            "runner": self.runner,
+            "rows": rows,
+            "batches": batches,
             "memory": memory,
             "meta": self.meta,
         }
@@ -164,6 +296,9 @@ def save_calibration(cal: Calibration, path) -> None:
 
     cal.validate(str(path))
     if str(path).lower().endswith(".csv"):
+        if cal.runner != "full":
+            raise InputError("a breakable-runner calibration is written as JSON only "
+                             "(its per-batch table does not fit tokens,eager_ms,graph_ms)", str(path))
         buf = io.StringIO()
         buf.write("tokens,eager_ms,graph_ms\n")
         for t, e, g in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
@@ -209,28 +344,65 @@ def _number(v, path: str, fieldname: str, allow_none: bool = False) -> float | N
     return float(v)
 
 
+def _int_field(v, path: str, fieldname: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InputError(f"field {fieldname} must be an integer, got {str(v)[:40]!r}", path)
+    if not 0 < v <= MAX_TOKENS:
+        raise InputError(f"field {fieldname} must be in 1..{MAX_TOKENS}, got {str(v)[:40]}", path)
+    return v
+
+
+def _list_field(obj: dict, key: str, path: str, prefix: str) -> list:
+    v = obj.get(key)
+    if not isinstance(v, list):
+        raise InputError(f"field {prefix}{key} must be a list", path)
+    return v
+
+
 def _parse_json(text: str, path: str) -> Calibration:
     from bcgtune.core.document import check_header
     from bcgtune.fileio import parse_json
 
-    obj = check_header(parse_json(text, path), CALIBRATION_KIND, FORMAT_VERSION, "calibration", path)
+    obj = parse_json(text, path)
+    version = obj.get("format_version") if isinstance(obj, dict) else None
+    known = not isinstance(version, bool) and version in READ_VERSIONS
+    if not known and isinstance(obj, dict) and obj.get("kind") in (None, CALIBRATION_KIND):
+        raise InputError(f"unsupported calibration format_version {str(version)[:20]!r} "
+                         f"(this bcgtune reads {' and '.join(map(str, READ_VERSIONS))}); rerun bcgtune calibrate", path)
+    obj = check_header(obj, CALIBRATION_KIND, version if known else FORMAT_VERSION, "calibration", path)
+    runner = obj.get("runner", "full") if version >= 2 else "full"  # version 1: whole-forward graphs
+    if runner not in RUNNERS:
+        raise InputError(f"field runner must be one of {', '.join(RUNNERS)}, got {str(runner)[:40]!r}", path)
     rows = obj.get("rows")
     if not isinstance(rows, list) or not rows:
         raise InputError("field rows must be a non-empty list", path)
+    need = ("tokens", "eager_ms", "graph_ms") if runner == "full" else ("tokens", "graph_ms")
     toks, eag, gra = [], [], []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise InputError(f"rows[{i}] must be an object", path)
-        for key in ("tokens", "eager_ms", "graph_ms"):
+        for key in need:
             if key not in row:
                 raise InputError(f"missing field rows[{i}].{key}", path)
-        t = row["tokens"]
-        if isinstance(t, bool) or not isinstance(t, int):
-            raise InputError(f"field rows[{i}].tokens must be an integer, got {t!r}", path)
-        toks.append(t)
-        eag.append(_number(row["eager_ms"], path, f"rows[{i}].eager_ms"))
+        toks.append(_int_field(row["tokens"], path, f"rows[{i}].tokens"))
         gra.append(_number(row["graph_ms"], path, f"rows[{i}].graph_ms"))
+        if runner == "full":
+            eag.append(_number(row["eager_ms"], path, f"rows[{i}].eager_ms"))
     order = np.argsort(np.asarray(toks), kind="stable")
+    batches = None
+    raw_b = obj.get("batches")
+    if runner == "breakable":
+        if not isinstance(raw_b, dict):
+            raise InputError("field batches must be an object of columns tokens/requests/eager_ms/breaks_ms", path)
+        bt = [_int_field(v, path, f"batches.tokens[{j}]") for j, v in enumerate(_list_field(raw_b, "tokens", path, "batches."))]
+        br = [_int_field(v, path, f"batches.requests[{j}]") for j, v in enumerate(_list_field(raw_b, "requests", path, "batches."))]
+        be = [_number(v, path, f"batches.eager_ms[{j}]") for j, v in enumerate(_list_field(raw_b, "eager_ms", path, "batches."))]
+        bb = [_number(v, path, f"batches.breaks_ms[{j}]") for j, v in enumerate(_list_field(raw_b, "breaks_ms", path, "batches."))]
+        if not (len(bt) == len(br) == len(be) == len(bb)):
+            raise InputError("batches columns tokens/requests/eager_ms/breaks_ms differ in length", path)
+        batches = BatchTimes(bt, br, be, bb)
+    elif raw_b is not None:
+        raise InputError("field batches belongs to a breakable-runner calibration (runner is full)", path)
     pool = per = None
     pbt = None
     mem = obj.get("memory")
@@ -243,13 +415,11 @@ def _parse_json(text: str, path: str) -> Calibration:
         if raw is not None:
             if not isinstance(raw, dict) or not isinstance(raw.get("tokens"), list) or not isinstance(raw.get("gib"), list):
                 raise InputError("field memory.pool_by_tokens must be {tokens: [...], gib: [...]}", path)
-            for j, t in enumerate(raw["tokens"]):
-                if isinstance(t, bool) or not isinstance(t, int):
-                    raise InputError(f"field memory.pool_by_tokens.tokens[{j}] must be an integer, got {t!r}", path)
+            ptok = [_int_field(t, path, f"memory.pool_by_tokens.tokens[{j}]") for j, t in enumerate(raw["tokens"])]
             gib = [_number(v, path, f"memory.pool_by_tokens.gib[{j}]") for j, v in enumerate(raw["gib"])]
-            if len(gib) != len(raw["tokens"]):
+            if len(gib) != len(ptok):
                 raise InputError("memory.pool_by_tokens tokens and gib differ in length", path)
-            pbt = (np.asarray(raw["tokens"], dtype=np.int64), np.asarray(gib, dtype=np.float64))
+            pbt = (np.asarray(ptok, dtype=np.int64), np.asarray(gib, dtype=np.float64))
     meta = obj.get("meta") or {}
     if not isinstance(meta, dict):
         raise InputError("field meta must be an object", path)
@@ -257,14 +427,17 @@ def _parse_json(text: str, path: str) -> Calibration:
     for key in ("tool_version", "created"):
         if key in obj:
             meta.setdefault(key, obj[key])
+    meta.setdefault("format_version", version)
     return Calibration(
         tokens=np.asarray(toks, dtype=np.int64)[order],
-        eager_ms=np.asarray(eag)[order],
+        eager_ms=np.asarray(eag)[order] if runner == "full" else None,
         graph_ms=np.asarray(gra)[order],
         pool_gib=pool,
         per_graph_gib=per,
         pool_by_tokens=pbt,
         meta=meta,
+        runner=runner,
+        batches=batches,
     )
 
 
@@ -318,4 +491,5 @@ def _parse_csv(text: str, path: str) -> Calibration:
         eager_ms=np.asarray([rows[t][0] for t in toks]),
         graph_ms=np.asarray([rows[t][1] for t in toks]),
         meta={"format": "csv"},
+        runner="full",
     )

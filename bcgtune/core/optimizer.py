@@ -7,8 +7,12 @@ otherwise it runs eager. Objectives:
 
   padding  lexicographic: fewest eager batches, then fewest padded tokens
            (sum over replayed batches of w * (b - n)).
-  time     predicted prefill time: a replayed batch costs t_graph(b), an eager one
-           t_eager(n) (from a calibration). Not lexicographic: eager may win.
+  time     predicted prefill time (from a calibration): a batch of n tokens from r requests
+           costs t_graph(b) + t_break(n, r) replayed and t_eager(n, r) eager. t_graph is the
+           bucket's captured graph (the whole forward, or the breakable runner's segments);
+           t_break is what the breakable runner runs eagerly between segments on the real
+           rows (0 for whole-forward graphs), and does not depend on b. Not lexicographic:
+           eager may win.
 
 Candidates. Each bucket serves the sizes between the previous bucket and itself. Lowering a
 bucket to the aligned round-up of the largest size it serves changes no assignment, lowers
@@ -32,7 +36,10 @@ e_i for the number of sizes <= c_i. Then
     e_i >  h_j  (part B):  C = u_j (W[e_j] - W[e_i]) - (V[e_j] - V[e_i])
 
 with u_j = c_j, V = sum w x for padding (eager cost BIG per batch, BIG > any total
-padding) and u_j = t_graph(c_j), V = 0 for time. Part A is a prefix minimum of
+padding) and u_j = t_graph(c_j), V = -sum of t_break over the batches for time (a
+bucket-independent replay cost enters like the padding objective's V: only the lines'
+intercepts move, so the envelope argument below holds unchanged). E sums t_eager over the
+batches of each size, whatever their request counts. Part A is a prefix minimum of
 f(i) - E[e_i]: O(p). Part B is a lower envelope of lines (slope -W[e_i], intercept
 f(i) + V[e_i]) queried at u_j over a window i in [a_j, j - 1] whose ends never move left;
 u_j is non-decreasing, so the leftmost optimal i is non-decreasing in j (exchange argument:
@@ -45,8 +52,8 @@ the memory-budgeted optimum (the budget depends only on k and the largest bucket
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -229,7 +236,7 @@ def _solve_layers(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np.ndarr
         Fb = F + V[end_i]
         Wb = W[end_i]
 
-        def value(rows, cols):
+        def value(rows, cols, Fb=Fb, Wb=Wb):
             return Fb[cols] - uj[rows] * Wb[cols]
 
         has_b = lo_b <= hi_b
@@ -248,8 +255,8 @@ def _solve_layers(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np.ndarr
 _DENSE_MAX_CANDIDATES = 5_000  # K * p^2 stays within seconds (a 64-token grid to 16k has 256)
 
 
-def _solve_layers_dense(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, u: np.ndarray):
-    """The same DP as `_solve_layers` (time objective, V = 0) with no assumption on u: every
+def _solve_layers_dense(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np.ndarray, u: np.ndarray):
+    """The same DP as `_solve_layers` (time objective) with no assumption on u: every
     previous bucket i < j is tried, O(K p^2). For measured bucket times, which are not monotone
     in the bucket (a GPU's tile-aligned sizes replay faster than the sizes just below them,
     benchmarks/RESULTS.md), so the quadrangle inequality behind the O(p log p) rows fails."""
@@ -270,10 +277,11 @@ def _solve_layers_dense(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, u: np
             J = np.arange(start, min(p + 1, start + rows_per_block))
             if k == 0:
                 lo = h[J]  # i = 0: e_0 = 0 <= h_j
-                f[0, J] = E[lo] + u[J] * (W[end[J]] - W[lo])
+                f[0, J] = E[lo] + u[J] * (W[end[J]] - W[lo]) - (V[end[J]] - V[lo])
                 continue
             lo = np.maximum(end[None, :], h[J][:, None])
-            val = F[None, :] + E[lo] - Ei[None, :] + u[J][:, None] * (W[end[J]][:, None] - W[lo])
+            val = (F[None, :] + E[lo] - Ei[None, :] + u[J][:, None] * (W[end[J]][:, None] - W[lo])
+                   - (V[end[J]][:, None] - V[lo]))
             val[cols[None, :] >= J[:, None]] = np.inf
             best = np.argmin(val, axis=1)
             f[k, J] = val[np.arange(J.size), best]
@@ -406,17 +414,47 @@ def graph_ms_model(cal, b, candidates: str = "trace") -> np.ndarray:
     return monotone_graph_ms(cal, b)
 
 
+def batch_costs_ms(cal, tokens, requests) -> tuple[np.ndarray, np.ndarray]:
+    """(eager, break) time of batches (n tokens, r requests) under a calibration. A
+    calibration of whole-forward graphs has no break cost and one eager time per n."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if getattr(cal, "runner", "full") == "breakable":
+        return (np.asarray(cal.eager_time(tokens, requests), dtype=np.float64),
+                np.asarray(cal.break_time(tokens, requests), dtype=np.float64))
+    return np.asarray(cal.eager_time(tokens), dtype=np.float64), np.zeros(tokens.shape)
+
+
+def _mix_for(sizes, counts, mix):
+    """The batch mix to price: `mix`, whose histogram must be (sizes, counts), or one
+    request per batch."""
+    from bcgtune.core.mix import BatchMix
+
+    if mix is None:
+        return BatchMix.single_request(sizes, counts)
+    hs, hc = mix.histogram()
+    s = np.asarray(sizes, dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    us, inv = np.unique(s[order], return_inverse=True)
+    uc = np.bincount(inv, weights=np.asarray(counts, dtype=np.int64)[order]).astype(np.int64)
+    if not (np.array_equal(hs, us) and np.array_equal(hc, uc)):
+        raise InputError("the batch mix (tokens, requests) and the size histogram describe different batches")
+    return mix
+
+
 def predicted_time_ms(sizes, counts, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR,
-                      candidates: str = "trace") -> float:
+                      candidates: str = "trace", mix=None) -> float:
     """Predicted total prefill time of a trace under a bucket list (time objective's model;
-    `candidates` names the graph-time model the optimizer used, see optimal_buckets_time)."""
+    `candidates` names the graph-time model the optimizer used, see optimal_buckets_time).
+    `mix` (core.mix.BatchMix) gives each batch's request count; without it every batch is
+    one request."""
     from bcgtune.core.replay import assign_buckets
 
-    sizes = np.asarray(sizes, dtype=np.int64)
-    counts = np.asarray(counts, dtype=np.int64)
-    chosen, replay = assign_buckets(sizes, buckets, factor)
-    t = np.where(replay, graph_ms_model(cal, np.where(replay, chosen, 1), candidates), cal.eager_time(sizes))
-    return float((t * counts).sum())
+    m = _mix_for(sizes, counts, mix)
+    chosen, replay = assign_buckets(m.tokens, buckets, factor)
+    eager, brk = batch_costs_ms(cal, m.tokens, m.requests)
+    graph = graph_ms_model(cal, np.where(replay, chosen, 1), candidates)
+    t = np.where(replay, graph + brk, eager)
+    return float((t * m.counts).sum())
 
 
 def optimal_buckets_time(
@@ -429,6 +467,7 @@ def optimal_buckets_time(
     factor: float = DEFAULT_PADDING_FACTOR,
     max_graph_mem_gib: float | None = None,
     candidates: str = "trace",
+    mix=None,
 ) -> Solution:
     """Exact minimum of predicted prefill time with at most `max_buckets` buckets and,
     optionally, total graph memory within `max_graph_mem_gib` (calibration's memory model:
@@ -439,7 +478,11 @@ def optimal_buckets_time(
     interpolated curve made non-decreasing (O(K p log p)). candidates="calibration": buckets
     only at the calibration's measured rows, each at its measured replay time, monotone or
     not (O(K p^2) over the rows); this is the model to use with a dense calibration grid
-    (`bcgtune calibrate --grid`), since replay time between measured sizes is not linear."""
+    (`bcgtune calibrate --grid`), since replay time between measured sizes is not linear.
+
+    `mix` (core.mix.BatchMix, histogram equal to sizes/counts) prices each batch with its
+    request count, as the breakable runner's calibration needs; without it every batch is
+    one request."""
     if max_buckets < 1:
         raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
     if candidates not in GRAPH_MODELS:
@@ -450,21 +493,25 @@ def optimal_buckets_time(
         raise InputError(f"--candidates calibration: no calibration row is a multiple of --align {align}"
                          + (f" at or below --max-bucket {max_bucket}" if max_bucket is not None else ""))
     _require_candidates(prep, align, max_bucket)
-    s, w = prep.sizes, prep.counts.astype(np.float64)
-    te = np.asarray(cal.eager_time(s), dtype=np.float64)
-    if (te < 0).any():
-        raise InputError("calibration predicts negative eager time inside the trace's size range")
+    w = prep.counts.astype(np.float64)
+    m = _mix_for(prep.sizes, prep.counts, mix)
+    te, tb = batch_costs_ms(cal, m.tokens, m.requests)
+    if (te < 0).any() or (tb < 0).any():
+        raise InputError("calibration predicts a negative time inside the trace's size range")
+    row = m.size_index(prep.sizes)
+    eager_sum = np.bincount(row, weights=te * m.counts, minlength=prep.sizes.size)
+    break_sum = np.bincount(row, weights=tb * m.counts, minlength=prep.sizes.size)
     zero = np.zeros(1)
-    E = np.concatenate([zero, np.cumsum(w * te)])
+    E = np.concatenate([zero, np.cumsum(eager_sum)])
     W = np.concatenate([zero, np.cumsum(w)])
-    V = np.zeros_like(W)
+    V = -np.concatenate([zero, np.cumsum(break_sum)])
     K = min(max_buckets, max(prep.cand.size, 1))
     if candidates == "calibration":
         if prep.cand.size > _DENSE_MAX_CANDIDATES:
             raise InputError(f"--candidates calibration: {prep.cand.size} calibration rows are too many "
                              f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid")
         u = np.concatenate([zero, measured_graph_ms(cal, prep.cand)])
-        f, arg = _solve_layers_dense(prep, K, E, W, u)
+        f, arg = _solve_layers_dense(prep, K, E, W, V, u)
     else:
         u = np.concatenate([zero, monotone_graph_ms(cal, prep.cand)])
         f, arg = _solve_layers(prep, K, E, W, V, u, big=np.inf)

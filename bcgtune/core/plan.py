@@ -24,6 +24,7 @@ import pydantic
 from pydantic import Field
 
 from bcgtune.core.ladder import align_buckets, ceil_to, default_chunked_prefill_size, sglang_default_ladder
+from bcgtune.core.mix import BatchMix, batch_mix
 from bcgtune.core.optimizer import (
     min_buckets_full_replay,
     optimal_buckets,
@@ -267,8 +268,9 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     trace.validate()
     sizes, counts = trace.sizes, trace.counts
     candidates = resolve_candidates(req.candidates, req.calibration)
-    sol = _solve(sizes, counts, req, candidates)
-    pricer = _Pricer(sizes, counts, req, candidates)
+    mix = batch_mix(trace)  # requests per batch: the breakable runner's break and eager costs need them
+    sol = _solve(sizes, counts, req, candidates, mix)
+    pricer = _Pricer(sizes, counts, req, candidates, mix)
 
     rows = [pricer.row("bcgtune (optimal)", "optimal", sol.buckets)]
     if req.sglang_ladder is not None:
@@ -319,13 +321,13 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     return plan
 
 
-def _solve(sizes, counts, req: PlanRequest, candidates: str):
+def _solve(sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None):
     if req.objective == "time":
         if req.calibration is None:
             raise InputError("the time objective needs a calibration", field="calibration")
         return optimal_buckets_time(
             sizes, counts, req.max_buckets, req.calibration, req.align, req.max_bucket, req.padding_factor,
-            req.max_graph_mem_gib, candidates=candidates,
+            req.max_graph_mem_gib, candidates=candidates, mix=mix,
         )
     if req.max_graph_mem_gib is not None:
         raise InputError("a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
@@ -337,11 +339,11 @@ class _Pricer:
     """Metrics (and, with a calibration, predicted time and graph memory) of any list, by
     one rule and one model for every row."""
 
-    def __init__(self, sizes, counts, req: PlanRequest, candidates: str):
-        self.sizes, self.counts, self.req, self.candidates = sizes, counts, req, candidates
+    def __init__(self, sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None):
+        self.sizes, self.counts, self.req, self.candidates, self.mix = sizes, counts, req, candidates, mix
         self.eager_ms = None
         if req.calibration is not None:
-            self.eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.padding_factor, candidates)
+            self.eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.padding_factor, candidates, mix)
 
     def row(self, name: str, kind: str, buckets, *, sglang_aligns: bool = False) -> PlanRow:
         given = sorted({int(b) for b in buckets})
@@ -350,7 +352,8 @@ class _Pricer:
         r = PlanRow(name=name, kind=kind, metrics=m, aligned_from=given if captured != given else None)
         cal = self.req.calibration
         if cal is not None:
-            r.predicted_ms = predicted_time_ms(self.sizes, self.counts, captured, cal, self.req.padding_factor, self.candidates)
+            r.predicted_ms = predicted_time_ms(self.sizes, self.counts, captured, cal, self.req.padding_factor, self.candidates,
+                                               self.mix)
             r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms and self.eager_ms is not None else None
             if cal.has_memory and captured:
                 r.graph_mem_gib = float(cal.graph_memory_gib(captured))

@@ -13,8 +13,10 @@ differs numerically.
 
 `fix_attention=True` registers an attention function (and a no-mask mask function) under
 the name `bcgtune_causal_sdpa`: always `is_causal=True` with in-kernel GQA and no mask, in
-eager and capture alike. That is exact for what the engine runs: one sequence, no KV cache,
-padding only at the end (real tokens never attend to pads). Models with sliding-window or
+eager and capture alike. That is exact for what the whole-forward engine runs: one sequence,
+no KV cache, padding only at the end (real tokens never attend to pads). Under the breakable
+engine the same registered function hands q/k/v to the engine's varlen attention instead
+(attention within each request of the batch, on the real rows only). Models with sliding-window or
 chunked attention are refused, since a plain causal mask would be wrong for them.
 """
 
@@ -25,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bcgtune.engines.attention import current_varlen_attention
 from bcgtune.errors import ExternalError, InputError
 
 ATTN_NAME = "bcgtune_causal_sdpa"
@@ -33,6 +36,10 @@ _STATE = {"native_gqa": True, "registered": False}
 
 def _causal_sdpa(module, query, key, value, attention_mask=None, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     nh, nkv = query.shape[1], key.shape[1]
+    varlen = current_varlen_attention()
+    if varlen is not None:  # the breakable engine: several requests, attention within each
+        q, k, v = (z[0].transpose(0, 1).contiguous() for z in (query, key, value))  # [T, heads, hd]
+        return varlen(q, k, v, scale=scaling).unsqueeze(0), None
     if nh != nkv and not _STATE["native_gqa"]:
         key = key.repeat_interleave(nh // nkv, dim=1)
         value = value.repeat_interleave(nh // nkv, dim=1)
@@ -89,9 +96,11 @@ class HFPrefillModel(nn.Module):
     def logits(self, hidden):
         return self.head(hidden)
 
+    def body(self, ids, positions):
+        return self.base(input_ids=ids[None], position_ids=positions[None], use_cache=False)[0][0]
+
     def forward(self, ids, positions, last_index):
-        out = self.base(input_ids=ids[None], position_ids=positions[None], use_cache=False)
-        hidden = out[0][0]
+        hidden = self.body(ids, positions)
         return hidden, self.head(hidden.index_select(0, last_index))
 
     def describe(self) -> dict:

@@ -7,86 +7,21 @@ Every model exposes the one signature the graph engine captures:
 with `inp` token ids [T] (text models, `input_kind == "ids"`) or embeddings [T, H]
 (`input_kind == "embeds"`), `positions` [T] or [3, T], and `last_index` a 1-element long
 tensor holding the last real token's row, so padded replay picks the right row without a
-host sync. Attention is `scaled_dot_product_attention(is_causal=True)` over one sequence:
-with padding at the end, real tokens never attend to pads.
+host sync, and `body(inp, positions) -> hidden` without the LM head. Attention is
+`scaled_dot_product_attention(is_causal=True)` over one sequence (with padding at the end,
+real tokens never attend to pads), or, inside `attention.varlen_attention(fn)`, `fn` over
+a batch of several requests (the breakable engine).
 """
 
 from __future__ import annotations
-
-from dataclasses import asdict, dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bcgtune.engines.attention import current_varlen_attention
+from bcgtune.engines.presets import PRESETS, DecoderConfig, VisionConfig, preset  # noqa: F401  (re-exported)
 from bcgtune.errors import InputError
-
-
-@dataclass(frozen=True)
-class VisionConfig:
-    patch_size: int = 16
-    merge_size: int = 2
-    in_channels: int = 3
-    hidden_size: int = 1024
-    image_token_id: int = 151655
-    vision_start_id: int = 151652
-    vision_end_id: int = 151653
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    name: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rope_theta: float = 1_000_000.0
-    rms_eps: float = 1e-6
-    tie_embeddings: bool = False
-    vision: VisionConfig | None = None
-    mrope_section: tuple[int, int, int] = (24, 20, 20)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def input_kind(self) -> str:
-        return "embeds" if self.vision is not None else "ids"
-
-    def params(self) -> int:
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
-        attn = h * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2) + 2 * self.head_dim
-        layer = attn + 3 * h * i + 2 * h
-        emb = v * h * (1 if self.tie_embeddings else 2)
-        return self.num_layers * layer + emb + h
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["params"] = self.params()
-        d["input_kind"] = self.input_kind
-        return d
-
-
-_TINY_VISION = VisionConfig(hidden_size=32, image_token_id=500, vision_start_id=501, vision_end_id=502)
-
-PRESETS: dict[str, DecoderConfig] = {
-    # For CPU tests: runs a forward in milliseconds.
-    "tiny": DecoderConfig("tiny", 512, 64, 128, 2, 4, 2, 16, rope_theta=10_000.0),
-    "qwen3-0.6b": DecoderConfig("qwen3-0.6b", 151936, 1024, 3072, 28, 16, 8, 128, tie_embeddings=True),
-    "qwen3-8b": DecoderConfig("qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 128),
-    "qwen3-vl-tiny": DecoderConfig(
-        "qwen3-vl-tiny", 512, 64, 128, 2, 4, 2, 16, rope_theta=10_000.0, vision=_TINY_VISION, mrope_section=(4, 2, 2)
-    ),
-    "qwen3-vl-8b": DecoderConfig("qwen3-vl-8b", 151936, 4096, 12288, 36, 32, 8, 128, vision=VisionConfig()),
-}
-
-
-def preset(name: str, **overrides) -> DecoderConfig:
-    if name not in PRESETS:
-        raise InputError(f"unknown built-in model {name!r} (one of {', '.join(PRESETS)})", "--model")
-    cfg = PRESETS[name]
-    return replace(cfg, **overrides) if overrides else cfg
 
 
 class RMSNorm(nn.Module):
@@ -129,6 +64,9 @@ class Attention(nn.Module):
         c, s = cos[:, None, :], sin[:, None, :]
         q = q * c + _rotate_half(q) * s
         k = k * c + _rotate_half(k) * s
+        varlen = current_varlen_attention()
+        if varlen is not None:  # the breakable engine's batch of several requests
+            return self.o_proj(varlen(q, k, v).reshape(t, self.nh * self.hd))
         q, k, v = (z.transpose(0, 1).unsqueeze(0) for z in (q, k, v))  # [1, heads, T, hd]
         if self.native_gqa or self.nh == self.nkv:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.nh != self.nkv)
@@ -253,12 +191,17 @@ class DecoderLM(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, inp: torch.Tensor, positions: torch.Tensor, last_index: torch.Tensor):
+    def body(self, inp: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The transformer body: final-norm hidden states [T, H], no LM head (what SGLang's
+        breakable and full prefill runners capture; the logits tail runs eagerly)."""
         x = self.embed_tokens(inp) if self.input_kind == "ids" else inp
         cos, sin = self._rope(positions, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        hidden = self.norm(x)
+        return self.norm(x)
+
+    def forward(self, inp: torch.Tensor, positions: torch.Tensor, last_index: torch.Tensor):
+        hidden = self.body(inp, positions)
         return hidden, self.logits(hidden.index_select(0, last_index))
 
 
@@ -279,7 +222,7 @@ def init_random_(model: nn.Module, seed: int, std: float = 0.02) -> None:
         # hidden 4096), so top-1/top-2 gaps are often wide, as in trained models, and the
         # gap-gated checks of `validate` have tokens to bite on.
         head = getattr(model, "lm_head", None)
-        weight = head.weight if head is not None else getattr(model, "embed_tokens").weight
+        weight = head.weight if head is not None else model.embed_tokens.weight
         weight.normal_(0.0, 4.0 / weight.shape[1] ** 0.5, generator=g)
 
 

@@ -3,71 +3,108 @@ engine, runs, and returns a plain dict (rendering is the CLI's job)."""
 
 from __future__ import annotations
 
-import datetime as _dt
+import os
 import statistics
 import time
 
 import numpy as np
 
+from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.errors import InputError
 
 DEFAULT_CALIBRATION_SIZES = (16, 64, 128, 256, 512, 768, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 8192)
 DEFAULT_IMAGE_PX = (128, 256, 512)
 
 
-def _setup(model_spec, device_spec, dtype_name, sdpa_backend, seed, max_tokens, hf_fix_attention=True,
-           random_weights=False, warmup=1):
+RUNNERS = ("breakable", "full")
+RUNNER_HELP = {
+    "breakable": "SGLang's breakable prefill runner (its default on CUDA): captured segments, attention eager between them",
+    "full": "SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket",
+}
+
+
+def check_runner(runner: str) -> str:
+    if runner not in RUNNERS:
+        raise InputError(f"unknown runner {runner!r} ({', '.join(RUNNERS)})", "--runner")
+    return runner
+
+
+def _setup(model_spec, device_spec, dtype_name, sdpa_backend, seed, max_tokens, shape, runner="breakable",
+           hf_fix_attention=True, random_weights=False, warmup=None, graph_impl="auto"):
     import torch
 
     from bcgtune.engines.loader import load_model, parse_dtype
+    from bcgtune.engines.preflight import refuse_cpu_for_large
     from bcgtune.engines.runtime import environment, resolve_device
     from bcgtune.engines.torch_graphs import PrefillGraphEngine, resolved_sdpa_backend
 
     device = resolve_device(device_spec)
+    refuse_cpu_for_large(shape, device.type)
+    is_hf = model_spec.startswith("hf:") or os.path.isdir(model_spec)
+    if runner == "breakable" and is_hf and not hf_fix_attention:
+        raise InputError("the breakable runner needs --hf-attention causal (its attention runs per request)", "--hf-attention")
     dtype = parse_dtype(dtype_name, device)
     torch.manual_seed(seed)
     model, desc = load_model(model_spec, device, dtype, sdpa_backend, seed, hf_fix_attention, random_weights)
-    engine = PrefillGraphEngine(model, device, max_tokens, sdpa_backend=sdpa_backend, warmup=warmup)
+    if runner == "breakable":
+        from bcgtune.engines.breakable import BreakablePrefillEngine
+
+        engine = BreakablePrefillEngine(model, device, max_tokens, sdpa_backend=sdpa_backend,
+                                        warmup=2 if warmup is None else warmup, graph_impl=graph_impl)
+    else:
+        engine = PrefillGraphEngine(model, device, max_tokens, sdpa_backend=sdpa_backend,
+                                    warmup=1 if warmup is None else warmup)
     env = environment(device)
     env["graph_mode"] = engine.mode
+    env["runner"] = runner
+    env["runner_matches"] = RUNNER_HELP[runner]
+    env["graph_impl"] = engine.graph_impl
+    if runner == "breakable":
+        env["attention"] = engine.attention_kind
+        if engine.impl is not None and engine.impl.note:
+            env["graph_impl_note"] = engine.impl.note
     env["sdpa_backend"] = resolved_sdpa_backend(sdpa_backend, device)
     return engine, desc, env
 
 
 def _header(kind: str, env: dict, desc: dict) -> dict:
-    from bcgtune import __version__
+    from bcgtune.core.document import document_header
 
-    return {
-        "format_version": 1,
-        "kind": kind,
-        "tool": "bcgtune",
-        "tool_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "environment": env,
-        "model": desc,
-    }
+    return {**document_header(kind), "environment": env, "model": desc}
 
 
 # ---------------------------------------------------------------------------------------
 def run_capture(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_backend="auto", seed=0,
-                warmup=1, hf_fix_attention=True, random_weights=False, progress=None) -> dict:
-    buckets = sorted(set(int(b) for b in buckets))
-    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), hf_fix_attention,
-                               random_weights, warmup)
+                warmup=None, hf_fix_attention=True, random_weights=False, progress=None, runner="breakable",
+                chunked_prefill_size=None, graph_impl="auto") -> dict:
+    from bcgtune.engines.preflight import check_run
+
+    check_runner(runner)
+    shape = check_run(model, device, buckets, chunked_prefill_size)
+    buckets = sorted({int(b) for b in buckets})
+    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner,
+                               hf_fix_attention, random_weights, warmup, graph_impl)
     before = engine._reserved()
     t0 = time.perf_counter()
     recs = engine.capture(buckets, on_record=progress)
     total = time.perf_counter() - t0
     after = engine._reserved()
     out = _header("bcgtune.capture-report", env, desc)
+    per = []
+    for r in sorted(recs, key=lambda r: r.bucket):
+        d = r.to_dict()
+        if runner == "breakable":
+            d["segments"] = engine.segment_count(r.bucket)
+        per.append(d)
     out.update(
+        runner=runner,
         buckets=buckets,
         graphs=sum(r.ok for r in recs),
         failed=sum(not r.ok for r in recs),
         capture_s_total=round(total, 3),
         pool_gib_total=round(after - before, 4) if engine.graphs_enabled else None,
         attention_mismatches=sum(1 for r in recs if r.ok and not r.attention_match),
-        per_bucket=[r.to_dict() for r in sorted(recs, key=lambda r: r.bucket)],
+        per_bucket=per,
     )
     return out
 
@@ -84,22 +121,46 @@ def _sizes_in_bucket(b: int, prev: int, k: int, rng) -> list[int]:
     return sorted(picks)[: max(k, 2)]
 
 
-def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_backend="auto", seed=0,
-                 sizes_per_bucket=3, gap_threshold=0.7, max_logprob_delta=0.5, image_px=DEFAULT_IMAGE_PX,
-                 images=None, hf_fix_attention=True, random_weights=False, progress=None) -> dict:
-    import torch
+DEFAULT_VALIDATE_REQUESTS = (1, 4)
 
+
+def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_backend="auto", seed=0,
+                 sizes_per_bucket=3, gap_threshold=GAP_THRESHOLD, max_logprob_delta=MAX_LOGPROB_DELTA,
+                 image_px=DEFAULT_IMAGE_PX, images=None, hf_fix_attention=True, random_weights=False, progress=None,
+                 runner="breakable", requests=DEFAULT_VALIDATE_REQUESTS, chunked_prefill_size=None,
+                 graph_impl="auto") -> dict:
+    """Replay vs eager on identical batches, per bucket: sizes in (b/2, b] (ends included),
+    each as batches of every request count in `requests` (a seeded random split into
+    requests; the full runner holds one request, so it checks r = 1 only). Per batch: the
+    token-level comparison (core.accuracy thresholds), whether it is bit for bit, and which
+    requests differ or fail; per bucket a pad-invariance check (garbage in the padded rows
+    must not change any real row)."""
+    from bcgtune.engines.preflight import check_run
+
+    check_runner(runner)
+    shape = check_run(model, device, buckets, chunked_prefill_size)
     from bcgtune.engines.torch_graphs import (
         check_pad_invariance,
-        compare_logits,
+        compare_batch,
         dynamo_counters,
         image_inputs,
         text_inputs,
     )
 
-    buckets = sorted(set(int(b) for b in buckets))
-    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), hf_fix_attention,
-                               random_weights)
+    req_list = sorted({int(r) for r in requests})
+    if not req_list or req_list[0] < 1:
+        raise InputError("request counts must be positive integers", "--requests")
+    if runner == "full":
+        req_list = [1]
+    buckets = sorted({int(b) for b in buckets})
+    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner,
+                               hf_fix_attention, random_weights, None, graph_impl)
+    if runner == "breakable":
+        from bcgtune.engines.breakable import (
+            check_pad_invariance_breakable as pad_check,
+        )
+    else:
+        pad_check = check_pad_invariance
     recs = {r.bucket: r for r in engine.capture(buckets)}
     is_vl = getattr(engine.model, "input_kind", "ids") == "embeds" and getattr(getattr(engine.model, "cfg", None), "vision", None) is not None
     do_images = is_vl if images is None else bool(images)
@@ -115,16 +176,21 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
         if rec.ok:
             sizes = _sizes_in_bucket(b, prev, sizes_per_bucket, rng)
             for n in sizes:
-                x = text_inputs(engine.model, n, engine.device, seed=seed * 7919 + n)
-                he, le = engine.eager(x)
-                hr, lr, used = engine.replay(x)
-                c = compare_logits(engine.model, he, hr, le, lr, gap_threshold, max_logprob_delta)
-                c.update(n=n, bucket=used, kind="text")
-                entry["checks"].append(c)
-                del he, le
+                for r in req_list:
+                    if r > n:
+                        continue
+                    x = text_inputs(engine.model, n, engine.device, seed=seed * 7919 + n, requests=r, split="random")
+                    he, le = engine.eager(x)
+                    he, le = he.clone(), le.clone()
+                    hr, lr, used = engine.replay(x)
+                    c = compare_batch(engine.model, he, hr, le, lr, x.lengths, gap_threshold, max_logprob_delta)
+                    c.update(n=n, bucket=used, kind="text")
+                    entry["checks"].append(c)
+                    del he, le
             if sizes:
-                x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17)
-                entry["pad_invariance"] = check_pad_invariance(engine, x, b, seed=seed)
+                r_pad = min(req_list[-1], sizes[0])
+                x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
+                entry["pad_invariance"] = pad_check(engine, x, b, seed=seed) | {"requests": r_pad}
             else:
                 entry["pad_invariance"] = None
             entry["sizes"] = sizes
@@ -157,8 +223,9 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
                 n = int(rng.integers(n_min, b + 1))
                 x = image_inputs(engine.model, n, px, engine.device, seed=seed + px + b)
                 he, le = engine.eager(x)
+                he, le = he.clone(), le.clone()
                 hr, lr, used = engine.replay(x)
-                c = compare_logits(engine.model, he, hr, le, lr, gap_threshold, max_logprob_delta)
+                c = compare_batch(engine.model, he, hr, le, lr, x.lengths, gap_threshold, max_logprob_delta)
                 c.update(n=n, bucket=used, kind=x.kind, visual_tokens=vis, image_px=px)
                 rows.append(c)
             prev = b
@@ -176,11 +243,16 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
             and image_sweep["dynamo_recompiles"] == 0
             and all(r.get("ok", True) for r in rows)
         )
+    checks = [c for e in per_bucket for c in e["checks"]]
     out = _header("bcgtune.validation-report", env, desc)
     out.update(
+        runner=runner,
         buckets=buckets,
+        requests=req_list,
         gap_threshold=gap_threshold,
         max_logprob_delta=max_logprob_delta,
+        batches_checked=len(checks),
+        bitwise_batches=sum(1 for c in checks if c["bitwise"]),
         per_bucket=per_bucket,
         image_sweep=image_sweep,
         ok=all(e["ok"] for e in per_bucket) and (image_sweep is None or image_sweep["ok"]),
@@ -231,35 +303,159 @@ def _pool_subset(sizes: list[int]) -> list[int]:
 
 def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="auto", dtype="auto",
                   sdpa_backend="auto", seed=0, warmup=3, repeats=10, memory=True, hf_fix_attention=True,
-                  random_weights=False, progress=None):
-    """Measure t_eager(n) and t_graph(b) at each size, plus graph memory. Returns
-    (Calibration, raw report dict)."""
-    import torch
+                  random_weights=False, progress=None, runner="breakable", mix=None, chunked_prefill_size=None,
+                  graph_impl="auto"):
+    """Measure what the time objective prices, on one runner, and graph memory.
 
+    breakable: segments(b) at every size of `sizes` (the bucket grid), and eager(n, r) and
+    breaks(n, r) at every batch of `mix` (core.mix.BatchMix; default: each size as one
+    request). breaks(n, r) = replay of the batch in the smallest grid bucket >= n minus that
+    bucket's segments. full: eager and whole-forward replay at every size (one request).
+    Returns a core.calibration.Calibration."""
+    from bcgtune.engines.preflight import check_run
+
+    check_runner(runner)
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes or sizes[0] < 1:
+        raise InputError("calibration sizes must be positive integers", "--sizes")
+    if mix is not None and runner == "breakable" and int(mix.tokens.max()) > sizes[-1]:
+        sizes.append(int(mix.tokens.max()))  # breaks of the largest batches need a bucket that holds them
+    shape = check_run(model, device, sizes, chunked_prefill_size, what="calibration size")
+    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(sizes), shape, runner,
+                               hf_fix_attention, random_weights, None, graph_impl)
+    say = progress or (lambda msg: None)
+    if runner == "breakable":
+        return _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warmup, repeats, memory, say)
+    return _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeats, memory, say)
+
+
+def _pool_by_largest(engine, sizes, make_solo, say):
+    """Pool size when each of (a subset of) the sizes is the largest graph, alone in a
+    fresh pool: (tokens, GiB) arrays, or None when a capture failed."""
+    pool_by = {}
+    for n in reversed(_pool_subset(sizes)):
+        solo = make_solo(n)
+        r = solo.capture([n], record_attention=False)[0]
+        pool_by[n] = r.pool_growth_gib if r.ok else None
+        solo.release()
+        del solo
+        say(f"pool   n={n:6d}  {pool_by[n] if pool_by[n] is not None else float('nan'):.4f} GiB (alone)")
+    if not all(v is not None for v in pool_by.values()):
+        return None
+    return np.asarray(sorted(pool_by)), np.asarray([pool_by[k] for k in sorted(pool_by)])
+
+
+def _memory_model(recs, sizes):
+    """(pool of the largest graph, mean growth of each further graph, growth per bucket).
+    The mean, not the median: most further graphs fit in segments the pool already holds
+    (growth 0) and a few add a segment; only the mean keeps the total."""
+    growth = {r.bucket: r.pool_growth_gib for r in recs}
+    rest = [growth[b] for b in sizes if b != max(sizes)]
+    return growth[max(sizes)], (statistics.fmean(rest) if rest else 0.0), growth
+
+
+def _environment_meta(engine, env, desc, warmup, repeats, inputs: str, replay_includes: str) -> dict:
+    return {
+        "gpu": {k: env.get(k) for k in ("gpu_name", "gpu_memory_gib", "compute_capability", "multiprocessors", "driver")},
+        "software": {k: env.get(k) for k in ("backend", "torch", "cuda", "hip", "cudnn", "python")},
+        "engine": {"runner": engine.runner, "runner_matches": env.get("runner_matches"), "graph_mode": engine.mode,
+                   "graph_impl": engine.graph_impl, "attention": env.get("attention"), "sdpa_backend": env["sdpa_backend"],
+                   "warmup": warmup, "repeats": repeats,
+                   "timer": "cuda events, median" if engine.device.type == "cuda" else "perf_counter, median",
+                   "inputs": inputs, "replay_includes": replay_includes},
+        "model": desc,
+    }
+
+
+def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warmup, repeats, memory, say):
+    from bcgtune.core.calibration import BatchTimes, Calibration
+    from bcgtune.core.mix import BatchMix
+    from bcgtune.engines.breakable import BreakablePrefillEngine
+    from bcgtune.engines.torch_graphs import text_inputs
+
+    if mix is None:
+        mix = BatchMix.single_request(sizes, np.ones(len(sizes), dtype=np.int64))
+    pbt = None
+    if memory and engine.graphs_enabled:
+        impl = engine.impl.name
+
+        def make_solo(n):
+            return BreakablePrefillEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend,
+                                          warmup=engine.warmup, graph_impl=impl)
+
+        pbt = _pool_by_largest(engine, sizes, make_solo, say)
+    recs = engine.capture(sizes, record_attention=False)
+    failed = [r for r in recs if not r.ok]
+    if failed:
+        from bcgtune.errors import ExternalError
+
+        raise ExternalError(f"capture failed at {failed[0].bucket} tokens: {failed[0].error}")
+    seg = {}
+    for b in sizes:
+        seg[b] = engine.time_segments(b, warmup=warmup, repeats=repeats)
+        say(f"segments b={b:6d}  {seg[b]['median_ms']:9.3f} ms  ({engine.segment_count(b)} segments)")
+    grid = np.asarray(sizes, dtype=np.int64)
+    eager_ms, breaks_ms, spread, clipped = [], [], {}, 0
+    for n, r in zip(mix.tokens.tolist(), mix.requests.tolist()):
+        x = text_inputs(engine.model, n, engine.device, seed=seed + n, requests=r)
+        e = engine.time_eager(x, warmup=warmup, repeats=repeats)
+        b = int(grid[np.searchsorted(grid, n)])
+        t = engine.time_replay(x, b, warmup=warmup, repeats=repeats)
+        brk = t["median_ms"] - seg[b]["median_ms"]
+        if brk < 0:
+            clipped += 1
+            brk = 0.0
+        eager_ms.append(e["median_ms"])
+        breaks_ms.append(brk)
+        spread[f"{n}x{r}"] = {"eager_p10_p90": [e["p10_ms"], e["p90_ms"]], "replay_ms": t["median_ms"], "bucket": b,
+                              "replay_p10_p90": [t["p10_ms"], t["p90_ms"]]}
+        say(f"batch  n={n:6d} r={r:3d}  eager {e['median_ms']:9.3f} ms  replay in {b} {t['median_ms']:9.3f} ms  "
+            f"breaks {brk:8.3f} ms")
+    meta = _environment_meta(engine, env, desc, warmup, repeats,
+                             "n random tokens split evenly into r requests, seeded",
+                             "input copy + pad fill + batch metadata + segments and breaks + logits tail")
+    meta.update({
+        "segments_spread": {str(b): [seg[b]["p10_ms"], seg[b]["p90_ms"]] for b in sizes},
+        "segments_per_graph": {str(b): engine.segment_count(b) for b in sizes},
+        "batches_spread": spread,
+        "breaks_clipped_at_zero": clipped,
+        "mix": {"pairs": int(mix.tokens.size), "batches": mix.n_batches, "requests_known": mix.requests_known},
+        "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
+    })
+    pool_gib = per_graph = None
+    if engine.graphs_enabled:
+        pool_gib, per_graph, growth = _memory_model(recs, sizes)
+        meta["pool_growth_gib_largest_first"] = {str(b): growth[b] for b in sizes}
+    cal = Calibration(
+        tokens=grid,
+        eager_ms=None,
+        graph_ms=np.asarray([seg[b]["median_ms"] for b in sizes]),
+        pool_gib=pool_gib,
+        per_graph_gib=per_graph,
+        pool_by_tokens=pbt,
+        meta=meta,
+        runner="breakable",
+        batches=BatchTimes(mix.tokens, mix.requests, eager_ms, breaks_ms),
+    )
+    engine.release()
+    return cal
+
+
+def _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeats, memory, say):
     from bcgtune.core.calibration import Calibration
     from bcgtune.engines.torch_graphs import PrefillGraphEngine, text_inputs
 
-    sizes = sorted(set(int(s) for s in sizes))
-    if not sizes or sizes[0] < 1:
-        raise InputError("calibration sizes must be positive integers", "--sizes")
-    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(sizes), hf_fix_attention, random_weights)
-    say = progress or (lambda msg: None)
     inputs = {n: text_inputs(engine.model, n, engine.device, seed=seed + n) for n in sizes}
     eager = {}
     for n in sizes:
         eager[n] = engine.time_eager(inputs[n], warmup=warmup, repeats=repeats)
         say(f"eager  n={n:6d}  {eager[n]['median_ms']:9.3f} ms")
-    pool_by = None
+    pbt = None
     if memory and engine.graphs_enabled:
-        # Pool size when each size is the largest (alone in a fresh pool).
-        pool_by = {}
-        for n in reversed(_pool_subset(sizes)):
-            solo = PrefillGraphEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend)
-            r = solo.capture([n], record_attention=False)[0]
-            pool_by[n] = r.pool_growth_gib if r.ok else None
-            solo.release()
-            del solo
-            say(f"pool   n={n:6d}  {pool_by[n] if pool_by[n] is not None else float('nan'):.4f} GiB (alone)")
+        def make_solo(n):
+            return PrefillGraphEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend)
+
+        pbt = _pool_by_largest(engine, sizes, make_solo, say)
     recs = engine.capture(sizes)
     failed = [r for r in recs if not r.ok]
     if failed:
@@ -270,31 +466,18 @@ def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="aut
     for n in sizes:
         graph[n] = engine.time_replay(inputs[n], n, warmup=warmup, repeats=repeats)
         say(f"replay b={n:6d}  {graph[n]['median_ms']:9.3f} ms")
-    growth = {r.bucket: r.pool_growth_gib for r in recs}
-    pool_gib = per_graph = None
-    if engine.graphs_enabled:
-        pool_gib = growth[max(sizes)]
-        rest = [growth[b] for b in sizes if b != max(sizes)]
-        # mean, not median: most further graphs fit in segments the pool already holds
-        # (growth 0) and a few add a segment; only the mean keeps the total (on the H200 grid
-        # run the median was 0 while 122 further graphs added 1.26 GiB)
-        per_graph = statistics.fmean(rest) if rest else 0.0
-    meta = {
-        "gpu": {k: env.get(k) for k in ("gpu_name", "gpu_memory_gib", "compute_capability", "multiprocessors", "driver")},
-        "software": {k: env.get(k) for k in ("backend", "torch", "cuda", "hip", "cudnn", "python")},
-        "engine": {"graph_mode": engine.mode, "sdpa_backend": env["sdpa_backend"], "warmup": warmup, "repeats": repeats,
-                   "timer": "cuda events, median" if engine.device.type == "cuda" else "perf_counter, median",
-                   "inputs": "one sequence of n random tokens, seeded", "replay_includes": "input copy + pad fill + replay"},
-        "model": desc,
+    meta = _environment_meta(engine, env, desc, warmup, repeats, "one sequence of n random tokens, seeded",
+                             "input copy + pad fill + replay")
+    meta.update({
         "attention_mismatches": [r.bucket for r in recs if not r.attention_match],
         "spread": {str(n): {"eager_p10_p90": [eager[n]["p10_ms"], eager[n]["p90_ms"]],
                             "graph_p10_p90": [graph[n]["p10_ms"], graph[n]["p90_ms"]]} for n in sizes},
         "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
-        "pool_growth_gib_largest_first": {str(b): growth[b] for b in sizes},
-    }
-    pbt = None
-    if pool_by and all(v is not None for v in pool_by.values()):
-        pbt = (np.asarray(sorted(pool_by)), np.asarray([pool_by[k] for k in sorted(pool_by)]))
+    })
+    pool_gib = per_graph = None
+    if engine.graphs_enabled:
+        pool_gib, per_graph, growth = _memory_model(recs, sizes)
+        meta["pool_growth_gib_largest_first"] = {str(b): growth[b] for b in sizes}
     cal = Calibration(
         tokens=np.asarray(sizes),
         eager_ms=np.asarray([eager[n]["median_ms"] for n in sizes]),
@@ -303,7 +486,7 @@ def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="aut
         per_graph_gib=per_graph,
         pool_by_tokens=pbt,
         meta=meta,
+        runner="full",
     )
     engine.release()
-    del torch
     return cal

@@ -1,4 +1,6 @@
-"""Prefill CUDA-graph engine in torch, captured the way SGLang's prefill runner does it.
+"""Whole-forward prefill CUDA graphs in torch: SGLang's `full` prefill backend
+(`--cuda-graph-backend-prefill full`) with one request slot. The breakable runner, SGLang's
+default on CUDA, is engines/breakable.py.
 
 * One graph per token bucket, all in one shared memory pool
   (`torch.cuda.graph_pool_handle()`), captured largest bucket first so later, smaller graphs
@@ -27,9 +29,11 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
 from bcgtune.errors import ExternalError, InputError
 
@@ -137,13 +141,37 @@ class SdpaRecorder:
 @dataclass
 class PrefillInputs:
     inp: torch.Tensor  # ids [n] (long) or embeds [n, H]
-    positions: torch.Tensor  # [n] or [3, n] (long)
+    positions: torch.Tensor  # [n] or [3, n] (long); restart at 0 for each request
     kind: str = "text"  # "text" | "image:<px>"
     visual_tokens: int = 0
+    seq_lens: tuple[int, ...] | None = None  # tokens of each request, in order; None: one request
 
     @property
     def n(self) -> int:
         return int(self.inp.shape[0])
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return self.seq_lens if self.seq_lens is not None else (self.n,)
+
+    @property
+    def requests(self) -> int:
+        return len(self.lengths)
+
+
+def split_tokens(n: int, requests: int, how: str = "even", seed: int = 0) -> tuple[int, ...]:
+    """n tokens as `requests` requests of at least one token each: as evenly as possible
+    (a prefill batch of similar prompts), or a seeded random composition ("random")."""
+    if not 1 <= requests <= n:
+        raise InputError(f"a batch of {n} tokens cannot hold {requests} requests")
+    if how == "even":
+        q, rem = divmod(n, requests)
+        return tuple(q + 1 if i < rem else q for i in range(requests))
+    if how != "random":
+        raise InputError(f"unknown split {how!r} (even or random)")
+    rng = np.random.default_rng([seed, n, requests])
+    cuts = np.sort(rng.choice(np.arange(1, n), size=requests - 1, replace=False)) if requests > 1 else np.array([], int)
+    return tuple(int(x) for x in np.diff(np.concatenate([[0], cuts, [n]])))
 
 
 def _rng(seed: int) -> torch.Generator:
@@ -152,18 +180,21 @@ def _rng(seed: int) -> torch.Generator:
     return g
 
 
-def text_inputs(model, n: int, device, seed: int = 0) -> PrefillInputs:
-    """n random text tokens (ids, or their embeddings for an embeds-input model)."""
+def text_inputs(model, n: int, device, seed: int = 0, requests: int = 1, split: str = "even") -> PrefillInputs:
+    """n random text tokens (ids, or their embeddings for an embeds-input model) from
+    `requests` requests (split_tokens), positions counted from 0 in each request."""
     if n < 1:
         raise InputError(f"token count must be positive, got {n}")
     vocab = model.vocab_size
     ids = torch.randint(0, min(vocab, 150000), (n,), generator=_rng(seed)).to(device)
+    lens = split_tokens(n, requests, split, seed)
+    pos = torch.cat([torch.arange(length) for length in lens]).to(device)
+    seq_lens = lens if requests > 1 else None
     if getattr(model, "input_kind", "ids") == "embeds":
         with torch.no_grad():
             inp = model.embed(ids)
-        pos = torch.arange(n, device=device).expand(3, -1).contiguous()
-        return PrefillInputs(inp, pos)
-    return PrefillInputs(ids, torch.arange(n, device=device))
+        return PrefillInputs(inp, pos.expand(3, -1).contiguous(), seq_lens=seq_lens)
+    return PrefillInputs(ids, pos, seq_lens=seq_lens)
 
 
 def image_inputs(model, n: int, image_px: int, device, seed: int = 0) -> PrefillInputs | None:
@@ -233,6 +264,9 @@ class CaptureRecord:
 
 
 class PrefillGraphEngine:
+    runner = "full"
+    graph_impl = "torch.cuda.CUDAGraph, whole forward"
+
     def __init__(
         self,
         model,
@@ -406,27 +440,7 @@ class PrefillGraphEngine:
 
     # ---- timing -------------------------------------------------------------------
     def _time(self, fn, warmup: int, repeats: int) -> dict:
-        for _ in range(max(0, warmup)):
-            fn()
-        times = []
-        if self.device.type == "cuda":
-            stream = torch.cuda.current_stream(self.device)
-            evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-            self.sync()
-            for s, e in evs:
-                s.record(stream)
-                fn()
-                e.record(stream)
-            self.sync()
-            times = [s.elapsed_time(e) for s, e in evs]
-        else:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-        times.sort()
-        q = lambda p: times[min(len(times) - 1, int(p * (len(times) - 1) + 0.5))]  # noqa: E731
-        return {"median_ms": statistics.median(times), "p10_ms": q(0.1), "p90_ms": q(0.9), "repeats": len(times)}
+        return time_calls(fn, self.device, warmup, repeats)
 
     @torch.no_grad()
     def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
@@ -440,6 +454,47 @@ class PrefillGraphEngine:
         if b is None:
             raise InputError(f"no captured bucket replays {x.n} tokens")
         return self._time(lambda: self.replay(x, b), warmup, repeats)
+
+
+def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
+    """Median, p10 and p90 (ms) of `repeats` back-to-back calls after `warmup` untimed ones:
+    CUDA events on a GPU (host-side launch gaps included when the GPU waits for them),
+    perf_counter on CPU. Python's garbage collector is paused for the timed calls: a
+    launch-bound forward is Python work, and a collection inside one is noise, not cost."""
+    for _ in range(max(0, warmup)):
+        fn()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _timed(fn, device, repeats)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _timed(fn, device: torch.device, repeats: int) -> dict:
+    times = []
+    if device.type == "cuda":
+        stream = torch.cuda.current_stream(device)
+        evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        torch.cuda.synchronize(device)
+        for s, e in evs:
+            s.record(stream)
+            fn()
+            e.record(stream)
+        torch.cuda.synchronize(device)
+        times = [s.elapsed_time(e) for s, e in evs]
+    else:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+
+    def q(p):
+        return times[min(len(times) - 1, int(p * (len(times) - 1) + 0.5))]
+
+    return {"median_ms": statistics.median(times), "p10_ms": q(0.1), "p90_ms": q(0.9), "repeats": len(times)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -475,8 +530,8 @@ def compare_logits(
     hidden_test: torch.Tensor,
     last_ref: torch.Tensor,
     last_test: torch.Tensor,
-    gap_threshold: float = 0.7,
-    max_logprob_delta: float = 0.5,
+    gap_threshold: float = GAP_THRESHOLD,
+    max_logprob_delta: float = MAX_LOGPROB_DELTA,
     chunk: int = 512,
 ) -> dict:
     """Every real token's logits, test vs reference (eager). A top-1 flip or a logprob change
@@ -520,6 +575,48 @@ def compare_logits(
         "last_logits_max_abs_diff": last_diff,
         "ok": flips_wide == 0 and lp_fail == 0 and bool(torch.isfinite(last_test.float()).all()),
     }
+
+
+@torch.no_grad()
+def compare_batch(model, hidden_ref, hidden_test, last_ref, last_test, lengths, gap_threshold: float = GAP_THRESHOLD,
+                  max_logprob_delta: float = MAX_LOGPROB_DELTA) -> dict:
+    """compare_logits per request of a batch (rows split by `lengths`, one last-token logits
+    row each), summed up: the whole batch's figures plus which requests differ at all
+    (any hidden or last-logit difference), which fail the thresholds, and whether the
+    batch is bit for bit."""
+    agg = {"tokens": 0, "top1_agree": 0.0, "max_abs_diff": 0.0, "max_logprob_delta": 0.0, "wide_gap_tokens": 0,
+           "wide_gap_flips": 0, "wide_gap_logprob_failures": 0, "narrow_gap_flips": 0, "last_logits_max_abs_diff": 0.0}
+    differ, fail = [], []
+    max_hidden = 0.0
+    start = 0
+    for i, length in enumerate(lengths):
+        end = start + int(length)
+        c = compare_logits(model, hidden_ref[start:end], hidden_test[start:end], last_ref[i : i + 1],
+                           last_test[i : i + 1], gap_threshold, max_logprob_delta)
+        dh = float((hidden_ref[start:end].float() - hidden_test[start:end].float()).abs().max())
+        max_hidden = max(max_hidden, dh)
+        if dh > 0 or c["last_logits_max_abs_diff"] > 0 or c["max_abs_diff"] > 0:
+            differ.append(i)
+        if not c["ok"]:
+            fail.append(i)
+        agg["tokens"] += c["tokens"]
+        agg["top1_agree"] += c["top1_agree"] * c["tokens"]
+        for k in ("max_abs_diff", "max_logprob_delta", "last_logits_max_abs_diff"):
+            agg[k] = max(agg[k], c[k])
+        for k in ("wide_gap_tokens", "wide_gap_flips", "wide_gap_logprob_failures", "narrow_gap_flips"):
+            agg[k] += c[k]
+        start = end
+    agg["top1_agree"] = agg["top1_agree"] / agg["tokens"] if agg["tokens"] else 1.0
+    agg.update(
+        requests=len(lengths),
+        lengths=[int(x) for x in lengths],
+        hidden_max_abs_diff=max_hidden,
+        bitwise=max_hidden == 0.0 and agg["last_logits_max_abs_diff"] == 0.0,
+        differing_requests=differ,
+        failing_requests=fail,
+        ok=not fail,
+    )
+    return agg
 
 
 @torch.no_grad()

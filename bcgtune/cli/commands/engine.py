@@ -13,6 +13,7 @@ from bcgtune.cli.console import note, out, out_json
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
 from bcgtune.cli.render.engine import render_calibration, render_capture, render_validate
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
+from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
 from bcgtune.fileio import atomic_write_json
 
@@ -21,10 +22,6 @@ _BUCKETS = "Buckets"
 Buckets = Annotated[Optional[str], typer.Option("--buckets", help="Token buckets, e.g. '256,512,1024' or '256 512 1024'.", rich_help_panel=_BUCKETS, show_default=False)]
 ProfileBuckets = Annotated[Optional[str], typer.Option("--profile", "-p", help="Take the buckets from a profile's \\[buckets].list (built-in name or .toml).", rich_help_panel=_BUCKETS, show_default=False)]
 ReportOut = Annotated[Optional[str], typer.Option("-o", "--out", help="Also write the report JSON here (atomic).", show_default=False)]
-
-
-def _needs_torch(command: str) -> None:
-    guard.needs("torch", "gpu", f"bcgtune {command}")
 
 
 def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
@@ -50,14 +47,15 @@ def _hf_fix(value: str) -> bool:
 
 def _engine_kwargs(engine: EngineOptions) -> dict:
     return dict(model=engine.model, device=engine.device, dtype=engine.dtype, sdpa_backend=engine.sdpa_backend,
-                seed=engine.seed, hf_fix_attention=_hf_fix(engine.hf_attention), random_weights=engine.random_weights)
+                seed=engine.seed, hf_fix_attention=_hf_fix(engine.hf_attention), random_weights=engine.random_weights,
+                runner=engine.runner, chunked_prefill_size=engine.chunked_prefill_size, graph_impl=engine.graph_impl)
 
 
 @options("engine", EngineOptions)
 def capture_command(
     buckets: Buckets = None,
     profile: ProfileBuckets = None,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Eager warm-up runs before each capture.")] = 1,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, max=1000, help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full.", show_default=False)] = None,
     out_path: ReportOut = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
@@ -70,7 +68,7 @@ def capture_command(
     Example: bcgtune capture --buckets '256 512 1024 2048' --model qwen3-0.6b -o capture.json
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
-    _needs_torch("capture")
+    require_torch()
     from bcgtune.engines.ops import run_capture
 
     bl = _bucket_list(buckets, profile)
@@ -93,6 +91,7 @@ def validate_command(
     buckets: Buckets = None,
     profile: ProfileBuckets = None,
     sizes_per_bucket: Annotated[int, typer.Option("--sizes-per-bucket", min=1, max=1000, help="Sizes checked per bucket among those that replay in it (the ends included).")] = 3,
+    requests: Annotated[str, typer.Option("--requests", help="Request counts each size is checked with: a batch of n tokens from r requests (the full runner checks 1).")] = "1,4",
     images: Annotated[Optional[bool], typer.Option("--images/--no-images", help="Also sweep image-style inputs. Default: on for VL models.", show_default=False)] = None,
     server: Annotated[bool, typer.Option("--server", help="Validate a live SGLang server launched from --profile (graphs on vs off) instead of the torch engine.", rich_help_panel="Live server (--server)")] = False,
     prompts: Annotated[Optional[str], typer.Option("--prompts", help="With --server: a prompts file (JSON lines {text, image?} or one prompt per line).", rich_help_panel="Live server (--server)", show_default=False)] = None,
@@ -117,12 +116,13 @@ def validate_command(
         return
     if prompts is not None or min_replay_share is not None or workdir is not None:
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
-    _needs_torch("validate")
+    require_torch()
     from bcgtune.engines.ops import run_validate
 
     bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda e: note(f"  bucket {e['bucket']}: {'ok' if e['ok'] else 'FAIL'}"))
-    rep = run_validate(bl, sizes_per_bucket=sizes_per_bucket, gap_threshold=accuracy.gap_threshold,
+    rep = run_validate(bl, sizes_per_bucket=sizes_per_bucket, requests=parse_bucket_list(requests, "--requests"),
+                       gap_threshold=accuracy.gap_threshold,
                        max_logprob_delta=accuracy.max_logprob_delta, images=images, progress=progress,
                        **_engine_kwargs(engine))
     if out_path:
@@ -168,28 +168,31 @@ def calibrate_command(
     warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Untimed runs before each measurement.")] = 3,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=10000, help="Timed runs per size (the median is kept).")] = 10,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Also measure the pool size when each size is the largest graph.")] = True,
+    mix_every: Annotated[int, typer.Option("--mix-every", min=1, max=1_000_000, help="Breakable runner, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (the others interpolated), to save device time on large models.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,
     quiet: Quiet = False,
     engine: EngineOptions = None,  # type: ignore[assignment]
 ) -> None:
     """Measure eager time, replay time and graph memory: a calibration for the time objective.
 
-    The calibration feeds `suggest-buckets --objective time --calibration FILE`.
+    On the breakable runner: segment replay time per bucket, and eager and break (attention)
+    time per batch of the trace's (tokens, requests) mix; on full: eager and replay time per
+    size. The calibration feeds `suggest-buckets --objective time --calibration FILE`.
 
     Example: bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b -o cal.json
     """
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
     if sizes and (grid or sizes_from):
         raise InputError("give --sizes, or --grid/--sizes-from, not both")
-    wanted, meta_extra = _calibration_sizes(sizes, max_tokens, grid, sizes_from, padding_factor)
-    _needs_torch("calibrate")
+    wanted, meta_extra, mix = _calibration_sizes(sizes, max_tokens, grid, sizes_from, padding_factor, mix_every)
+    require_torch()
     from bcgtune.core.calibration import save_calibration
     from bcgtune.engines.ops import run_calibrate
 
     say = None if quiet else (lambda m: note("  " + m))
     if say:
         say(f"{len(wanted)} sizes: {wanted[0]} ... {wanted[-1]}")
-    cal = run_calibrate(wanted, warmup=warmup, repeats=repeats, memory=memory, progress=say, **_engine_kwargs(engine))
+    cal = run_calibrate(wanted, warmup=warmup, repeats=repeats, memory=memory, progress=say, mix=mix, **_engine_kwargs(engine))
     cal.meta.update(meta_extra)
     save_calibration(cal, out_path)
     note(f"wrote {out_path}", quiet)
@@ -199,19 +202,23 @@ def calibrate_command(
         out(render_calibration(cal), nl=False)
 
 
-def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor) -> tuple[list[int], dict]:
+def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):
+    """(sizes to measure, meta to record, the trace's batch mix or None)."""
     from bcgtune.engines.ops import DEFAULT_CALIBRATION_SIZES, grid_sizes
 
     if sizes_from or grid:
-        trace_sizes = None
+        trace_sizes = mix = None
+        meta: dict = {"bucket_grid": grid or 64, "sizes_from": sizes_from}
         if sizes_from:
+            from bcgtune.core.mix import batch_mix
             from bcgtune.core.trace import load_trace
 
-            trace_sizes = load_trace(sizes_from).sizes
-        step = grid or 64
-        return grid_sizes(step, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor), {
-            "bucket_grid": step, "sizes_from": sizes_from}
+            trace = load_trace(sizes_from)
+            trace_sizes = trace.sizes
+            mix = batch_mix(trace).sample(mix_every)
+            meta["mix_every"] = mix_every
+        return grid_sizes(grid or 64, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor), meta, mix
     wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
     if max_tokens is not None:
         wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
-    return wanted, {}
+    return wanted, {}, None

@@ -7,7 +7,9 @@ def env_line(rep: dict) -> str:
     e = rep["environment"]
     ver = f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
     gpu = e.get("gpu_name") or "no GPU"
-    return (f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | "
+    runner = e.get("runner", "full")
+    impl = f" ({e.get('graph_impl')}, attention {e.get('attention')})" if runner == "breakable" else ""
+    return (f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | runner {runner}{impl} | "
             f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {rep['model'].get('name')}")
 
 
@@ -16,6 +18,8 @@ def render_capture(rep: dict) -> str:
     for r in rep["per_bucket"]:
         pool = "-" if r["pool_growth_gib"] is None else f"{r['pool_growth_gib']:.4f}"
         res = "ok" if r["ok"] else f"FAILED: {r['error']}"
+        if r["ok"] and r.get("segments"):
+            res += f" ({r['segments']} segments)"
         if r["ok"] and not r["attention_match"]:
             res += "  (attention differs from eager: " + "; ".join(r["attention_capture"]) + ")"
         lines.append(f"{r['bucket']:>8} {r['capture_s']:>10.3f} {pool:>9}  {res}")
@@ -26,7 +30,9 @@ def render_capture(rep: dict) -> str:
 
 def render_validate(rep: dict) -> str:
     lines = [env_line(rep),
-             f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}",
+             (f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}; "
+              f"requests per batch {','.join(map(str, rep.get('requests', [1])))}; "
+              f"{rep.get('bitwise_batches', 0)} of {rep.get('batches_checked', 0)} batches bit for bit"),
              f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict"]
     for e in rep["per_bucket"]:
         if not e["captured"]:
@@ -47,6 +53,10 @@ def render_validate(rep: dict) -> str:
         sizes = ",".join(str(s) for s in e["sizes"])
         lines.append(f"{e['bucket']:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
                      f"{'same' if e['attention_match'] else 'DIFF':>5}  {'ok' if e['ok'] else 'FAIL'}")
+        for c in cs:
+            if c.get("failing_requests") or (c.get("requests", 1) > 1 and c.get("differing_requests")):
+                lines.append(f"         n={c['n']} r={c['requests']}: requests differing {c['differing_requests']}, "
+                             f"failing {c['failing_requests']}")
         if not e["attention_match"]:
             lines.append(f"         eager:   {'; '.join(e['attention_eager'])}")
             lines.append(f"         capture: {'; '.join(e['attention_capture'])}")
@@ -65,13 +75,22 @@ def render_validate(rep: dict) -> str:
 def render_calibration(cal) -> str:
     g = cal.meta.get("gpu", {})
     s = cal.meta.get("software", {})
+    eng = cal.meta.get("engine", {})
     lines = [f"{g.get('gpu_name') or 'CPU'} | driver {g.get('driver')} | torch {s.get('torch')} | "
              f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
-             f"model {cal.meta.get('model', {}).get('name')} | {cal.meta.get('engine', {}).get('graph_mode')}",
-             f"{'tokens':>7} {'eager ms':>10} {'graph ms':>10} {'speed-up':>8}"]
-    for t, e, gm in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
-        lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
+             f"model {cal.meta.get('model', {}).get('name')} | runner {cal.runner} | {eng.get('graph_mode')}"]
+    if cal.runner == "breakable":
+        lines.append(f"{'bucket':>7} {'segments ms':>12}")
+        for t, gm in zip(cal.tokens, cal.graph_ms):
+            lines.append(f"{int(t):>7} {gm:>12.3f}")
+        bt = cal.batches
+        lines.append(f"{'tokens':>7} {'requests':>8} {'eager ms':>10} {'breaks ms':>10}")
+        for t, r, e, b in zip(bt.tokens, bt.requests, bt.eager_ms, bt.breaks_ms):
+            lines.append(f"{int(t):>7} {int(r):>8} {e:>10.3f} {b:>10.3f}")
+    else:
+        lines.append(f"{'tokens':>7} {'eager ms':>10} {'graph ms':>10} {'speed-up':>8}")
+        for t, e, gm in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
+            lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
     if cal.pool_gib is not None:
         lines.append(f"pool of the largest graph {cal.pool_gib:.3f} GiB, per further graph {cal.per_graph_gib or 0:.4f} GiB")
     return "\n".join(lines) + "\n"
-
