@@ -15,7 +15,7 @@ from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = dict(max_examples=40, deadline=None, derandomize=True,
+SETTINGS = dict(max_examples=100, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SECONDS = 20.0
 
@@ -37,10 +37,11 @@ def _run_with_file(data: bytes, args_for):
         t = os.path.join(d, "t.csv")
         with open(t, "w") as fh:
             fh.write(GOOD_TRACE)
-        paths = [p, t]
-        before = digest(paths)
-        for args in args_for(p, t, d):
-            _check(cli(args), before, paths)
+        for item in args_for(p, t, d):
+            # (args, the run's inputs), or args alone: both files are inputs
+            args, inputs = item if isinstance(item, tuple) else (item, [p, t])
+            before = digest(inputs)
+            _check(cli(args), before, inputs)
 
 
 # ---- generated values -----------------------------------------------------------------
@@ -145,8 +146,8 @@ def test_hostile_output_paths(kind, flag):
     def args_for(p, t, d):
         target = {"self": p, "folder": d, "dev": "/dev/null", "missing-dir": os.path.join(d, "no", "x"),
                   "empty": "", "new": os.path.join(d, "new.out"), "trace": t}[kind]
-        yield ["suggest-buckets", p, flag, target, "--base-profile", "h200"]
-        yield ["trace", "--log", p, "-o", target]
+        yield ["suggest-buckets", p, flag, target, "--base-profile", "h200"], [p]
+        yield ["trace", "--log", p, "-o", target], [p]
 
     log = b"[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, cuda graph: True\n"
     _run_with_file(GOOD_TRACE.encode() if kind != "self" else log, args_for)

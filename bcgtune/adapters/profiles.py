@@ -29,37 +29,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping, Optional, Union
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from bcgtune.core.replay import check_bucket_list
+from bcgtune.core.schema import StrictDocument, Tokens, validate
 from bcgtune.errors import InputError
 from bcgtune.fileio import atomic_write_text
 
 SECTIONS = ("profile", "server", "env", "buckets")
 PLATFORMS = ("rocm", "cuda")
-PROFILE_KEYS: dict[str, type | tuple] = {
-    "name": str,
-    "description": str,
-    "hardware": str,
-    "platform": str,
-    "model": str,
-}
-PROVENANCE_KEYS: dict[str, type | tuple] = {
-    "source": str,
-    "trace_sha256": str,
-    "trace_path": str,
-    "objective": str,
-    "max_buckets": int,
-    "padding_factor": (int, float),
-    "alignment": int,
-    "tool_version": str,
-    "date": str,
-    "note": str,
-}
 # Flags that a profile may not carry in [server], and where they belong instead.
 _SERVER_FORBIDDEN = {
     "cuda_graph_bs_prefill": "the bucket list lives in [buckets].list",
@@ -67,7 +50,6 @@ _SERVER_FORBIDDEN = {
     "model": "the model is [profile].model (or serve --model)",
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # Other names SGLang's launch parser gives a flag, mapped to the flag's own name (its
@@ -194,145 +176,124 @@ def prefill_graph_config(server: dict) -> dict | None:
 
 
 def load_profile(name_or_path: str | os.PathLike) -> Profile:
+    from bcgtune.fileio import read_input
+
     path = resolve_profile_path(name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", str(path)) from None
-    return parse_profile(text, str(path), path=path)
+    data = read_input(str(path), "profile (TOML)", limit=PROFILE_MAX_BYTES)
+    return parse_profile(data, str(path), path=path)
 
 
-def parse_profile(text: str, where: str, path: Path | None = None) -> Profile:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", where) from None
-    return profile_from_dict(data, where, path=path)
+def parse_profile(text: str | bytes, where: str, path: Path | None = None) -> Profile:
+    from bcgtune.fileio import parse_toml
+
+    return profile_from_dict(parse_toml(text, where), where, path=path)
 
 
-def _where(where: str, key: str) -> str:
-    return f"{where}: {key}"
+# ---- the document, one pydantic model per table (docs/formats.md is generated from these) ----
+PROFILE_MAX_BYTES = 1 << 20
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+_ENV = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ListItem = Union[StrictInt, StrictFloat, StrictStr]
+ServerValue = Union[StrictBool, StrictInt, StrictFloat, StrictStr, Annotated[list[ListItem], Field(min_length=1)]]
 
 
-def _check_type(value: Any, types, where: str, key: str) -> None:
-    types = types if isinstance(types, tuple) else (types,)
-    if isinstance(value, bool) and bool not in types:
-        ok = False
-    else:
-        ok = isinstance(value, types)
-    if not ok:
-        want = " or ".join(t.__name__ for t in types)
-        raise InputError(f"must be {want}, got {type(value).__name__} {value!r}", _where(where, key))
+class ProfileTable(StrictDocument):
+    """[profile]: what the profile is for."""
+
+    name: Annotated[str, Field(pattern=_NAME, max_length=100,
+                               description="Profile name: letters, digits, '.', '_' or '-'; default log files are named after it.")]
+    platform: Annotated[Literal["rocm", "cuda"], Field(description="Where the server runs: decides SGLang's default prefill backend (breakable on CUDA, disabled on ROCm).")]
+    description: Annotated[str, Field(max_length=2000, description="Free text.")] = ""
+    hardware: Annotated[str, Field(max_length=100, description="The GPU, e.g. h200 or mi355x: its memory sets SGLang's default chunked-prefill size.")] = ""
+    model: Annotated[Optional[str], Field(min_length=1, max_length=4096, description="The model SGLang serves (--model-path): a path or a hub id. `serve --model-path` overrides it.")] = None
 
 
-def _check_server_value(value: Any, where: str, key: str) -> Any:
-    scalar = (bool, int, float, str)
-    if isinstance(value, list):
-        if not value:
-            raise InputError("an empty list emits no values; leave the key out", _where(where, key))
-        for v in value:
-            if isinstance(v, (list, dict)) or not isinstance(v, scalar):
-                raise InputError(f"list items must be int, float or str, got {v!r}", _where(where, key))
-            if isinstance(v, bool):
-                raise InputError("list items must be int, float or str, not bool", _where(where, key))
-        return list(value)
-    if isinstance(value, dict):
-        raise InputError("a table is not a flag value (write JSON flags as a string)", _where(where, key))
-    if not isinstance(value, scalar):
-        raise InputError(f"must be bool, int, float, str or a list, got {type(value).__name__}", _where(where, key))
-    return value
+class BucketsTable(StrictDocument):
+    """[buckets]: the prefill bucket list (`serve` passes it as --cuda-graph-bs-prefill) and
+    where it came from."""
+
+    list_: Annotated[list[Tokens], Field(alias="list", min_length=1, max_length=4096,
+                                         description="The buckets: token counts, unique and ascending.")]
+    source: Annotated[Optional[str], Field(max_length=2000, description="Where the list comes from.")] = None
+    trace_sha256: Annotated[Optional[str], Field(max_length=128, description="sha256 of the trace it was tuned on.")] = None
+    trace_path: Annotated[Optional[str], Field(max_length=4096, description="The trace it was tuned on.")] = None
+    objective: Annotated[Optional[str], Field(max_length=40, description="padding or time.")] = None
+    max_buckets: Annotated[Optional[StrictInt], Field(ge=1, le=4096, description="The K it was tuned with.")] = None
+    padding_factor: Annotated[Optional[Union[StrictInt, StrictFloat]], Field(ge=1, le=1e6, description="The replay rule's factor it was tuned with.")] = None
+    alignment: Annotated[Optional[StrictInt], Field(ge=1, le=2**31 - 1, description="The multiple its buckets were aligned to.")] = None
+    tool_version: Annotated[Optional[str], Field(max_length=40, description="bcgtune's version that wrote it.")] = None
+    date: Annotated[Optional[str], Field(max_length=40, description="When it was written.")] = None
+    note: Annotated[Optional[str], Field(max_length=2000, description="Free text.")] = None
 
 
-def check_provenance(prov: Mapping[str, Any], where: str, section: str = "buckets") -> dict[str, Any]:
-    out = {}
-    for k, v in prov.items():
-        key = snake(k)
-        if key not in PROVENANCE_KEYS:
-            allowed = ", ".join(["list", *PROVENANCE_KEYS])
-            raise InputError(f"unknown key (allowed: {allowed})", _where(where, f"[{section}].{k}"))
-        _check_type(v, PROVENANCE_KEYS[key], where, f"[{section}].{k}")
-        out[key] = v
-    return out
+class ProfileFile(StrictDocument):
+    """A launch profile: one TOML file per hardware and model."""
+
+    profile: Annotated[ProfileTable, Field(description="What the profile is for.")]
+    server: Annotated[dict[str, ServerValue], Field(
+        description="SGLang launch flags, one key per flag: full names in kebab or snake case, or SGLang's short "
+                    "forms (tp, dp, ep). A value is a bool (true emits the bare flag, false nothing), an int, a float, "
+                    "a string or a non-empty list of those.")] = {}
+    env: Annotated[dict[Annotated[str, Field(pattern=_ENV)], StrictStr], Field(
+        description="Environment variables added at launch (string values).")] = {}
+    buckets: Annotated[Optional[BucketsTable], Field(description="The prefill bucket list; without it SGLang captures its default ladder.")] = None
+
+
+def _snake_keys(table: Any) -> Any:
+    return {snake(k): v for k, v in table.items()} if isinstance(table, dict) else table
 
 
 def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = None) -> Profile:
-    for sec in data:
-        if sec not in SECTIONS:
-            raise InputError(f"unknown section (allowed: {', '.join(SECTIONS)})", _where(where, f"[{sec}]"))
-        if not isinstance(data[sec], dict):
-            raise InputError("must be a table", _where(where, f"[{sec}]"))
-
-    prof_raw = data.get("profile")
-    if prof_raw is None:
-        raise InputError("missing [profile] section", where)
-    prof: dict[str, Any] = {}
-    for k, v in prof_raw.items():
-        key = snake(k)
-        if key not in PROFILE_KEYS:
-            raise InputError(f"unknown key (allowed: {', '.join(PROFILE_KEYS)})", _where(where, f"[profile].{k}"))
-        _check_type(v, PROFILE_KEYS[key], where, f"[profile].{k}")
-        prof[key] = v
-    for req in ("name", "platform"):
-        if req not in prof:
-            raise InputError("missing required key", _where(where, f"[profile].{req}"))
-    if not _NAME_RE.match(prof["name"]):
-        raise InputError("name must be letters, digits, '.', '_' or '-'", _where(where, "[profile].name"))
-    if prof["platform"] not in PLATFORMS:
-        raise InputError(f"must be one of {', '.join(PLATFORMS)}, got {prof['platform']!r}", _where(where, "[profile].platform"))
-    if "model" in prof and not prof["model"].strip():
-        raise InputError("must not be empty", _where(where, "[profile].model"))
-
+    """Types and bounds through the schema (one-line errors naming `file: [table].key`), then
+    the rules between keys: one flag written twice, flags that belong elsewhere, a JSON
+    config that would override [buckets].list."""
+    raw = dict(data)
+    for sec in ("profile", "buckets"):  # kebab or snake keys
+        if sec in raw:
+            raw[sec] = _snake_keys(raw[sec])
+    doc = validate(ProfileFile, raw, where, style="toml", loc_in_where=True)
     server: dict[str, Any] = {}
     seen_as: dict[str, str] = {}
-    for k, v in data.get("server", {}).items():
+    for k, v in doc.server.items():
         key = snake(k)
-        label = f"[server].{k}"
+        label = f"{where}: [server].{k}"
         if not key or not re.match(r"^[a-z0-9][a-z0-9_]*$", key):
-            raise InputError("not a flag name (full SGLang flag names, e.g. tp-size)", _where(where, label))
+            raise InputError("not a flag name (full SGLang flag names, e.g. tp-size)", label)
         if key in seen_as:
-            raise InputError(f"same flag as [server].{seen_as[key]}", _where(where, label))
+            raise InputError(f"same flag as [server].{seen_as[key]}", label)
         seen_as[key] = k
         if key in _SERVER_FORBIDDEN:
-            raise InputError(f"not allowed in [server]: {_SERVER_FORBIDDEN[key]}", _where(where, label))
-        server[key] = _check_server_value(v, where, label)
-
-    env: dict[str, str] = {}
-    for k, v in data.get("env", {}).items():
-        if not _ENV_RE.match(k):
-            raise InputError("not an environment variable name", _where(where, f"[env].{k}"))
-        if not isinstance(v, str):
-            raise InputError(f"must be str (quote it: \"{v}\"), got {type(v).__name__}", _where(where, f"[env].{k}"))
-        env[k] = v
-
+            raise InputError(f"not allowed in [server]: {_SERVER_FORBIDDEN[key]}", label)
+        server[key] = list(v) if isinstance(v, list) else v
     buckets = None
     provenance: dict[str, Any] = {}
-    if "buckets" in data:
-        raw = dict(data["buckets"])
-        lst = raw.pop("list", None)
-        if lst is None:
-            raise InputError("missing required key (the bucket list)", _where(where, "[buckets].list"))
-        if not isinstance(lst, list):
-            raise InputError(f"must be a list of integers, got {type(lst).__name__}", _where(where, "[buckets].list"))
-        buckets = check_bucket_list(lst, _where(where, "[buckets].list"))
-        provenance = check_provenance(raw, where)
+    if doc.buckets is not None:
+        buckets = check_bucket_list(doc.buckets.list_, f"{where}: [buckets].list")
+        provenance = doc.buckets.model_dump(exclude={"list_"}, exclude_none=True)
         if "bs" in (prefill_graph_config(server) or {}):
             raise InputError(
                 "sets prefill bs, which SGLang would use instead of [buckets].list; remove one",
-                _where(where, f"[server].{seen_as['cuda_graph_config']}"),
+                f"{where}: [server].{seen_as['cuda_graph_config']}",
             )
-
     return Profile(
-        name=prof["name"],
-        platform=prof["platform"],
+        name=doc.profile.name,
+        platform=doc.profile.platform,
         path=path,
-        description=prof.get("description", ""),
-        hardware=prof.get("hardware", ""),
-        model=prof.get("model"),
+        description=doc.profile.description,
+        hardware=doc.profile.hardware,
+        model=doc.profile.model,
         server=server,
-        env=env,
+        env=dict(doc.env),
         buckets=buckets,
         provenance=provenance,
     )
+
+
+def check_provenance(prov: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """[buckets] provenance keys (everything but the list), checked as the file would be."""
+    table = validate(BucketsTable, {**_snake_keys(dict(prov)), "list": [1]}, where, style="toml",
+                     prefix=("buckets",), loc_in_where=True)
+    return table.model_dump(exclude={"list_"}, exclude_none=True)
 
 
 # --------------------------------------------------------------------------- writing
@@ -394,13 +355,13 @@ def write_profile_buckets(
     if path.exists():
         if path.is_dir():
             raise InputError("is a folder, not a profile file", where)
-        old = path.read_text(encoding="utf-8")
+        old = _read_text(where)
         parse_profile(old, where, path=path)  # refuse to edit a file that is already wrong
     else:
         if base_profile is None:
             raise InputError("profile does not exist; give a base profile to create it from", where)
         base_path = resolve_profile_path(base_profile)
-        old = base_path.read_text(encoding="utf-8")
+        old = _read_text(str(base_path))
         base = parse_profile(old, str(base_path), path=base_path)
         stem = path.stem if path.suffix == ".toml" else path.name
         if stem != base.name and _NAME_RE.match(stem):
@@ -408,7 +369,9 @@ def write_profile_buckets(
     section = _buckets_table_text(blist, prov)
     new = _replace_buckets_section(old, section)
     if new is None:
-        data = tomllib.loads(old)
+        from bcgtune.fileio import parse_toml
+
+        data = parse_toml(old, where)
         data["buckets"] = {"list": blist, **prov}
         import tomli_w
 
@@ -416,6 +379,12 @@ def write_profile_buckets(
     result = parse_profile(new, where, path=path)
     atomic_write_text(path, new)
     return result
+
+
+def _read_text(path: str) -> str:
+    from bcgtune.fileio import decode_text, read_input
+
+    return decode_text(read_input(path, "profile (TOML)", limit=PROFILE_MAX_BYTES), path, "profile (TOML)")
 
 
 def _set_profile_name(text: str, old_name: str, new_name: str) -> str:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from bcgtune.core.schema import MS_MAX, TOKENS_MAX
 from bcgtune.errors import InputError
 
 FORMAT_VERSION = 2
@@ -137,8 +138,8 @@ class BatchTimes:
 
 # Bounds for values read from files: token counts within SGLang's int32 sizes, times
 # below a day.
-MAX_TOKENS = 2**31 - 1
-MAX_MS = 86_400_000.0
+MAX_TOKENS = TOKENS_MAX
+MAX_MS = MS_MAX
 
 
 @dataclass
@@ -311,20 +312,11 @@ def save_calibration(cal: Calibration, path) -> None:
 def load_calibration(path) -> Calibration:
     """Read a calibration JSON (from `bcgtune calibrate`) or a `tokens,eager_ms,graph_ms` CSV.
     Errors name the file and the line or field."""
-    path = str(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        raise InputError("no such file", path) from None
-    except IsADirectoryError:
-        raise InputError("is a folder, not a file", path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError("not a text file (expected calibration JSON or tokens,eager_ms,graph_ms CSV)", path) from None
+    from bcgtune.fileio import decode_text, display_path, read_input
+
+    what = "calibration (JSON from bcgtune calibrate, or a tokens,eager_ms,graph_ms CSV)"
+    path = display_path(str(path))
+    text = decode_text(read_input(path, what, limit=256 << 20), path, what)
     if not text.strip():
         raise InputError("calibration file is empty", path)
     if text.lstrip().startswith("{"):

@@ -45,15 +45,16 @@ def _adapter(schema: Any) -> TypeAdapter:
     return TypeAdapter(schema)
 
 
-def format_loc(loc: Iterable[Any], style: str = "json") -> str:
+def format_loc(loc: Iterable[Any], style: str = "json", data: Any = None) -> str:
     """('histogram', 'sizes', 3) -> `histogram.sizes[3]` (json) or, for TOML documents,
-    ('server', 'tp-size') -> `[server].tp-size`."""
+    ('server', 'tp-size') -> `[server].tp-size` (a first key that holds a table is written
+    as TOML writes a table header)."""
     out = ""
     parts = list(loc)
     for i, p in enumerate(parts):
         if isinstance(p, int):
             out += f"[{p}]"
-        elif style == "toml" and i == 0 and len(parts) > 1:
+        elif style == "toml" and i == 0 and (len(parts) > 1 or (isinstance(data, dict) and isinstance(data.get(p), dict))):
             out += f"[{p}]"
         else:
             out += ("." if out else "") + str(p)
@@ -95,11 +96,13 @@ def _allowed_keys(schema: Any, loc: tuple) -> list[str]:
 
 
 def validate(schema: Any, data: Any, where: str | None = None, *, style: str = "json",
-             prefix: tuple = (), field: str | None = None, as_fields: bool = False) -> Any:
+             prefix: tuple = (), field: str | None = None, as_fields: bool = False,
+             loc_in_where: bool = False) -> Any:
     """`data` validated against `schema` (a pydantic model or an annotated type). On failure,
     an InputError naming `where` (a file, a flag) and the failing location inside it.
     `as_fields`: the model's fields are the user's inputs (a request built from options):
-    the error names the field, which the CLI turns into its flag."""
+    the error names the field, which the CLI turns into its flag. `loc_in_where`: the
+    location joins the source (`p.toml: [server].tp-size`) instead of the message."""
     try:
         return _adapter(schema).validate_python(data)
     except pydantic.ValidationError as exc:
@@ -108,7 +111,9 @@ def validate(schema: Any, data: Any, where: str | None = None, *, style: str = "
         msg = _message(err, schema)
         if as_fields and loc:
             raise InputError(msg, where, field=str(loc[0])) from None
-        loc_text = format_loc(prefix + loc, style)
+        loc_text = format_loc(prefix + loc, style, data if not prefix else None)
+        if loc_in_where and loc_text:
+            raise InputError(msg, f"{where}: {loc_text}" if where else loc_text, field=field) from None
         what = f"{loc_text}: {msg}" if loc_text else msg
         raise InputError(what, where, field=field) from None
     except RecursionError:
