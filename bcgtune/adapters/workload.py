@@ -185,57 +185,57 @@ LongText = Annotated[str, Field(strict=True, max_length=10 * TEXT_MAX)]
 
 
 class ClientSettings(schema.StrictDocument):
-    """[client]: bench_serving's options (None: not set here)."""
+    """bench_serving's client options, under its own names."""
 
-    dataset_name: DatasetName | None = None
-    num_prompts: PromptCounts | None = None  # one value, or one per concurrency level
-    random_input_len: schema.Tokens | None = None
-    random_output_len: schema.NonNegativeInt | None = None
-    random_range_ratio: RangeRatio | None = None
-    image_count: ImageCount | None = None
-    image_resolution: Text | None = None
-    max_concurrency: Concurrencies | None = None  # empty: unbounded, one run
-    request_rate: RequestRate | None = None  # inf: closed loop; else Poisson arrivals (req/s)
-    warmup_requests: WarmupRequests | None = None
-    seed: schema.Seed | None = None
-    model_family: ModelFamily | None = None
-    tokens_per_image: schema.NonNegativeInt | None = None
-    chat_template_tokens: schema.NonNegativeInt | None = None
+    dataset_name: DatasetName | None = pydantic.Field(None, description="bench_serving's dataset: random, random-ids or image.")
+    num_prompts: PromptCounts | None = pydantic.Field(None, description="Prompts per run: one value, or one per concurrency level.")
+    random_input_len: schema.Tokens | None = pydantic.Field(None, description="Longest prompt (tokens); lengths are uniform on [max(floor(L*r), 1), L].")
+    random_output_len: schema.NonNegativeInt | None = pydantic.Field(None, description="Longest output (tokens), drawn like the input.")
+    random_range_ratio: RangeRatio | None = pydantic.Field(None, description="r in the length rule above.")
+    image_count: ImageCount | None = pydantic.Field(None, description="Images per request (image dataset).")
+    image_resolution: Text | None = pydantic.Field(None, description="4k, 1080p, 720p, 360p, HEIGHTxWIDTH, or random:hxw-HxW.")
+    max_concurrency: Concurrencies | None = pydantic.Field(None, description="Concurrency levels, run one after another (empty: unbounded, one run).")
+    request_rate: RequestRate | None = pydantic.Field(None, description="Requests per second (Poisson arrivals), or \"inf\" for a closed loop.")
+    warmup_requests: WarmupRequests | None = pydantic.Field(None, description="Warm-up requests before each run.")
+    seed: schema.Seed | None = pydantic.Field(None, description="bench_serving's --seed: the lengths are drawn exactly as it draws them.")
+    model_family: ModelFamily | None = pydantic.Field(None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl.")
+    tokens_per_image: schema.NonNegativeInt | None = pydantic.Field(None, description="Fixed tokens per image instead of the family's rule.")
+    chat_template_tokens: schema.NonNegativeInt | None = pydantic.Field(None, description="Template tokens per prompt (default: 8 for images, 0 for text).")
 
 
 class ServerSettings(schema.StrictDocument):
-    """[server]: the SGLang flags that shape prefill batches (None: not set here)."""
+    """The SGLang launch flags that shape prefill batches, under SGLang's names."""
 
-    chunked_prefill_size: ChunkSize | None = None
-    max_prefill_tokens: schema.PositiveInt | None = None
-    max_running_requests: schema.PositiveInt | None = None
-    page_size: schema.PositiveInt | None = None
-    enable_mixed_chunk: pydantic.StrictBool | None = None
-    prefill_decode_interval: schema.NonNegativeInt | None = None
-    disable_radix_cache: pydantic.StrictBool | None = None
-    dp_size: Parallel | None = None
-    enable_dp_attention: pydantic.StrictBool | None = None
-    max_total_tokens: schema.PositiveInt | None = None
-    context_length: schema.PositiveInt | None = None
-    tp_size: Parallel | None = None
-    gpu_memory_gib: PositiveGiB | None = None
+    chunked_prefill_size: ChunkSize | None = pydantic.Field(None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib.")
+    max_prefill_tokens: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --max-prefill-tokens.")
+    max_running_requests: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --max-running-requests (unset: no cap by count).")
+    page_size: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --page-size.")
+    enable_mixed_chunk: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches.")
+    prefill_decode_interval: schema.NonNegativeInt | None = pydantic.Field(None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill.")
+    disable_radix_cache: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --disable-radix-cache.")
+    dp_size: Parallel | None = pydantic.Field(None, description="SGLang's --dp-size: data parallel schedulers.")
+    enable_dp_attention: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --enable-dp-attention.")
+    max_total_tokens: schema.PositiveInt | None = pydantic.Field(None, description="KV cache room in tokens (unset: never the limit).")
+    context_length: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --context-length: longer requests are refused.")
+    tp_size: Parallel | None = pydantic.Field(None, description="SGLang's --tp-size.")
+    gpu_memory_gib: PositiveGiB | None = pydantic.Field(None, description="GPU memory, which picks SGLang's default chunked prefill size.")
 
 
 class StepTimeSettings(schema.StrictDocument):
-    """[step_time]: the step-time model's constants (None: not set here)."""
+    """The constants of the step-time model that drives the simulated clock."""
 
-    prefill_floor_ms: schema.Milliseconds | None = None
-    prefill_c0_ms: schema.Milliseconds | None = None
-    prefill_c1_ms: schema.Milliseconds | None = None
-    prefill_c2_ms: schema.Milliseconds | None = None
-    prefill_per_req_ms: schema.Milliseconds | None = None
-    vision_ms_per_image: schema.Milliseconds | None = None
-    decode_base_ms: PositiveMs | None = None  # a decode step takes time: the clock must move
-    decode_per_row_ms: schema.Milliseconds | None = None
-    decode_per_ctx_token_ms: schema.Milliseconds | None = None
-    client_rtt_ms: schema.Milliseconds | None = None
-    image_preprocess_ms: schema.Milliseconds | None = None
-    level_gap_s: Seconds | None = None
+    prefill_floor_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time never below this (launch-bound floor).")
+    prefill_c0_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time: constant term.")
+    prefill_c1_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time: per token.")
+    prefill_c2_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time: per token squared (attention).")
+    prefill_per_req_ms: schema.Milliseconds | None = pydantic.Field(None, description="Extra prefill time per request in the batch.")
+    vision_ms_per_image: schema.Milliseconds | None = pydantic.Field(None, description="Vision encoder time per image.")
+    decode_base_ms: PositiveMs | None = pydantic.Field(None, description="One decode step: base time.")
+    decode_per_row_ms: schema.Milliseconds | None = pydantic.Field(None, description="One decode step: per running request.")
+    decode_per_ctx_token_ms: schema.Milliseconds | None = pydantic.Field(None, description="One decode step: per context token (KV reads).")
+    client_rtt_ms: schema.Milliseconds | None = pydantic.Field(None, description="Client round trip (request out, last token back).")
+    image_preprocess_ms: schema.Milliseconds | None = pydantic.Field(None, description="Server-side image preprocessing per image.")
+    level_gap_s: Seconds | None = pydantic.Field(None, description="Pause between two runs of a sweep (seconds).")
 
 
 class WorkloadSettings(ClientSettings, ServerSettings, StepTimeSettings):
@@ -245,9 +245,9 @@ class WorkloadSettings(ClientSettings, ServerSettings, StepTimeSettings):
 class WorkloadFile(schema.StrictDocument):
     """A workload TOML file or shipped preset."""
 
-    name: Text | None = None
-    description: LongText | None = None
-    profile: Text | None = None  # server settings from a profile, then [server] on top
+    name: Text | None = pydantic.Field(None, description="Workload name (default: the file name).")
+    description: LongText | None = pydantic.Field(None, description="Free text.")
+    profile: Text | None = pydantic.Field(None, description="Take the server settings from this profile first ([server] goes on top).")
     client: ClientSettings = ClientSettings()
     server: ServerSettings = ServerSettings()
     step_time: StepTimeSettings = StepTimeSettings()
