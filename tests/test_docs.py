@@ -10,7 +10,8 @@ document run one after another in one scratch folder that starts with the files 
 tests/data/docs/ (the public log excerpt, a trace, a calibration, a profile), so a later
 command reads what an earlier one wrote. Live-server examples reach the stand-in server
 (tests/standin) through BCGTUNE_SERVER_CMD, set by this file, never shown in the docs.
-Blocks preceded by `<!-- skip: next -->` are install commands that CI runs as .ci/run.
+A ```bash block is an install command, marked `<!-- install command ... -->`: CI runs those
+as .ci/run itself.
 """
 
 from __future__ import annotations
@@ -24,13 +25,27 @@ from pathlib import Path
 
 import pytest
 from sybil import Sybil
-from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
+from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "data" / "docs"
 STANDIN = Path(__file__).resolve().parent / "standin"
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 _EXIT = re.compile(r"^\[exit (\d+)\]$")
+
+
+def _tiny_model(folder: Path) -> None:
+    """The small model folder live.toml names (a tokenizer and a config the stand-in server
+    reads; a Qwen4-Exp architecture, so its runner gate applies)."""
+    import json
+
+    sys.path.insert(0, str(STANDIN))
+    from tiny_tokenizer import build_tiny_tokenizer
+
+    build_tiny_tokenizer(folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["architectures"] = ["Qwen4ExpForConditionalGeneration"]
+    (folder / "config.json").write_text(json.dumps(cfg))
 
 
 def _shim(folder: Path) -> Path:
@@ -51,6 +66,9 @@ def _env(workdir: Path) -> dict:
     env["COLUMNS"] = "100"
     env["BCGTUNE_SERVER_CMD"] = f"{sys.executable} {STANDIN / 'server.py'}"
     env["BCGTUNE_BENCH_CLIENT"] = str(STANDIN / "fast_client.py")
+    env["STANDIN_TIME_SCALE"] = "0.2"
+    env["STANDIN_RUNNER"] = "patched"
+    env["HF_HUB_OFFLINE"] = "1"
     env.pop("BCGTUNE_DEBUG", None)
     return env
 
@@ -100,6 +118,7 @@ _SYBIL = Sybil(parsers=[CodeBlockParser("console", run_console), PythonCodeBlock
 def test_doc_examples(doc, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(FIXTURES, work)
+    _tiny_model(work / "model")
     document = _SYBIL.parse(doc)
     document.namespace["workdir"] = work
     cwd = os.getcwd()
@@ -116,8 +135,8 @@ def test_doc_examples(doc, tmp_path):
 
 def test_every_shell_block_is_a_console_block():
     """Command blocks are ```console (run here); a ```bash/```sh block must be an install
-    command marked to skip."""
+    command, marked as such."""
     for doc in DOCS:
         text = doc.read_text()
-        for m in re.finditer(r"(<!-- skip: next[^>]*-->\s*)?```(bash|sh|shell)\n", text):
-            assert m.group(1), f"{doc.name}: a ```{m.group(2)} block that is not marked `<!-- skip: next -->`"
+        for m in re.finditer(r"(<!-- install command[^>]*-->\s*)?```(bash|sh|shell)\n", text):
+            assert m.group(1), f"{doc.name}: a ```{m.group(2)} block that is not an install command"

@@ -379,7 +379,7 @@ def ask_sglang(
 
     model = model or (profile.model if profile is not None else None)
     if not probe:
-        return _unasked(profile, model, "not asked (--no-sglang-probe)", resolve, runner_sources, check_flags)
+        return _unasked(profile, model, "--no-sglang-probe", resolve, runner_sources, check_flags)
     if not sglang_installed():
         return _unasked(profile, model, "sglang is not installed", resolve, runner_sources, check_flags)
     request: dict[str, Any] = {}

@@ -24,6 +24,7 @@ def serve_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command and the environment it adds; launch nothing.")] = False,
     python: Annotated[Optional[str], typer.Option("--python", help="Interpreter that runs SGLang (skips the flag check). Default: bcgtune's own.", show_default=False)] = None,
     grace: Annotated[float, typer.Option("--grace", min=0.0, max=3600.0, help="Seconds to wait after forwarding Ctrl-C/SIGTERM before SIGKILL.")] = 30.0,
+    no_sglang_probe: Annotated[bool, typer.Option("--no-sglang-probe", help="With --dry-run: do not start the installed SGLang to ask what it will capture (20-45 s); bcgtune's model of its rules answers.")] = False,
     extra: Annotated[Optional[List[str]], typer.Argument(help="Extra SGLang flags, after `--`.", metavar="[-- EXTRA...]", show_default=False)] = None,
     quiet: Quiet = False,
 ) -> None:
@@ -45,7 +46,7 @@ def serve_command(
     for n in cmd.notes:
         note(f"note: {n}", quiet)
     if dry_run:
-        out(render_dry_run(cmd, prof.name), nl=False)
+        out(render_dry_run(cmd, prof.name) + _prefill_lines(prof, model_path, no_sglang_probe, quiet), nl=False)
         return
     _launch(cmd, prof.name, log_file, grace, quiet)
 
@@ -59,6 +60,19 @@ def render_dry_run(cmd, profile_name: str) -> str:
         lines.append(f"# environment added by profile {profile_name}: none")
     lines.append(cmd.shell_line())
     return "\n".join(lines) + "\n"
+
+
+def _prefill_lines(prof, model_path: Optional[str], no_probe: bool, quiet: bool) -> str:
+    """What SGLang will capture for this launch, as shell comments under the command."""
+    from bcgtune.adapters.sglang_resolve import resolve_prefill, resolve_with_model
+    from bcgtune.cli.render.doctor import render_resolved_prefill
+
+    if no_probe:
+        resolved = resolve_with_model(prof, model_path, fallback_reason="--no-sglang-probe")
+    else:
+        note("bcgtune: asking the installed SGLang what it will capture (--no-sglang-probe skips this)", quiet)
+        resolved = resolve_prefill(prof, model_path)
+    return "".join(f"# {line}\n" for line in render_resolved_prefill(resolved))
 
 
 def _check_flags(cmd, python: Optional[str], quiet: bool) -> None:

@@ -121,13 +121,10 @@ def _notes(plan: BucketPlan) -> list[str]:
             "  optimum: bcgtune calibrate --sizes-from TRACE --grid 64 (then buckets are picked among measured\n"
             "  sizes), or --candidates calibration with a dense calibration of your own."
         )
-    if r.objective == "padding" and r.align == 1 and any(b % 128 for b in plan.recommended.buckets):
+    if r.objective == "padding" and plan.recommended.buckets:
         notes.append(
-            "note: padded tokens are a proxy for time. GPUs replay tile-aligned sizes faster than the sizes\n"
-            "  just below them: on an H200, the padding-optimal K=12 list for the default workload (8192-token\n"
-            "  chunks) ran 1.4% faster with --align 128 (benchmarks/RESULTS.md). To optimize measured time:\n"
-            "  bcgtune calibrate --sizes-from TRACE --grid 64 -o cal.json on the GPU, then\n"
-            "  --objective time --calibration cal.json."
+            "note: padded tokens are a proxy for prefill time. To optimize measured time on your GPU and model:\n"
+            "  bcgtune calibrate --sizes-from TRACE --grid 64 -o cal.json, then --objective time --calibration cal.json"
         )
     return notes
 
