@@ -1,16 +1,15 @@
 """ServerProcess as a library: health wait, stop reaps the whole process group, a crash
 before health is reported with its exit code and log path."""
 
-import os
 import socket
 import sys
 from pathlib import Path
 
 import pytest
+from proc_helpers import pid_alive as _alive  # noqa: E402
 
 from bcgtune.adapters.launcher import ServerProcess, exit_status
 from bcgtune.errors import ExternalError
-from proc_helpers import pid_alive as _alive  # noqa: E402
 
 FAKE = str(Path(__file__).with_name("fake_sglang_server.py"))
 

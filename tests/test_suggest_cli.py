@@ -159,12 +159,13 @@ def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
     assert load_profile(str(prof)).buckets == json.loads(r.stdout)["recommended"]["buckets"]
 
 
-def test_padding_result_notes_tile_alignment_only_when_unaligned(trace_csv):
+def test_padding_result_points_to_the_time_objective(trace_csv, tmp_path):
     path, _ = trace_csv
     r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8"])
-    assert r.exit_code == 0 and "--align 128" in r.stdout
-    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--align", "128"])
-    assert r.exit_code == 0 and "tile-aligned" not in r.stdout
+    assert r.exit_code == 0 and "padded tokens are a proxy" in r.stdout and "--objective time" in r.stdout
+    cal = _calibration_csv(tmp_path)
+    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--objective", "time", "--calibration", str(cal)])
+    assert r.exit_code == 0 and "padded tokens are a proxy" not in r.stdout
 
 
 def _calibration_csv(tmp_path):

@@ -42,6 +42,20 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+def emit(obj: Any, text: str, *, as_json: bool, out_path: str | None = None, quiet: bool = False) -> None:
+    """A command's result: the JSON document written to `out_path` when asked (atomic), and
+    on stdout either that JSON (`--json`) or the rendered text."""
+    if out_path:
+        from bcgtune.fileio import atomic_write_json
+
+        atomic_write_json(out_path, obj)
+        note(f"wrote {out_path}", quiet)
+    if as_json:
+        out_json(obj)
+    else:
+        out(text, nl=False)
+
+
 def err_line(text: str) -> None:
     try:
         sys.stderr.write(text + "\n")

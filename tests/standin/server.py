@@ -62,7 +62,6 @@ if str(_REPO) not in sys.path:
 from bcgtune.core.ladder import sglang_default_ladder  # noqa: E402
 from bcgtune.core.replay import assign_buckets  # noqa: E402
 
-
 RANK = ""  # " TP0" when --tp-size > 1, as SGLang's prefix carries rank parts then
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from bcgtune.cli import guard
-from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.console import emit, note
 from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet, Workdir
 from bcgtune.cli.render.bench import plot, render_table
 
@@ -47,7 +47,4 @@ def bench_command(
     if plot_path:
         plot(result, plot_path)
         note(f"wrote {plot_path}", quiet)
-    if as_json:
-        out_json(result)
-    else:
-        out(render_table(result), nl=False)
+    emit(result, render_table(result), as_json=as_json)

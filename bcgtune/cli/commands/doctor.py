@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.console import emit, note
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
 from bcgtune.cli.render.doctor import render_text
 from bcgtune.errors import CheckFailed
@@ -38,10 +38,7 @@ def doctor_command(
     if not no_sglang_probe:
         note("bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)", quiet)
     report = run_doctor(prof, runner_path=runner_source, model=model_path, ask=partial(ask_sglang, probe=not no_sglang_probe))
-    if as_json:
-        out_json(report.to_dict())
-    else:
-        out(render_text(report), nl=False)
+    emit(report.to_dict(), render_text(report), as_json=as_json)
     if report.blocking:
         n = len(report.blocking)
         raise CheckFailed(f"{n} blocking finding{'s' if n > 1 else ''}: {', '.join(f.code for f in report.blocking)}", "doctor")

@@ -9,7 +9,7 @@ import typer
 
 from bcgtune.adapters.hardware import gpu_for
 from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
-from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.console import emit, note
 from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet
 from bcgtune.cli.render.drift import render_drift_text
 from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, drift_report
@@ -64,10 +64,7 @@ def drift_command(
     what = "list" if prof.buckets else "SGLang default ladder (no list)"
     rep = drift_report(trace, list(capture.captured), name=f"profile {prof.name}'s {what}", align=capture.alignment,
                        calibration=cal, threshold_pct=threshold)
-    if as_json:
-        out_json(rep.to_dict())
-    else:
-        out(render_drift_text(rep, trace.n_batches), nl=False)
+    emit(rep.to_dict(), render_drift_text(rep, trace.n_batches), as_json=as_json)
     if rep.verdict == "re-tune":
         raise CheckFailed(rep.reason, "drift")
     note("keep: " + rep.reason, quiet or not as_json)

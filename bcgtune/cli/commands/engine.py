@@ -9,13 +9,12 @@ from typing import Annotated, Optional
 import typer
 
 from bcgtune.cli import guard
-from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.console import emit, note
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
 from bcgtune.cli.render.engine import render_calibration, render_capture, render_validate
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
-from bcgtune.fileio import atomic_write_json
 
 _BUCKETS = "Buckets"
 
@@ -74,13 +73,7 @@ def capture_command(
     bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
     rep = run_capture(bl, warmup=warmup, progress=progress, **_engine_kwargs(engine))
-    if out_path:
-        atomic_write_json(out_path, rep)
-        note(f"wrote {out_path}", quiet)
-    if as_json:
-        out_json(rep)
-    else:
-        out(render_capture(rep), nl=False)
+    emit(rep, render_capture(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if rep["failed"]:
         raise CheckFailed(f"{rep['failed']} of {len(rep['buckets'])} captures failed")
 
@@ -125,13 +118,7 @@ def validate_command(
                        gap_threshold=accuracy.gap_threshold,
                        max_logprob_delta=accuracy.max_logprob_delta, images=images, progress=progress,
                        **_engine_kwargs(engine))
-    if out_path:
-        atomic_write_json(out_path, rep)
-        note(f"wrote {out_path}", quiet)
-    if as_json:
-        out_json(rep)
-    else:
-        out(render_validate(rep), nl=False)
+    emit(rep, render_validate(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep["ok"]:
         bad = [str(e["bucket"]) for e in rep["per_bucket"] if not e["ok"]]
         raise CheckFailed(f"validation failed: {'buckets ' + ', '.join(bad) if bad else 'image sweep'} failed")
@@ -146,13 +133,7 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
     rep = server_validation(profile, prompts=prompts, min_replay_share=min_replay_share,
                                 gap_threshold=accuracy.gap_threshold, delta_tol=accuracy.max_logprob_delta,
                                 workdir=workdir, say=None if quiet else note)
-    if out_path:
-        atomic_write_json(out_path, rep)
-        note(f"wrote {out_path}", quiet)
-    if as_json:
-        out_json(rep)
-    else:
-        out(render_server_validation(rep), nl=False)
+    emit(rep, render_server_validation(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep["ok"]:
         raise CheckFailed("server validation failed: " + "; ".join(rep.get("failures") or ["see the report"]))
 
@@ -196,10 +177,7 @@ def calibrate_command(
     cal.meta.update(meta_extra)
     save_calibration(cal, out_path)
     note(f"wrote {out_path}", quiet)
-    if as_json:
-        out_json(cal.to_json_obj())
-    else:
-        out(render_calibration(cal), nl=False)
+    emit(cal.to_json_obj(), render_calibration(cal), as_json=as_json)
 
 
 def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):

@@ -11,7 +11,7 @@ import typer
 from bcgtune import __version__
 from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 from bcgtune.cli import guard
-from bcgtune.cli.console import note, out, out_json
+from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
 from bcgtune.cli.render.plan import plot_plan, render_plan_text
 from bcgtune.core.ladder import PrefillCapture, ceil_to, resolve_prefill_capture
@@ -115,10 +115,7 @@ def suggest_buckets_command(
     if profile_path:
         _write_profile(profile_path, base, plan, trace)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
-    if as_json:
-        out_json(plan.to_json_obj())
-    else:
-        out(render_plan_text(plan), nl=False)
+    emit(plan.to_json_obj(), render_plan_text(plan), as_json=as_json)
 
 
 def _capture(layout: LayoutOptions, chunked_prefill_size: int) -> PrefillCapture:
