@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -383,20 +382,37 @@ def _parse_json_list(text: str, where: str) -> PrefillTrace:
     return PrefillTrace.from_sizes(values, origin="sizes")
 
 
-def _parse_int(token: str, where: str, what: str, bound) -> int:
-    """An integer cell ('12' or '12.0'), within `bound` (a schema type)."""
+def _parse_int(token: str, where: str, what: str) -> int:
+    """An integer cell ('12' or '12.0'); its bounds are checked for the whole column at once."""
     t = token.strip()
     try:
-        v = int(t)
+        return int(t)
     except ValueError:
-        try:
-            f = float(t)
-        except ValueError:
-            raise InputError(f"{what}: {t[:40]!r} is not an integer", where) from None
-        if not f.is_integer():
-            raise InputError(f"{what}: {t[:40]!r} is not an integer", where) from None
-        v = int(f)
-    return validate(bound, v, where, prefix=(what,))
+        pass
+    try:
+        f = float(t)
+    except ValueError:
+        raise InputError(f"{what}: {t[:40]!r} is not an integer", where) from None
+    if not f.is_integer():
+        raise InputError(f"{what}: {t[:40]!r} is not an integer", where)
+    return int(f)
+
+
+def _check_column(values: list[int], lines: list[int], where: str, what: str, bound, top: int) -> None:
+    """Every value within 1..top, checked vectorized; the first one out of bounds is
+    reported through the schema (one mechanism, one wording) with its line."""
+    bad = next((i for i, v in enumerate(values) if not 1 <= v <= top), None) if values and (
+        min(values) < 1 or max(values) > top) else None
+    if bad is not None:
+        validate(bound, values[bad], f"{where}:{lines[bad]}", prefix=(what,))
+
+
+def _histogram(sizes: list[int], counts: list[int] | None, origin: str) -> PrefillTrace:
+    arr = np.asarray(sizes, dtype=np.int64)
+    w = np.ones(arr.size, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+    uniq, inv = np.unique(arr, return_inverse=True)
+    total = np.bincount(inv, weights=w.astype(np.float64)).astype(np.int64)
+    return PrefillTrace(sizes=uniq.astype(np.int64), counts=total, origin=origin)
 
 
 _SIZE_COLUMNS = ("size", "tokens", "num_tokens", "forward_tokens")
@@ -406,12 +422,13 @@ _COUNT_COLUMNS = ("count", "batches")
 def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
     """`size,count` rows (columns found by name, in any order, others ignored; `tokens` is
     taken for `size`; without a count column each row is one batch)."""
-    rows = csv.reader(io.StringIO(text))
-    header = None
+    header: list[str] | None = None
     si = ci = None
-    acc: Counter[int] = Counter()
+    sizes: list[int] = []
+    counts: list[int] = []
+    lines: list[int] = []
     try:
-        for lineno, row in enumerate(rows, start=1):
+        for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
             if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
                 continue
             if header is None:
@@ -423,31 +440,35 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
                         f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)[:60]!r}",
                         f"{where}:{lineno}",
                     )
+                need = max(si, ci if ci is not None else 0) + 1
                 continue
-            assert si is not None  # the header was checked above
-            need = max(si, ci if ci is not None else 0) + 1
             if len(row) < need:
                 raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
-            size = _parse_int(row[si], f"{where}:{lineno}", header[si], Tokens)
-            count = _parse_int(row[ci], f"{where}:{lineno}", header[ci], BatchCount) if ci is not None else 1
-            acc[size] += count
+            assert si is not None  # the header was read above
+            sizes.append(_parse_int(row[si], f"{where}:{lineno}", header[si]))
+            if ci is not None:
+                counts.append(_parse_int(row[ci], f"{where}:{lineno}", header[ci]))
+            lines.append(lineno)
     except csv.Error as exc:
         raise InputError(f"invalid CSV: {exc}", where) from None
-    if not acc:
+    if not sizes:
         raise InputError("trace is empty: CSV has no rows", where)
-    sizes = np.array(sorted(acc), dtype=np.int64)
-    counts = np.array([acc[s] for s in sizes.tolist()], dtype=np.int64)
-    return PrefillTrace(sizes=sizes, counts=counts, origin="histogram")
+    assert header is not None and si is not None
+    _check_column(sizes, lines, where, header[si], Tokens, TOKENS_MAX)
+    if ci is not None:
+        _check_column(counts, lines, where, header[ci], BatchCount, BATCHES_MAX)
+    return _histogram(sizes, counts if ci is not None else None, "histogram")
 
 
 def _parse_plain_trace(text: str, where: str) -> PrefillTrace:
-    acc: Counter[int] = Counter()
+    sizes: list[int] = []
+    lines: list[int] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         s = line.split("#", 1)[0].strip()
         if s:
-            acc[_parse_int(s, f"{where}:{lineno}", "size", Tokens)] += 1
-    if not acc:
+            sizes.append(_parse_int(s, f"{where}:{lineno}", "size"))
+            lines.append(lineno)
+    if not sizes:
         raise InputError("trace is empty: no sizes", where)
-    sizes = np.array(sorted(acc), dtype=np.int64)
-    counts = np.array([acc[s] for s in sizes.tolist()], dtype=np.int64)
-    return PrefillTrace(sizes=sizes, counts=counts, origin="sizes")
+    _check_column(sizes, lines, where, "size", Tokens, TOKENS_MAX)
+    return _histogram(sizes, None, "sizes")

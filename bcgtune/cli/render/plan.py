@@ -71,11 +71,12 @@ def _curve(plan: BucketPlan) -> list[str]:
     timed = any(c.predicted_ms is not None for c in plan.curve)
     head = ["K", "eager", "hit %", "waste %", "padded tokens"] + (["pred. ms"] if timed else [])
     pts = plan.curve
-    if len(pts) > CURVE_ROWS_SHOWN:
-        half = CURVE_ROWS_SHOWN // 2
-        pts = pts[:half] + pts[-half:]
+    half = CURVE_ROWS_SHOWN // 2
+    elided = len(pts) > CURVE_ROWS_SHOWN
     rows = []
-    for c in pts:
+    for i, c in enumerate(pts[:half] + pts[-half:] if elided else pts):
+        if elided and i == half:
+            rows.append(["..."] + [""] * (len(head) - 1))
         row = [str(c.k), num(c.eager_batches), f"{c.hit_rate_pct:.1f}", f"{c.waste_pct:.2f}", num(c.padded_tokens)]
         if timed:
             row.append(f"{c.predicted_ms:,.1f}" if c.predicted_ms is not None else "-")
