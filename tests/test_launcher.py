@@ -3,6 +3,7 @@ before health is reported with its exit code and log path."""
 
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,9 @@ def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):
         waited = sp.wait_healthy(f"http://127.0.0.1:{port}", timeout=20, interval=0.05)
         assert waited < 20
         assert sp.returncode is None
+        deadline = time.monotonic() + 20  # the stand-in logs its batch lines after it turns healthy
+        while time.monotonic() < deadline and "Prefill batch" not in log.read_text():
+            time.sleep(0.05)
     leader, grandchild = map(int, pid_file.read_text().split())
     assert sp.returncode == 0  # exits cleanly on SIGTERM
     assert not _alive(leader) and not _alive(grandchild)
