@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_model  # noqa: E402
+
 WORK = Path(__file__).resolve().parent / "_work"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,7 +83,6 @@ CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from bcgtune.adapters.sglang_log import parse_logs
-from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 tr = parse_logs([sys.argv[1]])
 dt = time.perf_counter() - t0
 cols = sum(v.nbytes for v in tr.batches.values())
