@@ -39,6 +39,7 @@ import hashlib
 import math
 import multiprocessing
 import os
+import queue
 import re
 import signal
 import sys
@@ -47,12 +48,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
 from bcgtune.core.trace import PrefillTrace
-from bcgtune.errors import BcgError, InputError
+from bcgtune.errors import BcgError, ExternalError, InputError
 from bcgtune.fileio import open_binary
 
 # ---- limits (flat memory and bounded time whatever the input) ----------------------
@@ -1565,24 +1566,26 @@ def _parse_files(paths: list[str], jobs: int | None, progress: _Progress) -> lis
     return _parse_parallel(paths, files, n, progress)
 
 
-_worker_done: Any = None  # in a worker: shared per-input byte counts for the parent
+def _worker(paths: list[str], order: list[int], taken, results, done) -> None:
+    """A worker process: parse the next file of `order` not taken yet, until none is left;
+    send (index, _FileResult or the parts of its InputError) on `results`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    while True:
+        with taken.get_lock():
+            k = taken.value
+            taken.value += 1
+        if k >= len(order):
+            return
+        i = order[k]
 
+        def report(pos: int, i: int = i) -> None:
+            done[i] = pos
 
-def _worker_init(done) -> None:
-    global _worker_done
-    _worker_done = done
-
-
-def _worker_parse(task: tuple[str, int]):
-    path, i = task
-
-    def report(pos: int) -> None:
-        _worker_done[i] = pos
-
-    try:
-        return _parse_file(path, i, report)
-    except BcgError as exc:  # re-raised in the parent, with its file and line
-        return type(exc), exc.what, exc.where
+        try:
+            out: Any = _parse_file(paths[i], i, report)
+        except BcgError as exc:  # re-raised in the parent, with its file and line
+            out = (type(exc), exc.what, exc.where)
+        results.put((i, out))
 
 
 def _start_method() -> str:
@@ -1593,46 +1596,86 @@ def _start_method() -> str:
     return "spawn"
 
 
+class _Workers:
+    """`jobs` processes parsing `files` (biggest first), started with Ctrl-C ignored. As a
+    context manager it stops them all on the way out, whatever happened (no orphans)."""
+
+    def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None]):
+        ctx = multiprocessing.get_context(_start_method())
+        order = sorted(files, key=lambda i: -(sizes[i] or 0))
+        self.done = ctx.RawArray("q", len(paths))
+        self.results = ctx.Queue()
+        taken = ctx.Value("q", 0)
+        self.procs = [
+            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done), daemon=True)
+            for _ in range(jobs)
+        ]
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            for proc in self.procs:
+                proc.start()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(timeout=2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.results.close()
+
+    def next_result(self, timeout: float) -> tuple[int, Any] | None:
+        """(index, result) of a finished file, or None after `timeout` seconds. Raises
+        ExternalError when a worker died without sending its result."""
+        try:
+            return self.results.get(timeout=timeout)
+        except queue.Empty:
+            for proc in self.procs:
+                if proc.exitcode not in (None, 0):
+                    raise ExternalError(f"a log parsing process stopped (exit code {proc.exitcode})") from None
+            if not any(proc.is_alive() for proc in self.procs) and self.results.empty():
+                raise ExternalError("the log parsing processes stopped before their last result") from None
+            return None
+
+
 def _parse_parallel(paths: list[str], files: list[int], jobs: int, progress: _Progress) -> list[_FileResult]:
-    """Files in `jobs` worker processes, stdin in this one; results in input order. Workers
-    ignore Ctrl-C: it reaches this process, which stops them all and raises
-    KeyboardInterrupt (no orphans)."""
-    ctx = multiprocessing.get_context(_start_method())
-    done = ctx.RawArray("q", len(paths))
-    main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
-        pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(done,))
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, old)
+    """Files in `jobs` worker processes, stdin in this one; results in input order, and
+    the first error in input order is raised (as a serial parse would). Ctrl-C reaches
+    this process only: it stops the workers and raises KeyboardInterrupt."""
     results: list[Any] = [None] * len(paths)
-    try:
-        pending = pool.imap(_worker_parse, [(paths[i], i) for i in files])
+    with _Workers(paths, files, jobs, progress.sizes) as workers:
         if "-" in paths:
             i = paths.index("-")
-            results[i] = _parse_file("-", i, lambda pos: progress.update(i, pos))
+            try:
+                results[i] = _parse_file("-", i, lambda pos: progress.update(i, pos))
+            except BcgError as exc:
+                results[i] = (type(exc), exc.what, exc.where)
             progress.finished(i)
-        for i in files:
-            while True:
-                try:
-                    res = pending.next(timeout=0.2)
-                    break
-                except multiprocessing.TimeoutError:
-                    for j in files:
-                        progress.done[j] = max(progress.done[j], done[j])
-                    progress.update(i, progress.done[i])
-            if isinstance(res, tuple):
-                cls, what, where = res
-                raise cls(what, where)
-            results[i] = res
-            progress.finished(i)
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+        first = 0  # results[:first] are known and fine
+        while first < len(paths):
+            if results[first] is not None:
+                if isinstance(results[first], tuple):
+                    cls, what, where = results[first]
+                    raise cls(what, where)
+                first += 1
+                continue
+            got = workers.next_result(0.2)
+            if got is None:
+                for j in files:
+                    progress.done[j] = max(progress.done[j], workers.done[j])
+                progress.update(files[0], progress.done[files[0]])
+            else:
+                results[got[0]] = got[1]
+                progress.finished(got[0])
     return results
 
 
