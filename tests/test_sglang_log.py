@@ -427,6 +427,7 @@ def _both_paths(path, monkeypatch, chunk_size=None):
 
     if chunk_size is not None:
         monkeypatch.setattr(mod, "CHUNK_SIZE", chunk_size)
+    monkeypatch.setattr(mod, "_SMALL_PIECE", -1)  # every piece through the fast path
     fast = scan_log(str(path))
     monkeypatch.setattr(mod, "_FAST_PATH", False)
     slow = scan_log(str(path))
@@ -967,3 +968,40 @@ def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
     files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]
     with pytest.raises(ExternalError, match="exit code 3"):
         parse_logs(files, jobs=2)
+
+
+def test_layouts_differing_in_digit_counts(tmp_path, monkeypatch):
+    # one field layout, every count any length (a busy server's log): the fast path reads
+    # each line at its own offsets, and a first key whose length decides whether the
+    # record is readable (at most 61 characters) is read per line
+    rng = np.random.default_rng(3)
+    lines = []
+    for i in range(3000):
+        v = [int(x) for x in rng.integers(0, 10 ** rng.integers(1, 10, 8))]
+        lines.append(
+            f"[2026-08-27 03:{i % 60:02d}:{i % 7:02d}{f'.{i % 1000:03d}' if i % 3 else ''} DP{i % 12} TP{i % 12}] "
+            f"Prefill batch, #new-seq: {v[0]}, #new-token: {v[1]:0{i % 4 + 1}d}, #cached-token: {v[2]}, "
+            f"token usage: 0.{v[3] % 100:02d}, #running-req: {v[4]}, #queue-req: {v[5]}, #pending-token: {v[6]}, "
+            f"cuda graph: {bool(i % 2)}, input throughput (token/s): {v[7] / 7:.2f}"
+        )
+        if i % 50 == 0:
+            key = ("1" * (10 + i // 50 % 8) + "x") * 4  # short digit runs, 44 to 72 characters in all
+            lines.append(f"[2026-08-27 03:00:00] Prefill batch, #a{key}: 3, #new-seq: 1, #new-token: 2")
+    path = tmp_path / "busy.log"
+    path.write_text("\n".join(lines) + "\n")
+    fast, slow = _both_paths(path, monkeypatch)
+    assert repr(fast) == repr(slow)
+    assert len(fast.records) > 2000 and len(fast.malformed) > 10
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=30).map(lambda b: bytes(b"0a ,.:"[x % 6] for x in b)), min_size=1, max_size=6))
+def test_digit_runs_match_a_regex(texts):
+    import re
+
+    from bcgtune.adapters.sglang_log import _Runs
+
+    runs = _Runs(texts)
+    for i, text in enumerate(texts):
+        assert runs.of(i) == [m.span() for m in re.finditer(rb"0+", text)]
+        assert runs.shapes[i] == re.sub(rb"0+", b"0", text)

@@ -48,6 +48,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple, Self
 
 import numpy as np
@@ -655,76 +656,114 @@ _F_CT = 6
 _F_STAMP = 7
 _F_RANK = 14
 _MAX_RANK_RUNS = 4
+_MAX_FIELD_DIGITS = np.array([10] * _F_CT + [18])  # longer: past int32 (int64), or zeros
 _FAST, _MALFORMED, _GENERAL = 0, 1, 2
-_MAX_FAST_PLANS = 4096
+_MAX_FAST_PLANS = 1 << 15  # about 20 MiB at most (keys and table rows)
 _DIGIT_RUN_RE = re.compile(r"[0-9]+")
 
 
-class _LayoutPlan(NamedTuple):
-    kind: int  # _FAST: numbers at offsets; _MALFORMED: every such line is; _GENERAL: per line
-    offsets: tuple  # _NF offsets from the line start
-    lengths: tuple  # _NF digit-run lengths, 0 when the field is absent
-    pending: bool  # the line ends with `,`: the record may continue on the next line
-    has_decode: bool  # the line also holds "Decode batch" (then it is not a decode line)
-    graph: int
-    label: int
-    rank: tuple | None  # (rank text of the representative line, its digit-run spans)
-
-
-_NO_NUMBERS = (0,) * _NF
-
-
-def _layout_plan(raw: bytes) -> _LayoutPlan:
-    """How the general parser reads every prefill line with the same digit-masked bytes as
-    `raw` (a physical line holding "Prefill batch"): _prefill_values and _prefix_layout
-    decide by digit positions only, so their spans, computed once here, hold for all."""
-    pending = raw.rstrip().endswith(b",")
-    has_decode = _B_DECODE in raw
-    general = _LayoutPlan(_GENERAL, _NO_NUMBERS, _NO_NUMBERS, pending, has_decode, -1, -1, None)
-    if not raw.isascii():
-        return general  # str and byte offsets differ; the per-line parser decodes
-    text = _decode(raw)
-    idx = text.find("Prefill batch")
-    if idx < 0:
-        return general
-    tail = text[idx + 13 :]
-    plan = _plan(tail, False)
-    if plan is None:
-        return general._replace(kind=_MALFORMED)
-    spans, graph, label, ct = plan
+def _head_layout(head: str) -> tuple | None:
+    """(offsets, lengths, rank) of the time fields and rank digit runs of the text before
+    "Prefill batch" (_prefix_layout), or None when its rank has too many or too long digit
+    runs for the fast path. Decided by where digits are and how many (the time patterns
+    count them): one result per digit-masked head."""
+    layout = _prefix_layout(head)
     offsets, lengths = [0] * _NF, [0] * _NF
-    for f, sp in enumerate(spans + (ct,)):
-        if sp is None:
-            continue
-        s = tail[sp[0] : sp[1]]
-        digits = s.strip()
-        if not digits.isdigit() or len(digits) > (18 if f == _F_CT else 10):
-            return general  # `1_000`, `+5`, or too long for int64: per line
-        offsets[f] = idx + 13 + sp[0] + len(s) - len(s.lstrip())
-        lengths[f] = len(digits)
-    layout = _prefix_layout(text[:idx])
     for f, sp in enumerate(layout.stamp or ()):
         if sp is not None:
             offsets[_F_STAMP + f], lengths[_F_STAMP + f] = sp[0], sp[1] - sp[0]
     rank = None
     if layout.rank is not None:
-        rtext = text[layout.rank[0] : layout.rank[1]]
+        rtext = head[layout.rank[0] : layout.rank[1]]
         runs = [m.span() for m in _DIGIT_RUN_RE.finditer(rtext)]
         if len(runs) > _MAX_RANK_RUNS or any(e - s > 10 for s, e in runs):
-            return general
+            return None
         for f, (s, e) in enumerate(runs):
             offsets[_F_RANK + f], lengths[_F_RANK + f] = layout.rank[0] + s, e - s
-        rank = (rtext, tuple(runs))
-    return _LayoutPlan(
-        _FAST, tuple(offsets), tuple(lengths), pending, has_decode,
-        -1 if graph is None else int(graph), -1 if label is None else _GRAPH_LABELS.index(label), rank,
+        rank = (rtext.translate(_MASK_DIGITS_STR), tuple(runs))
+    return offsets, lengths, rank
+
+
+class _TailPlan(NamedTuple):
+    kind: int  # _FAST, _MALFORMED or _GENERAL
+    runs: tuple  # digit-run index of each count field and of the forward count, or -1
+    graph: int
+    label: int
+    exact_only: bool  # the first key holds digits: its length matters (_KEY_OK_RE)
+
+
+_NO_RUNS = (-1,) * (_F_CT + 1)
+
+
+def _tail_plan(tail: str, runs: list[tuple[int, int]]) -> _TailPlan:
+    """_plan of a record's text after "Prefill batch", each field read as the index of its
+    digit run in `runs`. _plan decides by where digits are, not by how many (int() and the
+    key test look at the other characters; no run here has more than 18 digits, so int()
+    never refuses one for its length), except in the first key (_KEY_OK_RE counts its
+    characters): so the result holds for every tail with the same digit-masked text once
+    each run is collapsed to one digit, unless `exact_only`."""
+    m = _HEAD_TAIL_RE.match(tail)
+    first_key = tail[m.end() :].split(",", 1)[0].partition(":")[0]
+    exact_only = _DIGIT_RUN_RE.search(first_key) is not None
+    plan = _plan(tail, False)
+    if plan is None:
+        return _TailPlan(_MALFORMED, _NO_RUNS, -1, -1, exact_only)
+    spans, graph, label, ct = plan
+    run_at = {s: j for j, (s, _) in enumerate(runs)}
+    index = []
+    for sp in spans + (ct,):
+        if sp is None:
+            index.append(-1)
+            continue
+        value = tail[sp[0] : sp[1]]
+        start = sp[0] + len(value) - len(value.lstrip())
+        j = run_at.get(start, -1)
+        if j < 0 or runs[j][1] != start + len(value.strip()):
+            return _TailPlan(_GENERAL, _NO_RUNS, -1, -1, exact_only)  # `1_000`, `+5`: per line
+        index.append(j)
+    return _TailPlan(
+        _FAST, tuple(index), -1 if graph is None else int(graph),
+        -1 if label is None else _GRAPH_LABELS.index(label), exact_only,
     )  # fmt: skip
 
 
+_GENERAL_TAIL = _TailPlan(_GENERAL, _NO_RUNS, -1, -1, False)
+
+
+class _Runs:
+    """The digit runs of several digit-masked texts (digits are b"0" there, and only
+    they), found together with numpy: start and end of each run (offsets in its text),
+    each text's first run and run count, and each text with its runs collapsed to one
+    b"0" (its shape)."""
+
+    def __init__(self, masked: list[bytes]):
+        lens = np.fromiter(map(len, masked), np.int64, len(masked))
+        base = np.cumsum(lens + 1) - (lens + 1)  # where each text starts once joined
+        joined = b"\n".join(masked)
+        buf = np.frombuffer(joined, np.uint8)
+        digit = buf == 48
+        before = np.concatenate(([False], digit[:-1]))
+        after = np.concatenate((digit[1:], [False]))
+        starts = np.flatnonzero(digit & ~before)
+        ends = np.flatnonzero(digit & ~after) + 1
+        self.first = np.searchsorted(starts, base)
+        self.count = np.searchsorted(starts, base + lens) - self.first
+        self.text = np.repeat(np.arange(len(masked)), self.count)  # of each run
+        self.starts, self.ends = starts - base[self.text], ends - base[self.text]
+        self.shapes = buf[~(digit & before)].tobytes().split(b"\n")
+
+    def of(self, i: int) -> list[tuple[int, int]]:
+        """The runs of text i."""
+        a, b = self.first[i], self.first[i] + self.count[i]
+        return list(zip(self.starts[a:b].tolist(), self.ends[a:b].tolist()))
+
+
 class _Plans:
-    """Layout plans by digit-masked line, with their numbers as numpy tables, and rank
-    templates (a rank text with its digit runs masked, shared by layouts). Bounded:
-    emptied (between chunks) past _MAX_FAST_PLANS layouts; plan 0 means "per line"."""
+    """Layout plans of prefill lines, by digit-masked line, as rows of numpy tables grown
+    in place: how the general parser reads every line of that layout, from the plan of its
+    head (_head_layout, by the masked head) and of its tail (_tail_plan, by the masked
+    tail's shape). Bounded: emptied (between chunks) past _MAX_FAST_PLANS layouts; plan 0
+    means "per line"."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()  # one scanner at a time (threads share the plans)
@@ -732,53 +771,141 @@ class _Plans:
 
     def clear(self) -> None:
         self.index: dict[bytes, int] = {}
-        self.plans: list[_LayoutPlan] = [_LayoutPlan(_GENERAL, _NO_NUMBERS, _NO_NUMBERS, False, False, -1, -1, None)]
-        self.rank_template: list[int] = [-1]  # per plan
-        self.templates: dict[tuple, int] = {}
+        self.head_ids: dict[bytes, int] = {}  # masked head -> row of the head table
+        self.head_rows: list[tuple] = []  # (fast path can read it, offsets, lengths, rank template)
+        self._head_arrays: tuple | None = None
+        self.tails: dict[bytes, _TailPlan] = {}  # tail shape -> its plan
+        self.templates: dict[tuple, int] = {}  # rank texts with masked digits, and runs
         self.template_list: list[tuple] = []
         self.rank_names: dict[tuple, str] = {}
-        self._tables: tuple | None = None
+        self.n = 1
+        # kind, pending, has_decode, graph, label, rank template, offsets, lengths
+        self._rows: list[np.ndarray] = [
+            np.zeros(256, t) for t in (np.int8, np.bool_, np.bool_, np.int8, np.int8, np.int64)
+        ] + [np.zeros((256, _NF), np.int64), np.zeros((256, _NF), np.int64)]
+        self._rows[0][0] = _GENERAL
+        self._rows[5][0] = -1
+
+    def tables(self) -> list[np.ndarray]:
+        """[kind, pending, has_decode, graph, label, rank template, offsets, lengths], one
+        row per plan (views: fetch again after resolve)."""
+        return [t[: self.n] for t in self._rows]
 
     def resolve(self, keys: list[bytes], lines: list[bytes], pids: list) -> None:
-        """Fill the None entries of `pids` (plans of `keys`), planning new layouts."""
+        """Fill the None entries of `pids` (plans of `keys`, the digit-masked `lines`),
+        planning the new layouts together."""
+        new: dict[bytes, int] = {}
         for j, pid in enumerate(pids):
-            if pid is not None:
-                continue
-            key = keys[j]
-            pid = self.index.get(key)
             if pid is None:
+                key = keys[j]
                 if len(key) > _MAX_PLAN_KEY:
                     pids[j] = 0  # planned per line, not cached (flat memory)
-                    continue
-                pid = self.index[key] = len(self.plans)
-                plan = _layout_plan(lines[j])
-                self.plans.append(plan)
-                tid = -1
-                if plan.rank is not None:
-                    template = (plan.rank[0].translate(_MASK_DIGITS_STR), plan.rank[1])
-                    tid = self.templates.get(template, -1)
-                    if tid < 0:
-                        tid = self.templates[template] = len(self.template_list)
-                        self.template_list.append(template)
-                self.rank_template.append(tid)
-                self._tables = None
-            pids[j] = pid
+                elif key not in new:
+                    new[key] = j
+        if new:
+            rows = list(new.values())
+            ids = self._plan([keys[j] for j in rows], [lines[j] for j in rows])
+            self.index.update(zip(new, ids))
+        for j, pid in enumerate(pids):
+            if pid is None:
+                pids[j] = self.index[keys[j]]
 
-    def tables(self) -> tuple:
-        """(kind, pending, has_decode, graph, label, rank template, offsets, lengths)."""
-        if self._tables is None:
-            p = self.plans
-            self._tables = (
-                np.array([x.kind for x in p], np.int8),
-                np.array([x.pending for x in p], np.bool_),
-                np.array([x.has_decode for x in p], np.bool_),
-                np.array([x.graph for x in p], np.int8),
-                np.array([x.label for x in p], np.int8),
-                np.array(self.rank_template, np.int64),
-                np.array([x.offsets for x in p], np.int64),
-                np.array([x.lengths for x in p], np.int64),
-            )
-        return self._tables
+    def _plan(self, keys: list[bytes], lines: list[bytes]) -> range:
+        """Plan new layouts (distinct masked lines `keys` of raw `lines`); returns their ids."""
+        n = len(keys)
+        at = np.fromiter(map(bytes.find, lines, repeat(_B_PREFILL)), np.int64, n)
+        ok = np.fromiter(map(bytes.isascii, lines), np.bool_, n) & (at >= 0)  # else per line
+        cut = np.maximum(at, 0)
+        # heads: by masked head, into the head table
+        masked_heads = list(map(bytes.__getitem__, keys, map(slice, cut.tolist())))
+        head_ids = list(map(self.head_ids.get, masked_heads))
+        for i in [i for i, h in enumerate(head_ids) if h is None]:
+            head_ids[i] = self.head_ids.get(masked_heads[i])  # planned for an earlier line?
+            if head_ids[i] is None:
+                head_ids[i] = self._new_head(masked_heads[i], lines[i][: cut[i]])
+        hid = np.array(head_ids, np.int64)
+        h_ok, h_offsets, h_lengths, h_template = self._head_table()
+        # tails, as _decode leaves them (the line's final b"\r" dropped): by shape
+        tails = list(map(bytes.rstrip, map(bytes.__getitem__, keys, map(slice, (cut + 13).tolist(), repeat(None))), repeat(b"\r")))
+        runs = _Runs(tails)
+        long = np.zeros(n, np.bool_)
+        long[runs.text[runs.ends - runs.starts > 18]] = True
+        plans = list(map(self.tails.get, runs.shapes))
+        for i in np.flatnonzero(ok).tolist():
+            if plans[i] is None:  # (or planned for an earlier line of this call)
+                plans[i] = self.tails.get(runs.shapes[i])
+            if plans[i] is None or plans[i].exact_only or long[i]:
+                plans[i] = self._new_tail(lines[i][cut[i] + 13 :].rstrip(b"\r"), runs, i, store=not long[i])
+        plans = [p if p is not None else _GENERAL_TAIL for p in plans]
+        t_kind = np.fromiter(map(itemgetter(0), plans), np.int8, n)
+        field_runs = np.array(list(map(itemgetter(1), plans)), np.int64).reshape(n, _F_CT + 1)
+        kind = np.where(ok & h_ok[hid], t_kind, _GENERAL).astype(np.int8)
+        fast = kind == _FAST
+        # the count fields: offsets and lengths of their runs in each line
+        has = (field_runs >= 0) & fast[:, None]
+        g = np.where(has, runs.first[:, None] + field_runs, 0)
+        start = runs.starts[g] if len(runs.starts) else np.zeros_like(g)
+        length = np.where(has, runs.ends[g] - start, 0) if len(runs.starts) else np.zeros_like(g)
+        kind[fast & (length > _MAX_FIELD_DIGITS).any(axis=1)] = _GENERAL
+        fast = kind == _FAST
+        offsets = np.where(fast[:, None], h_offsets[hid], 0)
+        lengths = np.where(fast[:, None], h_lengths[hid], 0)
+        offsets[:, : _F_CT + 1] = np.where(has, cut[:, None] + 13 + start, 0)
+        lengths[:, : _F_CT + 1] = length
+        graph = np.where(fast, np.fromiter(map(itemgetter(2), plans), np.int8, n), -1).astype(np.int8)
+        label = np.where(fast, np.fromiter(map(itemgetter(3), plans), np.int8, n), -1).astype(np.int8)
+        template = np.where(fast, h_template[hid], -1)
+        pending = np.fromiter(map(bytes.endswith, map(bytes.rstrip, lines), repeat(b",")), np.bool_, n)
+        has_decode = np.fromiter(map(bytes.__contains__, lines, repeat(_B_DECODE)), np.bool_, n)
+        return self._append(kind, pending, has_decode, graph, label, template, offsets, lengths)
+
+    def _new_head(self, masked: bytes, raw: bytes) -> int:
+        """Plan a head (_head_layout) into the head table; returns its row."""
+        layout = _head_layout(raw.decode("ascii")) if raw.isascii() else None
+        row: tuple = (False, [0] * _NF, [0] * _NF, -1)
+        if layout is not None:
+            tid = -1
+            if layout[2] is not None:
+                tid = self.templates.setdefault(layout[2], len(self.template_list))
+                if tid == len(self.template_list):
+                    self.template_list.append(layout[2])
+            row = (True, layout[0], layout[1], tid)
+        self.head_rows.append(row)
+        self._head_arrays = None
+        self.head_ids[masked] = len(self.head_rows) - 1
+        return len(self.head_rows) - 1
+
+    def _head_table(self) -> tuple:
+        """The head table as arrays: (fast path can read it, offsets, lengths, template)."""
+        if self._head_arrays is None:
+            ok, offsets, lengths, template = zip(*self.head_rows)
+            self._head_arrays = (
+                np.array(ok, np.bool_), np.array(offsets, np.int64).reshape(-1, _NF),
+                np.array(lengths, np.int64).reshape(-1, _NF), np.array(template, np.int64),
+            )  # fmt: skip
+        return self._head_arrays
+
+    def _new_tail(self, tail: bytes, runs: _Runs, i: int, store: bool) -> _TailPlan:
+        """_tail_plan of text i of `runs`, kept by its shape if `store` and the shape
+        decides it."""
+        plan = _tail_plan(tail.decode("ascii"), runs.of(i))
+        shape = runs.shapes[i]
+        if store and not plan.exact_only and len(shape) <= _MAX_PLAN_KEY:
+            self.tails[shape] = plan
+        return plan
+
+    def _append(self, *columns: np.ndarray) -> range:
+        n0, n = self.n, self.n + len(columns[0])
+        if n > len(self._rows[0]):
+            size = max(2 * len(self._rows[0]), n)
+            grown = [np.zeros((size,) + t.shape[1:], t.dtype) for t in self._rows]
+            for new, old in zip(grown, self._rows):
+                new[:n0] = old[:n0]
+            self._rows = grown
+        for table, column in zip(self._rows, columns):
+            table[n0:n] = column
+        self.n = n
+        return range(n0, n)
 
     def rank_name(self, tid: int, runs: tuple) -> str:
         """The rank text of template `tid` with its digit runs set to `runs`."""
@@ -796,6 +923,7 @@ class _Plans:
 
 _PLANS = _Plans()
 _FAST_PATH = True  # False: every line through the per-line parser (tests compare both)
+_SMALL_PIECE = 16 << 10
 
 
 class _ChunkLines:
@@ -985,8 +1113,10 @@ class _Scanner:
         self._bad: list[tuple[int, str]] = []
 
     def feed(self, piece: _Piece) -> None:
-        """`piece` holds whole lines; only the input's last piece may lack the final b"\\n"."""
-        if self.fast:
+        """`piece` holds whole lines; only the input's last piece may lack the final b"\\n".
+        A lone short line (one across two blocks) costs less through the per-line parser."""
+        size = piece.stop - piece.start
+        if self.fast and (size > _SMALL_PIECE or piece.data.count(b"\n", piece.start, piece.stop - 1)):
             self._feed_fast(piece)
         else:
             self._feed_lines(piece.data[piece.start : piece.stop])
