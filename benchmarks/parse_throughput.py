@@ -5,14 +5,15 @@ Generates synthetic SGLang server logs (seeded) in benchmarks/_work/, then in th
     each in a fresh child process that reports its wall time, CPU time and peak RSS
     (ru_maxrss), best of --repeat runs; and `grep -c 'Prefill batch'` on the same file;
     peak RSS must grow only with the per-batch columns (a few dozen bytes per prefill
-    batch), not with the file;
+    batch), not with the file; and a log of a busy DP-attention server (8 ranks,
+    millisecond stamps, counts of widely varying width: many distinct field layouts);
   * several files: times parse_logs(files, jobs=J) for each J of --jobs on --files logs of
     --file-mb MB each (CPU time includes the worker processes) and checks that every J
     gives the same trace.
 Wall-clock MB/s on a shared machine is a lower bound; CPU-time MB/s says what one core does.
 
-Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--files 4]
-           [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0]
+Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--varied-mb 100]
+           [--files 4] [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -62,11 +63,34 @@ def _block(rng: np.random.Generator, n_lines: int, t0: int) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
-def generate(path: Path, mb: float, seed: int) -> None:
+def _varied_block(rng: np.random.Generator, n_lines: int, t0: int) -> bytes:
+    """n_lines of a busy DP-attention server logging milliseconds: 8 ranks, and counts
+    of widely varying width (a few dozen thousand distinct field layouts per 100 MB)."""
+    n = n_lines // 2
+    seqs, tok = rng.integers(1, 300, n), np.minimum(rng.lognormal(7, 1.5, n).astype(int) + 1, 16384)
+    cached, run = rng.lognormal(6, 3, n).astype(int), rng.integers(0, 512, n)
+    queue, pend, thr = rng.lognormal(2, 2, n).astype(int), rng.lognormal(5, 4, n).astype(int), rng.lognormal(9, 2, n)
+    out = []
+    for i in range(n):
+        t = t0 + i // 30
+        stamp = f"[2026-08-27 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}.{i % 1000:03d} DP{i % 8} TP{i % 8}]"
+        out.append(
+            f"{stamp} Prefill batch, #new-seq: {seqs[i]}, #new-token: {tok[i]}, #cached-token: {cached[i]}, "
+            f"token usage: 0.{i % 97:02d}, #running-req: {run[i]}, #queue-req: {queue[i]}, #pending-token: {pend[i]}, "
+            f"cuda graph: {bool(i % 3)}, input throughput (token/s): {thr[i]:.2f}"
+        )
+        out.append(
+            f"{stamp} Decode batch, #running-req: {run[i]}, #token: {i * 7 % 400000}, token usage: 0.{i % 89:02d}, "
+            f"cuda graph: True, gen throughput (token/s): {thr[i] / 7:.2f}, #queue-req: {queue[i]}"
+        )
+    return ("\n".join(out) + "\n").encode()
+
+
+def generate(path: Path, mb: float, seed: int, block=None) -> None:
     if path.exists() and path.stat().st_size >= mb * 1e6:
         return
     rng = np.random.default_rng(seed)
-    blocks = [_block(rng, 40_000, 3600 * k) for k in range(4)]
+    blocks = [(block or _block)(rng, 40_000, 3600 * k) for k in range(4)]
     target = int(mb * 1e6)
     tmp = path.with_suffix(".tmp")
     written = 0
@@ -144,6 +168,15 @@ def single_process(a: argparse.Namespace) -> None:
         )
         if r["batches"] != n_grep:
             print("  MISMATCH: parser and grep disagree on the prefill line count", file=sys.stderr)
+    varied = WORK / f"synthetic_varied_{int(a.varied_mb)}mb.log"
+    generate(varied, a.varied_mb, a.seed, _varied_block)
+    r = parse_in_child([varied], 0, a.repeat)
+    size_mb = varied.stat().st_size / 1e6
+    print(
+        f"{varied.name}: {size_mb:.1f} MB, {r['batches']:,} prefill batches (8 DP ranks, millisecond stamps, "
+        f"varied field widths)\n  parse_logs: {r['seconds']:.2f} s wall = {size_mb / r['seconds']:.1f} MB/s; "
+        f"{r['cpu_seconds']:.2f} s CPU = {size_mb / r['cpu_seconds']:.1f} MB/s"
+    )
     s, b = results["small"], results["big"]
     growth = (b["peak_rss_kb"] - s["peak_rss_kb"]) / 1024
     col_growth = (b["column_bytes"] - s["column_bytes"]) / 2**20
@@ -187,6 +220,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=200)
     ap.add_argument("--small-mb", type=float, default=20)
+    ap.add_argument("--varied-mb", type=float, default=100)
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--file-mb", type=float, default=50)
     ap.add_argument("--jobs", type=int, nargs="*", default=[1, 2])

@@ -23,12 +23,15 @@ token counts is counted as malformed. Only per-batch numbers are kept, in compac
 Speed: each chunk goes through a fast path (_Scanner._feed_fast) that finds prefill and
 decode lines with numpy, looks each prefill line up by its layout (the line with its ASCII
 digits masked), and reads the numbers of a known layout at fixed offsets, vectorised. A
-layout's plan is computed once by the general per-record parser (_prefill_values,
-_prefix_layout), so both agree by construction; every line the plan does not fully cover
-(non-ASCII text, records that may continue on the next line, capture, startup and other
-rare lines) goes through the general per-line parser (_Scanner._line), in line order.
-Several files parse in parallel processes (parse_logs(..., jobs=N)) into one merged trace
-identical to the serial parse.
+layout's plan comes from the general per-record parser itself: _prefix_layout on the text
+before "Prefill batch" (one plan per masked head) and _plan on the text after it (one plan
+per tail shape: masked, each digit run collapsed, since _plan decides by where digits are,
+not by how many), so both agree by construction (and tests/test_sglang_log.py compares
+them on every log and on generated ones). Every line a plan does not fully cover (non-ASCII
+text, a record that may continue on the next line, capture, startup and other rare lines)
+goes through the general per-line parser (_Scanner._line), in line order. Several files
+parse in worker processes (parse_logs(..., jobs=N)) into one merged trace identical to the
+serial parse.
 """
 
 from __future__ import annotations
