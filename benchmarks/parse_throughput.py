@@ -1,14 +1,19 @@
 """Log parse throughput of `bcgtune trace --log` (bcgtune.adapters.sglang_log.parse_logs).
 
-Generates a synthetic SGLang server log (>= 200 MB by default, seeded) in
-benchmarks/_work/, then in the same run:
-  * times parse_logs on it (MB/s), in a fresh child process that also reports its
-    peak RSS (ru_maxrss);
-  * times `grep -c 'Prefill batch'` on the same file;
-  * does the same parse on a 20 MB file, to show peak RSS grows only with the per-batch
-    columns (a few dozen bytes per prefill batch), not with the file.
+Generates synthetic SGLang server logs (seeded) in benchmarks/_work/, then in the same run:
+  * single process: times parse_logs on a big log (>= 200 MB by default) and a 20 MB one,
+    each in a fresh child process that reports its wall time, CPU time and peak RSS
+    (ru_maxrss), best of --repeat runs; and `grep -c 'Prefill batch'` on the same file;
+    peak RSS must grow only with the per-batch columns (a few dozen bytes per prefill
+    batch), not with the file; and a log of a busy DP-attention server (8 ranks,
+    millisecond stamps, counts of widely varying width: many distinct field layouts);
+  * several files: times parse_logs(files, jobs=J) for each J of --jobs on --files logs of
+    --file-mb MB each (CPU time includes the worker processes) and checks that every J
+    gives the same trace.
+Wall-clock MB/s on a shared machine is a lower bound; CPU-time MB/s says what one core does.
 
-Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--seed 0]
+Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--varied-mb 100]
+           [--files 4] [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_model
 
 WORK = Path(__file__).resolve().parent / "_work"
 REPO = Path(__file__).resolve().parents[1]
@@ -55,11 +63,34 @@ def _block(rng: np.random.Generator, n_lines: int, t0: int) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
-def generate(path: Path, mb: float, seed: int) -> None:
+def _varied_block(rng: np.random.Generator, n_lines: int, t0: int) -> bytes:
+    """n_lines of a busy DP-attention server logging milliseconds: 8 ranks, and counts
+    of widely varying width (a few dozen thousand distinct field layouts per 100 MB)."""
+    n = n_lines // 2
+    seqs, tok = rng.integers(1, 300, n), np.minimum(rng.lognormal(7, 1.5, n).astype(int) + 1, 16384)
+    cached, run = rng.lognormal(6, 3, n).astype(int), rng.integers(0, 512, n)
+    queue, pend, thr = rng.lognormal(2, 2, n).astype(int), rng.lognormal(5, 4, n).astype(int), rng.lognormal(9, 2, n)
+    out = []
+    for i in range(n):
+        t = t0 + i // 30
+        stamp = f"[2026-08-27 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}.{i % 1000:03d} DP{i % 8} TP{i % 8}]"
+        out.append(
+            f"{stamp} Prefill batch, #new-seq: {seqs[i]}, #new-token: {tok[i]}, #cached-token: {cached[i]}, "
+            f"token usage: 0.{i % 97:02d}, #running-req: {run[i]}, #queue-req: {queue[i]}, #pending-token: {pend[i]}, "
+            f"cuda graph: {bool(i % 3)}, input throughput (token/s): {thr[i]:.2f}"
+        )
+        out.append(
+            f"{stamp} Decode batch, #running-req: {run[i]}, #token: {i * 7 % 400000}, token usage: 0.{i % 89:02d}, "
+            f"cuda graph: True, gen throughput (token/s): {thr[i] / 7:.2f}, #queue-req: {queue[i]}"
+        )
+    return ("\n".join(out) + "\n").encode()
+
+
+def generate(path: Path, mb: float, seed: int, block=None) -> None:
     if path.exists() and path.stat().st_size >= mb * 1e6:
         return
     rng = np.random.default_rng(seed)
-    blocks = [_block(rng, 40_000, 3600 * k) for k in range(4)]
+    blocks = [(block or _block)(rng, 40_000, 3600 * k) for k in range(4)]
     target = int(mb * 1e6)
     tmp = path.with_suffix(".tmp")
     written = 0
@@ -76,23 +107,38 @@ def generate(path: Path, mb: float, seed: int) -> None:
     os.replace(tmp, path)
 
 
+# jobs 0: parse_logs without a jobs argument (also what a version without one accepts)
 CHILD = r"""
-import json, resource, sys, time
-t0 = time.perf_counter()
+import hashlib, json, resource, sys, time
 from bcgtune.adapters.sglang_log import parse_logs
-from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-tr = parse_logs([sys.argv[1]])
+jobs, files = int(sys.argv[1]), sys.argv[2:]
+r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+t0 = time.perf_counter()
+tr = parse_logs(files, **({"jobs": jobs} if jobs else {}))
 dt = time.perf_counter() - t0
-cols = sum(v.nbytes for v in tr.batches.values())
-print(json.dumps({"seconds": dt, "batches": tr.n_batches, "lines": tr.parse_stats["lines"],
-                  "decode_lines": tr.parse_stats["decode_lines"], "column_bytes": cols,
-                  "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+digest = hashlib.sha256()
+for k in sorted(tr.batches):
+    digest.update(k.encode() + tr.batches[k].tobytes())
+print(json.dumps({"seconds": dt, "cpu_seconds": cpu, "batches": tr.n_batches, "lines": tr.parse_stats["lines"],
+                  "decode_lines": tr.parse_stats["decode_lines"], "digest": digest.hexdigest(),
+                  "column_bytes": sum(v.nbytes for v in tr.batches.values()),
+                  "peak_rss_kb": r1.ru_maxrss, "worker_peak_rss_kb": c1.ru_maxrss}))
 """
 
 
-def parse_in_child(path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], cwd=REPO, capture_output=True, check=True)
-    return json.loads(out.stdout)
+def parse_in_child(files: list[Path], jobs: int, repeat: int) -> dict:
+    """Best (least wall time) of `repeat` runs, each in a fresh process."""
+    best = None
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(jobs), *map(str, files)], cwd=REPO, capture_output=True, check=True
+        )
+        r = json.loads(out.stdout)
+        if best is None or r["seconds"] < best["seconds"]:
+            best = r
+    return best
 
 
 def grep_count(path: Path) -> tuple[int, float]:
@@ -101,36 +147,36 @@ def grep_count(path: Path) -> tuple[int, float]:
     return int(out.stdout), time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=float, default=200)
-    ap.add_argument("--small-mb", type=float, default=20)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    WORK.mkdir(exist_ok=True)
+def single_process(a: argparse.Namespace) -> None:
     big, small = WORK / f"synthetic_{int(a.mb)}mb.log", WORK / f"synthetic_{int(a.small_mb)}mb.log"
-    t0 = time.perf_counter()
     generate(big, a.mb, a.seed)
     generate(small, a.small_mb, a.seed)
-    gen_s = time.perf_counter() - t0
-    print(f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, numpy={np.__version__}")
-    print(f"generated/checked inputs in {gen_s:.1f} s")
     results = {}
     for label, path in (("small", small), ("big", big)):
         size_mb = path.stat().st_size / 1e6
-        r = parse_in_child(path)
+        r = parse_in_child([path], 0, a.repeat)
         n_grep, grep_s = grep_count(path)
         r.update(size_mb=size_mb, grep_count=n_grep, grep_s=grep_s)
         results[label] = r
         print(
             f"{path.name}: {size_mb:.1f} MB, {r['lines']:,} lines, {r['batches']:,} prefill batches "
             f"(grep -c: {n_grep:,}), {r['decode_lines']:,} decode lines\n"
-            f"  parse_logs: {r['seconds']:.2f} s = {size_mb / r['seconds']:.1f} MB/s; "
+            f"  parse_logs: {r['seconds']:.2f} s wall = {size_mb / r['seconds']:.1f} MB/s; "
+            f"{r['cpu_seconds']:.2f} s CPU = {size_mb / r['cpu_seconds']:.1f} MB/s; "
             f"grep -c 'Prefill batch': {grep_s:.2f} s = {size_mb / grep_s:.0f} MB/s\n"
             f"  peak RSS {r['peak_rss_kb'] / 1024:.1f} MiB; per-batch columns {r['column_bytes'] / 2**20:.1f} MiB"
         )
         if r["batches"] != n_grep:
             print("  MISMATCH: parser and grep disagree on the prefill line count", file=sys.stderr)
+    varied = WORK / f"synthetic_varied_{int(a.varied_mb)}mb.log"
+    generate(varied, a.varied_mb, a.seed, _varied_block)
+    r = parse_in_child([varied], 0, a.repeat)
+    size_mb = varied.stat().st_size / 1e6
+    print(
+        f"{varied.name}: {size_mb:.1f} MB, {r['batches']:,} prefill batches (8 DP ranks, millisecond stamps, "
+        f"varied field widths)\n  parse_logs: {r['seconds']:.2f} s wall = {size_mb / r['seconds']:.1f} MB/s; "
+        f"{r['cpu_seconds']:.2f} s CPU = {size_mb / r['cpu_seconds']:.1f} MB/s"
+    )
     s, b = results["small"], results["big"]
     growth = (b["peak_rss_kb"] - s["peak_rss_kb"]) / 1024
     col_growth = (b["column_bytes"] - s["column_bytes"]) / 2**20
@@ -138,15 +184,58 @@ def main() -> None:
     print(
         f"peak RSS: {s['peak_rss_kb'] / 1024:.1f} MiB ({s['size_mb']:.0f} MB log) -> {b['peak_rss_kb'] / 1024:.1f} MiB "
         f"({b['size_mb']:.0f} MB log, x{ratio:.1f} input): +{growth:.1f} MiB, of which per-batch columns "
-        f"+{col_growth:.1f} MiB (final columns + a transient copy for the histogram)"
+        f"+{col_growth:.1f} MiB"
     )
-    # No line is kept: RSS may grow by the columns (and numpy's temporaries during the
-    # histogram, about 3x the forward_tokens column), never by the input size.
+    # No line is kept: RSS may grow by the columns (collected per chunk, then joined once,
+    # and numpy's temporaries for the histogram), never by the input size.
     limit = 3 * col_growth + 16
     verdict = "FLAT (bounded by per-batch columns)" if growth <= limit else "NOT FLAT"
     print(f"memory check: growth {growth:.1f} MiB <= {limit:.1f} MiB allowed: {verdict}")
     if growth > limit:
         sys.exit(1)
+
+
+def several_files(a: argparse.Namespace) -> None:
+    files = [WORK / f"synthetic_{int(a.file_mb)}mb_seed{a.seed + 1 + k}.log" for k in range(a.files)]
+    for k, f in enumerate(files):
+        generate(f, a.file_mb, a.seed + 1 + k)
+    total = sum(f.stat().st_size for f in files) / 1e6
+    print(f"{a.files} files x {a.file_mb:.0f} MB = {total:.0f} MB:")
+    digests, base = set(), None
+    for jobs in a.jobs:
+        r = parse_in_child(files, jobs, a.repeat)
+        digests.add(r["digest"])
+        base = base or r["seconds"]
+        print(
+            f"  jobs={jobs}: {r['seconds']:.2f} s wall = {total / r['seconds']:.0f} MB/s "
+            f"(x{base / r['seconds']:.2f} vs jobs={a.jobs[0]}); {r['cpu_seconds']:.2f} s CPU in all processes; "
+            f"peak RSS {r['peak_rss_kb'] / 1024:.0f} MiB, largest worker {r['worker_peak_rss_kb'] / 1024:.0f} MiB"
+        )
+    print(f"  same trace for every jobs value: {'yes' if len(digests) == 1 else 'NO'}")
+    if len(digests) != 1:
+        sys.exit(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=200)
+    ap.add_argument("--small-mb", type=float, default=20)
+    ap.add_argument("--varied-mb", type=float, default=100)
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--file-mb", type=float, default=50)
+    ap.add_argument("--jobs", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    WORK.mkdir(exist_ok=True)
+    print(
+        f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, "
+        f"numpy={np.__version__}, load average {os.getloadavg()[0]:.1f} at start"
+    )
+    single_process(a)
+    if a.jobs:
+        several_files(a)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -5,11 +5,17 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bcgtune.adapters.sglang_log import (
@@ -24,6 +30,7 @@ from bcgtune.errors import InputError
 
 SHARED_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "sglang-logs"
 OUR_LOGS = Path(__file__).resolve().parent / "data" / "logs"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _golden_cases():
@@ -140,7 +147,7 @@ def test_malformed_lines_counted_with_samples(tmp_path):
     log = tmp_path / "m.log"
     good = "[2026-08-27 03:46:54] Prefill batch, #new-seq: 9, #new-token: 8192, #cached-token: 0, cuda graph: True"
     bad = "[2026-08-28 21:35:16] Prefill batch, #new-seq: 1"
-    log.write_text("\n".join([good, bad, "noise", bad, good]) + "\n")
+    log.write_text(f"{good}\n{bad}\nnoise\n{bad}\n{good}\n")
     trace = parse_logs([str(log)])
     assert trace.n_batches == 2
     ps = trace.parse_stats
@@ -350,7 +357,7 @@ def test_generated_prefill_lines_round_trip(prefix, stamp, rank, head, nums, gra
         assert rec.graph is None
     if stamp is not None:
         assert not math.isnan(rec.timestamp)
-    assert rec.forward_tokens(mixed_chunk=True) == tok + (replay if replay > 0 else 0) + (running if running > 0 else 0)
+    assert rec.forward_tokens(mixed_chunk=True) == tok + max(0, replay) + max(0, running)
 
 
 def test_property_fails_on_a_wrong_parser():
@@ -411,3 +418,590 @@ def test_tricky_chunk_content_parsed():
     assert res.records[3].forward_ct == 3 and res.records[3].rank == "TP0"
     assert [m["line"] for m in res.malformed] == [11]
     assert len(res.graph_disabled) == 1
+
+
+# ---- the fast path equals the per-line parser -----------------------------------------
+def _both_paths(path, monkeypatch, chunk_size=None):
+    """scan_log of `path` through the fast path and through the per-line parser only."""
+    import bcgtune.adapters.sglang_log as mod
+
+    if chunk_size is not None:
+        monkeypatch.setattr(mod, "CHUNK_SIZE", chunk_size)
+    monkeypatch.setattr(mod, "_SMALL_PIECE", -1)  # every piece through the fast path
+    fast = scan_log(str(path))
+    monkeypatch.setattr(mod, "_FAST_PATH", False)
+    slow = scan_log(str(path))
+    monkeypatch.setattr(mod, "_FAST_PATH", True)
+    return fast, slow
+
+
+def _all_logs():
+    paths = sorted(p for folder in (SHARED_LOGS, OUR_LOGS) if folder.is_dir() for p in folder.glob("*.log"))
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in paths]
+
+
+@pytest.mark.parametrize("path", _all_logs())
+def test_fast_path_equals_per_line_parser_on_every_log(path, monkeypatch):
+    import bcgtune.adapters.sglang_log as mod
+
+    fast, slow = _both_paths(path, monkeypatch)
+    assert repr(fast) == repr(slow)  # repr: NaN timestamps never compare equal
+    a = mod._parse_file(str(path), 0)  # the compact columns parse_logs merges
+    monkeypatch.setattr(mod, "_FAST_PATH", False)
+    b = mod._parse_file(str(path), 0)
+    assert a.columns.keys() == b.columns.keys()
+    for k in a.columns:
+        assert a.columns[k].dtype == b.columns[k].dtype
+        assert np.array_equal(a.columns[k], b.columns[k], equal_nan=k == "timestamp"), k
+    assert {**vars(a), "columns": None} == {**vars(b), "columns": None}
+
+
+_G_PREFIXES = st.sampled_from(
+    ["", "    ", "sglang  | ", "2025-02-04 21:29:21 ", "[2025-03-11 16:16:58] ", "⏎ ", "[x] ", "\ufeff",
+     " 50%|#####     | 2/4 [00:01<00:01,  1.73it/s]", "2025-07-02T11:36:23.123Z stdout F ", "progress\r50%\r"]
+)  # fmt: skip
+_G_STAMPS = st.sampled_from(
+    [None, "2025-02-04 05:29:21", "16:43:29", "2026-09-24 01:47:50.615", "2026-01-01 00:00:00,123456",
+     "2026-13-45 25:61:61", "2026-01-01T00:00:00", "2026-01-01 0:00:00", "2026-01-01 00:00:00.5"]
+)  # fmt: skip
+_G_RANKS = st.sampled_from(
+    [None, "TP0", "TP12", "DP7 TP7", "PP0 ATTN_CP1 TP1 EP1", "DP10 TP10 EP10", "TP00001", "gpu=0",
+     "handler.py:169 INFO", "TP1 TP2 TP3 TP4 TP5", "DP1  TP1", "TP99999999999"]
+)  # fmt: skip
+_G_HEADS = st.sampled_from(
+    ["Prefill batch,", "Prefill batch.", "Prefill batch [17],", "Prefill batch", "Prefill batches:",
+     "new fill batch.", "Prefill batch,Prefill batch,"]
+)  # fmt: skip
+_G_KEYS = st.sampled_from(
+    ["#new-seq", "#new-token", "#cached-token", "#running-req", "#queue-req", "#replay-token", "#New_Token",
+     "#seq", "#remaining-req", "token usage", "#pending-token", "input throughput (token/s)", "cache hit rate"]
+)  # fmt: skip
+_G_VALUES = st.one_of(
+    st.integers(0, 99999).map(str),
+    st.sampled_from(["0", "007", "2147483647", "2147483648", "4294967296", "99999999999999999999999", "-5",
+                     "1_000", "+3", " 12 ", "5 (x)", "3.", "0.05", "12.50%", "x", "", "１２"]),
+)  # fmt: skip
+_G_GRAPHS = st.sampled_from(
+    [None, "cuda graph: True", "cuda graph: False", "npu graph: True", "cpu graph: False", "CUDA graph: True",
+     "cuda graph: maybe", "cuda graph: True."]
+)  # fmt: skip
+_G_OTHER = st.sampled_from(
+    [
+        "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 5, cuda graph: True, gen throughput (token/s): 1.0",
+        "[2026-01-01 00:00:00] INFO:     127.0.0.1:40004 - \"POST /v1/completions HTTP/1.1\" 200 OK",
+        "[2026-01-01 00:00:00 TP0] Capture cuda graph bs [1, 2, 4, 8]",
+        "[2026-01-01 00:00:00 TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[256, 512] (2), avail mem=10.0 GB",
+        "[2026-01-01 00:00:00 TP0] max_total_num_tokens=1000, chunked_prefill_size=8192, context_len=4096",
+        "[2026-01-01 00:00:00] Disable prefill CUDA graph because LoRA is enabled.",
+        "[gpu=0] #running-req: 1, #token: 2, token usage: 0.00, gen throughput (token/s): 3.1, #queue-req: 0",
+        "    #running-req: 3, #queue-req: 1,",
+        "    cuda graph: False",
+        "  full token usage: 0.4, #queue-req: 2",
+        "gen throughput (token/s): 3.2, #running-req: 4",
+        "Capturing batches (bs=1 avail_mem=10.55 GB): 100%|██| 36/36",
+        "",
+        "   ",
+        "café ∑ \xff",
+        "x Decode batch y Prefill batch, #new-seq: 1, #new-token: 2",
+    ]
+)
+
+
+_G_COUNT_KEYS = ["#new-seq", "#new-token", "#cached-token", "#running-req", "#queue-req", "#replay-token"]
+_G_ALIASES = {"#new-seq": "#seq", "#new-token": "#New_Token", "#queue-req": "#remaining-req"}
+_G_EXTRAS = st.sampled_from(
+    ["token usage: 0.05", "#pending-token: 669940", "input throughput (token/s): 1234.56", "cache hit rate: 12.50%",
+     "full token usage: 0.43", "#unbootstrapped-req: 0", "waiting-image-req: 3", "MFU: 41.2%"]
+)  # fmt: skip
+_G_COUNTS = st.one_of(st.integers(0, 99), st.integers(0, 10**6), st.sampled_from([2**31 - 1, 2**31, 10**12]))
+
+
+@st.composite
+def _g_prefill_line(draw):
+    """A prefill line in any head, prefix, rank, field order, spacing and ending; mostly
+    readable, sometimes with an odd value or key."""
+    stamp, rank = draw(_G_STAMPS), draw(_G_RANKS)
+    inner = " ".join(x for x in (stamp, rank) if x)
+    head = draw(_G_PREFIXES) + (f"[{inner}] " if inner else "") + draw(_G_HEADS)
+    fields = []
+    for key in _G_COUNT_KEYS:
+        if draw(st.integers(0, 9)) < (9 if key in ("#new-seq", "#new-token") else 5):
+            if key in _G_ALIASES and draw(st.integers(0, 9)) == 0:
+                key = _G_ALIASES[key]
+            fields.append(f"{key}: {draw(_G_COUNTS)}")
+    fields += draw(st.lists(_G_EXTRAS, max_size=3))
+    if draw(st.integers(0, 4)) == 0:  # an odd value or key
+        fields.append(f"{draw(_G_KEYS)}: {draw(_G_VALUES)}")
+    graph = draw(_G_GRAPHS)
+    if graph:
+        fields.append(graph)
+    fields = draw(st.permutations(fields))
+    sep = draw(st.sampled_from([", ", ", ", ",", " , ", ". "]))
+    return head + " " + sep.join(fields) + draw(st.sampled_from(["", "", ",", ", ", "\r", "\r\r", ".", " "]))
+
+
+_G_CONTINUATIONS = st.sampled_from(
+    ["    #running-req: 3, #queue-req: 1,", "    cuda graph: False", "  full token usage: 0.4, #queue-req: 2,",
+     "gen throughput (token/s): 3.2, #running-req: 4", "#cached-token: 10,", "[2026-01-01 00:00:00] INFO: x"]
+)  # fmt: skip
+
+
+@st.composite
+def _g_wrapped(draw):
+    """A record ending with `,` and the lines after it (hand-wrapped, or not)."""
+    first = draw(_g_prefill_line()).rstrip("\r .,") + draw(st.sampled_from([",", ", ", ",\r"]))
+    return "\n".join([first] + draw(st.lists(_G_CONTINUATIONS, min_size=0, max_size=7)))
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.one_of(_g_prefill_line(), _G_OTHER, _g_wrapped()), min_size=1, max_size=40),
+    glue=st.lists(st.integers(0, 39), max_size=3),
+    crlf=st.booleans(),
+    final_newline=st.booleans(),
+    chunk_size=st.sampled_from([None, 7, 64, 333]),
+)
+def test_fast_path_equals_per_line_parser_generated(tmp_path, monkeypatch, lines, glue, crlf, final_newline, chunk_size):
+    for i in glue:  # two log lines glued together (concurrent writers)
+        if i + 1 < len(lines):
+            lines[i : i + 2] = [lines[i] + lines[i + 1]]
+    nl = "\r\n" if crlf else "\n"
+    path = tmp_path / "g.log"
+    path.write_bytes((nl.join(lines) + (nl if final_newline else "")).encode("utf-8", "surrogateescape"))
+    fast, slow = _both_paths(path, monkeypatch, chunk_size)
+    assert repr(fast) == repr(slow)
+
+
+def test_wrapped_record_after_a_fast_layout(tmp_path, monkeypatch):
+    # a record of a layout the fast path reads, ending with `,`: the next line decides
+    path = tmp_path / "w.log"
+    path.write_bytes(
+        b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 5, #new-token: 64,\n"
+        b"    #running-req: 3, #queue-req: 1,\n"
+        b"    cuda graph: False\n"
+        b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 5, #new-token: 64, \n"
+        b"gen throughput (token/s): 3.2, #running-req: 4\n"
+        b"[2026-01-01 00:00:01 TP0] Prefill batch, #new-seq: 5, #new-token: 64,\n"
+        b"[2026-01-01 00:00:01 TP0] Decode batch, #running-req: 1\n"
+    )
+    fast, slow = _both_paths(path, monkeypatch)
+    assert repr(fast) == repr(slow)
+    assert [(r.line, r.physical_lines, r.running_req) for r in fast.records] == [(1, 3, 3), (4, 2, 4), (6, 1, -1)]
+    assert fast.legacy_decode_lines == 0 and fast.decode_lines == 1
+
+
+# ---- hostile inputs: one-line InputError, bounded memory and time ----------------------
+def _count_reads(monkeypatch) -> list[int]:
+    """Sizes of the blocks parse_logs reads from its inputs."""
+    import bcgtune.adapters.sglang_log as mod
+
+    read = mod._Source.read
+    sizes: list[int] = []
+
+    def counting(self, size):
+        block = read(self, size)
+        sizes.append(len(block))
+        return block
+
+    monkeypatch.setattr(mod._Source, "read", counting)
+    return sizes
+
+
+def _nul_inputs(tmp_path):
+    sparse = tmp_path / "zeros.log"
+    with open(sparse, "wb") as fh:
+        fh.truncate(1 << 30)  # 1 GiB of NUL bytes (sparse: costs no disk)
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes())
+    gz = tmp_path / "zeros.log.gz"
+    gz.write_bytes(gzip.compress(bytes(2_000_000)))
+    return [sparse, noise, gz] + ([Path("/dev/zero")] if Path("/dev/zero").exists() else [])
+
+
+def test_binary_inputs_refused_after_the_first_chunk(tmp_path, monkeypatch):
+    import bcgtune.adapters.sglang_log as mod
+
+    for path in _nul_inputs(tmp_path):
+        reads = _count_reads(monkeypatch)
+        with pytest.raises(InputError, match="binary data") as ei:
+            parse_logs([str(path)])
+        assert ei.value.where == str(path) and "\n" not in str(ei.value)
+        assert sum(reads) <= mod.CHUNK_SIZE, path  # refused on the first block, whatever follows
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, fast):
+    import bcgtune.adapters.sglang_log as mod
+
+    monkeypatch.setattr(mod, "_FAST_PATH", fast)
+    path = tmp_path / "long.log"
+    ok = b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5\n"
+    with open(path, "wb") as fh:
+        fh.write(ok)
+        fh.write(b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 6, " + b"x" * (3 << 20) + b"\n")
+        fh.write(ok)
+        fh.write(b"y" * (mod.MAX_LINE_BYTES + 1))  # the last line, without b"\n"
+    reads = _count_reads(monkeypatch)
+    trace = parse_logs([str(path)])
+    assert max(reads) <= mod.CHUNK_SIZE
+    assert trace.batches["line"].tolist() == [1, 3]
+    ps = trace.parse_stats
+    assert ps["lines"] == 4 and ps["overlong_lines"] == 2 and ps["malformed_prefill_lines"] == 0
+    assert [(s["line"], s["bytes"]) for s in ps["overlong_samples"]] == [(2, len(ok) + 1 + (3 << 20)), (4, mod.MAX_LINE_BYTES + 1)]
+    assert all(len(s["text"]) <= mod.MAX_QUOTE_CHARS for s in ps["overlong_samples"])
+    assert ps["overlong_samples"][0]["text"].startswith("[2026-01-01 00:00:00 TP0] Prefill batch")
+    assert len(repr(ps)) < 5000  # never the whole line
+
+
+def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path, monkeypatch):
+    # the same path as a 100 MB line, at a scale a test can afford: a line 1000 times the
+    # line limit is read block by block and never held whole
+    import bcgtune.adapters.sglang_log as mod
+
+    monkeypatch.setattr(mod, "MAX_LINE_BYTES", 1024)
+    monkeypatch.setattr(mod, "CHUNK_SIZE", 1024)
+    path = tmp_path / "long.log"
+    path.write_bytes(b"z" * (1024 * 1000) + b"\n[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 9\n")
+    held = []
+    chunks = mod._chunks
+
+    def watching(src, size):
+        for item in chunks(src, size):
+            held.append(len(item.data) if isinstance(item, mod._Piece) else len(item.head))
+            yield item
+
+    monkeypatch.setattr(mod, "_chunks", watching)
+    trace = parse_logs([str(path)])
+    assert max(held) <= 2 * 1024
+    assert trace.batches["line"].tolist() == [2] and trace.parse_stats["overlong_lines"] == 1
+
+
+def test_truncated_and_corrupt_gz_name_the_file(tmp_path):
+    data = (OUR_LOGS / "e1_npu_forward_iter.log").read_bytes() * 50
+    gz = gzip.compress(data)
+    cases = {"cut1.log.gz": gz[:1], "cut10.log.gz": gz[:10], "cut_half.log.gz": gz[: len(gz) // 2], "cut_tail.log.gz": gz[:-4]}
+    flipped = bytearray(gz)
+    flipped[len(gz) // 2] ^= 0xFF
+    cases["flipped.log.gz"] = bytes(flipped)
+    cases["header_only.log.gz"] = b"\x1f\x8b\x08\x00garbage" * 3
+    for name, blob in cases.items():
+        path = tmp_path / name
+        path.write_bytes(blob)
+        with pytest.raises(InputError) as ei:  # never EOFError, zlib.error or OSError
+            parse_logs([str(path)])
+        assert ei.value.where == str(path) and "\n" not in str(ei.value), name
+        assert len(ei.value.what) < 120, name
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_counts_outside_int32_are_malformed(tmp_path, monkeypatch, fast):
+    import bcgtune.adapters.sglang_log as mod
+
+    monkeypatch.setattr(mod, "_FAST_PATH", fast)
+    path = tmp_path / "big.log"
+    head = "[2026-01-01 00:00:00 TP0] Prefill batch"
+    path.write_text(
+        f"{head}, #new-seq: 1, #new-token: 2147483647, cuda graph: True\n"
+        f"{head}, #new-seq: 1, #new-token: 2147483648, cuda graph: True\n"
+        f"{head}, #new-seq: 1, #new-token: 99999999999999999999999\n"
+        f"{head}, #new-seq: 1, #new-token: 8, #cached-token: 4294967296\n"
+        f"{head}, #new-seq: 1, #new-token: 8, #running-req: -3\n"
+        f"{head} [99999999999999999999999], #new-seq: 1, #new-token: 8\n"
+        f"{head}, #new-seq: 1, #new-token: 1{'0' * 5000}\n"
+        f"{head}, #new-seq: 2, #new-token: 64\n"
+    )
+    trace = parse_logs([str(path)])
+    assert trace.batches["line"].tolist() == [1, 8]
+    assert trace.batches["new_token"].tolist() == [2147483647, 64]
+    ps = trace.parse_stats
+    assert ps["malformed_prefill_lines"] == 6
+    assert [s["line"] for s in ps["malformed_samples"]] == [2, 3, 4, 5, 6]
+    assert all(len(s["text"]) <= 300 for s in ps["malformed_samples"])
+
+
+def test_capture_and_startup_numbers_bounded():
+    cap = parse_capture_text("[2026-01-01 00:00:00 TP0] Capture cuda graph bs [1, 99999999999999999999, 4, -2]")
+    assert cap["buckets"] == [1, 4] and cap["elided"]
+    cap = parse_capture_text(
+        "Capture target prefill CUDA graph begin. num_tokens=[256] (99999999999999999999), avail mem=" + "9" * 400 + " GB"
+    )
+    assert cap["listed_count"] is None and cap["elided"] and cap["avail_mem_gb"] is None
+    d = parse_startup_text("[x] max_total_num_tokens=1000, chunked_prefill_size=-1, context_len=99999999999999, mem=1e9 GB")
+    assert d["max_total_num_tokens"] == 1000 and d["chunked_prefill_size"] == -1 and "context_len" not in d
+    assert parse_startup_text("[x] max_total_num_tokens=99999999999999999999, context_len=4096") is None
+
+
+def test_folder_missing_file_and_closed_stdin(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    with pytest.raises(InputError, match="folder") as ei:
+        parse_logs([str(tmp_path)])
+    assert ei.value.where == str(tmp_path)
+    with pytest.raises(InputError, match="no such file"):
+        parse_logs([str(tmp_path / "nope.log")])
+    monkeypatch.setattr(sys, "stdin", None)  # what Python sets when fd 0 is closed
+    with pytest.raises(InputError, match="standard input is closed") as ei:
+        parse_logs(["-"])
+    assert ei.value.where == "<stdin>"
+    closed = io.BytesIO(b"x")
+    closed.close()
+
+    class ClosedStdin:
+        buffer = closed
+
+    monkeypatch.setattr(sys, "stdin", ClosedStdin())
+    with pytest.raises(InputError, match="standard input is closed"):
+        parse_logs(["-"])
+    with pytest.raises(InputError, match="once"):
+        parse_logs(["-", "-"])
+
+
+_ADVERSARIAL = r"""
+import sys, time
+import bcgtune.adapters.sglang_log as m
+n = m.MAX_LINE_BYTES - 100
+lines = [
+    b"[t] Prefill batch, #new-seq: 1, #new-token: 1,", b"a" + b" " * n,  # continuation check
+    b"x Capture target " + b"Capture target aaaa " * (n // 20) + b"graph",
+    b"[t] max_total_num_tokens=1, " + b"a" * n,
+    b"Capture cuda graph bs " + b"bs[" * (n // 3),
+    b"Capture cuda graph bs bs" + b" " * n,
+    b"[" * n + b"] Prefill batch, #new-seq: 1, #new-token: 2",
+    b"[t] Prefill batch, " + b"#new-seq: " * (n // 10),
+    b"avail mem=" + b"1" * n,
+    b"[t] Disable prefill CUDA graph " + b"] [" * (n // 3),
+]
+path = sys.argv[1]
+open(path, "wb").write(b"\n".join(lines) + b"\n")
+t0 = time.perf_counter()
+try:
+    m.parse_logs([path])
+except m.InputError:
+    pass
+print(time.perf_counter() - t0)
+"""
+
+
+def test_adversarial_long_lines_parse_in_linear_time(tmp_path):
+    # lines near the length limit built to make a backtracking regex go quadratic; a
+    # quadratic pattern takes hours here, the timeout turns that into a failure
+    out = subprocess.run(
+        [sys.executable, "-c", _ADVERSARIAL, str(tmp_path / "adv.log")],
+        capture_output=True, timeout=120, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+
+
+# ---- Ctrl-C ------------------------------------------------------------------------
+def _interrupt(code: str, feed: bytes | None = None) -> tuple[int, str, list[str]]:
+    """Run `code` in its own process group, send the group SIGINT (a terminal's Ctrl-C)
+    once it has printed a line, and return (exit status, stderr, processes left)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE if feed else None, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, cwd=REPO, start_new_session=True,
+    )  # fmt: skip
+    if feed:
+
+        def write():
+            try:
+                while True:
+                    proc.stdin.write(feed)
+            except (OSError, ValueError):
+                pass
+
+        threading.Thread(target=write, daemon=True).start()
+    proc.stdout.readline()
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        rc = proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, 0)
+        left = ["a process of the group"]
+    except ProcessLookupError:
+        left = []
+    return rc, proc.stderr.read().decode(), left
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="process groups are POSIX")
+def test_ctrl_c_stops_a_long_parse():
+    line = b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5, cuda graph: True\n" * 5000
+    code = "from bcgtune.adapters.sglang_log import parse_logs\nprint('go', flush=True)\nparse_logs(['-'])"
+    rc, err, left = _interrupt(code, feed=line)
+    assert rc in (-signal.SIGINT, 130) and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
+    assert not left
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_ctrl_c_with_workers_running_leaves_no_orphans(tmp_path):
+    paths = []
+    for i in range(3):  # workers block opening these until interrupted
+        os.mkfifo(tmp_path / f"f{i}.log")
+        paths.append(str(tmp_path / f"f{i}.log"))
+    code = (
+        "import bcgtune.adapters.sglang_log as m\nm.PARALLEL_MIN_BYTES = 0\nprint('go', flush=True)\n"
+        f"m.parse_logs({paths!r}, jobs=3)"
+    )
+    rc, err, left = _interrupt(code)
+    assert rc in (-signal.SIGINT, 130) and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
+    assert err.count("Traceback") == 1  # the workers print nothing
+    assert not left
+
+
+# ---- several files in parallel --------------------------------------------------------
+def _same_trace(a, b):
+    assert a.batches.keys() == b.batches.keys()
+    for k in a.batches:
+        assert a.batches[k].dtype == b.batches[k].dtype
+        assert np.array_equal(a.batches[k], b.batches[k], equal_nan=k == "timestamp"), k
+    assert (a.parse_stats, a.meta, a.captures, a.sources) == (b.parse_stats, b.meta, b.captures, b.sources)
+    assert a.sizes.tolist() == b.sizes.tolist() and a.counts.tolist() == b.counts.tolist()
+
+
+def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    import bcgtune.adapters.sglang_log as mod
+
+    monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 0)
+    calls = []
+    parallel = mod._parse_parallel
+    monkeypatch.setattr(mod, "_parse_parallel", lambda *a: calls.append(a[2]) or parallel(*a))
+    gz = tmp_path / "e2.log.gz"
+    gz.write_bytes(gzip.compress((OUR_LOGS / "e2_pp_attn_cp_ranks.log").read_bytes()))
+    files = sorted(str(p) for p in OUR_LOGS.glob("*.log")) + [str(gz), "-"]
+    stdin = (OUR_LOGS / "e1_npu_forward_iter.log").read_bytes()
+
+    class FakeStdin:
+        buffer = io.BytesIO(stdin)
+
+        def close(self):  # a worker process closes its inherited stdin
+            pass
+
+    monkeypatch.setattr(sys, "stdin", FakeStdin())
+    serial = parse_logs(files, jobs=1)
+    FakeStdin.buffer = io.BytesIO(stdin)
+    both = parse_logs(files, jobs=2)
+    assert calls == [2]
+    _same_trace(serial, both)
+    assert both.batches["source"].max() == len(files) - 1
+
+
+def test_parallel_error_is_the_serial_one(tmp_path, monkeypatch):
+    import bcgtune.adapters.sglang_log as mod
+
+    monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 0)
+    bad = tmp_path / "bad.log"
+    bad.write_bytes(b"\0" * 100)
+    files = [str(OUR_LOGS / "e1_npu_forward_iter.log"), str(bad), str(tmp_path / "missing.log")]
+    errors = []
+    for jobs in (1, 3):
+        with pytest.raises(InputError) as ei:
+            parse_logs(files, jobs=jobs)
+        errors.append(str(ei.value))
+    assert errors[0] == errors[1] and str(bad) in errors[0]
+    for jobs in (0, -1, "2"):
+        with pytest.raises(InputError, match="jobs"):
+            parse_logs(files, jobs=jobs)
+
+
+def test_progress_reports_bytes_read(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    import bcgtune.adapters.sglang_log as mod
+
+    monkeypatch.setattr(mod, "CHUNK_SIZE", 256)
+    files = [OUR_LOGS / "e1_npu_forward_iter.log", OUR_LOGS / "e2_pp_attn_cp_ranks.log"]
+    total = sum(p.stat().st_size for p in files)
+    calls = []
+    parse_logs([str(p) for p in files], progress=lambda done, of: calls.append((done, of)))
+    assert len(calls) > 4 and calls[-1] == (total, total)
+    assert all(of == total for _, of in calls)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+    class FakeStdin:
+        buffer = io.BytesIO(files[0].read_bytes())
+
+    monkeypatch.setattr(sys, "stdin", FakeStdin())
+    calls.clear()
+    parse_logs(["-"], progress=lambda done, of: calls.append((done, of)))
+    assert calls[-1] == (files[0].stat().st_size, None)
+
+
+def test_one_forward_token_rule():
+    from bcgtune.adapters.sglang_log import (
+        FORWARD_TOKENS_RULE,
+        PrefillValues,
+        forward_tokens,
+    )
+
+    new, replay, running = np.array([100, 50, 64]), np.array([20, -1, -1]), np.array([7, 3, -1])
+    assert forward_tokens(new, replay, running).tolist() == [120, 50, 64]
+    assert forward_tokens(new, replay, running, mixed_chunk=True).tolist() == [127, 53, 64]
+    rec = parse_prefill_text("[t] Prefill batch, #new-seq: 2, #new-token: 100, #running-req: 7, #replay-token: 20")
+    assert rec.forward_tokens() == 120 and rec.forward_tokens(mixed_chunk=True) == 127
+    assert parse_logs([str(OUR_LOGS / "e1_npu_forward_iter.log")]).meta["forward_tokens_rule"] == FORWARD_TOKENS_RULE
+    assert PrefillValues._fields[:2] == ("new_seq", "new_token")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the patched worker travels by fork")
+def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
+    import bcgtune.adapters.sglang_log as mod
+    from bcgtune.errors import ExternalError
+
+    monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(mod, "_start_method", lambda: "fork")
+    real = mod._parse_file
+
+    def dying(path, i, progress=None):
+        if path.endswith("e2_pp_attn_cp_ranks.log"):
+            os._exit(3)  # killed, say, by the kernel's out-of-memory killer
+        return real(path, i, progress)
+
+    monkeypatch.setattr(mod, "_parse_file", dying)
+    files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]
+    with pytest.raises(ExternalError, match="exit code 3"):
+        parse_logs(files, jobs=2)
+
+
+def test_layouts_differing_in_digit_counts(tmp_path, monkeypatch):
+    # one field layout, every count any length (a busy server's log): the fast path reads
+    # each line at its own offsets, and a first key whose length decides whether the
+    # record is readable (at most 61 characters) is read per line
+    rng = np.random.default_rng(3)
+    lines = []
+    for i in range(3000):
+        v = [int(x) for x in rng.integers(0, 10 ** rng.integers(1, 10, 8))]
+        lines.append(
+            f"[2026-08-27 03:{i % 60:02d}:{i % 7:02d}{f'.{i % 1000:03d}' if i % 3 else ''} DP{i % 12} TP{i % 12}] "
+            f"Prefill batch, #new-seq: {v[0]}, #new-token: {v[1]:0{i % 4 + 1}d}, #cached-token: {v[2]}, "
+            f"token usage: 0.{v[3] % 100:02d}, #running-req: {v[4]}, #queue-req: {v[5]}, #pending-token: {v[6]}, "
+            f"cuda graph: {bool(i % 2)}, input throughput (token/s): {v[7] / 7:.2f}"
+        )
+        if i % 50 == 0:
+            key = ("1" * (10 + i // 50 % 8) + "x") * 4  # short digit runs, 44 to 72 characters in all
+            lines.append(f"[2026-08-27 03:00:00] Prefill batch, #a{key}: 3, #new-seq: 1, #new-token: 2")
+    path = tmp_path / "busy.log"
+    path.write_text("\n".join(lines) + "\n")
+    fast, slow = _both_paths(path, monkeypatch)
+    assert repr(fast) == repr(slow)
+    assert len(fast.records) > 2000 and len(fast.malformed) > 10
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=30).map(lambda b: bytes(b"0a ,.:"[x % 6] for x in b)), min_size=1, max_size=6))
+def test_digit_runs_match_a_regex(texts):
+    import re
+
+    from bcgtune.adapters.sglang_log import _Runs
+
+    runs = _Runs(texts)
+    for i, text in enumerate(texts):
+        assert runs.of(i) == [m.span() for m in re.finditer(rb"0+", text)]
+        assert runs.shapes[i] == re.sub(rb"0+", b"0", text)

@@ -110,15 +110,31 @@ def _run(*args, stdin: bytes | None = None):
         input=stdin,
         capture_output=True,
         timeout=60,
+        check=False,
     )
 
 
-@pytest.mark.parametrize("kind", ["missing", "empty", "no_prefill", "folder"])
+@pytest.mark.parametrize(
+    "kind", ["missing", "empty", "no_prefill", "folder", "nul", "truncated_gz", "corrupt_gz", "huge_count"]
+)
 def test_bad_input_one_line_error_exit_2(tmp_path, kind):
+    import gzip
+
+    gz = gzip.compress(LOAD_LOG.encode() * 20)
     if kind == "missing":
         path = tmp_path / "missing.log"
     elif kind == "folder":
         path = tmp_path
+    elif kind == "nul":
+        path = tmp_path / "zeros.log"
+        with open(path, "wb") as fh:
+            fh.truncate(1 << 30)  # 1 GiB of NUL bytes, sparse
+    elif kind.endswith("gz"):
+        path = tmp_path / f"{kind}.log.gz"
+        path.write_bytes(gz[: len(gz) // 2] if kind == "truncated_gz" else gz[:20] + bytes(64) + gz[84:])
+    elif kind == "huge_count":  # the only record is corrupt: malformed, not an overflow
+        path = tmp_path / "huge.log"
+        path.write_text("[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 99999999999999999999999\n")
     else:
         path = tmp_path / f"{kind}.log"
         path.write_text("" if kind == "empty" else "[2026-01-01 00:00:00] Decode batch, #running-req: 1\nhello\n")
@@ -129,6 +145,17 @@ def test_bad_input_one_line_error_exit_2(tmp_path, kind):
     assert "Traceback" not in err
     assert str(path) in err
     assert proc.stdout == b""
+
+
+def test_closed_stdin_one_line_error():
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bcgtune", "trace", "--log", "-"], cwd=REPO, capture_output=True, timeout=60,
+        stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0), check=False,
+    )  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.count("\n") == 1 and "standard input is closed" in err, err
 
 
 def test_stdin_and_gz_via_subprocess(tmp_path):

@@ -116,7 +116,8 @@ def _logs(paths: list[str], mixed_chunk: bool, jobs: int | None, out_path: str |
 
     if sum(1 for p in paths if p == "-") > 1:
         raise InputError("standard input ('-') can be read once only", "--log")
-    trace = parse_logs(paths, mixed_chunk=mixed_chunk)
+    with Progress("parsing logs", unit=" MB", scale=1e6, quiet=quiet) as bar:
+        trace = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, progress=bar.update)
     _emit(trace, out_path, as_json, quiet)
 
 
