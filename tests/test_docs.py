@@ -7,7 +7,7 @@ A console block is a sequence of `$ command` lines, each followed by the output 
 line `...` matches any number of lines; a block that shows no output checks only the exit
 status. A command that should fail ends its output with `[exit N]`. The commands of one
 document run one after another in one scratch folder that starts with the files in
-tests/data/docs/ (the public log excerpt, a trace, a calibration, a profile), so a later
+tests/data/docs/ (profiles) and `server.log`, a public log excerpt from tests/data/sglang-logs/, so a later
 command reads what an earlier one wrote. Live-server examples reach the stand-in server
 (tests/standin) through BCGTUNE_SERVER_CMD, set by this file, never shown in the docs.
 A ```bash block is an install command, marked `<!-- install command ... -->`: CI runs those
@@ -29,6 +29,7 @@ from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipP
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "data" / "docs"
+LOGS = Path(__file__).resolve().parent / "data" / "sglang-logs"  # server.log is one of these public excerpts
 STANDIN = Path(__file__).resolve().parent / "standin"
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 _EXIT = re.compile(r"^\[exit (\d+)\]$")
@@ -118,6 +119,7 @@ _SYBIL = Sybil(parsers=[CodeBlockParser("console", run_console), PythonCodeBlock
 def test_doc_examples(doc, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(FIXTURES, work)
+    shutil.copy(LOGS / "24_newest_decode_graph_end_startup_and_load.log", work / "server.log")
     _tiny_model(work / "model")
     document = _SYBIL.parse(doc)
     document.namespace["workdir"] = work

@@ -15,7 +15,8 @@ from bcgtune.cli.render.trace import render_trace_text
 from bcgtune.core.trace import load_trace
 from bcgtune.core.trace_summary import summarize
 
-SHARED_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "sglang-logs"
+# public SGLang log excerpts with their expected parse (tests/data/sglang-logs/SOURCES.md)
+SHARED_LOGS = Path(__file__).resolve().parent / "data" / "sglang-logs"
 OUR_LOGS = Path(__file__).resolve().parent / "data" / "logs"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -173,8 +174,6 @@ def test_stdin_and_gz_via_subprocess(tmp_path):
 
 def test_shared_golden_through_cli():
     path = SHARED_LOGS / "24_newest_decode_graph_end_startup_and_load.log"
-    if not path.is_file():
-        pytest.skip("shared logs absent")
     res = CliRunner().invoke(app, ["trace", "--log", str(path), "--log", str(SHARED_LOGS / "22_newest_prefill_graph_capture_begin.log"), "--json"])
     s = json.loads(res.stdout)
     assert s["batches"] == 14 and s["decode_lines"] == 13
