@@ -1,7 +1,7 @@
 """Run an LLM server as a supervised child process: its own process group, its output
 teed to the terminal and a log file, signals forwarded, the whole group reaped.
 
-Library use (issue 6 builds `trace --live` and `bench` on this):
+Library use (`trace --live`, `validate --server` and `bench` are built on this):
 
     with ServerProcess(argv, log_path="run.log", extra_env={"X": "1"}) as server:
         server.wait_healthy("http://127.0.0.1:30000", timeout=900)

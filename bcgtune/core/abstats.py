@@ -1,4 +1,5 @@
-"""A/B statistics for interleaved server launches (the seeds' method). Pure: no I/O.
+"""A/B statistics for interleaved server launches (the method of the Qwen multimodal
+breakable-prefill pull request). Pure: no I/O.
 
 Design: arms are launched several times in an interleaved order (A, X, Y, Y, X, A); each
 launch measures every concurrency level `runs` times after a warm-up. For one metric:
@@ -7,7 +8,7 @@ launch measures every concurrency level `runs` times after a warm-up. For one me
   arm mean      M[arm][c]         = mean over the arm's launch means
   change        100 * (M[X][c] - M[A][c]) / M[A][c]                    (percent)
 
-Noise comes from baseline-vs-baseline (A/A) launches, as in the seeds: express each base
+Noise comes from baseline-vs-baseline (A/A) launches, as in that pull request: express each base
 launch mean in percent of the base arm mean at its concurrency, take the sample variance
 over the base launches (ddof 1) and pool it over concurrencies (equal weights, each has
 n_A - 1 degrees of freedom):
