@@ -25,7 +25,7 @@ def _trace(tmp_path) -> Path:
     return p
 
 
-@pytest.mark.parametrize("runner", ["breakable", "full"])
+@pytest.mark.parametrize("runner", ["breakable"])  # the default; the full runner's path is the same script
 def test_h200_script_runs_on_cpu_with_tiny_model(tmp_path, runner):
     trace = _trace(tmp_path)
     out = tmp_path / "out"

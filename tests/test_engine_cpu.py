@@ -129,7 +129,11 @@ def test_cli_validate_json_and_exit_codes(tmp_path):
 
 
 def _main(args):
-    return subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True)
+    """The real entry point in-process (cli_helpers.cli): returncode, stdout, stderr."""
+    from cli_helpers import cli
+
+    r = cli(args)
+    return subprocess.CompletedProcess(args, r.code, r.out, r.err)
 
 
 def test_cli_errors_are_one_line():
