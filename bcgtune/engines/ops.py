@@ -144,10 +144,10 @@ def _replay_vs_eager(engine, x, gap_threshold, max_logprob_delta) -> tuple[dict,
 
 
 def _validate_bucket(engine, b: int, rec, prev: int, req_list: list[int], rng, *, sizes_per_bucket, seed,
-                     gap_threshold, max_logprob_delta, pad_check) -> dict:
+                     gap_threshold, max_logprob_delta) -> dict:
     """One bucket's entry: text batches of sizes that replay in it (each split into every
     request count that fits) compared with eager, and the pad-invariance check."""
-    from bcgtune.engines.torch_graphs import text_inputs
+    from bcgtune.engines.torch_graphs import check_pad_invariance, text_inputs
 
     entry = {"bucket": b, "captured": rec.ok, "error": rec.error, "attention_match": rec.attention_match,
              "attention_eager": rec.attention_eager, "attention_capture": rec.attention_capture, "checks": []}
@@ -163,7 +163,7 @@ def _validate_bucket(engine, b: int, rec, prev: int, req_list: list[int], rng, *
         if sizes:
             r_pad = min(req_list[-1], sizes[0])
             x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
-            entry["pad_invariance"] = pad_check(engine, x, b, seed=seed) | {"requests": r_pad}
+            entry["pad_invariance"] = check_pad_invariance(engine, x, b, seed=seed) | {"requests": r_pad}
         entry["sizes"] = sizes
     ok = rec.ok and rec.attention_match and all(c["ok"] for c in entry["checks"]) and (
         entry.get("pad_invariance") is None or entry["pad_invariance"]["ok"])
@@ -230,10 +230,6 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
     buckets = sorted({int(b) for b in buckets})
     engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner,
                                hf_fix_attention, random_weights, None, graph_impl)
-    if runner == "breakable":
-        from bcgtune.engines.breakable import check_pad_invariance_breakable as pad_check
-    else:
-        from bcgtune.engines.torch_graphs import check_pad_invariance as pad_check
     recs = {r.bucket: r for r in engine.capture(buckets)}
     is_vl = getattr(engine.model, "input_kind", "ids") == "embeds" and getattr(getattr(engine.model, "cfg", None), "vision", None) is not None
     do_images = is_vl if images is None else bool(images)
@@ -244,7 +240,7 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
     per_bucket = []
     for prev, b in zip([0, *buckets], buckets):
         entry = _validate_bucket(engine, b, recs[b], prev, req_list, rng, sizes_per_bucket=sizes_per_bucket, seed=seed,
-                                 pad_check=pad_check, **thresholds)
+                                 **thresholds)
         per_bucket.append(entry)
         if progress is not None:
             progress(entry)
