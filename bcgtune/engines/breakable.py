@@ -197,12 +197,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         with self.attention():
             if self.graphs_enabled:
                 side = self.capture_stream
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    for _ in range(max(1, self.warmup)):
-                        self._body(b)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                self.sync()
+                self._warm_up_on(side, self._body, b)
                 t1 = time.perf_counter()
                 graph = self.impl.new_graph()
                 with self.impl.capture(graph, self.pool, side):

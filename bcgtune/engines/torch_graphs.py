@@ -342,6 +342,16 @@ class StaticPrefillEngine:
     def _prepare_capture(self, b: int) -> None:
         """What the runner's capture of bucket b reads beside the neutral inputs."""
 
+    def _warm_up_on(self, side, forward, b: int, recorder=None) -> None:
+        """Warm-up forwards of bucket b (at least one) on the capture stream `side`, under
+        `recorder` when given, then the device idle: what runs before each capture."""
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side), (recorder if recorder is not None else contextlib.nullcontext()):
+            for _ in range(max(1, self.warmup)):
+                forward(b)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.sync()
+
     def _capture_one(self, b: int, rec: CaptureRecord, record_attention: bool) -> None:
         """Warm up and capture bucket b into the pool (padded-eager: run it), storing the
         graph in self.graphs; raises torch's error on failure."""
@@ -468,13 +478,7 @@ class PrefillGraphEngine(StaticPrefillEngine):
         eager_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
         with self.attention():
             if self.graphs_enabled:
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side), eager_rec:
-                    for _ in range(max(1, self.warmup)):
-                        self._fwd(b)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                self.sync()
+                self._warm_up_on(torch.cuda.Stream(self.device), self._fwd, b, eager_rec)
                 t1 = time.perf_counter()
                 graph = torch.cuda.CUDAGraph()
                 cap_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
