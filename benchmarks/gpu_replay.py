@@ -62,7 +62,7 @@ def suggest(trace_path: str, k: int) -> list[int]:
     return list(json.loads(out.stdout)["recommended"]["buckets"])
 
 
-def main() -> int:
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", nargs="?", help="JSON/CSV trace (default: benchmarks/data/default_workload.json, else generated)")
     ap.add_argument("--model", default="qwen3-8b")
@@ -81,37 +81,38 @@ def main() -> int:
     ap.add_argument("--no-oracle", action="store_true", help="skip the oracle (a graph per distinct size): saves time on big models")
     ap.add_argument("--calibration", help="calibration JSON: print each list's predicted total next to the measured one")
     ap.add_argument("--out-json", help="write all numbers here")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    import torch
 
-    from bcgtune.core.ladder import sglang_default_ladder
-    from bcgtune.core.replay import assign_buckets, parse_bucket_list
-    from bcgtune.engines.loader import load_model, parse_dtype
-    from bcgtune.engines.runtime import environment, resolve_device
-    from bcgtune.engines.torch_graphs import text_inputs
+def log(m):
+    print(m, file=sys.stderr, flush=True)
 
-    mix, origin, trace_path = load_mix(args.trace, args.seed, args.batches)
-    mix = mix.sample(args.every)
-    tokens, requests, counts = mix.tokens.astype(int), mix.requests.astype(int), mix.counts.astype(int)
-    if args.runner == "full":
-        requests = np.ones_like(requests)  # the full engine's one request slot
+
+def tuned_list(args, mix, trace_path: str | None) -> list[int]:
+    """--buckets, else what bcgtune suggest-buckets picks for the trace (written to a
+    temporary CSV when it was generated)."""
+    from bcgtune.core.replay import parse_bucket_list
+
     if args.buckets:
-        tuned = parse_bucket_list(args.buckets, "--buckets")
-    else:
-        src = trace_path
-        if src is None:
-            import tempfile
+        return parse_bucket_list(args.buckets, "--buckets")
+    src = trace_path
+    if src is None:
+        import tempfile
 
-            from bcgtune.core.trace import PrefillTrace, save_trace
+        from bcgtune.core.trace import PrefillTrace, save_trace
 
-            sizes, cnt = mix.histogram()
-            src = tempfile.mktemp(suffix=".csv")
-            save_trace(PrefillTrace(sizes=sizes, counts=cnt), src)
-        tuned = suggest(src, 12)
-    ladder = sglang_default_ladder(args.max_bs)
-    oracle = sorted(set(tokens.tolist()))
-    lists = {"ladder": ladder, "tuned": tuned}
+        sizes, cnt = mix.histogram()
+        src = tempfile.mktemp(suffix=".csv")
+        save_trace(PrefillTrace(sizes=sizes, counts=cnt), src)
+    return suggest(src, 12)
+
+
+def bucket_lists(args, tuned: list[int], oracle: list[int]) -> dict[str, list[int]]:
+    """The lists replayed, by name: SGLang's ladder, the tuned list, every --also, the oracle."""
+    from bcgtune.core.ladder import sglang_default_ladder
+    from bcgtune.core.replay import parse_bucket_list
+
+    lists = {"ladder": sglang_default_ladder(args.max_bs), "tuned": tuned}
     for spec in args.also:
         name, sep, lst = spec.partition("=")
         if not sep or not name or name in lists or name in ("eager", "oracle"):
@@ -119,95 +120,116 @@ def main() -> int:
         lists[name] = parse_bucket_list(lst, "--also")
     if not args.no_oracle:
         lists["oracle"] = oracle
-    dev = resolve_device(args.device)
-    dtype = parse_dtype("auto", dev)
-    max_tokens = max(max(bl) for bl in lists.values())
-    model, desc = load_model(args.model, dev, dtype)
-    env = environment(dev)
-    def log(m):
-        print(m, file=sys.stderr, flush=True)
+    return lists
 
-    def new_engine():
-        if args.runner == "breakable":
+
+class Replayer:
+    """The model on the device, a fresh engine per list, and every replay measured once per
+    (batch, bucket): a replay does not depend on which other graphs share the pool."""
+
+    def __init__(self, args, max_tokens: int):
+        from bcgtune.engines.loader import load_model, parse_dtype
+        from bcgtune.engines.runtime import environment, resolve_device
+
+        self.args = args
+        self.dev = resolve_device(args.device)
+        self.max_tokens = max_tokens
+        self.model, self.desc = load_model(args.model, self.dev, parse_dtype("auto", self.dev))
+        self.env = environment(self.dev)
+        self.replay_ms: dict[tuple[int, int, int], float] = {}
+        self.reused = 0
+
+    def new_engine(self):
+        if self.args.runner == "breakable":
             from bcgtune.engines.breakable import BreakablePrefillEngine
 
-            return BreakablePrefillEngine(model, dev, max_tokens, graph_impl=args.graph_impl)
+            return BreakablePrefillEngine(self.model, self.dev, self.max_tokens, graph_impl=self.args.graph_impl)
         from bcgtune.engines.torch_graphs import PrefillGraphEngine
 
-        return PrefillGraphEngine(model, dev, max_tokens)
+        return PrefillGraphEngine(self.model, self.dev, self.max_tokens)
 
-    t0 = time.perf_counter()
-    base = new_engine()
-    env["runner"] = args.runner
-    env["graph_impl"] = base.graph_impl
-    env["attention"] = getattr(base, "attention_kind", "sdpa (one sequence)")
-    log(f"{env.get('gpu_name')} torch {env['torch']} cuda {env['cuda']} hip {env['hip']} driver {env.get('driver')}; "
-        f"runner {args.runner} ({env['graph_impl']}, attention {env['attention']}); {mix.n_batches} batches, "
-        f"{len(tokens)} distinct (tokens, requests), {len(oracle)} distinct sizes; {origin}")
-    pairs = list(zip(tokens.tolist(), requests.tolist()))
-    inputs = {p: text_inputs(model, p[0], dev, seed=p[0], requests=p[1]) for p in set(pairs)}
-    eager_ms = {}
-    for p in pairs:
-        if p not in eager_ms:
-            eager_ms[p] = base.time_eager(inputs[p], args.warmup, args.repeats)["median_ms"]
-    log(f"eager timed at {len(eager_ms)} batches in {time.perf_counter() - t0:.1f} s")
-    del base
+    def time_eager(self, pairs, origin: str, n_batches: int, n_sizes: int) -> tuple[dict, dict]:
+        """(inputs per distinct batch, eager median per distinct batch); records the engine
+        in the environment."""
+        from bcgtune.engines.torch_graphs import text_inputs
 
-    results = {}
-    replay_ms: dict[tuple[int, int, int], float] = {}
-    reused = 0
-    for name, bl in lists.items():
-        eng = new_engine()
+        args, env = self.args, self.env
+        t0 = time.perf_counter()
+        base = self.new_engine()
+        env["runner"] = args.runner
+        env["graph_impl"] = base.graph_impl
+        env["attention"] = getattr(base, "attention_kind", "sdpa (one sequence)")
+        log(f"{env.get('gpu_name')} torch {env['torch']} cuda {env['cuda']} hip {env['hip']} driver {env.get('driver')}; "
+            f"runner {args.runner} ({env['graph_impl']}, attention {env['attention']}); {n_batches} batches, "
+            f"{len(pairs)} distinct (tokens, requests), {n_sizes} distinct sizes; {origin}")
+        inputs = {p: text_inputs(self.model, p[0], self.dev, seed=p[0], requests=p[1]) for p in set(pairs)}
+        eager_ms = {}
+        for p in pairs:
+            if p not in eager_ms:
+                eager_ms[p] = base.time_eager(inputs[p], args.warmup, args.repeats)["median_ms"]
+        log(f"eager timed at {len(eager_ms)} batches in {time.perf_counter() - t0:.1f} s")
+        del base
+        return inputs, eager_ms
+
+    def replay_list(self, name: str, bl: list[int], pairs, counts, inputs, eager_ms) -> dict:
+        """One list captured in a fresh pool (time, memory) and the trace's total prefill
+        time with it: each batch replayed in its bucket when SGLang's rule allows, else eager."""
+        import torch
+
+        from bcgtune.core.replay import assign_buckets
+
+        args = self.args
+        eng = self.new_engine()
         before = eng._reserved()
         t1 = time.perf_counter()
         recs = eng.capture(bl, record_attention=False)
         cap_s = time.perf_counter() - t1
         mem = eng._reserved() - before
         bad = [r for r in recs if not r.ok]
-        chosen, replay = assign_buckets(tokens, bl)
+        chosen, replay = assign_buckets(np.asarray([n for n, _ in pairs]), bl)
         per_batch = []
         for (n, r), c, ok in zip(pairs, chosen.tolist(), replay.tolist()):
             if ok and c in eng.graphs:
                 key = (n, r, c)
-                if key in replay_ms:
-                    reused += 1
+                if key in self.replay_ms:
+                    self.reused += 1
                 else:
-                    replay_ms[key] = eng.time_replay(inputs[(n, r)], c, args.warmup, args.repeats)["median_ms"]
-                per_batch.append(replay_ms[key])
+                    self.replay_ms[key] = eng.time_replay(inputs[(n, r)], c, args.warmup, args.repeats)["median_ms"]
+                per_batch.append(self.replay_ms[key])
             else:
                 per_batch.append(eager_ms[(n, r)])
         total = float((np.asarray(per_batch) * counts).sum())
-        results[name] = {
+        log(f"{name:9s} {len(bl):4d} graphs, capture {cap_s:6.2f} s, mem {mem:6.3f} GiB, prefill {total / 1e3:8.3f} s")
+        eng.release()
+        del eng
+        torch.cuda.empty_cache() if self.dev.type == "cuda" else None
+        return {
             "graphs": len(bl), "failed_captures": [(r.bucket, r.error) for r in bad],
             "capture_s": round(cap_s, 3), "graph_mem_gib": round(mem, 4),
             "replayed_batches": int(counts[replay].sum()), "batches": int(counts.sum()),
             "prefill_ms": round(total, 2), "buckets": bl if name != "oracle" else f"{len(bl)} distinct sizes",
         }
-        log(f"{name:9s} {len(bl):4d} graphs, capture {cap_s:6.2f} s, mem {mem:6.3f} GiB, prefill {total / 1e3:8.3f} s")
-        if args.out_json:  # partial results survive a timeout
-            from bcgtune.fileio import atomic_write_json
 
-            atomic_write_json(args.out_json + ".partial", {"results": results})
-        eng.release()
-        del eng
-        torch.cuda.empty_cache() if dev.type == "cuda" else None
-    eager_total = float(sum(eager_ms[p] * c for p, c in zip(pairs, counts)))
-    results["eager"] = {"graphs": 0, "capture_s": 0.0, "graph_mem_gib": 0.0, "prefill_ms": round(eager_total, 2),
-                        "replayed_batches": 0, "batches": int(counts.sum())}
-    if args.calibration:
-        from bcgtune.core.calibration import load_calibration
-        from bcgtune.core.mix import BatchMix
-        from bcgtune.core.optimizer import predicted_time_ms
 
-        cal = load_calibration(args.calibration)
-        pm = BatchMix(tokens, requests, counts, mix.requests_known)
-        sizes, cnt = pm.histogram()
-        cand = "calibration" if cal.meta.get("bucket_grid") else "trace"
-        for name in ["eager", *lists]:
-            bl = [] if name == "eager" else lists[name]
-            pred = predicted_time_ms(sizes, cnt, bl, cal, candidates=cand, mix=pm)
-            results[name]["predicted_ms"] = round(pred, 2)
-            results[name]["predicted_over_measured"] = round(pred / results[name]["prefill_ms"], 5)
+def add_predictions(results: dict, lists: dict, calibration: str, mix, tokens, requests, counts) -> None:
+    """Each list's predicted total (the time objective's model) next to the measured one."""
+    from bcgtune.core.calibration import load_calibration
+    from bcgtune.core.mix import BatchMix
+    from bcgtune.core.optimizer import predicted_time_ms
+
+    cal = load_calibration(calibration)
+    pm = BatchMix(tokens, requests, counts, mix.requests_known)
+    sizes, cnt = pm.histogram()
+    cand = "calibration" if cal.meta.get("bucket_grid") else "trace"
+    for name in ["eager", *lists]:
+        bl = [] if name == "eager" else lists[name]
+        pred = predicted_time_ms(sizes, cnt, bl, cal, candidates=cand, mix=pm)
+        results[name]["predicted_ms"] = round(pred, 2)
+        results[name]["predicted_over_measured"] = round(pred / results[name]["prefill_ms"], 5)
+
+
+def compare(results: dict, eager_total: float, predicted: bool) -> tuple[dict, dict]:
+    """(ratios between the ways, the targets each meets or misses)."""
     o, lad, tu = results.get("oracle"), results["ladder"], results["tuned"]
     ratios = {
         "tuned_vs_oracle_time": tu["prefill_ms"] / o["prefill_ms"] if o else None,
@@ -226,25 +248,16 @@ def main() -> int:
         "less capture time": tu["capture_s"] < lad["capture_s"],
         "less graph memory": tu["graph_mem_gib"] < lad["graph_mem_gib"],
     }
-    if args.calibration:
+    if predicted:
         targets["predicted within 1% for every list"] = all(
             abs(r["predicted_over_measured"] - 1) <= 0.01 for r in results.values() if "predicted_over_measured" in r)
-    report = {"environment": env, "model": desc, "trace": origin, "runner": args.runner, "every": args.every,
-              "batches": int(counts.sum()), "distinct_batches": len(pairs), "distinct_sizes": len(oracle),
-              "requests_known": mix.requests_known, "tuned_buckets": tuned, "lists": lists | {"oracle": len(oracle)},
-              "results": results, "ratios": ratios, "targets": targets,
-              "replay_measurements": len(replay_ms), "replay_reused": reused,
-              "eager_ms": {f"{n}x{r}": v for (n, r), v in eager_ms.items()},
-              "replay_ms": {f"{n}x{r}@{b}": v for (n, r, b), v in replay_ms.items()},
-              "method": {"warmup": args.warmup, "repeats": args.repeats, "timer": "CUDA events, median",
-                         "inputs": "n random tokens split evenly into r requests, seeded by n"}}
-    if args.out_json:
-        from bcgtune.fileio import atomic_write_json
+    return ratios, targets
 
-        atomic_write_json(args.out_json, report)
-        Path(args.out_json + ".partial").unlink(missing_ok=True)
-    ref = o or lad
-    pred_col = " predicted" if args.calibration else ""
+
+def print_table(results: dict, lists: dict, tuned: list[int], targets: dict, predicted: bool) -> None:
+    o = results.get("oracle")
+    ref = o or results["ladder"]
+    pred_col = " predicted" if predicted else ""
     print(f"{'way':18s} {'graphs':>6s} {'capture s':>9s} {'mem GiB':>8s} {'replayed':>9s} {'prefill s':>10s} "
           f"{'vs oracle' if o else 'vs ladder':>9s}{pred_col}")
     for name in ["eager", *lists]:
@@ -255,6 +268,48 @@ def main() -> int:
     print("tuned:", tuned)
     for k, v in targets.items():
         print(f"  {'PASS' if v else ('MISS' if v is not None else 'n/a ')}  {k}")
+
+
+def main() -> int:
+    from bcgtune.fileio import atomic_write_json
+
+    args = parse_args()
+    mix, origin, trace_path = load_mix(args.trace, args.seed, args.batches)
+    mix = mix.sample(args.every)
+    tokens, requests, counts = mix.tokens.astype(int), mix.requests.astype(int), mix.counts.astype(int)
+    if args.runner == "full":
+        requests = np.ones_like(requests)  # the full engine's one request slot
+    tuned = tuned_list(args, mix, trace_path)
+    oracle = sorted(set(tokens.tolist()))
+    lists = bucket_lists(args, tuned, oracle)
+    rep = Replayer(args, max(max(bl) for bl in lists.values()))
+    pairs = list(zip(tokens.tolist(), requests.tolist()))
+    inputs, eager_ms = rep.time_eager(pairs, origin, mix.n_batches, len(oracle))
+
+    results = {}
+    for name, bl in lists.items():
+        results[name] = rep.replay_list(name, bl, pairs, counts, inputs, eager_ms)
+        if args.out_json:  # partial results survive a timeout
+            atomic_write_json(args.out_json + ".partial", {"results": results})
+    eager_total = float(sum(eager_ms[p] * c for p, c in zip(pairs, counts)))
+    results["eager"] = {"graphs": 0, "capture_s": 0.0, "graph_mem_gib": 0.0, "prefill_ms": round(eager_total, 2),
+                        "replayed_batches": 0, "batches": int(counts.sum())}
+    if args.calibration:
+        add_predictions(results, lists, args.calibration, mix, tokens, requests, counts)
+    ratios, targets = compare(results, eager_total, bool(args.calibration))
+    report = {"environment": rep.env, "model": rep.desc, "trace": origin, "runner": args.runner, "every": args.every,
+              "batches": int(counts.sum()), "distinct_batches": len(pairs), "distinct_sizes": len(oracle),
+              "requests_known": mix.requests_known, "tuned_buckets": tuned, "lists": lists | {"oracle": len(oracle)},
+              "results": results, "ratios": ratios, "targets": targets,
+              "replay_measurements": len(rep.replay_ms), "replay_reused": rep.reused,
+              "eager_ms": {f"{n}x{r}": v for (n, r), v in eager_ms.items()},
+              "replay_ms": {f"{n}x{r}@{b}": v for (n, r, b), v in rep.replay_ms.items()},
+              "method": {"warmup": args.warmup, "repeats": args.repeats, "timer": "CUDA events, median",
+                         "inputs": "n random tokens split evenly into r requests, seeded by n"}}
+    if args.out_json:
+        atomic_write_json(args.out_json, report)
+        Path(args.out_json + ".partial").unlink(missing_ok=True)
+    print_table(results, lists, tuned, targets, bool(args.calibration))
     return 0
 
 

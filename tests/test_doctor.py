@@ -217,6 +217,16 @@ def test_bucket_gap_alignment_and_chunk():
     assert "[8000]" in found["bucket-above-chunk"].message and "(2048)" in found["bucket-above-chunk"].message
 
 
+def test_bucket_gap_names_only_sizes_that_run_eager():
+    # 202 <= 2 x 101: every size from 101 replays in 202, so 100->202 leaves no gap
+    # although 202 is more than twice 100; 202->500 leaves 203..249 eager (500 > 2 x 249)
+    prof = _profile('cuda-graph-backend-prefill = "breakable"', "[100, 202, 500]", model="meta-llama/Llama-3.1-8B")
+    found = {f.code: f for f in profile_findings(prof, _gate("patched"), resolved=_resolved(buckets=(100, 202, 500)))}
+    assert found["bucket-gap"].message == "neighbouring buckets more than 2x apart: 202->500 (sizes 203..249 run eager)"
+    found = {f.code for f in profile_findings(prof, _gate("patched"), resolved=_resolved(buckets=(100, 202)))}
+    assert "bucket-gap" not in found
+
+
 def test_flag_refusal_is_blocking():
     prof = _profile('cuda-graph-backend-prefill = "breakable"')
     refused = FlagCheck(False, "--mem-frac is an abbreviation of --mem-fraction-static", "t.toml: [server].mem-frac")

@@ -37,11 +37,8 @@ def _report(name, obj):
 
 
 def test_breakable_capture_and_multi_request_replay(small):
-    from bcgtune.engines.breakable import (
-        BreakablePrefillEngine,
-        check_pad_invariance_breakable,
-    )
-    from bcgtune.engines.torch_graphs import compare_batch, text_inputs
+    from bcgtune.engines.breakable import BreakablePrefillEngine
+    from bcgtune.engines.torch_graphs import check_pad_invariance, compare_batch, text_inputs
 
     model, dev = small
     eng = BreakablePrefillEngine(model, dev, 1024, graph_impl="bcgtune")
@@ -58,7 +55,7 @@ def test_breakable_capture_and_multi_request_replay(small):
         he, le = he.clone(), le.clone()
         hr, lr, b = eng.replay(x)
         c = compare_batch(model, he, hr, le, lr, x.lengths)
-        pad = check_pad_invariance_breakable(eng, x, b)
+        pad = check_pad_invariance(eng, x, b)
         rows.append({"n": n, "requests": r, "bucket": b, "bitwise": c["bitwise"], "max_abs_diff": c["max_abs_diff"],
                      "differing_requests": c["differing_requests"], "pad_invariant": pad["ok"]})
         assert c["ok"], c

@@ -252,3 +252,39 @@ def test_serve_dry_run_lines(monkeypatch):
     assert lines[0] == "prefill graphs (bcgtune model; SGLang not asked: sglang is not installed):"
     assert "backend    disabled: SGLang turns breakable prefill graphs off with two-batch overlap" in lines[1]
     assert lines[2] == "  captures   nothing"
+
+
+@pytest.mark.sglang
+def test_pipeline_steps_mirror_sglang_functions_in_order():
+    """Each step of the model names the SGLang function it mirrors: that function is defined
+    in the installed SGLang, and SGLang runs them in the model's order. Read from the
+    source (importing every hook needs SGLang's GPU dependencies)."""
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    import ast
+    import importlib.util
+
+    from bcgtune.core.ladder import PIPELINE_STEPS
+
+    hooks = Path(importlib.util.find_spec("sglang").origin).parent / "srt" / "arg_groups"
+
+    def body(module: str, func: str) -> str:
+        src = (hooks / f"{module}.py").read_text(encoding="utf-8")
+        defs = [n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == func]
+        assert defs, f"{module}.{func} is not defined in the installed SGLang"
+        return ast.get_source_segment(src, defs[0])
+
+    for name, _step in PIPELINE_STEPS:
+        body(*name.rsplit(".", 1))
+    config_src = body("cuda_graph_hook", "handle_cuda_graph_config")
+    pipeline_src = body("pipeline", "run_resolution_pipeline")
+    # the parse step first, then each step where SGLang calls it: the cuda_graph_hook
+    # steps inside handle_cuda_graph_config, the others as hooks of the pipeline
+    positions = [(pipeline_src.index("run_hook(handle_cuda_graph_config,"), config_src.index("parse_cuda_graph_config("))]
+    for name, _step in PIPELINE_STEPS:
+        module, func = name.rsplit(".", 1)
+        if module == "cuda_graph_hook":
+            positions.append((positions[0][0], config_src.index(f"\n    {func}(")))
+        else:
+            positions.append((pipeline_src.index(f"run_hook({func},"), 0))
+    assert positions == sorted(positions)

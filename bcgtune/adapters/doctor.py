@@ -24,6 +24,7 @@ patched / unpatched / absent / unknown by the shape of the code.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import platform
 import re
@@ -37,7 +38,11 @@ from bcgtune.adapters.sglang_resolve import (
     RunnerAnswers,
     SglangAnswers,
     ask_sglang,
+    locate_model_config,
+    resolve_with_model,
 )
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, smallest_replaying_size
+from bcgtune.errors import InputError
 
 RUNNER_RELPATH = Path("srt/model_executor/runner/prefill_cuda_graph_runner.py")
 QWEN4_EXP_ARCHS = ("Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLMMTP")
@@ -170,51 +175,52 @@ def _returns_false(body: list[ast.stmt]) -> bool:
     )
 
 
-def runner_gate_state(path: str | Path | None) -> GateReport:
-    """Read the prefill runner's multimodal gate from its source (`ast`, nothing runs):
-    the fallback when the runner module cannot be imported."""
-    if path is None:
-        return GateReport("unknown", "sglang is not installed (no runner source to read)", None)
-    p = Path(path)
-    where = str(p)
-    if not p.is_file():
-        return GateReport("unknown", f"runner source not found ({RUNNER_RELPATH})", where)
+def _runner_methods(p: Path) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.FunctionDef | ast.AsyncFunctionDef] | str:
+    """PrefillCudaGraphRunner's __init__ and can_replay_locally from the runner's source,
+    or why they cannot be read."""
     try:
-        tree = ast.parse(p.read_text(encoding="utf-8"), filename=where)
+        tree = ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
     except (OSError, SyntaxError, ValueError) as exc:
-        return GateReport("unknown", f"cannot parse runner source: {type(exc).__name__}", where)
+        return f"cannot parse runner source: {type(exc).__name__}"
     cls = next(
         (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "PrefillCudaGraphRunner"), None
     )
     if cls is None:
-        return GateReport("unknown", "class PrefillCudaGraphRunner not found", where)
+        return "class PrefillCudaGraphRunner not found"
     methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     init, can = methods.get("__init__"), methods.get("can_replay_locally")
     if init is None or can is None:
         missing = [m for m in ("__init__", "can_replay_locally") if m not in methods]
-        return GateReport("unknown", f"PrefillCudaGraphRunner.{'/'.join(missing)} not found", where)
+        return f"PrefillCudaGraphRunner.{'/'.join(missing)} not found"
+    return init, can
 
-    # self._qwen_bcg_* = <expr> in __init__
+
+def _qwen_bcg_assignments(init: ast.AST) -> dict[str, ast.expr]:
+    """`self._qwen_bcg_* = <expr>` in __init__: each attribute and its expression."""
     assigned: dict[str, ast.expr] = {}
     for node in ast.walk(init):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if (
-                    isinstance(t, ast.Attribute)
-                    and isinstance(t.value, ast.Name)
-                    and t.value.id == "self"
-                    and t.attr.startswith("_qwen_bcg")
-                    and node.value is not None
-                ):
-                    assigned[t.attr] = node.value
-    # `if contains_mm_inputs and <self._qwen_bcg_* ...>: return False` in can_replay_locally
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr.startswith("_qwen_bcg"):
+                assigned[t.attr] = node.value
+    return assigned
+
+
+def _multimodal_gate_attrs(can: ast.AST) -> set[str]:
+    """The `self._qwen_bcg_*` attributes read by `if contains_mm_inputs and ...: return
+    False` in can_replay_locally."""
     gate_attrs: set[str] = set()
     for node in ast.walk(can):
         if isinstance(node, ast.If) and "contains_mm_inputs" in _names(node.test) and _returns_false(node.body):
-            attrs = {a for a in _self_attrs(node.test) if a.startswith("_qwen_bcg")}
-            gate_attrs |= attrs
+            gate_attrs |= {a for a in _self_attrs(node.test) if a.startswith("_qwen_bcg")}
+    return gate_attrs
 
+
+def _classify_reading(assigned: dict[str, ast.expr], gate_attrs: set[str], where: str) -> GateReport:
+    """The gate's state from the attributes __init__ sets and the ones the multimodal
+    refusal reads."""
     if not gate_attrs:
         if not assigned:
             return GateReport("absent", "no Qwen4-Exp multimodal refusal in can_replay_locally", where)
@@ -239,6 +245,22 @@ def runner_gate_state(path: str | Path | None) -> GateReport:
             where,
         )
     return GateReport("unknown", f"unrecognized gate on {', '.join(sorted(gate_attrs))}", where)
+
+
+def runner_gate_state(path: str | Path | None) -> GateReport:
+    """Read the prefill runner's multimodal gate from its source (`ast`, nothing runs):
+    the fallback when the runner module cannot be imported."""
+    if path is None:
+        return GateReport("unknown", "sglang is not installed (no runner source to read)", None)
+    p = Path(path)
+    where = str(p)
+    if not p.is_file():
+        return GateReport("unknown", f"runner source not found ({RUNNER_RELPATH})", where)
+    methods = _runner_methods(p)
+    if isinstance(methods, str):
+        return GateReport("unknown", methods, where)
+    init, can = methods
+    return _classify_reading(_qwen_bcg_assignments(init), _multimodal_gate_attrs(can), where)
 
 
 # --------------------------------------------------------------------------- the gate, by behaviour
@@ -286,8 +308,6 @@ def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateRe
 def model_is_qwen4_exp(model: str | None) -> bool | None:
     """True/False when it can tell (the model's config.json in a local folder or the local
     Hugging Face cache, or the checkpoint's name), None when it cannot."""
-    from bcgtune.adapters.sglang_resolve import locate_model_config
-
     if not model:
         return None
     folder, _ = locate_model_config(model)
@@ -325,12 +345,133 @@ def _moved(requested: list[int], captured: tuple[int, ...]) -> list[str]:
     cap = sorted(captured)
     out = []
     for b in sorted(set(requested)):
-        import bisect
-
         i = bisect.bisect_left(cap, b)
         if i < len(cap) and cap[i] != b:
             out.append(f"{b}->{cap[i]}")
     return out
+
+
+def _flag_findings(flags: FlagCheck | None) -> list[Finding]:
+    """serve's flag check: a refusal blocks; a check that could not run is said."""
+    if flags is not None and flags.ok is False:
+        where = f" ({flags.where})" if flags.where else ""
+        return [Finding(BLOCKING, "flag-refused", f"serve refuses this launch: {flags.message}{where}")]
+    if flags is not None and flags.ok is None:
+        return [Finding(INFO, "flags-unchecked", f"flags not checked against SGLang's parser: {flags.message}")]
+    return []
+
+
+def _graphs_off_findings(profile, resolved: ResolvedPrefill) -> list[Finding]:
+    """Prefill graphs off: ROCm's default when the backend was not chosen, or a bucket
+    list that is never captured."""
+    if resolved.graphs_on:
+        return []
+    server = profile.server
+    explicit = any(
+        k in server for k in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph", "disable_cuda_graph")
+    ) or "backend" in (_prefill_json(server))
+    has_list = profile.buckets is not None
+    if profile.platform == "rocm" and not explicit:
+        return [
+            Finding(
+                BLOCKING if has_list else WARNING,
+                "rocm-prefill-backend-unset",
+                "ROCm: the prefill CUDA-graph backend defaults to disabled (breakable is opt-in); "
+                "set cuda-graph-backend-prefill = \"breakable\" in [server]"
+                + (", or the bucket list is never captured" if has_list else ""),
+            )
+        ]
+    if has_list:
+        return [Finding(BLOCKING, "buckets-dead", f"[buckets].list is never captured: prefill graphs are off ({resolved.reason})")]
+    return []
+
+
+def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Finding]:
+    """With prefill graphs on: whether a Qwen4-Exp model's image prefills replay on this
+    runner (`qwen` None: the model could not be identified; `spec`: the speculative
+    algorithm in [server])."""
+    if qwen is None:
+        if gate.state != "unpatched":
+            return []
+        return [
+            Finding(
+                INFO,
+                "model-unknown",
+                "cannot tell whether the model is Qwen4-Exp (its image prefills would run eager on this runner)",
+            )
+        ]
+    if not qwen:
+        return []
+    out = []
+    if gate.state == "unpatched":
+        out.append(
+            Finding(
+                BLOCKING,
+                "qwen-mm-unpatched-runner",
+                "Qwen4-Exp (Qwen3.8-Flash-Next) multimodal model on an unpatched prefill runner: "
+                "every image prefill runs eager (apply the multimodal breakable-prefill patch)",
+            )
+        )
+    elif gate.state in ("refusal-removed", "inverted"):
+        out.append(
+            Finding(BLOCKING, f"qwen-mm-gate-{gate.state}", f"the prefill runner's multimodal gate is wrong: {gate.detail}")
+        )
+    elif gate.state == "unknown":
+        out.append(Finding(WARNING, "qwen-mm-gate-unknown", f"cannot tell whether image prefills replay: {gate.detail}"))
+    if bool(spec) and str(spec).upper() not in ("NONE", "FALSE"):
+        out.append(
+            Finding(
+                WARNING,
+                "speculative-mm-eager",
+                f"speculative decoding ({spec}) is on: Qwen4-Exp image batches stay eager even on a patched runner",
+            )
+        )
+    return out
+
+
+def _gap_finding(buckets: list[int]) -> list[Finding]:
+    """Neighbouring buckets so far apart that the sizes between them replay in neither
+    (SGLang's replay rule: bcgtune.core.replay)."""
+    gaps = [(x, y, smallest_replaying_size(y)) for x, y in zip(buckets, buckets[1:])]
+    spans = ", ".join(f"{x}->{y} (sizes {x + 1}..{lo - 1} run eager)" for x, y, lo in gaps if lo > x + 1)
+    if not spans:
+        return []
+    return [Finding(WARNING, "bucket-gap", f"neighbouring buckets more than {DEFAULT_PADDING_FACTOR:g}x apart: {spans}")]
+
+
+def _above_chunk_finding(buckets: list[int], resolved: ResolvedPrefill, server: dict) -> list[Finding]:
+    """Buckets above the chunk per attention-DP rank: a prefill batch holds at most that
+    (schedule_policy.py), plus one token per running request with --enable-mixed-chunk."""
+    chunk = resolved.chunked_prefill_size
+    if chunk is None or chunk <= 0 or buckets[-1] <= chunk or server.get("enable_mixed_chunk"):
+        return []
+    over = [x for x in buckets if x > chunk]
+    return [
+        Finding(
+            WARNING,
+            "bucket-above-chunk",
+            f"buckets {over} exceed the chunked prefill size per rank ({chunk}): "
+            "no prefill batch is that large, so they cost capture time and memory for nothing",
+        )
+    ]
+
+
+def _rounded_finding(requested: list[int] | None, buckets: list[int], resolved: ResolvedPrefill) -> list[Finding]:
+    """A bucket list that SGLang changes before capture (alignment, DeepEP rounding)."""
+    if requested is None or sorted(set(requested)) == buckets:
+        return []
+    why = []
+    if resolved.alignment > 1:
+        why.append(f"this layout rounds buckets up to multiples of {resolved.alignment}")
+    why += [n for n in resolved.notes if "multiple of 8" in n or "divisible by 8" in n]
+    moved = _moved(requested, resolved.buckets)
+    return [
+        Finding(
+            WARNING,
+            "bucket-rounded",
+            f"buckets {', '.join(moved) or 'changed'}: SGLang captures {buckets}" + (f" ({'; '.join(why)})" if why else ""),
+        )
+    ]
 
 
 def profile_findings(
@@ -343,17 +484,8 @@ def profile_findings(
     """What in a profile would disappoint at launch. `resolved`: what the server will do
     (sglang_resolve; bcgtune's model of SGLang's rules when None); `flags`: serve's flag
     check on the launch (None: not run)."""
-    from bcgtune.adapters.sglang_resolve import resolve_with_model
-    from bcgtune.errors import InputError
-
-    out: list[Finding] = []
-    server = profile.server
+    out = _flag_findings(flags)
     model = model or profile.model
-    if flags is not None and flags.ok is False:
-        where = f" ({flags.where})" if flags.where else ""
-        out.append(Finding(BLOCKING, "flag-refused", f"serve refuses this launch: {flags.message}{where}"))
-    elif flags is not None and flags.ok is None:
-        out.append(Finding(INFO, "flags-unchecked", f"flags not checked against SGLang's parser: {flags.message}"))
     if resolved is None:
         try:
             resolved = resolve_with_model(profile, model, fallback_reason="not asked")
@@ -361,105 +493,13 @@ def profile_findings(
             out.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {exc}"))
             return out
     qwen = model_is_qwen4_exp(model)
-    spec = server.get("speculative_algorithm")
-    spec_on = bool(spec) and str(spec).upper() not in ("NONE", "FALSE")
-
-    explicit = any(
-        k in server for k in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph", "disable_cuda_graph")
-    ) or "backend" in (_prefill_json(server))
-    has_list = profile.buckets is not None
-    if not resolved.graphs_on:
-        if profile.platform == "rocm" and not explicit:
-            out.append(
-                Finding(
-                    BLOCKING if has_list else WARNING,
-                    "rocm-prefill-backend-unset",
-                    "ROCm: the prefill CUDA-graph backend defaults to disabled (breakable is opt-in); "
-                    "set cuda-graph-backend-prefill = \"breakable\" in [server]"
-                    + (", or the bucket list is never captured" if has_list else ""),
-                )
-            )
-        elif has_list:
-            out.append(
-                Finding(
-                    BLOCKING,
-                    "buckets-dead",
-                    f"[buckets].list is never captured: prefill graphs are off ({resolved.reason})",
-                )
-            )
-
-    if resolved.graphs_on and qwen:
-        if gate.state == "unpatched":
-            out.append(
-                Finding(
-                    BLOCKING,
-                    "qwen-mm-unpatched-runner",
-                    "Qwen4-Exp (Qwen3.8-Flash-Next) multimodal model on an unpatched prefill runner: "
-                    "every image prefill runs eager (apply the multimodal breakable-prefill patch)",
-                )
-            )
-        elif gate.state in ("refusal-removed", "inverted"):
-            out.append(
-                Finding(
-                    BLOCKING,
-                    f"qwen-mm-gate-{gate.state}",
-                    f"the prefill runner's multimodal gate is wrong: {gate.detail}",
-                )
-            )
-        elif gate.state == "unknown":
-            out.append(
-                Finding(WARNING, "qwen-mm-gate-unknown", f"cannot tell whether image prefills replay: {gate.detail}")
-            )
-        if spec_on:
-            out.append(
-                Finding(
-                    WARNING,
-                    "speculative-mm-eager",
-                    f"speculative decoding ({spec}) is on: Qwen4-Exp image batches stay eager even on a patched runner",
-                )
-            )
-    elif qwen is None and resolved.graphs_on and gate.state == "unpatched":
-        out.append(
-            Finding(
-                INFO,
-                "model-unknown",
-                "cannot tell whether the model is Qwen4-Exp (its image prefills would run eager on this runner)",
-            )
-        )
-
+    out += _graphs_off_findings(profile, resolved)
     if resolved.graphs_on:
-        b = list(resolved.buckets)
-        gaps = [(x, y) for x, y in zip(b, b[1:]) if y > 2 * x]
-        if gaps:
-            spans = ", ".join(f"{x}->{y} (sizes {x + 1}..{-(-y // 2) - 1} run eager)" for x, y in gaps)
-            out.append(Finding(WARNING, "bucket-gap", f"neighbouring buckets more than 2x apart: {spans}"))
-        chunk = resolved.chunked_prefill_size
-        # a prefill batch holds at most the chunk per attention-DP rank (schedule_policy.py),
-        # plus one token per running request with --enable-mixed-chunk
-        if chunk is not None and chunk > 0 and b[-1] > chunk and not server.get("enable_mixed_chunk"):
-            over = [x for x in b if x > chunk]
-            out.append(
-                Finding(
-                    WARNING,
-                    "bucket-above-chunk",
-                    f"buckets {over} exceed the chunked prefill size per rank ({chunk}): "
-                    "no prefill batch is that large, so they cost capture time and memory for nothing",
-                )
-            )
-        if has_list and sorted(set(profile.buckets)) != b:
-            why = []
-            if resolved.alignment > 1:
-                why.append(f"this layout rounds buckets up to multiples of {resolved.alignment}")
-            why += [n for n in resolved.notes if "multiple of 8" in n or "divisible by 8" in n]
-            moved = _moved(profile.buckets, resolved.buckets)
-            out.append(
-                Finding(
-                    WARNING,
-                    "bucket-rounded",
-                    f"buckets {', '.join(moved) or 'changed'}: SGLang captures {b}"
-                    + (f" ({'; '.join(why)})" if why else ""),
-                )
-            )
+        buckets = list(resolved.buckets)
+        out += _qwen_gate_findings(gate, qwen, profile.server.get("speculative_algorithm"))
+        out += _gap_finding(buckets)
+        out += _above_chunk_finding(buckets, resolved, profile.server)
+        out += _rounded_finding(profile.buckets, buckets, resolved)
     return out
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bcgtune.adapters.hardware import GpuSpec, gpu_for
+from bcgtune.adapters.launcher import ServerCommand, build_server_command
+from bcgtune.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0
 FALLBACK_SOURCE = "bcgtune model"
@@ -360,28 +362,27 @@ def _backend_explicit(profile) -> bool:
     )
 
 
-def ask_sglang(
-    profile,
-    model: str | None = None,
-    *,
-    runner_sources: Sequence[str | None] = (),
-    check_flags: bool = False,
-    resolve: bool = True,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    probe: bool = True,
-) -> SglangAnswers:
-    """One child process answers everything asked: the resolved prefill capture of the
-    profile's launch (`resolve`), serve's flag check (`check_flags`), and the runner gate
-    of each of `runner_sources` (None: the installed runner; a path: a copy). `probe`
-    False: ask nothing (bcgtune's model of the rules answers, and says so)."""
-    from bcgtune.adapters.launcher import build_server_command
-    from bcgtune.errors import InputError
+@dataclass(frozen=True)
+class _ProbeRequest:
+    """What one child process is asked (`request`: the device, and the launches, flag
+    check and runners asked about), with what building it found: `notes` on the device,
+    the model's config folder or why it is not on this machine, and serve's command for
+    the profile or why serve refuses it."""
 
-    model = model or (profile.model if profile is not None else None)
-    if not probe:
-        return _unasked(profile, model, "--no-sglang-probe", resolve, runner_sources, check_flags)
-    if not sglang_installed():
-        return _unasked(profile, model, "sglang is not installed", resolve, runner_sources, check_flags)
+    request: dict[str, Any]
+    notes: tuple[str, ...]
+    config_dir: Path | None
+    config_why: str | None
+    cmd: ServerCommand | None
+    refused: InputError | None
+
+    @property
+    def asks_anything(self) -> bool:
+        return len(self.request) > 1  # more than the device
+
+
+def _build_request(profile, model: str | None, *, resolve: bool, check_flags: bool,
+                   runner_sources: Sequence[str | None]) -> _ProbeRequest:
     request: dict[str, Any] = {}
     notes: list[str] = []
     if profile is not None:
@@ -413,40 +414,37 @@ def ask_sglang(
             "config_dir": str(_PROBE_CONFIG_DIR),
             "sources": [None if s is None else str(Path(s).resolve()) for s in runner_sources],
         }
-    if len(request) == 1:  # nothing but the device: nothing to ask
-        answers = _unasked(profile, model, config_why or "nothing to ask", resolve, runner_sources, False)
-        if check_flags and refused is not None:
-            answers = replace(answers, flags=FlagCheck(False, refused.what, refused.where))
-        return answers
-    result = run_probe(request, timeout=timeout)
-    version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
-    error = result.get("error") if isinstance(result.get("error"), str) else None
+    return _ProbeRequest(request, tuple(notes), config_dir, config_why, cmd, refused)
 
-    resolved = None
-    if resolve and profile is not None:
-        launches = result.get("launches")
-        launch = launches[0] if isinstance(launches, list) and launches and isinstance(launches[0], dict) else None
-        why = error or config_why
-        if launch is not None and launch.get("ok") is True:
-            resolved = _resolved_from_sglang(
-                launch, version or "unknown version",
-                tuple(profile.buckets) if profile.buckets is not None else None,
-                profile.platform, _backend_explicit(profile),
-            )
-            if resolved is not None and notes:
-                resolved = replace(resolved, notes=tuple(notes) + resolved.notes)
-            why = None if resolved is not None else "SGLang's answer was incomplete"
-        elif launch is not None:
-            why = f"SGLang refused the launch: {launch.get('error')}"
-        elif why is None:
-            why = "the launch could not be built from the profile"
-        if resolved is None:
-            resolved = _model_or_none(profile, model, why, config_dir, notes)
 
+def _resolved_answer(result: dict, asked: _ProbeRequest, profile, model: str | None,
+                     version: str | None, error: str | None) -> ResolvedPrefill | None:
+    """SGLang's resolution of the launch from the child's answer; else the fallback
+    model's, with why SGLang's answer could not be used."""
+    launches = result.get("launches")
+    launch = launches[0] if isinstance(launches, list) and launches and isinstance(launches[0], dict) else None
+    why = error or asked.config_why
+    if launch is not None and launch.get("ok") is True:
+        resolved = _resolved_from_sglang(
+            launch, version or "unknown version",
+            tuple(profile.buckets) if profile.buckets is not None else None,
+            profile.platform, _backend_explicit(profile),
+        )
+        if resolved is not None:
+            return replace(resolved, notes=asked.notes + resolved.notes) if asked.notes else resolved
+        why = "SGLang's answer was incomplete"
+    elif launch is not None:
+        why = f"SGLang refused the launch: {launch.get('error')}"
+    elif why is None:
+        why = "the launch could not be built from the profile"
+    return _model_or_none(profile, model, why, asked.config_dir, list(asked.notes))
+
+
+def _runner_answers(raw: Any, runner_sources: Sequence[str | None], error: str | None) -> tuple[RunnerAnswers, ...]:
+    """The child's answer for each runner asked about, in order; a missing one says why."""
     runners = []
-    raw_runners = result.get("runners")
     for i, _src in enumerate(runner_sources):
-        r = raw_runners[i] if isinstance(raw_runners, list) and i < len(raw_runners) and isinstance(raw_runners[i], dict) else None
+        r = raw[i] if isinstance(raw, list) and i < len(raw) and isinstance(raw[i], dict) else None
         if r is None:
             runners.append(RunnerAnswers(False, None, {}, error or "no answer from the SGLang check"))
             continue
@@ -459,29 +457,61 @@ def ask_sglang(
                 error=str(r["error"])[:400] if r.get("error") else None,
             )
         )
+    return tuple(runners)
 
-    flags = None
-    if check_flags:
-        f = result.get("flags")
-        if refused is not None:
-            flags = FlagCheck(False, refused.what, refused.where)
-        elif cmd is None:
-            flags = None
-        elif isinstance(f, dict) and f.get("ok") is True:
-            flags = FlagCheck(True)
-        elif isinstance(f, dict) and f.get("ok") is False:
-            flags = FlagCheck(False, str(f.get("message"))[:400], str(f.get("where") or "")[:200] or None)
-        else:
-            flags = FlagCheck(None, error or (str(f.get("error")) if isinstance(f, dict) else "no answer"))
+
+def _flag_answer(raw: Any, asked: _ProbeRequest, error: str | None) -> FlagCheck | None:
+    """serve's flag check: refused before any flag was checked, SGLang's verdict, or why
+    there is none (None when there was no command to check)."""
+    if asked.refused is not None:
+        return FlagCheck(False, asked.refused.what, asked.refused.where)
+    if asked.cmd is None:
+        return None
+    if isinstance(raw, dict) and raw.get("ok") is True:
+        return FlagCheck(True)
+    if isinstance(raw, dict) and raw.get("ok") is False:
+        return FlagCheck(False, str(raw.get("message"))[:400], str(raw.get("where") or "")[:200] or None)
+    return FlagCheck(None, error or (str(raw.get("error")) if isinstance(raw, dict) else "no answer"))
+
+
+def ask_sglang(
+    profile,
+    model: str | None = None,
+    *,
+    runner_sources: Sequence[str | None] = (),
+    check_flags: bool = False,
+    resolve: bool = True,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    probe: bool = True,
+) -> SglangAnswers:
+    """One child process answers everything asked: the resolved prefill capture of the
+    profile's launch (`resolve`), serve's flag check (`check_flags`), and the runner gate
+    of each of `runner_sources` (None: the installed runner; a path: a copy). `probe`
+    False: ask nothing (bcgtune's model of the rules answers, and says so)."""
+    model = model or (profile.model if profile is not None else None)
+    if not probe:
+        return _unasked(profile, model, "--no-sglang-probe", resolve, runner_sources, check_flags)
+    if not sglang_installed():
+        return _unasked(profile, model, "sglang is not installed", resolve, runner_sources, check_flags)
+    asked = _build_request(profile, model, resolve=resolve, check_flags=check_flags, runner_sources=runner_sources)
+    if not asked.asks_anything:
+        answers = _unasked(profile, model, asked.config_why or "nothing to ask", resolve, runner_sources, False)
+        if check_flags and asked.refused is not None:
+            answers = replace(answers, flags=_flag_answer(None, asked, None))
+        return answers
+    result = run_probe(asked.request, timeout=timeout)
+    version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
+    error = result.get("error") if isinstance(result.get("error"), str) else None
+    resolved = _resolved_answer(result, asked, profile, model, version, error) if resolve and profile is not None else None
+    runners = _runner_answers(result.get("runners"), runner_sources, error)
+    flags = _flag_answer(result.get("flags"), asked, error) if check_flags else None
     placeholders = result.get("placeholders") if isinstance(result.get("placeholders"), list) else []
-    return SglangAnswers(version, resolved, tuple(runners), flags, error, tuple(str(p) for p in placeholders))
+    return SglangAnswers(version, resolved, runners, flags, error, tuple(str(p) for p in placeholders))
 
 
 def _model_or_none(profile, model, why, config_dir, notes) -> ResolvedPrefill | None:
     """The fallback model's answer; None when the launch's own values are invalid (the
     caller reports that, e.g. doctor as a blocking finding)."""
-    from bcgtune.errors import InputError
-
     try:
         return resolve_with_model(profile, model, fallback_reason=why, config_dir=config_dir, extra_notes=notes)
     except InputError:

@@ -21,6 +21,9 @@ On-disk forms (all read by `load_calibration`):
        "meta": {"gpu": ..., "software": ..., "model": ..., "engine": ...}}
   * JSON `format_version` 1 (earlier bcgtune, whole-forward graphs): read as runner full.
   * CSV with the header `tokens,eager_ms,graph_ms`: runner full.
+The JSON is validated by the pydantic models below through bcgtune.core.schema.validate
+(errors name the file and the field); every value, read or measured, stays within the
+schema's bounds (token counts within SGLang's int32 sizes, finite times below a day).
 
 Between measured rows times are linearly interpolated; beyond them linearly extrapolated
 from the two nearest rows (clipped at 0 ms: a time is never negative). A batch (n, r) of the
@@ -35,19 +38,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
+import pydantic
+from pydantic import Field
 
-from bcgtune.core.schema import MS_MAX, TOKENS_MAX
+from bcgtune.core.schema import Document, GiB, Milliseconds, Tokens, validate
 from bcgtune.errors import InputError
 
 FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)
 CALIBRATION_KIND = "bcgtune.calibration"
 RUNNERS = ("breakable", "full")
+Runner = Literal["breakable", "full"]
 DEFAULT_RUNNER = "breakable"  # SGLang's default prefill backend on CUDA (cuda_graph_config.py)
 
 
@@ -91,13 +96,14 @@ class BatchTimes:
                     setattr(self, name, arr[order])
 
     def validate(self, where: str | None) -> None:
+        """Equal columns, each value within its schema bound, every (tokens, requests)
+        pair possible and measured once."""
         t, r = self.tokens, self.requests
         if t.ndim != 1 or t.size == 0:
             raise InputError("calibration batches are empty", where)
         if not (t.shape == r.shape == self.eager_ms.shape == self.breaks_ms.shape):
             raise InputError("calibration batches columns tokens/requests/eager_ms/breaks_ms differ in length", where)
-        if (t <= 0).any() or (t > MAX_TOKENS).any():
-            raise InputError(f"batches.tokens must be in 1..{MAX_TOKENS}", where)
+        _check_column(Tokens, t, "batches.tokens", where)
         if (r < 1).any() or (r > t).any():
             i = int(np.argmax((r < 1) | (r > t)))
             raise InputError(f"batches: {int(t[i])} tokens cannot hold {int(r[i])} requests", where)
@@ -105,12 +111,8 @@ class BatchTimes:
         if dup.any():
             i = int(np.argmax(dup))
             raise InputError(f"batches: ({int(t[i])} tokens, {int(r[i])} requests) measured twice", where)
-        for name in ("eager_ms", "breaks_ms"):
-            arr = getattr(self, name)
-            bad = ~np.isfinite(arr) | (arr < 0) | (arr > MAX_MS)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise InputError(f"batches.{name} at {int(t[i])} tokens must be a time in 0..{MAX_MS:g} ms, got {arr[i]}", where)
+        _check_column(Milliseconds, self.eager_ms, "batches.eager_ms", where)
+        _check_column(Milliseconds, self.breaks_ms, "batches.breaks_ms", where)
 
     def lookup(self, column: str, n, r) -> np.ndarray:
         """`column` at batches (n, r): measured, else interpolated as the module says."""
@@ -136,10 +138,10 @@ class BatchTimes:
         return out.reshape(shape)
 
 
-# Bounds for values read from files: token counts within SGLang's int32 sizes, times
-# below a day.
-MAX_TOKENS = TOKENS_MAX
-MAX_MS = MS_MAX
+def _check_column(item: Any, values: np.ndarray, name: str, where: str | None) -> None:
+    """Every value of a column within its schema type (bcgtune.core.schema: token counts
+    within SGLang's int32 sizes, finite times below a day, sizes below a petabyte)."""
+    validate(list[item], values.tolist(), where, prefix=(name,))
 
 
 @dataclass
@@ -168,53 +170,62 @@ class Calibration:
 
     # ---- checks ---------------------------------------------------------------------
     def validate(self, where: str | None = None) -> Calibration:
+        """The calibration as the time objective needs it: rows, the runner's own table,
+        memory; every value within its schema bound."""
+        validate(Runner, self.runner, where, prefix=("runner",))
+        self._check_rows(where)
+        self._check_runner_table(where)
+        self._check_memory(where)
+        return self
+
+    def _check_rows(self, where: str | None) -> None:
         t, g = self.tokens, self.graph_ms
-        if self.runner not in RUNNERS:
-            raise InputError(f"runner must be one of {', '.join(RUNNERS)}, got {str(self.runner)[:40]!r}", where)
         if t.ndim != 1 or t.size == 0:
             raise InputError("calibration has no rows", where)
         if t.shape != g.shape:
             raise InputError("calibration columns tokens/graph_ms differ in length", where)
-        if (t <= 0).any() or (t > MAX_TOKENS).any():
-            bad = t[(t <= 0) | (t > MAX_TOKENS)][0]
-            raise InputError(f"tokens must be in 1..{MAX_TOKENS}, got {int(bad)}", where)
+        _check_column(Tokens, t, "tokens", where)
         if (np.diff(t) <= 0).any():
             raise InputError("calibration tokens must be distinct and ascending", where)
-        cols = [("graph_ms", g)]
+        _check_column(Milliseconds, g, "graph_ms", where)
+
+    def _check_runner_table(self, where: str | None) -> None:
+        """full: eager time on every row, no batches; breakable: its batches table."""
         if self.runner == "full":
-            if self.eager_ms is None or self.eager_ms.shape != t.shape:
+            if self.eager_ms is None or self.eager_ms.shape != self.tokens.shape:
                 raise InputError("a full-runner calibration needs eager_ms on every row", where)
-            cols.append(("eager_ms", self.eager_ms))
+            _check_column(Milliseconds, self.eager_ms, "eager_ms", where)
             if self.batches is not None:
                 raise InputError("a full-runner calibration has no batches table", where)
+        elif self.batches is None:
+            raise InputError("a breakable-runner calibration needs its batches table", where)
         else:
-            if self.batches is None:
-                raise InputError("a breakable-runner calibration needs its batches table", where)
             self.batches.validate(where)
-        for name, arr in cols:
-            bad = ~np.isfinite(arr) | (arr < 0) | (arr > MAX_MS)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise InputError(f"{name} at tokens={int(t[i])} must be a time in 0..{MAX_MS:g} ms, got {arr[i]}", where)
-        for name, v in (("pool_gib", self.pool_gib), ("per_graph_gib", self.per_graph_gib)):
-            if v is not None and (not math.isfinite(v) or v < 0 or v > 1e6):
-                raise InputError(f"{name} must be a finite size in 0..1e6 GiB, got {v}", where)
+
+    def _check_memory(self, where: str | None) -> None:
+        sizes = {"pool_gib": self.pool_gib, "per_graph_gib": self.per_graph_gib}
+        validate(_Memory, {k: v if v is None else float(v) for k, v in sizes.items()}, where, prefix=("memory",))
         if self.pool_by_tokens is not None:
             pt, pg = self.pool_by_tokens
             if pt.shape != pg.shape or pt.size == 0:
                 raise InputError("memory.pool_by_tokens tokens and gib differ in length or are empty", where)
-            if (np.diff(pt) <= 0).any() or (pt <= 0).any() or (pt > MAX_TOKENS).any():
-                raise InputError("memory.pool_by_tokens tokens must be positive, distinct and ascending", where)
-            if (~np.isfinite(pg) | (pg < 0) | (pg > 1e6)).any():
-                raise InputError("memory.pool_by_tokens gib must be finite sizes >= 0", where)
-        return self
+            _check_column(Tokens, pt, "memory.pool_by_tokens.tokens", where)
+            if (np.diff(pt) <= 0).any():
+                raise InputError("memory.pool_by_tokens tokens must be distinct and ascending", where)
+            _check_column(GiB, pg, "memory.pool_by_tokens.gib", where)
 
     # ---- the model the optimizer uses -----------------------------------------------
+    def _eager_column(self) -> np.ndarray:
+        """The full runner's eager time per row (validate guarantees it there)."""
+        if self.eager_ms is None:
+            raise InputError(f"a {self.runner}-runner calibration has no eager time per row")
+        return self.eager_ms
+
     def eager_time(self, n, requests=1) -> np.ndarray:
         """Eager prefill time (ms) of a batch of n forward tokens from `requests` requests
         (the full runner measured one request per batch and ignores it)."""
         if self.runner == "full" or self.batches is None:
-            return _interp_extrap(n, self.tokens.astype(np.float64), self.eager_ms)
+            return _interp_extrap(n, self.tokens.astype(np.float64), self._eager_column())
         return self.batches.lookup("eager_ms", n, requests)
 
     def break_time(self, n, requests=1) -> np.ndarray:
@@ -258,7 +269,7 @@ class Calibration:
     def to_json_obj(self) -> dict[str, Any]:
         from bcgtune.core.document import document_header
 
-        memory = None
+        memory: dict[str, Any] | None = None
         if self.has_memory or self.per_graph_gib is not None:
             memory = {"pool_gib": self.pool_gib, "per_graph_gib": self.per_graph_gib, "pool_by_tokens": None}
             if self.pool_by_tokens is not None:
@@ -270,7 +281,7 @@ class Calibration:
         for i, (t, g) in enumerate(zip(self.tokens, self.graph_ms)):
             row = {"tokens": int(t), "graph_ms": round(float(g), 4)}
             if self.runner == "full":
-                row["eager_ms"] = round(float(self.eager_ms[i]), 4)
+                row["eager_ms"] = round(float(self._eager_column()[i]), 4)
             rows.append(row)
         batches = None
         if self.batches is not None:
@@ -302,7 +313,7 @@ def save_calibration(cal: Calibration, path) -> None:
                              "(its per-batch table does not fit tokens,eager_ms,graph_ms)", str(path))
         buf = io.StringIO()
         buf.write("tokens,eager_ms,graph_ms\n")
-        for t, e, g in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
+        for t, e, g in zip(cal.tokens, cal._eager_column(), cal.graph_ms):
             buf.write(f"{int(t)},{float(e):.4f},{float(g):.4f}\n")
         atomic_write_text(path, buf.getvalue())
     else:
@@ -328,104 +339,125 @@ def load_calibration(path) -> Calibration:
     return cal
 
 
-def _number(v, path: str, fieldname: str, allow_none: bool = False) -> float | None:
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(f"field {fieldname} must be a number, got {v!r}", path)
-    return float(v)
+# ---- the JSON document, as bcgtune.core.schema validates it ---------------------------
+class _FullRow(Document):
+    """A size of the full runner: eager time (one request) and whole-forward replay."""
+
+    tokens: Tokens
+    eager_ms: Milliseconds
+    graph_ms: Milliseconds
 
 
-def _int_field(v, path: str, fieldname: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(f"field {fieldname} must be an integer, got {str(v)[:40]!r}", path)
-    if not 0 < v <= MAX_TOKENS:
-        raise InputError(f"field {fieldname} must be in 1..{MAX_TOKENS}, got {str(v)[:40]}", path)
-    return v
+class _SegmentRow(Document):
+    """A bucket of the breakable runner: the replay time of its segments alone."""
+
+    tokens: Tokens
+    graph_ms: Milliseconds
 
 
-def _list_field(obj: dict, key: str, path: str, prefix: str) -> list:
-    v = obj.get(key)
-    if not isinstance(v, list):
-        raise InputError(f"field {prefix}{key} must be a list", path)
-    return v
+class _Columns(Document):
+    """A table stored as columns: every column as long as the others."""
+
+    @pydantic.model_validator(mode="after")
+    def _same_length(self):
+        names = list(type(self).model_fields)
+        if len({len(getattr(self, n)) for n in names}) > 1:
+            raise ValueError(f"columns {'/'.join(names)} differ in length")
+        return self
+
+
+class _BatchColumns(_Columns):
+    tokens: list[Tokens]
+    requests: list[Tokens]
+    eager_ms: list[Milliseconds]
+    breaks_ms: list[Milliseconds]
+
+
+class _PoolByTokens(_Columns):
+    tokens: list[Tokens]
+    gib: list[GiB]
+
+
+class _Memory(Document):
+    pool_gib: Optional[GiB] = None
+    per_graph_gib: Optional[GiB] = None
+    pool_by_tokens: Optional[_PoolByTokens] = None
+
+
+class _FullDocument(Document):
+    """Format 1 (whole-forward graphs), and format 2 with runner full."""
+
+    rows: Annotated[list[_FullRow], Field(min_length=1)]
+    batches: None = None
+    memory: Optional[_Memory] = None
+    meta: Optional[dict[str, Any]] = None
+
+    @pydantic.field_validator("batches", mode="before")
+    @classmethod
+    def _no_batches(cls, v):
+        if v is not None:
+            raise ValueError("belongs to a breakable-runner calibration (runner is full)")
+        return v
+
+
+class _BreakableDocument(Document):
+    """Format 2 with runner breakable: segment replay per bucket, eager and break time per batch."""
+
+    rows: Annotated[list[_SegmentRow], Field(min_length=1)]
+    batches: _BatchColumns
+    memory: Optional[_Memory] = None
+    meta: Optional[dict[str, Any]] = None
+
+
+def _format_version(obj: Any, path: str) -> int:
+    """The document's format_version when this bcgtune reads it; a calibration of another
+    version is refused with the versions it reads (other documents by check_header)."""
+    from bcgtune.core.document import check_header
+
+    version = obj.get("format_version") if isinstance(obj, dict) else None
+    if isinstance(version, bool) or version not in READ_VERSIONS:
+        if isinstance(obj, dict) and obj.get("kind") in (None, CALIBRATION_KIND):
+            raise InputError(f"unsupported calibration format_version {str(version)[:20]!r} "
+                             f"(this bcgtune reads {' and '.join(map(str, READ_VERSIONS))}); rerun bcgtune calibrate", path)
+        version = FORMAT_VERSION  # check_header names what else is wrong: not an object, another kind
+    check_header(obj, CALIBRATION_KIND, version, "calibration", path)
+    return int(version)
 
 
 def _parse_json(text: str, path: str) -> Calibration:
-    from bcgtune.core.document import check_header
     from bcgtune.fileio import parse_json
 
     obj = parse_json(text, path)
-    version = obj.get("format_version") if isinstance(obj, dict) else None
-    known = not isinstance(version, bool) and version in READ_VERSIONS
-    if not known and isinstance(obj, dict) and obj.get("kind") in (None, CALIBRATION_KIND):
-        raise InputError(f"unsupported calibration format_version {str(version)[:20]!r} "
-                         f"(this bcgtune reads {' and '.join(map(str, READ_VERSIONS))}); rerun bcgtune calibrate", path)
-    obj = check_header(obj, CALIBRATION_KIND, version if known else FORMAT_VERSION, "calibration", path)
-    runner = obj.get("runner", "full") if version >= 2 else "full"  # version 1: whole-forward graphs
-    if runner not in RUNNERS:
-        raise InputError(f"field runner must be one of {', '.join(RUNNERS)}, got {str(runner)[:40]!r}", path)
-    rows = obj.get("rows")
-    if not isinstance(rows, list) or not rows:
-        raise InputError("field rows must be a non-empty list", path)
-    need = ("tokens", "eager_ms", "graph_ms") if runner == "full" else ("tokens", "graph_ms")
-    toks, eag, gra = [], [], []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise InputError(f"rows[{i}] must be an object", path)
-        for key in need:
-            if key not in row:
-                raise InputError(f"missing field rows[{i}].{key}", path)
-        toks.append(_int_field(row["tokens"], path, f"rows[{i}].tokens"))
-        gra.append(_number(row["graph_ms"], path, f"rows[{i}].graph_ms"))
-        if runner == "full":
-            eag.append(_number(row["eager_ms"], path, f"rows[{i}].eager_ms"))
-    order = np.argsort(np.asarray(toks), kind="stable")
-    batches = None
-    raw_b = obj.get("batches")
-    if runner == "breakable":
-        if not isinstance(raw_b, dict):
-            raise InputError("field batches must be an object of columns tokens/requests/eager_ms/breaks_ms", path)
-        bt = [_int_field(v, path, f"batches.tokens[{j}]") for j, v in enumerate(_list_field(raw_b, "tokens", path, "batches."))]
-        br = [_int_field(v, path, f"batches.requests[{j}]") for j, v in enumerate(_list_field(raw_b, "requests", path, "batches."))]
-        be = [_number(v, path, f"batches.eager_ms[{j}]") for j, v in enumerate(_list_field(raw_b, "eager_ms", path, "batches."))]
-        bb = [_number(v, path, f"batches.breaks_ms[{j}]") for j, v in enumerate(_list_field(raw_b, "breaks_ms", path, "batches."))]
-        if not (len(bt) == len(br) == len(be) == len(bb)):
-            raise InputError("batches columns tokens/requests/eager_ms/breaks_ms differ in length", path)
-        batches = BatchTimes(bt, br, be, bb)
-    elif raw_b is not None:
-        raise InputError("field batches belongs to a breakable-runner calibration (runner is full)", path)
-    pool = per = None
-    pbt = None
-    mem = obj.get("memory")
-    if mem is not None:
-        if not isinstance(mem, dict):
-            raise InputError("field memory must be an object or null", path)
-        pool = _number(mem.get("pool_gib"), path, "memory.pool_gib", allow_none=True)
-        per = _number(mem.get("per_graph_gib"), path, "memory.per_graph_gib", allow_none=True)
-        raw = mem.get("pool_by_tokens")
-        if raw is not None:
-            if not isinstance(raw, dict) or not isinstance(raw.get("tokens"), list) or not isinstance(raw.get("gib"), list):
-                raise InputError("field memory.pool_by_tokens must be {tokens: [...], gib: [...]}", path)
-            ptok = [_int_field(t, path, f"memory.pool_by_tokens.tokens[{j}]") for j, t in enumerate(raw["tokens"])]
-            gib = [_number(v, path, f"memory.pool_by_tokens.gib[{j}]") for j, v in enumerate(raw["gib"])]
-            if len(gib) != len(ptok):
-                raise InputError("memory.pool_by_tokens tokens and gib differ in length", path)
-            pbt = (np.asarray(ptok, dtype=np.int64), np.asarray(gib, dtype=np.float64))
-    meta = obj.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise InputError("field meta must be an object", path)
-    meta = dict(meta)
+    version = _format_version(obj, path)
+    # version 1: whole-forward graphs, the full runner
+    runner = validate(Runner, obj.get("runner", "full"), path, prefix=("runner",)) if version >= 2 else "full"
+    doc = validate(_BreakableDocument if runner == "breakable" else _FullDocument, obj, path)
+    meta = dict(doc.meta or {})
     for key in ("tool_version", "created"):
         if key in obj:
             meta.setdefault(key, obj[key])
     meta.setdefault("format_version", version)
+    return _calibration_from(doc, runner, meta)
+
+
+def _calibration_from(doc: _FullDocument | _BreakableDocument, runner: str, meta: dict) -> Calibration:
+    """The validated document as a Calibration, rows sorted by tokens."""
+    rows: list[_FullRow | _SegmentRow] = sorted(doc.rows, key=lambda row: row.tokens)
+    eager = np.asarray([row.eager_ms for row in rows if isinstance(row, _FullRow)], dtype=np.float64)
+    batches = None
+    if isinstance(doc, _BreakableDocument):
+        b = doc.batches
+        batches = BatchTimes(np.asarray(b.tokens), np.asarray(b.requests), np.asarray(b.eager_ms), np.asarray(b.breaks_ms))
+    mem = doc.memory or _Memory()
+    pbt = None
+    if mem.pool_by_tokens is not None:
+        pbt = (np.asarray(mem.pool_by_tokens.tokens, dtype=np.int64), np.asarray(mem.pool_by_tokens.gib, dtype=np.float64))
     return Calibration(
-        tokens=np.asarray(toks, dtype=np.int64)[order],
-        eager_ms=np.asarray(eag)[order] if runner == "full" else None,
-        graph_ms=np.asarray(gra)[order],
-        pool_gib=pool,
-        per_graph_gib=per,
+        tokens=np.asarray([row.tokens for row in rows], dtype=np.int64),
+        eager_ms=eager if runner == "full" else None,
+        graph_ms=np.asarray([row.graph_ms for row in rows], dtype=np.float64),
+        pool_gib=mem.pool_gib,
+        per_graph_gib=mem.per_graph_gib,
         pool_by_tokens=pbt,
         meta=meta,
         runner=runner,
@@ -467,9 +499,7 @@ def _parse_csv(text: str, path: str) -> Calibration:
                 v = float(c)
             except ValueError:
                 raise InputError(f"field {name} {c!r} is not a number", f"{path}:{lineno}") from None
-            if not math.isfinite(v) or v < 0:
-                raise InputError(f"field {name} must be a finite time >= 0, got {c!r}", f"{path}:{lineno}")
-            vals.append(v)
+            vals.append(validate(Milliseconds, v, f"{path}:{lineno}", prefix=(name,)))
         if tok in rows:
             raise InputError(f"tokens {tok} repeated (first on line {rows[tok][2]})", f"{path}:{lineno}")
         rows[tok] = (vals[0], vals[1], lineno)

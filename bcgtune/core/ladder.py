@@ -17,6 +17,7 @@ Must match SGLang exactly (sglang 0.5.23):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bcgtune.errors import InputError
@@ -260,126 +261,231 @@ class PrefillCapture:
         return self.backend != "disabled" and bool(self.captured)
 
 
-def resolve_prefill_capture(launch: PrefillLaunch) -> PrefillCapture:
-    """SGLang 0.5.23's prefill capture for a launch, following its resolution pipeline
-    (arg_groups/pipeline.py) step by step. Rules that depend on the model's architecture
-    beyond MLA (KDA hybrid attention, DeepSeek-V4, multimodal models outside SGLang's
-    allowlist, DeepSeek-V3 on trtllm_mla) are not modelled; prefill context parallelism
-    support is reported as unchecked."""
-    lay = launch.layout
-    a2a = (lay.moe_a2a_backend or "none").lower()
-    notes: list[str] = []
+@dataclass
+class _Resolution:
+    """The prefill graph settings as SGLang's pipeline hands them from step to step.
 
-    # parse_cuda_graph_config: explicit choices are "locked" against automatic rules
-    platform_default = "breakable" if launch.platform == "cuda" else "disabled"
+    `locked_*`: the value was chosen at launch (SGLang's `_cuda_graph_config_locked`),
+    which its automatic rules respect. `buckets` None: SGLang's default ladder up to
+    `max_bs`. `max_bs` and `chunk` are None until handle_gpu_memory_settings fills them.
+    """
+
+    launch: PrefillLaunch
+    backend: str
+    reason: str
+    locked_backend: bool
+    buckets: list[int] | None
+    locked_buckets: bool
+    max_bs: int | None
+    locked_max: bool
+    chunk: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def a2a(self) -> str:
+        return (self.launch.layout.moe_a2a_backend or "none").lower()
+
+    @property
+    def ladder_max(self) -> int:
+        if self.max_bs is None:
+            raise RuntimeError("the ladder maximum is read before handle_gpu_memory_settings resolved it")
+        return self.max_bs
+
+    @property
+    def chunk_size(self) -> int:
+        if self.chunk is None:
+            raise RuntimeError("the chunk is read before handle_gpu_memory_settings resolved it")
+        return self.chunk
+
+    def disable(self, reason: str) -> None:
+        self.backend, self.reason = "disabled", reason
+
+
+def _parse_cuda_graph_config(launch: PrefillLaunch) -> _Resolution:
+    """cuda_graph_hook.py, parse_cuda_graph_config: the backend, list and maximum from the
+    launch or the platform's default; explicit choices are locked against automatic rules."""
     if launch.backend is not None:
         backend = launch.backend
         reason = f"{backend}, chosen at launch"
     elif launch.backend_forced_off:
         backend = "disabled"
         reason = "prefill CUDA graphs switched off at launch"
+    elif launch.platform == "cuda":
+        backend = "breakable"
+        reason = "breakable, SGLang's default on CUDA"
     else:
-        backend = platform_default
-        reason = (
-            "breakable, SGLang's default on CUDA"
-            if backend == "breakable"
-            else f"SGLang's default on {launch.platform.upper()} (breakable prefill graphs are opt-in there)"
-        )
+        backend = "disabled"
+        reason = f"SGLang's default on {launch.platform.upper()} (breakable prefill graphs are opt-in there)"
     if backend not in PREFILL_BACKENDS:
         raise InputError(f"prefill backend must be one of {', '.join(PREFILL_BACKENDS)}, got {backend!r}", "backend")
-    locked_backend = launch.backend is not None or launch.backend_forced_off
-    buckets: list[int] | None = list(launch.buckets) if launch.buckets is not None else None
-    locked_buckets = buckets is not None
-    max_bs = launch.max_bs
-    locked_max = max_bs is not None
-
-    # apply_cuda_graph_compatibility (skipped when the backend was chosen)
-    if not locked_backend:
-        if launch.pp_size > 1 and backend == "breakable":
-            backend, reason = "disabled", "pipeline parallelism (--pp-size > 1): breakable prefill graphs are opt-in there"
-        elif backend == "breakable":
-            off = None
-            if lay.attn_cp_size > 1 and not launch.enable_prefill_cp:
-                off = "attention context parallelism without prefill context parallelism"
-            elif lay.attn_cp_size > 1:
-                notes.append("prefill context parallelism: whether it supports breakable graphs is not checked here")
-            if off is None and launch.dcp_size > 1:
-                off = "decode context parallelism (--dcp-size > 1)"
-            if off is None and lay.two_batch_overlap:
-                off = "two-batch overlap"
-            if off is None and a2a not in BREAKABLE_VALIDATED_A2A:
-                off = f"MoE all-to-all backend {a2a!r}, not validated with breakable graphs"
-            if off is not None:
-                backend, reason = "disabled", f"SGLang turns breakable prefill graphs off with {off}"
-    # apply_deepep_adjustments
-    if a2a == "deepep" and backend == "breakable":
-        src = buckets if buckets is not None else _ladder_or_empty(max_bs or DEEPEP_DEFAULT_MAX_BS)
-        rounded = deepep_round(src)
-        if rounded != sorted(src):
-            if launch.buckets is not None:
-                moved = [f"{b}->{ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE)}" for b in sorted(set(src)) if b % DEEPEP_BUCKET_MULTIPLE]
-                notes.append(
-                    f"DeepEP rounds every bucket up to a multiple of {DEEPEP_BUCKET_MULTIPLE}: " + ", ".join(moved)
-                )
-            buckets, max_bs = rounded, rounded[-1]
-    # apply_cuda_graph_disaggregation_roles
-    if launch.disaggregation_mode == "decode" and not locked_backend and backend != "disabled":
-        backend, reason = "disabled", "a decode-only server (disaggregation mode decode) runs no prefill"
-
-    # handle_gpu_memory_settings
-    chunk = launch.chunked_prefill_size
-    if chunk is None:
-        chunk = default_chunked_prefill_size(launch.gpu_memory_gib)
-    if max_bs is None:
-        max_bs = min(MLA_PREFILL_MAX_BS, chunk) if launch.mla else chunk
-        if launch.pp_size > 1 and backend == "breakable" and not locked_buckets and max_bs > PP_BREAKABLE_PREFILL_MAX_BS:
-            max_bs = PP_BREAKABLE_PREFILL_MAX_BS
-        if launch.max_total_tokens is not None:
-            max_bs = min(max_bs, launch.max_total_tokens)
-        if "llama-2" in launch.model_path.lower():
-            max_bs = min(max_bs, LLAMA2_PREFILL_MAX_BS)
-    ladder_default = buckets is None
-
-    # handle_data_parallelism: the chunk is per attention-DP rank, and the ladder follows it
-    if lay.attn_dp_size > 1:
-        chunk = chunk // lay.attn_dp_size
-        if backend != "disabled" and max_bs > chunk and not locked_max:
-            if not ladder_default and not locked_buckets:
-                notes.append(
-                    f"the chunk per attention-DP rank ({chunk}) is below the DeepEP ladder's maximum: "
-                    f"SGLang regenerates the plain ladder up to {chunk}"
-                )
-            max_bs = chunk
-            if not locked_buckets:
-                buckets, ladder_default = None, True
-
-    # handle_a2a_moe: DeepEP normal dispatch and DeepEP v2 turn prefill graphs off, even when chosen
-    if a2a == "deepep" and launch.deepep_mode == "normal" and backend != "disabled":
-        backend, reason = "disabled", "SGLang turns CUDA graphs off with DeepEP normal dispatch (--deepep-mode normal)"
-    if a2a == "deepep_v2" and backend != "disabled":
-        backend, reason = "disabled", "SGLang turns prefill CUDA graphs off with DeepEP v2 (its prefill is not capturable)"
-
-    align = layout_alignment(lay)
-    listed = _ladder_or_empty(max_bs) if ladder_default else list(buckets or [])
-    if backend == "disabled":
-        captured: tuple[int, ...] = ()
-    elif not listed:
-        captured = ()
-        why = (
-            "chunked prefill is off (--chunked-prefill-size -1)"
-            if chunk < 1
-            else f"the ladder's maximum {max_bs} is below its first bucket"
-        )
-        backend, reason = "disabled", f"no bucket to capture: {why}; SGLang disables prefill CUDA graphs"
-    else:
-        captured = tuple(align_buckets(listed, align))
-    return PrefillCapture(
+    return _Resolution(
+        launch=launch,
         backend=backend,
         reason=reason,
-        buckets=None if ladder_default else tuple(buckets or ()),
+        locked_backend=launch.backend is not None or launch.backend_forced_off,
+        buckets=list(launch.buckets) if launch.buckets is not None else None,
+        locked_buckets=launch.buckets is not None,
+        max_bs=launch.max_bs,
+        locked_max=launch.max_bs is not None,
+    )
+
+
+def _breakable_incompatibility(state: _Resolution) -> str | None:
+    """cuda_graph_hook.py, disable_breakable_cudagraph_if_incompatible: the first rule
+    (in SGLang's order) that turns breakable graphs off, or None. The rules on the model's
+    architecture (KDA, DeepSeek-V4, multimodal) are not modelled; whether prefill context
+    parallelism supports breakable graphs is noted as unchecked."""
+    launch, lay = state.launch, state.launch.layout
+    if lay.attn_cp_size > 1 and not launch.enable_prefill_cp:
+        return "attention context parallelism without prefill context parallelism"
+    if lay.attn_cp_size > 1:
+        state.notes.append("prefill context parallelism: whether it supports breakable graphs is not checked here")
+    if launch.dcp_size > 1:
+        return "decode context parallelism (--dcp-size > 1)"
+    if lay.two_batch_overlap:
+        return "two-batch overlap"
+    if state.a2a not in BREAKABLE_VALIDATED_A2A:
+        return f"MoE all-to-all backend {state.a2a!r}, not validated with breakable graphs"
+    return None
+
+
+def _apply_cuda_graph_compatibility(state: _Resolution) -> None:
+    """cuda_graph_hook.py, apply_cuda_graph_compatibility (skipped when the backend was
+    chosen): breakable graphs are opt-in under pipeline parallelism, and off with the
+    configurations disable_breakable_cudagraph_if_incompatible lists. Full graphs have
+    no such rules in 0.5.23."""
+    if state.locked_backend or state.backend != "breakable":
+        return
+    if state.launch.pp_size > 1:
+        state.disable("pipeline parallelism (--pp-size > 1): breakable prefill graphs are opt-in there")
+        return
+    off = _breakable_incompatibility(state)
+    if off is not None:
+        state.disable(f"SGLang turns breakable prefill graphs off with {off}")
+
+
+def _apply_deepep_adjustments(state: _Resolution) -> None:
+    """cuda_graph_hook.py, apply_deepep_adjustments: under DeepEP with breakable graphs the
+    list (or, with none, the ladder for the maximum or 2048) is rounded up to multiples of
+    8, and the maximum becomes its last bucket."""
+    if state.a2a != "deepep" or state.backend != "breakable":
+        return
+    src = state.buckets if state.buckets is not None else _ladder_or_empty(state.max_bs or DEEPEP_DEFAULT_MAX_BS)
+    rounded = deepep_round(src)
+    if rounded == sorted(src):
+        return
+    if state.locked_buckets:
+        moved = [f"{b}->{ceil_to(int(b), DEEPEP_BUCKET_MULTIPLE)}" for b in sorted(set(src)) if b % DEEPEP_BUCKET_MULTIPLE]
+        state.notes.append(f"DeepEP rounds every bucket up to a multiple of {DEEPEP_BUCKET_MULTIPLE}: " + ", ".join(moved))
+    state.buckets, state.max_bs = rounded, rounded[-1]
+
+
+def _apply_cuda_graph_disaggregation_roles(state: _Resolution) -> None:
+    """cuda_graph_hook.py, apply_cuda_graph_disaggregation_roles: a decode-only server
+    turns prefill graphs off unless the backend was chosen."""
+    if state.launch.disaggregation_mode == "decode" and not state.locked_backend and state.backend != "disabled":
+        state.disable("a decode-only server (disaggregation mode decode) runs no prefill")
+
+
+def _handle_gpu_memory_settings(state: _Resolution) -> None:
+    """memory_hook.py, handle_gpu_memory_settings: the chunk (by GPU memory when unset)
+    and, when unset, the ladder maximum: the chunk, capped for MLA models, breakable
+    graphs under pipeline parallelism with no list, --max-total-tokens and "llama-2"
+    model paths."""
+    launch = state.launch
+    state.chunk = launch.chunked_prefill_size
+    if state.chunk is None:
+        state.chunk = default_chunked_prefill_size(launch.gpu_memory_gib)
+    if state.max_bs is not None:
+        return
+    max_bs = min(MLA_PREFILL_MAX_BS, state.chunk) if launch.mla else state.chunk
+    if launch.pp_size > 1 and state.backend == "breakable" and not state.locked_buckets:
+        max_bs = min(max_bs, PP_BREAKABLE_PREFILL_MAX_BS)
+    if launch.max_total_tokens is not None:
+        max_bs = min(max_bs, launch.max_total_tokens)
+    if "llama-2" in launch.model_path.lower():
+        max_bs = min(max_bs, LLAMA2_PREFILL_MAX_BS)
+    state.max_bs = max_bs
+
+
+def _handle_data_parallelism(state: _Resolution) -> None:
+    """parallel_hook.py, handle_data_parallelism: under attention DP the chunk is per rank,
+    and an unchosen ladder maximum above it follows it (a list SGLang derived, e.g. the
+    DeepEP ladder, is regenerated as the plain ladder)."""
+    dp = state.launch.layout.attn_dp_size
+    if dp <= 1:
+        return
+    state.chunk = chunk = state.chunk_size // dp
+    if state.backend == "disabled" or state.ladder_max <= chunk or state.locked_max:
+        return
+    if state.buckets is not None and not state.locked_buckets:
+        state.notes.append(
+            f"the chunk per attention-DP rank ({chunk}) is below the DeepEP ladder's maximum: "
+            f"SGLang regenerates the plain ladder up to {chunk}"
+        )
+    state.max_bs = chunk
+    if not state.locked_buckets:
+        state.buckets = None
+
+
+def _handle_a2a_moe(state: _Resolution) -> None:
+    """moe_hook.py, handle_a2a_moe: DeepEP normal dispatch and DeepEP v2 turn prefill
+    graphs off, even when chosen."""
+    if state.backend == "disabled":
+        return
+    if state.a2a == "deepep" and state.launch.deepep_mode == "normal":
+        state.disable("SGLang turns CUDA graphs off with DeepEP normal dispatch (--deepep-mode normal)")
+    elif state.a2a == "deepep_v2":
+        state.disable("SGLang turns prefill CUDA graphs off with DeepEP v2 (its prefill is not capturable)")
+
+
+def _final_capture(state: _Resolution) -> PrefillCapture:
+    """prefill_cuda_graph_runner.py, get_prefill_num_tokens_to_capture (the list, or the
+    ladder, each bucket aligned) and cuda_graph_setup.py, capture_prefill_graph (an empty
+    list captures nothing, so SGLang disables prefill graphs)."""
+    align = layout_alignment(state.launch.layout)
+    max_bs, chunk = state.ladder_max, state.chunk_size
+    listed = _ladder_or_empty(max_bs) if state.buckets is None else list(state.buckets)
+    captured: tuple[int, ...] = ()
+    if state.backend != "disabled" and not listed:
+        why = "chunked prefill is off (--chunked-prefill-size -1)" if chunk < 1 else f"the ladder's maximum {max_bs} is below its first bucket"
+        state.disable(f"no bucket to capture: {why}; SGLang disables prefill CUDA graphs")
+    elif state.backend != "disabled":
+        captured = tuple(align_buckets(listed, align))
+    return PrefillCapture(
+        backend=state.backend,
+        reason=state.reason,
+        buckets=None if state.buckets is None else tuple(state.buckets),
         max_bs=max_bs,
         alignment=align,
         captured=captured,
         chunked_prefill_size=chunk,
-        notes=tuple(notes),
+        notes=tuple(state.notes),
     )
+
+
+# The steps of SGLang's resolution pipeline this model follows, in SGLang's order
+# (arg_groups/pipeline.py, run_resolution_pipeline; the cuda_graph_hook steps run inside
+# its handle_cuda_graph_config, after parse_cuda_graph_config), each with the SGLang
+# function it mirrors.
+PIPELINE_STEPS: tuple[tuple[str, Callable[[_Resolution], None]], ...] = (
+    ("cuda_graph_hook.apply_cuda_graph_compatibility", _apply_cuda_graph_compatibility),
+    ("cuda_graph_hook.apply_deepep_adjustments", _apply_deepep_adjustments),
+    ("cuda_graph_hook.apply_cuda_graph_disaggregation_roles", _apply_cuda_graph_disaggregation_roles),
+    ("memory_hook.handle_gpu_memory_settings", _handle_gpu_memory_settings),
+    ("parallel_hook.handle_data_parallelism", _handle_data_parallelism),
+    ("moe_hook.handle_a2a_moe", _handle_a2a_moe),
+)
+
+
+def resolve_prefill_capture(launch: PrefillLaunch) -> PrefillCapture:
+    """SGLang 0.5.23's prefill capture for a launch, following its resolution pipeline
+    (arg_groups/pipeline.py) step by step: parse_cuda_graph_config, then PIPELINE_STEPS,
+    then the capture. Rules that depend on the model's architecture beyond MLA (KDA
+    hybrid attention, DeepSeek-V4, multimodal models outside SGLang's allowlist,
+    DeepSeek-V3 on trtllm_mla) are not modelled; prefill context parallelism support is
+    reported as unchecked."""
+    state = _parse_cuda_graph_config(launch)
+    for _mirrors, step in PIPELINE_STEPS:
+        step(state)
+    return _final_capture(state)

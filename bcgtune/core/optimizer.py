@@ -307,7 +307,7 @@ def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None
     no_bucket = E[prep.sizes.size]
     best_cost, best_k, best_j = no_bucket, -1, 0
     per_k: list[tuple] = []
-    tail = no_bucket - E[prep.end[1:]] if p else None
+    tail = no_bucket - E[prep.end[1:]]  # eager cost of the sizes above each candidate
     for k in range(f.shape[0] if p else 0):
         tot = (f[k, 1:] + tail).astype(np.float64)
         if allowed is not None:

@@ -30,7 +30,6 @@ real rows, so capture/validate/calibrate logic runs on CPU.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import time
 from dataclasses import dataclass
@@ -38,9 +37,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.attention import varlen_attention
-from bcgtune.engines.torch_graphs import GIB, CaptureRecord, PrefillInputs, sdpa_context
+from bcgtune.engines.torch_graphs import CaptureRecord, PrefillInputs, StaticPrefillEngine, sdpa_context
 from bcgtune.errors import InputError
 
 RUNNER_NAME = "breakable"
@@ -73,7 +72,7 @@ def _flash_varlen_works(device: torch.device, dtype, heads: int, kv_heads: int, 
         return False
 
 
-class BreakablePrefillEngine:
+class BreakablePrefillEngine(StaticPrefillEngine):
     runner = RUNNER_NAME
 
     def __init__(
@@ -88,47 +87,28 @@ class BreakablePrefillEngine:
     ):
         from bcgtune.engines.segmented import GraphImpl, resolve_impl
 
-        if max_tokens < 1:
-            raise InputError(f"max tokens must be positive, got {max_tokens}")
         if not hasattr(model, "body"):
             raise InputError("the breakable runner needs a model with a separate body and logits tail")
-        self.model = model
-        self.device = device
-        self.sdpa_backend = sdpa_backend
-        self.graphs_enabled = device.type == "cuda"
+        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor)
         self.mode = "breakable-cuda-graph" if self.graphs_enabled else "padded-eager"
         if not self.graphs_enabled:
             self.impl = None
         else:
             self.impl = graph_impl if isinstance(graph_impl, GraphImpl) else resolve_impl(graph_impl)
-        self.warmup = max(0, int(warmup))
-        self.padding_factor = padding_factor
-        self.max_tokens = int(max_tokens)
-        self.graphs: dict[int, object] = {}
-        self.capture_count = 0
-        self.pool = torch.cuda.graph_pool_handle() if self.graphs_enabled else None
         # One capture stream for every bucket: the caching allocator reuses a pool's freed
         # blocks only on the stream that allocated them, so a stream per capture would give
         # each graph memory of its own (SGLang captures a whole session on one stream).
         self.capture_stream = torch.cuda.Stream(device) if self.graphs_enabled else None
         self.meta: BatchMeta | None = None
         self._skip_breaks = False
-        kind = getattr(model, "input_kind", "ids")
-        mrope = kind == "embeds" and getattr(getattr(model, "cfg", None), "vision", None) is not None
-        dtype = next(model.parameters()).dtype
         cfg = getattr(model, "cfg", None)
         heads = getattr(cfg, "num_heads", None) or getattr(cfg, "num_attention_heads", 1)
         kv = getattr(cfg, "num_kv_heads", None) or getattr(cfg, "num_key_value_heads", None) or heads
         hd = getattr(cfg, "head_dim", None) or model.hidden_size // heads
-        self.attention_kind = "flash-varlen" if _flash_varlen_works(device, dtype, heads, kv, hd) else "sdpa-per-request"
+        self.attention_kind = "flash-varlen" if _flash_varlen_works(device, self.dtype, heads, kv, hd) else "sdpa-per-request"
         with torch.no_grad():
-            if kind == "ids":
-                self.s_inp = torch.zeros(self.max_tokens, dtype=torch.long, device=device)
-            else:
-                self.s_inp = torch.zeros(self.max_tokens, model.hidden_size, dtype=dtype, device=device)
-            self.s_pos = torch.zeros((3, self.max_tokens) if mrope else (self.max_tokens,), dtype=torch.long, device=device)
             # one output buffer for every bucket, as SGLang's breakable backend keeps
-            self.s_out = torch.zeros(self.max_tokens, model.hidden_size, dtype=dtype, device=device)
+            self.s_out = torch.zeros(self.max_tokens, model.hidden_size, dtype=self.dtype, device=device)
         eager_on_graph = self.impl.eager_on_graph if self.impl is not None else (lambda fn: fn)
         self._attention_break = eager_on_graph(self._attention_body)
 
@@ -186,10 +166,6 @@ class BreakablePrefillEngine:
         return BatchMeta(cu[-1], tuple(int(x) for x in lengths), spans, max(lengths), cu_dev, last)
 
     # ---- helpers --------------------------------------------------------------------
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     def attention(self):
         return varlen_attention(self._attend)
 
@@ -197,28 +173,6 @@ class BreakablePrefillEngine:
         hidden = self.model.body(self.s_inp[:b], self.s_pos[..., :b])
         self.s_out[:b].copy_(hidden)
         return hidden
-
-    def _fill(self, x: PrefillInputs, b: int) -> None:
-        n = x.n
-        self.s_inp[:n].copy_(x.inp)
-        self.s_inp[n:b].zero_()
-        self.s_pos[..., :n].copy_(x.positions)
-        self.s_pos[..., n:b].zero_()
-
-    def bucket_for(self, n: int) -> int | None:
-        """SGLang's rule over the captured buckets: smallest b >= n, and b <= factor * n."""
-        if not self.graphs:
-            return None
-        chosen, replay = assign_buckets([n], sorted(self.graphs), self.padding_factor)
-        return int(chosen[0]) if bool(replay[0]) else None
-
-    def _reserved(self) -> float:
-        if not self.graphs_enabled:
-            return 0.0
-        self.sync()
-        gc.collect()
-        torch.cuda.empty_cache()
-        return torch.cuda.memory_reserved(self.device) / GIB
 
     def _tail(self, hidden: torch.Tensor) -> torch.Tensor:
         """The eager logits tail: each request's last row through the LM head."""
@@ -234,86 +188,38 @@ class BreakablePrefillEngine:
         return hidden, self._tail(hidden)
 
     # ---- capture --------------------------------------------------------------------
-    @torch.no_grad()
-    def capture(self, buckets, record_attention: bool = True, on_record=None) -> list[CaptureRecord]:
-        """Capture one breakable graph per bucket, largest first, into the shared pool. A
-        failure is recorded with torch's message and the next bucket is tried."""
-        bl = sorted({int(b) for b in buckets}, reverse=True)
-        if not bl:
-            raise InputError("no buckets to capture")
-        if bl[0] > self.max_tokens:
-            raise InputError(f"bucket {bl[0]} exceeds the engine's static buffers ({self.max_tokens} tokens)")
-        if bl[-1] < 1:
-            raise InputError(f"bucket {bl[-1]} is not positive")
-        records = []
-        for b in bl:
-            if b in self.graphs:
-                continue
-            rec = CaptureRecord(bucket=b, ok=False)
-            # capture as SGLang does: one request slot holding the whole bucket
-            self.s_inp[:b].zero_()
-            self.s_pos[..., :b].copy_(torch.arange(b, device=self.device))
-            self.meta = self.prepare((b,))
-            before = self._reserved()
-            t0 = time.perf_counter()
-            try:
-                with self.attention():
-                    if self.graphs_enabled:
-                        side = self.capture_stream
-                        side.wait_stream(torch.cuda.current_stream(self.device))
-                        with torch.cuda.stream(side):
-                            for _ in range(max(1, self.warmup)):
-                                self._body(b)
-                        torch.cuda.current_stream(self.device).wait_stream(side)
-                        self.sync()
-                        t1 = time.perf_counter()
-                        graph = self.impl.new_graph()
-                        with self.impl.capture(graph, self.pool, side):
-                            self._body(b)
-                        torch.cuda.current_stream(self.device).wait_stream(side)
-                        self.sync()
-                        rec.record_s = time.perf_counter() - t1
-                        self.graphs[b] = graph
-                    else:
-                        for _ in range(max(1, self.warmup)):
-                            self._body(b)
-                        self.graphs[b] = None
-                rec.ok = True
-                self.capture_count += 1
-            except torch.cuda.OutOfMemoryError as exc:
-                rec.error = "out of memory: " + str(exc).splitlines()[0]
-            except RuntimeError as exc:
-                rec.error = " ".join(str(exc).split())[:500]
-            rec.capture_s = time.perf_counter() - t0
+    def _prepare_capture(self, b: int) -> None:
+        self.meta = self.prepare((b,))
+
+    def _capture_one(self, b: int, rec: CaptureRecord, record_attention: bool) -> None:
+        """Warm-up forwards on the capture stream, then one breakable graph of the body
+        (breaks at every attention); padded-eager: the warm-up alone."""
+        with self.attention():
             if self.graphs_enabled:
-                rec.pool_growth_gib = self._reserved() - before
-            records.append(rec)
-            if on_record is not None:
-                on_record(rec)
-        return records
+                side = self.capture_stream
+                self._warm_up_on(side, self._body, b)
+                t1 = time.perf_counter()
+                graph = self.impl.new_graph()
+                with self.impl.capture(graph, self.pool, side):
+                    self._body(b)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                self.sync()
+                rec.record_s = time.perf_counter() - t1
+                self.graphs[b] = graph
+            else:
+                for _ in range(max(1, self.warmup)):
+                    self._body(b)
+                self.graphs[b] = None
 
     def segment_count(self, bucket: int) -> int:
         g = self.graphs.get(bucket)
         return len(self.impl.segments(g)) if g is not None and self.impl is not None else 0
 
     def release(self) -> None:
-        """Drop every graph and the pool (memory goes back to the caching allocator)."""
-        self.graphs.clear()
         self.meta = None
-        self.pool = torch.cuda.graph_pool_handle() if self.graphs_enabled else None
-        gc.collect()
-        if self.graphs_enabled:
-            torch.cuda.empty_cache()
+        super().release()
 
     # ---- replay ---------------------------------------------------------------------
-    def _check_bucket(self, n: int, bucket: int | None) -> int:
-        b = bucket if bucket is not None else self.bucket_for(n)
-        if b is None or b not in self.graphs:
-            raise InputError(f"no captured bucket replays {n} tokens (buckets {sorted(self.graphs)})")
-        if n > b:
-            raise InputError(f"{n} tokens do not fit bucket {b}")
-        return b
-
     def _run(self, b: int) -> None:
         if self.graphs_enabled:
             self.graphs[b].replay()
@@ -321,16 +227,13 @@ class BreakablePrefillEngine:
             with self.attention():
                 self._body(b)
 
-    @torch.no_grad()
-    def replay(self, x: PrefillInputs, bucket: int | None = None):
-        """Padded replay: (hidden [n, H], logits of each request's last row [r, V], bucket).
-        hidden is a view of the shared output buffer, valid until the next replay."""
-        b = self._check_bucket(x.n, bucket)
-        self._fill(x, b)
+    def _replay_filled(self, x: PrefillInputs, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [n, H], logits of each request's last row [r, V]); hidden is a view of the
+        shared output buffer, valid until the next replay."""
         self.meta = self.prepare(x.lengths)
         self._run(b)
         hidden = self.s_out[: x.n]
-        return hidden, self._tail(hidden), b
+        return hidden, self._tail(hidden)
 
     @torch.no_grad()
     def replay_segments(self, bucket: int) -> None:
@@ -351,46 +254,10 @@ class BreakablePrefillEngine:
                 self._skip_breaks = False
 
     # ---- timing ---------------------------------------------------------------------
-    def _time(self, fn, warmup: int, repeats: int) -> dict:
-        from bcgtune.engines.torch_graphs import time_calls
-
-        return time_calls(fn, self.device, warmup, repeats)
-
     @torch.no_grad()
     def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
         return self._time(lambda: self.eager(x), warmup, repeats)
 
     @torch.no_grad()
-    def time_replay(self, x: PrefillInputs, bucket: int | None = None, warmup: int = 2, repeats: int = 10) -> dict:
-        b = self._check_bucket(x.n, bucket)
-        return self._time(lambda: self.replay(x, b), warmup, repeats)
-
-    @torch.no_grad()
     def time_segments(self, bucket: int, warmup: int = 2, repeats: int = 10) -> dict:
         return self._time(lambda: self.replay_segments(bucket), warmup, repeats)
-
-
-@torch.no_grad()
-def check_pad_invariance_breakable(engine: BreakablePrefillEngine, x: PrefillInputs, bucket: int, seed: int = 1) -> dict:
-    """Replay the same batch twice, padding zeros then random garbage: every real row must
-    be bit-identical (no request reads a padded row). Returns {"ok", "max_abs_diff"}."""
-    from bcgtune.engines.torch_graphs import _rng
-
-    h0, l0, _ = engine.replay(x, bucket)
-    h0, l0 = h0.clone(), l0.clone()
-    n = x.n
-    engine._fill(x, bucket)
-    if n < bucket:
-        g = _rng(seed)
-        if engine.s_inp.dtype == torch.long:
-            junk = torch.randint(0, min(engine.model.vocab_size, 150000), (bucket - n,), generator=g)
-        else:
-            junk = torch.randn((bucket - n, engine.s_inp.shape[1]), generator=g)
-        engine.s_inp[n:bucket].copy_(junk.to(engine.s_inp.dtype))
-        engine.s_pos[..., n:bucket].copy_(torch.randint(0, 4 * bucket, (bucket - n,), generator=g))
-    engine.meta = engine.prepare(x.lengths)
-    engine._run(bucket)
-    h1 = engine.s_out[:n]
-    l1 = engine._tail(h1)
-    diff = max(float((h0 - h1).abs().max()), float((l0 - l1).abs().max()))
-    return {"ok": diff == 0.0, "max_abs_diff": diff}

@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
-from bcgtune.errors import InputError
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.errors import ExternalError, InputError
 
 DEFAULT_CALIBRATION_SIZES = (16, 64, 128, 256, 512, 768, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 8192)
 DEFAULT_IMAGE_PX = (128, 256, 512)
@@ -124,6 +125,92 @@ def _sizes_in_bucket(b: int, prev: int, k: int, rng) -> list[int]:
 DEFAULT_VALIDATE_REQUESTS = (1, 4)
 
 
+def _request_counts(requests, runner: str) -> list[int]:
+    """The request counts each validated size is split into (the full runner holds one)."""
+    req_list = sorted({int(r) for r in requests})
+    if not req_list or req_list[0] < 1:
+        raise InputError("request counts must be positive integers", "--requests")
+    return [1] if runner == "full" else req_list
+
+
+def _replay_vs_eager(engine, x, gap_threshold, max_logprob_delta) -> tuple[dict, int]:
+    """One batch run eagerly and replayed: the token-level comparison and the bucket used."""
+    from bcgtune.engines.torch_graphs import compare_batch
+
+    he, le = engine.eager(x)
+    he, le = he.clone(), le.clone()
+    hr, lr, used = engine.replay(x)
+    return compare_batch(engine.model, he, hr, le, lr, x.lengths, gap_threshold, max_logprob_delta), used
+
+
+def _validate_bucket(engine, b: int, rec, prev: int, req_list: list[int], rng, *, sizes_per_bucket, seed,
+                     gap_threshold, max_logprob_delta) -> dict:
+    """One bucket's entry: text batches of sizes that replay in it (each split into every
+    request count that fits) compared with eager, and the pad-invariance check."""
+    from bcgtune.engines.torch_graphs import check_pad_invariance, text_inputs
+
+    entry = {"bucket": b, "captured": rec.ok, "error": rec.error, "attention_match": rec.attention_match,
+             "attention_eager": rec.attention_eager, "attention_capture": rec.attention_capture, "checks": []}
+    if rec.ok:
+        sizes = _sizes_in_bucket(b, prev, sizes_per_bucket, rng)
+        for n in sizes:
+            for r in (r for r in req_list if r <= n):
+                x = text_inputs(engine.model, n, engine.device, seed=seed * 7919 + n, requests=r, split="random")
+                c, used = _replay_vs_eager(engine, x, gap_threshold, max_logprob_delta)
+                c.update(n=n, bucket=used, kind="text")
+                entry["checks"].append(c)
+        entry["pad_invariance"] = None
+        if sizes:
+            r_pad = min(req_list[-1], sizes[0])
+            x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
+            entry["pad_invariance"] = check_pad_invariance(engine, x, b, seed=seed) | {"requests": r_pad}
+        entry["sizes"] = sizes
+    ok = rec.ok and rec.attention_match and all(c["ok"] for c in entry["checks"]) and (
+        entry.get("pad_invariance") is None or entry["pad_invariance"]["ok"])
+    entry["ok"] = bool(ok)
+    return entry
+
+
+def _image_sweep(engine, buckets: list[int], image_px, rng, *, seed, gap_threshold, max_logprob_delta) -> dict:
+    """Image batches of each size in `image_px` replayed in every captured bucket they fit:
+    compared with eager, and no new capture or torch.compile recompilation on the way."""
+    from bcgtune.engines.models import image_token_count
+    from bcgtune.engines.torch_graphs import dynamo_counters, image_inputs
+
+    captures_before = engine.capture_count
+    dyn_before = dynamo_counters()
+    rows = []
+    prev = 0
+    for b in buckets:
+        if b not in engine.graphs:
+            prev = b
+            continue
+        lo = max(b // 2, prev) + 1
+        for px in image_px:
+            vis = image_token_count(engine.model, px, px)
+            n_min = max(lo, vis + 3)
+            if n_min > b:
+                rows.append({"bucket": b, "image_px": px, "visual_tokens": vis, "skipped": "bucket too small for the image"})
+                continue
+            n = int(rng.integers(n_min, b + 1))
+            x = image_inputs(engine.model, n, px, engine.device, seed=seed + px + b)
+            c, used = _replay_vs_eager(engine, x, gap_threshold, max_logprob_delta)
+            c.update(n=n, bucket=used, kind=x.kind, visual_tokens=vis, image_px=px)
+            rows.append(c)
+        prev = b
+    dyn_after = dynamo_counters()
+    sweep = {
+        "image_px": list(image_px),
+        "new_captures": engine.capture_count - captures_before,
+        "dynamo_recompiles": dyn_after["recompiles"] - dyn_before["recompiles"],
+        "dynamo_new_graphs": dyn_after["unique_graphs"] - dyn_before["unique_graphs"],
+        "torch_compile_used": False,
+        "checks": rows,
+    }
+    sweep["ok"] = sweep["new_captures"] == 0 and sweep["dynamo_recompiles"] == 0 and all(r.get("ok", True) for r in rows)
+    return sweep
+
+
 def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_backend="auto", seed=0,
                  sizes_per_bucket=3, gap_threshold=GAP_THRESHOLD, max_logprob_delta=MAX_LOGPROB_DELTA,
                  image_px=DEFAULT_IMAGE_PX, images=None, hf_fix_attention=True, random_weights=False, progress=None,
@@ -139,110 +226,25 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
 
     check_runner(runner)
     shape = check_run(model, device, buckets, chunked_prefill_size)
-    from bcgtune.engines.torch_graphs import (
-        check_pad_invariance,
-        compare_batch,
-        dynamo_counters,
-        image_inputs,
-        text_inputs,
-    )
-
-    req_list = sorted({int(r) for r in requests})
-    if not req_list or req_list[0] < 1:
-        raise InputError("request counts must be positive integers", "--requests")
-    if runner == "full":
-        req_list = [1]
+    req_list = _request_counts(requests, runner)
     buckets = sorted({int(b) for b in buckets})
     engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner,
                                hf_fix_attention, random_weights, None, graph_impl)
-    if runner == "breakable":
-        from bcgtune.engines.breakable import (
-            check_pad_invariance_breakable as pad_check,
-        )
-    else:
-        pad_check = check_pad_invariance
     recs = {r.bucket: r for r in engine.capture(buckets)}
     is_vl = getattr(engine.model, "input_kind", "ids") == "embeds" and getattr(getattr(engine.model, "cfg", None), "vision", None) is not None
     do_images = is_vl if images is None else bool(images)
     if do_images and not is_vl:
         raise InputError("--images needs a VL model (e.g. --model qwen3-vl-8b)")
     rng = np.random.default_rng(seed)
+    thresholds = {"gap_threshold": gap_threshold, "max_logprob_delta": max_logprob_delta}
     per_bucket = []
-    prev = 0
-    for b in buckets:
-        rec = recs[b]
-        entry = {"bucket": b, "captured": rec.ok, "error": rec.error, "attention_match": rec.attention_match,
-                 "attention_eager": rec.attention_eager, "attention_capture": rec.attention_capture, "checks": []}
-        if rec.ok:
-            sizes = _sizes_in_bucket(b, prev, sizes_per_bucket, rng)
-            for n in sizes:
-                for r in req_list:
-                    if r > n:
-                        continue
-                    x = text_inputs(engine.model, n, engine.device, seed=seed * 7919 + n, requests=r, split="random")
-                    he, le = engine.eager(x)
-                    he, le = he.clone(), le.clone()
-                    hr, lr, used = engine.replay(x)
-                    c = compare_batch(engine.model, he, hr, le, lr, x.lengths, gap_threshold, max_logprob_delta)
-                    c.update(n=n, bucket=used, kind="text")
-                    entry["checks"].append(c)
-                    del he, le
-            if sizes:
-                r_pad = min(req_list[-1], sizes[0])
-                x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
-                entry["pad_invariance"] = pad_check(engine, x, b, seed=seed) | {"requests": r_pad}
-            else:
-                entry["pad_invariance"] = None
-            entry["sizes"] = sizes
-        ok = rec.ok and rec.attention_match and all(c["ok"] for c in entry["checks"]) and (
-            entry.get("pad_invariance") is None or entry["pad_invariance"]["ok"])
-        entry["ok"] = bool(ok)
+    for prev, b in zip([0, *buckets], buckets):
+        entry = _validate_bucket(engine, b, recs[b], prev, req_list, rng, sizes_per_bucket=sizes_per_bucket, seed=seed,
+                                 **thresholds)
         per_bucket.append(entry)
-        prev = b
         if progress is not None:
             progress(entry)
-    image_sweep = None
-    if do_images:
-        captures_before = engine.capture_count
-        dyn_before = dynamo_counters()
-        rows = []
-        prev = 0
-        for b in buckets:
-            if b not in engine.graphs:
-                prev = b
-                continue
-            lo = max(b // 2, prev) + 1
-            for px in image_px:
-                from bcgtune.engines.models import image_token_count
-
-                vis = image_token_count(engine.model, px, px)
-                n_min = max(lo, vis + 3)
-                if n_min > b:
-                    rows.append({"bucket": b, "image_px": px, "visual_tokens": vis, "skipped": "bucket too small for the image"})
-                    continue
-                n = int(rng.integers(n_min, b + 1))
-                x = image_inputs(engine.model, n, px, engine.device, seed=seed + px + b)
-                he, le = engine.eager(x)
-                he, le = he.clone(), le.clone()
-                hr, lr, used = engine.replay(x)
-                c = compare_batch(engine.model, he, hr, le, lr, x.lengths, gap_threshold, max_logprob_delta)
-                c.update(n=n, bucket=used, kind=x.kind, visual_tokens=vis, image_px=px)
-                rows.append(c)
-            prev = b
-        dyn_after = dynamo_counters()
-        image_sweep = {
-            "image_px": list(image_px),
-            "new_captures": engine.capture_count - captures_before,
-            "dynamo_recompiles": dyn_after["recompiles"] - dyn_before["recompiles"],
-            "dynamo_new_graphs": dyn_after["unique_graphs"] - dyn_before["unique_graphs"],
-            "torch_compile_used": False,
-            "checks": rows,
-        }
-        image_sweep["ok"] = (
-            image_sweep["new_captures"] == 0
-            and image_sweep["dynamo_recompiles"] == 0
-            and all(r.get("ok", True) for r in rows)
-        )
+    image_sweep = _image_sweep(engine, buckets, image_px, rng, seed=seed, **thresholds) if do_images else None
     checks = [c for e in per_bucket for c in e["checks"]]
     out = _header("bcgtune.validation-report", env, desc)
     out.update(
@@ -264,7 +266,7 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
 MAX_POOL_SIZES = 16  # graph memory alone is measured at most at this many sizes (smooth in n)
 
 
-def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, factor: float = 2.0) -> list[int]:
+def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, factor: float = DEFAULT_PADDING_FACTOR) -> list[int]:
     """Sizes for a bucket-grid calibration: every multiple of `step` up to `max_tokens`
     (default 8192). With a trace, only the multiples some traced size n can replay in
     (n <= c <= factor * n), none above the first multiple at or past the largest traced size
@@ -354,6 +356,25 @@ def _memory_model(recs, sizes):
     return growth[max(sizes)], (statistics.fmean(rest) if rest else 0.0), growth
 
 
+def _capture_all(engine, sizes, **kw):
+    """Capture every size; a failed capture ends the calibration (ExternalError)."""
+    recs = engine.capture(sizes, **kw)
+    failed = [r for r in recs if not r.ok]
+    if failed:
+        raise ExternalError(f"capture failed at {failed[0].bucket} tokens: {failed[0].error}")
+    return recs
+
+
+def _graph_memory(engine, recs, sizes, meta: dict) -> tuple[float | None, float | None]:
+    """(pool of the largest graph, mean growth per further graph) from a capture largest
+    first, the growth per bucket recorded in `meta`; (None, None) without graphs."""
+    if not engine.graphs_enabled:
+        return None, None
+    pool_gib, per_graph, growth = _memory_model(recs, sizes)
+    meta["pool_growth_gib_largest_first"] = {str(b): growth[b] for b in sizes}
+    return pool_gib, per_graph
+
+
 def _environment_meta(engine, env, desc, warmup, repeats, inputs: str, replay_includes: str) -> dict:
     return {
         "gpu": {k: env.get(k) for k in ("gpu_name", "gpu_memory_gib", "compute_capability", "multiprocessors", "driver")},
@@ -384,12 +405,7 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
                                           warmup=engine.warmup, graph_impl=impl)
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
-    recs = engine.capture(sizes, record_attention=False)
-    failed = [r for r in recs if not r.ok]
-    if failed:
-        from bcgtune.errors import ExternalError
-
-        raise ExternalError(f"capture failed at {failed[0].bucket} tokens: {failed[0].error}")
+    recs = _capture_all(engine, sizes, record_attention=False)
     seg = {}
     for b in sizes:
         seg[b] = engine.time_segments(b, warmup=warmup, repeats=repeats)
@@ -422,10 +438,7 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
         "mix": {"pairs": int(mix.tokens.size), "batches": mix.n_batches, "requests_known": mix.requests_known},
         "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
     })
-    pool_gib = per_graph = None
-    if engine.graphs_enabled:
-        pool_gib, per_graph, growth = _memory_model(recs, sizes)
-        meta["pool_growth_gib_largest_first"] = {str(b): growth[b] for b in sizes}
+    pool_gib, per_graph = _graph_memory(engine, recs, sizes, meta)
     cal = Calibration(
         tokens=grid,
         eager_ms=None,
@@ -456,12 +469,7 @@ def _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeat
             return PrefillGraphEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend)
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
-    recs = engine.capture(sizes)
-    failed = [r for r in recs if not r.ok]
-    if failed:
-        from bcgtune.errors import ExternalError
-
-        raise ExternalError(f"capture failed at {failed[0].bucket} tokens: {failed[0].error}")
+    recs = _capture_all(engine, sizes)
     graph = {}
     for n in sizes:
         graph[n] = engine.time_replay(inputs[n], n, warmup=warmup, repeats=repeats)
@@ -474,10 +482,7 @@ def _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeat
                             "graph_p10_p90": [graph[n]["p10_ms"], graph[n]["p90_ms"]]} for n in sizes},
         "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
     })
-    pool_gib = per_graph = None
-    if engine.graphs_enabled:
-        pool_gib, per_graph, growth = _memory_model(recs, sizes)
-        meta["pool_growth_gib_largest_first"] = {str(b): growth[b] for b in sizes}
+    pool_gib, per_graph = _graph_memory(engine, recs, sizes, meta)
     cal = Calibration(
         tokens=np.asarray(sizes),
         eager_ms=np.asarray([eager[n]["median_ms"] for n in sizes]),

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
-from bcgtune.errors import ExternalError, InputError
+from bcgtune.errors import InputError
 
 GIB = float(2**30)
 
@@ -263,62 +263,55 @@ class CaptureRecord:
         }
 
 
-class PrefillGraphEngine:
-    runner = "full"
-    graph_impl = "torch.cuda.CUDAGraph, whole forward"
+class StaticPrefillEngine:
+    """What both prefill runners share (SGLang's breakable and full backends): static input
+    buffers sized for the largest bucket, of which every graph reads a prefix; one memory
+    pool filled largest bucket first; SGLang's replay rule over the captured buckets; the
+    capture loop's bookkeeping (a record per bucket, a failure kept and the next bucket
+    tried, the pool's growth); padded replay and timing. A runner supplies how one bucket is
+    captured (`_capture_one`), what capture needs beside the neutral inputs
+    (`_prepare_capture`), and how a filled bucket runs (`_replay_filled`)."""
 
-    def __init__(
-        self,
-        model,
-        device: torch.device,
-        max_tokens: int,
-        sdpa_backend: str = "auto",
-        warmup: int = 1,
-        padding_factor: float = DEFAULT_PADDING_FACTOR,
-    ):
+    runner = ""
+    mode = ""
+
+    def __init__(self, model, device: torch.device, max_tokens: int, sdpa_backend: str, warmup: int,
+                 padding_factor: float):
         if max_tokens < 1:
             raise InputError(f"max tokens must be positive, got {max_tokens}")
         self.model = model
         self.device = device
         self.sdpa_backend = sdpa_backend
         self.graphs_enabled = device.type == "cuda"
-        self.mode = "cuda-graph" if self.graphs_enabled else "padded-eager"
         self.warmup = max(0, int(warmup))
         self.padding_factor = padding_factor
         self.max_tokens = int(max_tokens)
         self.graphs: dict[int, object] = {}
-        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.capture_count = 0
         self.pool = torch.cuda.graph_pool_handle() if self.graphs_enabled else None
+        self.dtype = next(model.parameters()).dtype
         kind = getattr(model, "input_kind", "ids")
         mrope = kind == "embeds" and getattr(getattr(model, "cfg", None), "vision", None) is not None
         with torch.no_grad():
             if kind == "ids":
                 self.s_inp = torch.zeros(self.max_tokens, dtype=torch.long, device=device)
             else:
-                dtype = next(model.parameters()).dtype
-                self.s_inp = torch.zeros(self.max_tokens, model.hidden_size, dtype=dtype, device=device)
+                self.s_inp = torch.zeros(self.max_tokens, model.hidden_size, dtype=self.dtype, device=device)
             self.s_pos = torch.zeros((3, self.max_tokens) if mrope else (self.max_tokens,), dtype=torch.long, device=device)
-            self.s_last = torch.zeros(1, dtype=torch.long, device=device)
 
     # ---- helpers ------------------------------------------------------------------
-    def attention(self):
-        return sdpa_context(self.sdpa_backend, self.device)
-
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _fwd(self, b: int):
-        return self.model(self.s_inp[:b], self.s_pos[..., :b], self.s_last)
-
     def _fill(self, x: PrefillInputs, b: int) -> None:
+        """The batch's real inputs into the static buffers, the padding up to b zeroed
+        (token 0 / zero embeddings, position 0)."""
         n = x.n
         self.s_inp[:n].copy_(x.inp)
         self.s_inp[n:b].zero_()
         self.s_pos[..., :n].copy_(x.positions)
         self.s_pos[..., n:b].zero_()
-        self.s_last.fill_(n - 1)
 
     def bucket_for(self, n: int) -> int | None:
         """SGLang's rule over the captured buckets: smallest b >= n, and b <= factor * n."""
@@ -327,14 +320,6 @@ class PrefillGraphEngine:
         chosen, replay = assign_buckets([n], sorted(self.graphs), self.padding_factor)
         return int(chosen[0]) if bool(replay[0]) else None
 
-    # ---- eager --------------------------------------------------------------------
-    @torch.no_grad()
-    def eager(self, x: PrefillInputs):
-        last = torch.tensor([x.n - 1], device=self.device)
-        with self.attention():
-            return self.model(x.inp, x.positions, last)
-
-    # ---- capture ------------------------------------------------------------------
     def _reserved(self) -> float:
         if not self.graphs_enabled:
             return 0.0
@@ -343,10 +328,8 @@ class PrefillGraphEngine:
         torch.cuda.empty_cache()
         return torch.cuda.memory_reserved(self.device) / GIB
 
-    @torch.no_grad()
-    def capture(self, buckets, record_attention: bool = True, on_record=None) -> list[CaptureRecord]:
-        """Capture one graph per bucket, largest first, into the shared pool. A failure is
-        recorded with torch's exact message and the next bucket is tried."""
+    # ---- capture ------------------------------------------------------------------
+    def _capture_order(self, buckets) -> list[int]:
         bl = sorted({int(b) for b in buckets}, reverse=True)
         if not bl:
             raise InputError("no buckets to capture")
@@ -354,48 +337,44 @@ class PrefillGraphEngine:
             raise InputError(f"bucket {bl[0]} exceeds the engine's static buffers ({self.max_tokens} tokens)")
         if bl[-1] < 1:
             raise InputError(f"bucket {bl[-1]} is not positive")
+        return bl
+
+    def _prepare_capture(self, b: int) -> None:
+        """What the runner's capture of bucket b reads beside the neutral inputs."""
+
+    def _warm_up_on(self, side, forward, b: int, recorder=None) -> None:
+        """Warm-up forwards of bucket b (at least one) on the capture stream `side`, under
+        `recorder` when given, then the device idle: what runs before each capture."""
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side), (recorder if recorder is not None else contextlib.nullcontext()):
+            for _ in range(max(1, self.warmup)):
+                forward(b)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.sync()
+
+    def _capture_one(self, b: int, rec: CaptureRecord, record_attention: bool) -> None:
+        """Warm up and capture bucket b into the pool (padded-eager: run it), storing the
+        graph in self.graphs; raises torch's error on failure."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def capture(self, buckets, record_attention: bool = True, on_record=None) -> list[CaptureRecord]:
+        """Capture one graph per bucket, largest first, into the shared pool. A failure is
+        recorded with torch's message and the next bucket is tried."""
         records = []
-        for b in bl:
+        for b in self._capture_order(buckets):
             if b in self.graphs:
                 continue
             rec = CaptureRecord(bucket=b, ok=False)
-            # neutral static contents for warm-up and capture: a causal sequence of token 0
+            # neutral static contents, as SGLang captures: one request slot holding the
+            # whole bucket, a causal sequence of token 0
             self.s_inp[:b].zero_()
             self.s_pos[..., :b].copy_(torch.arange(b, device=self.device))
-            self.s_last.fill_(b - 1)
+            self._prepare_capture(b)
             before = self._reserved()
             t0 = time.perf_counter()
             try:
-                eager_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
-                with self.attention():
-                    if self.graphs_enabled:
-                        side = torch.cuda.Stream(self.device)
-                        side.wait_stream(torch.cuda.current_stream(self.device))
-                        with torch.cuda.stream(side), eager_rec:
-                            for _ in range(max(1, self.warmup)):
-                                self._fwd(b)
-                        torch.cuda.current_stream(self.device).wait_stream(side)
-                        self.sync()
-                        t1 = time.perf_counter()
-                        graph = torch.cuda.CUDAGraph()
-                        cap_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
-                        with cap_rec, torch.cuda.graph(graph, pool=self.pool):
-                            out = self._fwd(b)
-                        self.sync()
-                        rec.record_s = time.perf_counter() - t1
-                        self.graphs[b] = graph
-                        self.outputs[b] = out
-                    else:
-                        with eager_rec:
-                            for _ in range(max(1, self.warmup)):
-                                self._fwd(b)
-                        cap_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
-                        with cap_rec:  # padded-eager: the "graph" is the same forward
-                            self._fwd(b)
-                        self.graphs[b] = None
-                if record_attention:
-                    rec.attention_eager = eager_rec.summary()
-                    rec.attention_capture = cap_rec.summary()
+                self._capture_one(b, rec, record_attention)
                 rec.ok = True
                 self.capture_count += 1
             except torch.cuda.OutOfMemoryError as exc:
@@ -413,47 +392,135 @@ class PrefillGraphEngine:
     def release(self) -> None:
         """Drop every graph and the pool (memory goes back to the caching allocator)."""
         self.graphs.clear()
-        self.outputs.clear()
         self.pool = torch.cuda.graph_pool_handle() if self.graphs_enabled else None
         gc.collect()
         if self.graphs_enabled:
             torch.cuda.empty_cache()
 
     # ---- replay -------------------------------------------------------------------
+    def _check_bucket(self, n: int, bucket: int | None) -> int:
+        b = bucket if bucket is not None else self.bucket_for(n)
+        if b is None or b not in self.graphs:
+            raise InputError(f"no captured bucket replays {n} tokens (buckets {sorted(self.graphs)})")
+        if n > b:
+            raise InputError(f"{n} tokens do not fit bucket {b}")
+        return b
+
+    def _replay_filled(self, x: PrefillInputs, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run bucket b on the filled static buffers: (hidden of the real rows, logits)."""
+        raise NotImplementedError
+
     @torch.no_grad()
     def replay(self, x: PrefillInputs, bucket: int | None = None):
-        """Padded replay: (hidden [n, H], last_logits [1, V], bucket). The outputs are views
-        of graph memory, valid until the next replay."""
-        b = bucket if bucket is not None else self.bucket_for(x.n)
-        if b is None or b not in self.graphs:
-            raise InputError(f"no captured bucket replays {x.n} tokens (buckets {sorted(self.graphs)})")
-        if x.n > b:
-            raise InputError(f"{x.n} tokens do not fit bucket {b}")
+        """Padded replay: (hidden [n, H], logits of each request's last row [r, V], bucket).
+        The outputs are views of graph memory, valid until the next replay."""
+        b = self._check_bucket(x.n, bucket)
         self._fill(x, b)
-        if self.graphs_enabled:
-            self.graphs[b].replay()
-            hidden, logits = self.outputs[b]
-        else:
-            with self.attention():
-                hidden, logits = self._fwd(b)
-        return hidden[: x.n], logits, b
+        hidden, logits = self._replay_filled(x, b)
+        return hidden, logits, b
 
     # ---- timing -------------------------------------------------------------------
     def _time(self, fn, warmup: int, repeats: int) -> dict:
         return time_calls(fn, self.device, warmup, repeats)
 
     @torch.no_grad()
+    def time_replay(self, x: PrefillInputs, bucket: int | None = None, warmup: int = 2, repeats: int = 10) -> dict:
+        b = self._check_bucket(x.n, bucket)
+        return self._time(lambda: self.replay(x, b), warmup, repeats)
+
+
+class PrefillGraphEngine(StaticPrefillEngine):
+    """SGLang's `full` prefill backend with one request slot: one whole-forward graph per
+    bucket, the last real row's index in a 1-element buffer the graph reads."""
+
+    runner = "full"
+    graph_impl = "torch.cuda.CUDAGraph, whole forward"
+
+    def __init__(
+        self,
+        model,
+        device: torch.device,
+        max_tokens: int,
+        sdpa_backend: str = "auto",
+        warmup: int = 1,
+        padding_factor: float = DEFAULT_PADDING_FACTOR,
+    ):
+        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor)
+        self.mode = "cuda-graph" if self.graphs_enabled else "padded-eager"
+        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        with torch.no_grad():
+            self.s_last = torch.zeros(1, dtype=torch.long, device=device)
+
+    def attention(self):
+        return sdpa_context(self.sdpa_backend, self.device)
+
+    def _fwd(self, b: int):
+        return self.model(self.s_inp[:b], self.s_pos[..., :b], self.s_last)
+
+    def _fill(self, x: PrefillInputs, b: int) -> None:
+        super()._fill(x, b)
+        self.s_last.fill_(x.n - 1)
+
+    # ---- eager --------------------------------------------------------------------
+    @torch.no_grad()
+    def eager(self, x: PrefillInputs):
+        last = torch.tensor([x.n - 1], device=self.device)
+        with self.attention():
+            return self.model(x.inp, x.positions, last)
+
+    # ---- capture ------------------------------------------------------------------
+    def _prepare_capture(self, b: int) -> None:
+        self.s_last.fill_(b - 1)
+
+    def _capture_one(self, b: int, rec: CaptureRecord, record_attention: bool) -> None:
+        """Warm-up on a side stream, then one graph of the whole forward; every SDPA call
+        recorded in both phases when `record_attention`."""
+        eager_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
+        with self.attention():
+            if self.graphs_enabled:
+                self._warm_up_on(torch.cuda.Stream(self.device), self._fwd, b, eager_rec)
+                t1 = time.perf_counter()
+                graph = torch.cuda.CUDAGraph()
+                cap_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
+                with cap_rec, torch.cuda.graph(graph, pool=self.pool):
+                    out = self._fwd(b)
+                self.sync()
+                rec.record_s = time.perf_counter() - t1
+                self.graphs[b] = graph
+                self.outputs[b] = out
+            else:
+                with eager_rec:
+                    for _ in range(max(1, self.warmup)):
+                        self._fwd(b)
+                cap_rec = SdpaRecorder() if record_attention else contextlib.nullcontext()
+                with cap_rec:  # padded-eager: the "graph" is the same forward
+                    self._fwd(b)
+                self.graphs[b] = None
+        if record_attention:
+            rec.attention_eager = eager_rec.summary()
+            rec.attention_capture = cap_rec.summary()
+
+    def release(self) -> None:
+        self.outputs.clear()
+        super().release()
+
+    # ---- replay -------------------------------------------------------------------
+    def _replay_filled(self, x: PrefillInputs, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [n, H], last_logits [1, V]): views of graph memory on a GPU."""
+        if self.graphs_enabled:
+            self.graphs[b].replay()
+            hidden, logits = self.outputs[b]
+        else:
+            with self.attention():
+                hidden, logits = self._fwd(b)
+        return hidden[: x.n], logits
+
+    # ---- timing -------------------------------------------------------------------
+    @torch.no_grad()
     def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
         last = torch.tensor([x.n - 1], device=self.device)
         with self.attention():
             return self._time(lambda: self.model(x.inp, x.positions, last), warmup, repeats)
-
-    @torch.no_grad()
-    def time_replay(self, x: PrefillInputs, bucket: int | None = None, warmup: int = 2, repeats: int = 10) -> dict:
-        b = bucket if bucket is not None else self.bucket_for(x.n)
-        if b is None:
-            raise InputError(f"no captured bucket replays {x.n} tokens")
-        return self._time(lambda: self.replay(x, b), warmup, repeats)
 
 
 def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
@@ -500,29 +567,6 @@ def _timed(fn, device: torch.device, repeats: int) -> dict:
 # ---------------------------------------------------------------------------------------
 # comparisons (validate)
 # ---------------------------------------------------------------------------------------
-@dataclass
-class Comparison:
-    n: int
-    bucket: int
-    kind: str
-    tokens: int
-    top1_agree: float
-    max_abs_diff: float
-    max_logprob_delta: float
-    wide_gap_tokens: int
-    wide_gap_flips: int
-    wide_gap_logprob_failures: int
-    narrow_gap_flips: int
-    last_logits_max_abs_diff: float
-    ok: bool
-
-    def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        for k in ("top1_agree", "max_abs_diff", "max_logprob_delta", "last_logits_max_abs_diff"):
-            d[k] = round(float(d[k]), 6)
-        return d
-
-
 @torch.no_grad()
 def compare_logits(
     model,
@@ -620,9 +664,10 @@ def compare_batch(model, hidden_ref, hidden_test, last_ref, last_test, lengths, 
 
 
 @torch.no_grad()
-def check_pad_invariance(engine: PrefillGraphEngine, x: PrefillInputs, bucket: int, seed: int = 1) -> dict:
-    """Replay the same real tokens twice, padding zeros then random garbage: real rows must
-    be bit-identical (no real token reads a pad). Returns {"ok", "max_abs_diff"}."""
+def check_pad_invariance(engine: StaticPrefillEngine, x: PrefillInputs, bucket: int, seed: int = 1) -> dict:
+    """Replay the same batch twice, padding zeros then random garbage: every real row must
+    be bit-identical (no real token reads a padded row). Either runner. Returns {"ok",
+    "max_abs_diff"}."""
     h0, l0, _ = engine.replay(x, bucket)
     h0, l0 = h0.clone(), l0.clone()
     n = x.n
@@ -635,13 +680,8 @@ def check_pad_invariance(engine: PrefillGraphEngine, x: PrefillInputs, bucket: i
             junk = torch.randn((bucket - n, engine.s_inp.shape[1]), generator=g)
         engine.s_inp[n:bucket].copy_(junk.to(engine.s_inp.dtype))
         engine.s_pos[..., n:bucket].copy_(torch.randint(0, 4 * bucket, (bucket - n,), generator=g))
-    if engine.graphs_enabled:
-        engine.graphs[bucket].replay()
-        h1, l1 = engine.outputs[bucket]
-    else:
-        with engine.attention():
-            h1, l1 = engine._fwd(bucket)
-    diff = max(float((h0 - h1[:n]).abs().max()), float((l0 - l1).abs().max()))
+    h1, l1 = engine._replay_filled(x, bucket)
+    diff = max(float((h0 - h1).abs().max()), float((l0 - l1).abs().max()))
     return {"ok": diff == 0.0, "max_abs_diff": diff}
 
 
@@ -654,8 +694,3 @@ def dynamo_counters() -> dict:
     stats = counters.get("stats", {})
     recompiles = sum(counters.get("recompiles", {}).values()) if "recompiles" in counters else 0
     return {"unique_graphs": int(stats.get("unique_graphs", 0)), "recompiles": int(recompiles)}
-
-
-def require_gpu_for(what: str) -> None:
-    if not torch.cuda.is_available():
-        raise ExternalError(f"{what} needs a CUDA or ROCm GPU; torch {torch.__version__} sees none")
