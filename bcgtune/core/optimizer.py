@@ -299,10 +299,11 @@ def _reconstruct(prep: _Prep, arg: np.ndarray, k: int, j: int) -> list[int]:
     return sorted(out)
 
 
-def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None) -> Solution:
-    """Best list overall and per k. total(k, j) = f_k(j) + eager cost of the sizes above
-    c_j; k = 0 (no bucket) costs E[m]. `allowed(k) -> bool array over candidates` filters
-    (k, largest bucket) pairs, e.g. by a graph-memory budget."""
+def _best_per_k(prep: _Prep, f, E, allowed=None) -> tuple[list[tuple], tuple]:
+    """Per k (at most k + 1 buckets, index k), the best (cost, layer, column) and the best
+    overall. total(k, j) = f_k(j) + eager cost of the sizes above c_j; k = 0 (no bucket)
+    costs E[m]. `allowed(k) -> bool array over candidates` filters (k, largest bucket)
+    pairs, e.g. by a graph-memory budget."""
     p = prep.cand.size
     no_bucket = E[prep.sizes.size]
     best_cost, best_k, best_j = no_bucket, -1, 0
@@ -326,6 +327,13 @@ def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None
             best_cost, best_k, best_j = cost, k, j + 1
     if not per_k:
         per_k.append((no_bucket, -1, 0))
+    return per_k, (best_cost, best_k, best_j)
+
+
+def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None) -> Solution:
+    """Best list overall and per k (see _best_per_k)."""
+    p = prep.cand.size
+    per_k, (best_cost, best_k, best_j) = _best_per_k(prep, f, E, allowed)
     sol = _summarize(prep, _reconstruct(prep, arg, best_k, best_j), best_cost, objective)
     sol.curve = []
     # more buckets than candidates cannot help: the curve ends at the candidate count
@@ -515,16 +523,88 @@ def optimal_buckets_time(
     else:
         u = np.concatenate([zero, monotone_graph_ms(cal, prep.cand)])
         f, arg = _solve_layers(prep, K, E, W, V, u, big=np.inf)
-    allowed = None
-    if max_graph_mem_gib is not None:
-        if cal.per_graph_gib is None or (cal.pool_gib is None and cal.pool_by_tokens is None):
-            raise InputError("--max-graph-mem needs a calibration with graph memory (from bcgtune calibrate)")
-        pool_top = np.array([cal.graph_memory_gib([int(c)]) for c in prep.cand.tolist()])
+    allowed = None if max_graph_mem_gib is None else memory_budget(cal, max_graph_mem_gib)(prep.cand)
+    return _pick(prep, f, arg, E, max_buckets, "time", allowed)
+
+
+def memory_budget(cal, max_graph_mem_gib: float) -> Callable:
+    """For candidates c, a function k -> whether k buckets with the largest at c fit in
+    `max_graph_mem_gib` under the calibration's memory model (pool of the largest graph +
+    per-graph overhead for each further one)."""
+    if cal.per_graph_gib is None or (cal.pool_gib is None and cal.pool_by_tokens is None):
+        raise InputError("--max-graph-mem needs a calibration with graph memory (from bcgtune calibrate)")
+
+    def for_candidates(cand):
+        pool_top = np.array([cal.graph_memory_gib([int(c)]) for c in np.asarray(cand).tolist()])
 
         def allowed(k):
             return pool_top + (k - 1) * cal.per_graph_gib <= max_graph_mem_gib
 
-    return _pick(prep, f, arg, E, max_buckets, "time", allowed)
+        return allowed
+
+    return for_candidates
+
+
+@dataclass
+class ItemLists:
+    """`lists[k - 1]`: a list of at most k buckets with the least total cost `costs[k - 1]`
+    of an item histogram (optimal_item_lists), for k = 1..K (K = max_buckets, or the number
+    of candidates when smaller: more buckets than candidates cannot help)."""
+
+    lists: list[list[int]]
+    costs: list  # ints for integer costs (exact), floats otherwise
+    candidates: int
+
+
+def optimal_item_lists(sizes, eager, weight, offset, max_buckets: int, *, align: int = 1,
+                       max_bucket: int | None = None, factor: float = DEFAULT_PADDING_FACTOR,
+                       graph: Callable | None = None, fixed_cand=None, allowed: Callable | None = None) -> ItemLists:
+    """This module's exact DP on any item histogram: distinct sizes x_1 < ... < x_m, and per
+    size the eager cost e_i of its items (when the size does not replay), their weight w_i
+    and offset v_i; replaying in bucket c, they cost u(c) w_i - v_i, with u(c) = c in
+    integer arithmetic (graph None: padding-like costs) or u(c) = graph(c) (float; with
+    `fixed_cand`, buckets only among those values and no assumption on u, else u must be
+    non-decreasing). The cost of a list is the sum over sizes: `optimal_buckets` and
+    `optimal_buckets_time` solve the same DP on a batch histogram; callers that build other
+    histograms (one item per prefill step, say) read the optimum per k here. `allowed`,
+    given the candidates, returns k -> a bool per candidate: whether a list of k buckets may
+    have it as its largest (a graph-memory budget: `memory_budget`)."""
+    if max_buckets < 1:
+        raise InputError(f"must be at least 1, got {max_buckets}", field="max_buckets")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if sizes.size and (np.diff(sizes) <= 0).any():
+        raise InputError("item sizes must be distinct and ascending")
+    integer = graph is None
+    dtype = np.int64 if integer else np.float64
+    e = np.asarray(eager, dtype=dtype)
+    w = np.asarray(weight, dtype=dtype)
+    v = np.asarray(offset, dtype=dtype)
+    prep = _prepare(sizes, np.ones(sizes.shape, dtype=np.int64), align, max_bucket, factor,
+                    extra_thresholds=not integer and fixed_cand is None, fixed_cand=fixed_cand)
+    _require_candidates(prep, align, max_bucket)
+    _check_dp_size(prep, max_buckets)
+    zero = np.zeros(1, dtype=dtype)
+    E = np.concatenate([zero, np.cumsum(e)])
+    W = np.concatenate([zero, np.cumsum(w)])
+    V = np.concatenate([zero, np.cumsum(v)])
+    K = min(max_buckets, max(prep.cand.size, 1))
+    if integer:
+        top = int(prep.cand[-1]) if prep.cand.size else 1
+        if int(E[-1]) + (int(np.abs(w).sum()) + 1) * top + int(np.abs(v).sum()) >= _INT_LIMIT:
+            raise InputError("trace too large for exact 64-bit arithmetic")
+        u = np.concatenate([zero, prep.cand]).astype(np.int64)
+        f, arg = _solve_layers(prep, K, E, W, V, u, big=np.int64(_INT_LIMIT))
+    else:
+        assert graph is not None
+        u = np.concatenate([zero, np.asarray(graph(prep.cand), dtype=np.float64)])
+        if fixed_cand is not None:
+            f, arg = _solve_layers_dense(prep, K, E, W, V, u)
+        else:
+            f, arg = _solve_layers(prep, K, E, W, V, u, big=np.inf)
+    per_k, _ = _best_per_k(prep, f, E, None if allowed is None else allowed(prep.cand))
+    lists = [_reconstruct(prep, arg, kk, jj) for _, kk, jj in per_k]
+    costs = [int(c) if integer else float(c) for c, _, _ in per_k]  # integer costs stay exact
+    return ItemLists(lists=lists, costs=costs, candidates=int(prep.cand.size))
 
 
 def min_buckets_full_replay(

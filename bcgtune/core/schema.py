@@ -28,6 +28,8 @@ MS_MAX = 86_400_000.0
 GIB_MAX = 1e6
 # numpy.random.RandomState (bench_serving's legacy generator) takes seeds in [0, 2**32).
 SEED_MAX = 2**32 - 1
+# Attention-DP ranks of one server: far above any cluster SGLang runs on.
+DP_RANKS_MAX = 4096
 # Requests one simulation may play: 3 million take minutes; beyond this, refuse.
 REQUESTS_MAX = 10_000_000
 
