@@ -1551,8 +1551,10 @@ class _FileResult:
 _COLUMNS = {
     "new_seq": np.int64, "new_token": np.int64, "cached_token": np.int64, "running_req": np.int64,
     "queue_req": np.int64, "replay_token": np.int64, "graph": np.int8, "line": np.int64,
-    "timestamp": np.float64, "rank": np.int32,
+    "timestamp": np.float64, "rank": np.int32, "forward_iter": np.int64,
 }  # fmt: skip
+# An iteration counter beyond this is not SGLang's (trace columns hold int64 within +-2**62): unknown.
+_FORWARD_ITER_MAX = 2**62
 
 
 def _in_order_of_appearance(values: np.ndarray) -> list[int]:
@@ -1591,7 +1593,13 @@ class _ColumnSink(_Sink):
 
     def records(self, source: int, b: _Block) -> None:
         for k, dtype in _COLUMNS.items():
-            self.parts[k].append(self._ranks(b) if k == "rank" else getattr(b, k).astype(dtype, copy=False))
+            if k == "rank":
+                col = self._ranks(b)
+            elif k == "forward_iter":  # N of `Prefill batch [N],`: the scheduler's iteration, -1 when absent
+                col = np.where(b.forward_ct > _FORWARD_ITER_MAX, -1, b.forward_ct).astype(dtype, copy=False)
+            else:
+                col = getattr(b, k).astype(dtype, copy=False)
+            self.parts[k].append(col)
         labels = b.label[b.label >= 0]
         if labels.size:  # counted in order of first appearance, like the ranks
             for code in _in_order_of_appearance(labels):
@@ -1827,7 +1835,9 @@ def _merge_columns(results: list[_FileResult]) -> tuple[dict[str, np.ndarray], l
     """One set of columns in input order, with a `source` column and ranks numbered in
     order of first record across the inputs (as one serial pass would)."""
     ranks: dict[str, int] = {}
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*_INT_COLS, "graph", "source", "line", "timestamp", "rank")}
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in (*_INT_COLS, "graph", "source", "line", "timestamp", "rank", "forward_iter")
+    }
     for i, r in enumerate(results):
         lut = np.array([ranks.setdefault(name, len(ranks)) for name in r.ranks] + [-1], np.int32)
         for k, col in r.columns.items():

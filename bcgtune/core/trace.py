@@ -26,13 +26,13 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import numpy as np
 import pydantic
 
 from bcgtune.core.document import check_header, document_header
-from bcgtune.core.schema import BATCHES_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
+from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
 from bcgtune.core.stats import nearest_rank
 from bcgtune.errors import InputError, quote
 
@@ -58,6 +58,8 @@ BATCH_COLUMNS: dict[str, str] = {
     "timestamp": "float64",  # seconds since epoch (or since midnight for time-only prefixes); NaN if absent
     "rank": "int32",  # index into meta["ranks"] (e.g. "TP0", "DP7 TP7"); -1 if none
     "time_s": "float64",  # simulated start time of the batch
+    "forward_iter": "int64",  # N of a `Prefill batch [N],` line (the scheduler's iteration); -1 if none
+    "step": "int64",  # simulated DP-attention step (one scheduler iteration of every rank)
 }
 
 
@@ -273,6 +275,21 @@ class _WorkloadMeta(Document):
     resolved: Optional[_WorkloadResolved] = None
 
 
+class _DecodeVotes(Document):
+    """Ranks that decoded during another rank's prefill step (simulated DP attention):
+    their rows vote and pad with the step (bcgtune.core.step_grouping)."""
+
+    step: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=2**62)]]
+    rank: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=DP_RANKS_MAX - 1)]]
+    rows: list[Tokens]
+
+
+class _DPAttentionMeta(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    ranks: Annotated[int, pydantic.Field(strict=True, ge=1, le=DP_RANKS_MAX)]
+    decode_votes: Optional[_DecodeVotes] = None
+
+
 class _TraceMeta(Document):
     """The meta keys bcgtune reads back from a trace file, typed; others pass through."""
 
@@ -280,6 +297,7 @@ class _TraceMeta(Document):
     startup: list[_StartupLine] = []
     workload: Optional[_WorkloadMeta] = None
     ranks: list[str] = []
+    dp_attention: Optional[_DPAttentionMeta] = None
 
 
 class _CaptureLine(Document):
