@@ -21,9 +21,11 @@ Scheduler rules (sglang 0.5.23, srt/managers/scheduler.py `get_next_batch_to_run
   * a batch carries images when any of its requests has images: every chunk of a chunked
     image request, and under mixed chunk also image requests' decode rows (the forward
     batch's multimodal inputs list every request in the batch).
-  * --dp-size N: N schedulers fed round-robin in arrival order; under DP attention each gets
-    chunked_prefill_size / N and max_running_requests / N. Ranks step independently here
-    (real DP attention synchronizes their forwards).
+  * --dp-size N: N schedulers fed round-robin in arrival order, stepping independently; under
+    DP attention each gets chunked_prefill_size / N and max_running_requests / N and the
+    ranks run every iteration together, as SGLang's MLP sync makes them (_LockstepPhase:
+    idle ranks run an idle batch, an iteration lasts as long as its slowest rank, and each
+    batch records its step).
 Client (sglang/benchmark/serving.py): warm-up of `warmup_requests` copies of request 0
 (output capped at 32) at the same concurrency, then 1 s of sleep, then the run; a semaphore
 of max_concurrency; request_rate inf sends at once, else exponential gaps.
@@ -53,8 +55,10 @@ from bcgtune.adapters.workload import (
     request_prompt_tokens,
     sample_lengths,
 )
+from bcgtune.core.dp_steps import evaluate_steps
 from bcgtune.core.ladder import default_chunked_prefill_size, sglang_default_ladder
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
+from bcgtune.core.step_grouping import group_steps
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
 
@@ -206,6 +210,31 @@ class _Recorder:
         return {name: arr for (name, _), arr in zip(self.COLUMNS, self.arrays)}
 
 
+class _StepRecorder(_Recorder):
+    """The recorder of a DP-attention simulation: each batch also carries its step (the
+    iteration every rank ran together), and ranks that decoded during another rank's
+    prefill step are kept as (step, rank, rows): their rows vote and pad with the step."""
+
+    COLUMNS = _Recorder.COLUMNS + (("step", "q"),)
+    __slots__ = ("dec_rank", "dec_rows", "dec_step")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dec_step = array("q")
+        self.dec_rank = array("i")
+        self.dec_rows = array("q")
+
+    def batch_step(self, step: int, forward: int, new_seq: int, new_token: int, running: int, queue: int,
+                   images: int, t: float, rank: int) -> None:
+        self.rows[8].append(step)
+        self.batch(forward, new_seq, new_token, running, queue, images, t, rank)
+
+    def decode_vote(self, step: int, rank: int, rows: int) -> None:
+        self.dec_step.append(step)
+        self.dec_rank.append(rank)
+        self.dec_rows.append(rows)
+
+
 class _Requests:
     """One phase's requests: prompt tokens, output tokens, images, KV need (admission), as
     lists (the scheduler indexes them per event)."""
@@ -224,13 +253,18 @@ class _Simulation:
     """What lasts across phases and levels: the ranks, the round-robin pointer, the recorder,
     the progress count."""
 
-    __slots__ = ("_every", "completed", "next_rank", "next_report", "progress", "ranks", "rec", "reported", "server", "total")
+    __slots__ = ("_every", "busy", "completed", "iteration", "lockstep", "next_rank", "next_report", "progress", "ranks",
+                 "rec", "reported", "server", "total")
 
     def __init__(self, w: Workload, prefill_s: list[float], progress: ProgressFn | None):
         self.server = _Server(w, prefill_s)
         self.ranks = [_Rank(i) for i in range(w.dp_size)]
         self.next_rank = 0
-        self.rec = _Recorder()
+        # DP attention: the ranks run every scheduler iteration together
+        self.lockstep = w.enable_dp_attention and w.dp_size > 1
+        self.rec = _StepRecorder() if self.lockstep else _Recorder()
+        self.iteration = 0  # lockstep iterations so far (the step of each batch)
+        self.busy = False  # lockstep: an iteration is pending
         self.total = w.total_requests
         self.completed = 0  # requests of finished phases
         self.progress = progress
@@ -402,6 +436,17 @@ class _Phase:
     def _prefill(self, r: _Rank, t: float) -> bool:
         """Admit and record one prefill batch (PrefillAdder: the continuing chunked request
         first, then waiting requests FCFS); False when nothing could be admitted."""
+        batch = self._form_batch(r, t)
+        if batch is None:
+            return False
+        d, finishing, rows = batch
+        self._after_prefill(r, finishing, rows, t + d)
+        return True
+
+    def _form_batch(self, r: _Rank, t: float, step: int = -1) -> tuple[float, list[int], int] | None:
+        """Admit and record one prefill batch (in DP-attention step `step`, when >= 0).
+        Returns its forward time, the requests whose prefill it completes and its mixed
+        decode rows; None when nothing could be admitted."""
         s = self.server
         n_run = r.n_run
         mixed = n_run if s.mixed else 0
@@ -419,24 +464,32 @@ class _Phase:
                 r, rem_chunk, rem_input, s.max_run - n_run, finishing, count, ext_total, img_flag
             )
         if not count:
-            return False
+            return None
         rows = n_run if (mixed and n_run > 0) else 0
         forward = ext_total + rows
         if rows and r.img_run:
             img_flag = 1
         table = s.prefill_s
         d = (table[forward] if forward < len(table) else s.prefill_time(forward)) + s.per_req_s * count + s.vision_s * vision + s.dec_kv * r.ctx * (1 if rows else 0)
-        self.rec.batch(forward, count, ext_total, n_run, len(r.waiting), img_flag, t, r.idx)
-        te = t + d
+        if step < 0:
+            self.rec.batch(forward, count, ext_total, n_run, len(r.waiting), img_flag, t, r.idx)
+        else:
+            self.rec.batch_step(step, forward, count, ext_total, n_run, len(r.waiting), img_flag, t, r.idx)
+        return d, finishing, rows
+
+    def _after_prefill(self, r: _Rank, finishing: list[int], rows: int, te: float, wake: bool = True) -> None:
+        """A prefill batch ended at `te`: its mixed decode rows advanced one token, its
+        completed prompts start decoding; the rank's next step is due (`wake`)."""
+        s = self.server
         if rows:
             r.tick += 1
-            r.ctx += n_run
+            r.ctx += r.n_run
             self._finish_due(r, te)
         self._start_decoding(r, finishing, te)
         if s.pdi:
             r.pdi = s.pdi
-        heappush(self.heap, (te, next(self.seq), _STEP, r.idx))
-        return True
+        if wake:
+            heappush(self.heap, (te, next(self.seq), _STEP, r.idx))
 
     def _continue_chunked(self, r: _Rank, rem_chunk: int, finishing: list[int]) -> tuple[int, int, int]:
         """The chunked request's next chunk (at least one token). Returns (tokens, tokens
@@ -548,6 +601,141 @@ class _Phase:
             heappush(r.fin, (r.tick + o - 1, rid))
 
 
+def _envelope_segments(a: np.ndarray, b: np.ndarray, k: int) -> list[tuple[int, int, float, float]]:
+    """Step i (0 <= i < k) of lockstep decoding takes max over ranks of a_r + b_r i: the
+    upper envelope of lines of non-negative slope, as segments (i0, i1, a, b) of the line
+    that is highest on [i0, i1)."""
+    segs = []
+    i0 = 0
+    while i0 < k:
+        vals = a + b * i0
+        top = vals.max()
+        cur = int(np.flatnonzero(vals == top)[np.argmax(b[vals == top])])
+        ac, bc = float(a[cur]), float(b[cur])
+        steeper = b > bc
+        i1 = k
+        if steeper.any():
+            # the first integer i > i0 where a steeper line rises above the current one
+            x = np.minimum((ac - a[steeper]) / (b[steeper] - bc), float(k))  # beyond k: never within the jump
+            cross = np.floor(x).astype(np.int64) + 1
+            i1 = int(min(k, max(i0 + 1, int(cross.min()))))
+        segs.append((i0, i1, ac, bc))
+        i0 = i1
+    return segs
+
+
+def _lockstep_decode(a: np.ndarray, b: np.ndarray, k: int, horizon: float | None) -> tuple[int, float]:
+    """Decode steps to run together (at most k; with a `horizon`, until the first step that
+    starts at or after it, as _decode_steps_before) and their total time."""
+    n = k
+    if horizon is not None:
+        start = 0.0  # time of the steps before the segment
+        for i0, i1, ac, bc in _envelope_segments(a, b, k):
+            a0 = ac + bc * i0
+            c = _decode_steps_before(horizon - start, a0, bc)
+            if i0 + c <= i1:
+                n = i0 + c
+                break
+            m = i1 - i0
+            start += a0 * m + bc * m * (m - 1) / 2.0
+    total = 0.0
+    for i0, i1, ac, bc in _envelope_segments(a, b, n):
+        m = i1 - i0
+        total += (ac + bc * i0) * m + bc * m * (m - 1) / 2.0
+    return n, total
+
+
+class _LockstepPhase(_Phase):
+    """The phase under DP attention (dp_size > 1): as SGLang's ranks do
+    (srt/managers/scheduler_components/dp_attn.py, prepare_mlp_sync_batch_raw), every rank
+    runs each scheduler iteration together: a rank with a prefill batch runs it, a rank with
+    running requests decodes one step, and the others run an idle batch; the iteration lasts
+    as long as its slowest rank. Iterations in which no rank prefills are jumped in closed
+    form, each decode step as long as the slowest rank's. Each batch records its iteration
+    (`step`), and the ranks that decode in a prefill iteration are recorded as decode votes
+    (SGLang views their rows as one-token extends that vote on the step's graph and pad to
+    its bucket, dp_attn.py `_local_prefill_cuda_graph_vote`)."""
+
+    __slots__ = ()
+
+    def _prefills(self, t: float, step: int) -> tuple[list[bool], list[tuple[_Rank, tuple]]]:
+        """Each rank's part of the iteration: whether it owes a decode step (prefill-decode
+        interval), and the prefill batches formed (rank, (time, completed, mixed rows))."""
+        deferred = []
+        prefills = []
+        for r in self.ranks:
+            d = False
+            if r.pdi > 0:
+                if r.n_run > 0:
+                    r.pdi -= 1
+                    d = True
+                else:
+                    r.pdi = 0
+            deferred.append(d)
+            if not d and (r.waiting or r.chunked >= 0):
+                batch = self._form_batch(r, t, step)
+                if batch is not None:
+                    prefills.append((r, batch))
+        return deferred, prefills
+
+    def _check_room(self) -> None:
+        """Nothing runs anywhere, yet a rank has work: only a KV pool too small for one request."""
+        for r in self.ranks:
+            if r.waiting or r.chunked >= 0:
+                rid = r.waiting[0] if r.waiting else r.chunked
+                raise InputError(
+                    f"a KV pool of {self.server.kv_cap} tokens leaves no room for a waiting request of "
+                    f"{self.prompt[rid]} prompt tokens",
+                    field="max_total_tokens",
+                )
+
+    def _on_arrival(self, t: float, rid: int) -> None:
+        """Round-robin to a rank; start an iteration if none is pending."""
+        sim = self.sim
+        r = self.ranks[sim.next_rank % len(self.ranks)]
+        sim.next_rank += 1
+        r.waiting.append(rid)
+        if not sim.busy:
+            sim.busy = True
+            heappush(self.heap, (t, next(self.seq), _STEP, -1))
+
+    def _on_step(self, t: float, _idx: int) -> None:
+        """One iteration of every rank (or a jump of decode-only iterations)."""
+        sim, s = self.sim, self.server
+        step = sim.iteration
+        deferred, prefills = self._prefills(t, step)
+        decoding = [r for r in self.ranks if r.n_run > 0 and not any(p[0] is r for p in prefills)]
+        if not prefills and not decoding:
+            self._check_room()
+            sim.busy = False
+            return
+        a = np.array([s.dec_base + s.dec_row * r.n_run + s.dec_kv * r.ctx for r in decoding])
+        b = np.array([s.dec_kv * r.n_run for r in decoding])
+        if prefills:
+            k = 1
+            dur = max([batch[0] for _, batch in prefills] + ([float(a.max())] if decoding else []))
+            for r in decoding:
+                self.rec.decode_vote(step, r.idx, r.n_run)
+        else:
+            k = min(r.fin[0][0] - r.tick for r in decoding)
+            for r in decoding:
+                if deferred[r.idx]:
+                    k = min(k, 1 + r.pdi)
+            k, dur = _lockstep_decode(a, b, k, (self.heap[0][0] - t) if self.heap else None)
+        te = t + dur
+        for r, (_, finishing, rows) in prefills:
+            self._after_prefill(r, finishing, rows, te, wake=False)
+        for r in decoding:
+            if deferred[r.idx] and k > 1:
+                r.pdi -= k - 1
+            r.tick += k
+            r.ctx += r.n_run * k
+            self.rec.decode_steps += k
+            self._finish_due(r, te)
+        sim.iteration += k
+        heappush(self.heap, (te, next(self.seq), _STEP, -1))
+
+
 # ---- a simulation: levels of warm-up + run ---------------------------------------------------
 
 
@@ -614,6 +802,7 @@ def _play_level(sim: _Simulation, w: Workload, plan: _LevelPlan, t: float) -> tu
     """bench_serving's warm-up, its sleep, then the run. Returns the level's metadata (as
     saved in trace JSON) and the end time."""
     rec = sim.rec
+    phase = _LockstepPhase if sim.lockstep else _Phase
     start_batch, start_t, steps_before = len(rec), t, rec.decode_steps
     warm_tokens = warm_in_flight = 0
     if w.warmup_requests > 0:
@@ -622,13 +811,13 @@ def _play_level(sim: _Simulation, w: Workload, plan: _LevelPlan, t: float) -> tu
             np.repeat(plan.prompt[:1], wn), np.repeat(np.minimum(plan.out[:1], WARMUP_OUTPUT_CAP), wn),
             np.repeat(plan.n_img[:1], wn), w.page_size,
         )
-        t, warm_in_flight = _Phase(sim, warm, plan.concurrency, None, t).run()
+        t, warm_in_flight = phase(sim, warm, plan.concurrency, None, t).run()
         warm_tokens = int(plan.prompt[0]) * wn
         t += WARMUP_SLEEP_S
     warm_batches = len(rec) - start_batch
     run_start = t
     reqs = _Requests(plan.prompt, plan.out, plan.n_img, w.page_size)
-    t, in_flight = _Phase(sim, reqs, plan.concurrency, plan.release, t).run()
+    t, in_flight = phase(sim, reqs, plan.concurrency, plan.release, t).run()
     dur = t - run_start
     level = {
         "max_concurrency": plan.concurrency,
@@ -656,6 +845,11 @@ def _trace(w: Workload, rec: _Recorder, levels: list[dict]) -> PrefillTrace:
         meta["ranks"] = [f"DP{i}" for i in range(w.dp_size)]
     else:
         del cols["rank"]
+    if isinstance(rec, _StepRecorder):
+        meta["dp_attention"] = {
+            "ranks": w.dp_size,
+            "decode_votes": {"step": rec.dec_step.tolist(), "rank": rec.dec_rank.tolist(), "rows": rec.dec_rows.tolist()},
+        }
     return PrefillTrace.from_batches(cols, origin="simulation", meta=meta)
 
 
@@ -724,20 +918,37 @@ class LevelSummary:
 
 
 @dataclass(frozen=True)
+class StepShare:
+    """Under DP attention: the simulated steps (iterations with a prefill on some rank) and,
+    per list, the share of steps that replay (every rank's count replays; the patched
+    runner, so image batches replay like text ones)."""
+
+    ranks: int
+    steps: int
+    decode_votes: int
+    replay_shares: dict[str, float]
+
+
+@dataclass(frozen=True)
 class SimulationSummary:
     """What `trace --simulate` reports beyond a log trace's summary."""
 
     workload: str | None
     replay: list[ReplayShare]
     levels: list[LevelSummary]
+    dp_steps: StepShare | None = None
 
     def to_dict(self) -> dict:
-        """The JSON form: {"workload", "replay": [{"list", "buckets", ...}], "levels": [...]}."""
-        return {
+        """The JSON form: {"workload", "replay": [{"list", "buckets", ...}], "levels": [...]},
+        with "dp_steps": {...} under DP attention."""
+        out = {
             "workload": self.workload,
             "replay": [r.to_dict() for r in self.replay],
             "levels": [asdict(lv) for lv in self.levels],
         }
+        if self.dp_steps is not None:
+            out["dp_steps"] = asdict(self.dp_steps)
+        return out
 
 
 def replay_shares(trace: PrefillTrace, buckets: Iterable[int], factor: float = DEFAULT_PADDING_FACTOR, *,
@@ -807,4 +1018,17 @@ def simulation_summary(trace: PrefillTrace, buckets: Iterable[int] | None = None
         workload=wl.get("name") or None,
         replay=[replay_shares(trace, bl, factor, label=name) for name, bl in lists.items()],
         levels=[_level_summary(lv, fwd, img) for lv in trace.meta.get("levels", [])],
+        dp_steps=_step_share(trace, lists, factor),
     )
+
+
+def _step_share(trace: PrefillTrace, lists: dict[str, list[int]], factor: float) -> StepShare | None:
+    """The steps of a DP-attention simulation and the share each list replays."""
+    dp = trace.meta.get("dp_attention")
+    if not isinstance(dp, dict) or trace.batches is None or "step" not in trace.batches:
+        return None
+    g = group_steps(trace, int(dp["ranks"]))
+    if g.steps is None:
+        return None
+    shares = {name: evaluate_steps(g.steps, bl, factor=factor).hit_rate_pct / 100.0 for name, bl in lists.items()}
+    return StepShare(ranks=g.steps.ranks, steps=g.steps.n_steps, decode_votes=g.decode_votes, replay_shares=shares)

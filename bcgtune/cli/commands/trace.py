@@ -30,6 +30,7 @@ EXAMPLES = """Examples:
   bcgtune trace --log rank0.log.gz --log rank1.log.gz -j 2 --json
   bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json
   bcgtune trace --simulate --dataset-name random --random-input-len 2048 --max-concurrency 32 --num-prompts 320
+  bcgtune trace --simulate --dp-size 4 --enable-dp-attention -o trace.json
   bcgtune trace --live --profile h200 -- --dataset-name random --num-prompts 200
 """
 
@@ -63,6 +64,7 @@ class SimulateOptions:
     prefill_decode_interval: Annotated[Optional[int], typer.Option("--prefill-decode-interval", help="Decode steps forced after each prefill (default 0).", rich_help_panel=_SERVER, show_default=False)] = None
     disable_radix_cache: Annotated[Optional[bool], typer.Option("--disable-radix-cache", help="As the server flag (default off).", rich_help_panel=_SERVER, show_default=False)] = None
     dp_size: Annotated[Optional[int], typer.Option("--dp-size", help="Data parallel schedulers (default 1).", rich_help_panel=_SERVER, show_default=False)] = None
+    enable_dp_attention: Annotated[Optional[bool], typer.Option("--enable-dp-attention", "--dp-attention", help="DP attention: the --dp-size ranks share the chunk and run every iteration together; each batch records its step (default off).", rich_help_panel=_SERVER, show_default=False)] = None
 
     def given(self) -> dict:
         """The simulator's options the user set (workload and profile apart)."""

@@ -21,6 +21,14 @@ def render_simulation_text(trace, s) -> str:
             f"replay {100 * r.patched_replay_share:.1f}% patched runner vs "
             f"{100 * r.unpatched_replay_share:.1f}% unpatched (image batches eager)"
         )
+    d = s.dp_steps
+    if d is not None:
+        lines.append(
+            f"DP attention        {d.ranks} ranks run every iteration together: {num(d.steps)} prefill steps"
+            + (f", {num(d.decode_votes)} votes of ranks decoding during them" if d.decode_votes else "")
+        )
+        for name, share in d.replay_shares.items():
+            lines.append(f"  {name}: {100 * share:.1f}% of steps replay (every rank's count must replay; patched runner)")
     head = ["concurrency", "prompts", "batches", "image", "mean fwd", "max fwd", "decode steps", "sim s"]
     rows = []
     for lv in s.levels:
