@@ -53,13 +53,16 @@ def simulate_workload(workload: str = "mi355x-multimodal-pr", **options: Any) ->
 def suggest_buckets(trace: PrefillTrace, *, max_buckets: int = 12, align: int = 1, max_bucket: int | None = None,
                     objective: str = "padding", calibration: Calibration | None = None,
                     padding_factor: float = DEFAULT_PADDING_FACTOR, compare: dict[str, Sequence[int]] | None = None,
-                    chunked_prefill_size: int | None = None, **more: Any) -> BucketPlan:
+                    chunked_prefill_size: int | None = None, attention_dp_size: int = 1, **more: Any) -> BucketPlan:
     """The optimal bucket list for `trace` and its comparison rows (SGLang's default ladder,
-    `compare` lists, the server's captured list, quantiles); see BucketPlan. `more`: the other
+    `compare` lists, the server's captured list, quantiles); see BucketPlan. With
+    `attention_dp_size` > 1 (a DP-attention server with that many attention-DP ranks), the
+    trace's records are grouped into steps across ranks and every list is priced per step
+    (`plan.dp_attention` says how, or why it stayed per batch). `more`: the other
     PlanRequest fields (max_graph_mem_gib, candidates, kmeans, quantiles, layout_align, seed)."""
     req = plan_request(
         max_buckets=max_buckets, align=align, max_bucket=max_bucket, objective=objective, calibration=calibration,
-        padding_factor=padding_factor, chunked_prefill_size=chunked_prefill_size,
+        padding_factor=padding_factor, chunked_prefill_size=chunked_prefill_size, attention_dp_size=attention_dp_size,
         compare=[(name, parse_bucket_list(list(lst), name)) for name, lst in (compare or {}).items()], **more,
     )
     return make_plan(trace, req)

@@ -23,6 +23,15 @@ import numpy as np
 import pydantic
 from pydantic import Field
 
+from bcgtune.core.dp_steps import (
+    DPSteps,
+    StepOptimum,
+    evaluate_steps,
+    min_buckets_all_steps,
+    optimal_step_buckets,
+    optimal_step_buckets_time,
+    predicted_step_time_ms,
+)
 from bcgtune.core.ladder import align_buckets, ceil_to, default_chunked_prefill_size, sglang_default_ladder
 from bcgtune.core.mix import BatchMix, batch_mix
 from bcgtune.core.optimizer import (
@@ -32,8 +41,9 @@ from bcgtune.core.optimizer import (
     predicted_time_ms,
 )
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list
-from bcgtune.core.schema import GIB_MAX, TOKENS_MAX, Seed, validate
+from bcgtune.core.schema import DP_RANKS_MAX, GIB_MAX, TOKENS_MAX, Seed, validate
 from bcgtune.core.stats import nearest_rank
+from bcgtune.core.step_grouping import StepGrouping, group_steps
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
 
@@ -74,6 +84,9 @@ class PlanRequest(pydantic.BaseModel):
     quantiles: bool = True
     candidates: str = "auto"
     seed: Seed = 0
+    # attention-DP ranks of the server (DP attention): > 1 prices steps across ranks when
+    # the trace's records can be grouped into steps (bcgtune.core.dp_steps)
+    attention_dp_size: Annotated[int, Field(ge=1, le=DP_RANKS_MAX)] = 1
 
     @pydantic.field_validator("objective")
     @classmethod
@@ -158,6 +171,25 @@ class TraceInfo:
 
 
 @dataclass
+class DPAttentionInfo:
+    """How a plan priced DP attention. `unit`: "step" (the trace's records grouped into
+    steps across ranks: every metric counts steps) or "batch" (no rank information:
+    `reason`). `proven`/`how`: whether the step optimum is proven (StepCertificate)."""
+
+    ranks: int
+    unit: str
+    records: int
+    steps: int = 0
+    rule: str | None = None
+    ungrouped: int = 0
+    decode_votes: int = 0
+    always_eager: int = 0
+    proven: bool | None = None
+    how: str | None = None
+    reason: str | None = None
+
+
+@dataclass
 class BucketPlan:
     recommended: PlanRow
     rows: list[PlanRow]
@@ -170,6 +202,12 @@ class BucketPlan:
     ladder_max: int
     trace: TraceInfo
     restrictions: list[Restriction] = field(default_factory=list)
+    dp_attention: DPAttentionInfo | None = None
+
+    @property
+    def unit(self) -> str:
+        """What a row's metrics count: "step" under DP attention with grouped steps, else "batch"."""
+        return self.dp_attention.unit if self.dp_attention is not None else "batch"
 
     @property
     def flag(self) -> str:
@@ -207,6 +245,7 @@ class BucketPlan:
                 "replayable_batches": self.full_replay_batches,
             },
             "restrictions": [asdict(x) for x in self.restrictions],
+            "dp_attention": None if self.dp_attention is None else asdict(self.dp_attention),
         }
 
 
@@ -265,14 +304,24 @@ def resolve_candidates(candidates: str, calibration) -> str:
 
 
 def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
+    """The optimal list for `trace` and the comparison rows. With `attention_dp_size` > 1 and
+    records that group into steps across ranks, everything is priced per step
+    (bcgtune.core.dp_steps); otherwise per batch, and `dp_attention` says why."""
     trace.validate()
     sizes, counts = trace.sizes, trace.counts
     candidates = resolve_candidates(req.candidates, req.calibration)
     mix = batch_mix(trace)  # requests per batch: the breakable runner's break and eager costs need them
-    sol = _solve(sizes, counts, req, candidates, mix)
-    pricer = _Pricer(sizes, counts, req, candidates, mix)
+    dp_info, steps = _dp_attention(trace, req.attention_dp_size)
+    if steps is not None and dp_info is not None:
+        opt = _solve_steps(steps, req, candidates)
+        sol = opt.solution
+        dp_info.proven, dp_info.how, dp_info.always_eager = opt.certificate.proven, opt.certificate.how, opt.always_eager
+    else:
+        sol = _solve(sizes, counts, req, candidates, mix)
+    pricer = _Pricer(sizes, counts, req, candidates, mix, steps)
 
-    rows = [pricer.row("bcgtune (optimal)", "optimal", sol.buckets)]
+    proven = dp_info is None or dp_info.proven is not False
+    rows = [pricer.row("bcgtune (optimal)" if proven else "bcgtune (best found)", "optimal", sol.buckets)]
     if req.sglang_ladder is not None:
         ladder_max = req.ladder_max or (max(req.sglang_ladder) if req.sglang_ladder else 0)
         name = f"SGLang default ladder (max {ladder_max}" + (f", aligned to {req.layout_align})" if req.layout_align > 1 else ")")
@@ -292,9 +341,12 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     if req.quantiles:
         rows.append(pricer.row(f"quantiles (k={k})", "quantile", quantile_buckets(sizes, counts, k, req.align, req.max_bucket)))
 
-    full_list = min_buckets_full_replay(sizes, req.align, req.max_bucket, req.padding_factor)[1]
-    replayable = evaluate_list(sizes, counts, full_list, factor=req.padding_factor).replayed_batches if full_list else 0
-    curve = [_curve_point(sizes, counts, p, req) for p in sol.curve]
+    if steps is not None:
+        full_list, replayable = min_buckets_all_steps(steps, req.align, req.max_bucket, req.padding_factor)
+    else:
+        full_list = min_buckets_full_replay(sizes, req.align, req.max_bucket, req.padding_factor)[1]
+        replayable = evaluate_list(sizes, counts, full_list, factor=req.padding_factor).replayed_batches if full_list else 0
+    curve = [_curve_point(pricer, p, req) for p in sol.curve]
     plan = BucketPlan(
         recommended=rows[0],
         rows=rows,
@@ -316,6 +368,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
             max=int(sizes[-1]),
             workload=(trace.meta.get("workload") or {}).get("name") if isinstance(trace.meta.get("workload"), dict) else None,
         ),
+        dp_attention=dp_info,
     )
     plan.restrictions = restrictions(plan)
     return plan
@@ -335,33 +388,68 @@ def _solve(sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | Non
     return optimal_buckets(sizes, counts, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
 
 
+def _dp_attention(trace: PrefillTrace, ranks: int) -> tuple[DPAttentionInfo | None, DPSteps | None]:
+    """The steps to price under DP attention (None: per batch), with what the plan says."""
+    if ranks <= 1:
+        return None, None
+    g: StepGrouping = group_steps(trace, ranks)
+    if g.steps is None:
+        return DPAttentionInfo(ranks=ranks, unit="batch", records=g.records, reason=g.reason), None
+    return DPAttentionInfo(ranks=ranks, unit="step", records=g.records, steps=g.steps.n_steps, rule=g.rule,
+                           ungrouped=g.ungrouped, decode_votes=g.decode_votes), g.steps
+
+
+def _solve_steps(steps: DPSteps, req: PlanRequest, candidates: str) -> StepOptimum:
+    if req.objective == "time":
+        if req.calibration is None:
+            raise InputError("the time objective needs a calibration", field="calibration")
+        return optimal_step_buckets_time(steps, req.max_buckets, req.calibration, req.align, req.max_bucket,
+                                         req.padding_factor, candidates, req.max_graph_mem_gib)
+    if req.max_graph_mem_gib is not None:
+        raise InputError("a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
+                         field="max_graph_mem_gib")
+    return optimal_step_buckets(steps, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
+
+
 class _Pricer:
     """Metrics (and, with a calibration, predicted time and graph memory) of any list, by
-    one rule and one model for every row."""
+    one rule and one model for every row: per batch, or per DP-attention step."""
 
-    def __init__(self, sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None):
+    def __init__(self, sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None,
+                 steps: DPSteps | None = None):
         self.sizes, self.counts, self.req, self.candidates, self.mix = sizes, counts, req, candidates, mix
+        self.steps = steps
         self.eager_ms = None
         if req.calibration is not None:
-            self.eager_ms = predicted_time_ms(sizes, counts, [], req.calibration, req.padding_factor, candidates, mix)
+            self.eager_ms = self.time_ms([])
+
+    def metrics(self, buckets, name: str = "") -> ListMetrics:
+        if self.steps is not None:
+            return evaluate_steps(self.steps, buckets, name=name, factor=self.req.padding_factor)
+        return evaluate_list(self.sizes, self.counts, buckets, name=name, factor=self.req.padding_factor)
+
+    def time_ms(self, buckets) -> float:
+        cal = self.req.calibration
+        if self.steps is not None:
+            return predicted_step_time_ms(self.steps, buckets, cal, self.req.padding_factor, self.candidates)
+        return predicted_time_ms(self.sizes, self.counts, buckets, cal, self.req.padding_factor, self.candidates, self.mix)
 
     def row(self, name: str, kind: str, buckets, *, sglang_aligns: bool = False) -> PlanRow:
         given = sorted({int(b) for b in buckets})
         captured = align_buckets(given, self.req.layout_align) if sglang_aligns else given
-        m = evaluate_list(self.sizes, self.counts, captured, name=name, factor=self.req.padding_factor)
+        m = self.metrics(captured, name)
         r = PlanRow(name=name, kind=kind, metrics=m, aligned_from=given if captured != given else None)
         cal = self.req.calibration
         if cal is not None:
-            r.predicted_ms = predicted_time_ms(self.sizes, self.counts, captured, cal, self.req.padding_factor, self.candidates,
-                                               self.mix)
+            r.predicted_ms = self.time_ms(captured)
             r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms and self.eager_ms is not None else None
             if cal.has_memory and captured:
                 r.graph_mem_gib = float(cal.graph_memory_gib(captured))
         return r
 
 
-def _curve_point(sizes, counts, p: dict, req: PlanRequest) -> CurvePoint:
-    m = evaluate_list(sizes, counts, p["buckets"], factor=req.padding_factor)
+def _curve_point(pricer: _Pricer, p: dict, req: PlanRequest) -> CurvePoint:
+    m = pricer.metrics(p["buckets"])
     return CurvePoint(
         k=p["k"], buckets=p["buckets"], eager_batches=m.eager_batches, padded_tokens=m.padded_tokens,
         waste_pct=m.waste_pct, hit_rate_pct=m.hit_rate_pct,
@@ -400,7 +488,9 @@ def restrictions(plan: BucketPlan) -> list[Restriction]:
                        "(the optimum picks measured sizes only)")
         if req.max_graph_mem_gib is not None and row.graph_mem_gib is not None and row.graph_mem_gib > req.max_graph_mem_gib:
             why.append(f"{row.graph_mem_gib:.2f} GiB of graphs, above the {req.max_graph_mem_gib:g} GiB budget")
-        if not why:
+        if not why and plan.dp_attention is not None and plan.dp_attention.proven is False:
+            why.append("none: the step optimum is not proven, and this list is better within the same constraints")
+        elif not why:
             why.append("none found: please report this as a bug")
         out.append(Restriction(row=row.name, reasons=why))
     return out

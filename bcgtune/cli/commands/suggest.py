@@ -9,12 +9,12 @@ from typing import Annotated, List, Optional
 import typer
 
 from bcgtune import __version__
-from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+from bcgtune.adapters.sglang_flags import layout_from_server_flags, prefill_launch_from_server_flags
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
 from bcgtune.cli.render.plan import plot_plan, render_plan_text
-from bcgtune.core.ladder import PrefillCapture, ceil_to, resolve_prefill_capture
+from bcgtune.core.ladder import PrefillCapture, PrefillLaunch, ceil_to, resolve_prefill_capture
 from bcgtune.core.plan import (
     MI355X_PR_HAND_LIST,
     MI355X_PR_HAND_LIST_NAME,
@@ -90,7 +90,8 @@ def suggest_buckets_command(
             compares.insert(0, (MI355X_PR_HAND_LIST_NAME, list(MI355X_PR_HAND_LIST)))
     else:
         trace = load_trace(trace_path)
-    capture = _capture(layout, chunked_prefill_size or assumed_chunked_prefill_size(trace, None))
+    launch = _launch(layout, chunked_prefill_size or _traced_chunk(trace, layout))
+    capture = resolve_prefill_capture(launch)
     if not capture.graphs_on:
         _graphs_off(capture, as_json)
         return
@@ -106,9 +107,15 @@ def suggest_buckets_command(
         objective=objective, sglang_ladder=list(capture.captured) if capture.buckets is None else None,
         ladder_max=capture.max_bs, compare=compares, calibration=cal,
         max_graph_mem_gib=max_graph_mem_gib, kmeans=kmeans and not no_baselines, quantiles=not no_baselines,
-        candidates=candidates, seed=seed,
+        candidates=candidates, seed=seed, attention_dp_size=launch.layout.attn_dp_size,
     )
-    plan = make_plan(trace, req)
+    _hint_dp_attention(trace, launch.layout.attn_dp_size, quiet)
+    try:
+        plan = make_plan(trace, req)
+    except InputError as exc:
+        if exc.field == "attention_dp_size":
+            raise InputError(exc.what, "--dp / --attn-dp-size") from None
+        raise
     if plot:
         plot_plan(trace, plan, plot)
         note(f"wrote {plot}", quiet)
@@ -118,12 +125,30 @@ def suggest_buckets_command(
     emit(plan.to_json_obj(), render_plan_text(plan), as_json=as_json)
 
 
-def _capture(layout: LayoutOptions, chunked_prefill_size: int) -> PrefillCapture:
-    """What SGLang captures for this layout (bcgtune's model of its resolution, checked
-    against SGLang's own in the test suite): alignment, the default ladder, the largest
-    useful bucket, or prefill graphs off."""
+def _launch(layout: LayoutOptions, chunked_prefill_size: int) -> PrefillLaunch:
+    """The launch the layout flags describe; resolve_prefill_capture gives what SGLang
+    captures for it (bcgtune's model of its resolution, checked against SGLang's own in the
+    test suite): alignment, the default ladder, the largest useful bucket, or graphs off."""
     flags = {**layout.flags(), "chunked_prefill_size": chunked_prefill_size}
-    return resolve_prefill_capture(prefill_launch_from_server_flags(flags, platform="cuda"))
+    return prefill_launch_from_server_flags(flags, platform="cuda")
+
+
+def _traced_chunk(trace: PrefillTrace, layout: LayoutOptions) -> int:
+    """The launch's --chunked-prefill-size as the trace knows it. A trace knows the chunk
+    of one rank (the server's startup line, a simulation's resolved setting, or the
+    smallest default that covers its batches); under DP attention SGLang divides the
+    launch value by the attention-DP size, so the launch value is that many times it."""
+    ranks = layout_from_server_flags(layout.flags()).attn_dp_size
+    return assumed_chunked_prefill_size(trace, None) * max(1, ranks)
+
+
+def _hint_dp_attention(trace: PrefillTrace, ranks: int, quiet: bool) -> None:
+    """A trace simulated with DP attention, priced without it: say how to price its steps."""
+    dp = trace.meta.get("dp_attention") if isinstance(trace.meta, dict) else None
+    if ranks <= 1 and isinstance(dp, dict) and int(dp.get("ranks") or 1) > 1:
+        n = int(dp["ranks"])
+        note(f"note: the trace was simulated with DP attention on {n} ranks; give --dp {n} --dp-attention to price "
+             "its steps (priced per batch now)", quiet)
 
 
 def layout_align_or(align: int | None, capture: PrefillCapture) -> int:

@@ -32,7 +32,7 @@ def _header(plan: BucketPlan) -> list[str]:
     if not src and t.workload:
         src = f"workload {t.workload!r}"
     if r.objective == "padding":
-        objective = "padding (fewest eager batches, then fewest padded tokens)"
+        objective = f"padding (fewest eager {plan.unit}s, then fewest padded tokens)"
     else:
         objective = "time (predicted prefill time" + ("; buckets only at measured sizes" if plan.candidate_set == "calibration" else "") + ")"
     obj = (
@@ -46,7 +46,28 @@ def _header(plan: BucketPlan) -> list[str]:
         f"  {count(t.batches, 'prefill batch')}, {count(t.distinct_sizes, 'distinct size')}, "
         f"{count(t.tokens, 'token')}; p50 {num(t.p50)}, p99 {num(t.p99)}, max {num(t.max)}",
         obj,
+    ] + _dp_lines(plan)
+
+
+def _dp_lines(plan: BucketPlan) -> list[str]:
+    """How DP attention was priced: per step across ranks, or per batch and why."""
+    d = plan.dp_attention
+    if d is None:
+        return []
+    if d.unit != "step":
+        return [f"DP attention ({d.ranks} ranks): priced per batch, not per step: {d.reason}"]
+    lines = [
+        f"DP attention ({d.ranks} ranks): a step replays in the bucket of its largest rank, and only when every "
+        "rank's own count replays; padding counts every rank (idle ranks run the whole bucket)",
+        f"  {count(d.steps, 'step')} from {count(d.records, 'prefill record')}, grouped by {d.rule}"
+        + (f"; {num(d.decode_votes)} votes of ranks decoding during a prefill step" if d.decode_votes else ""),
     ]
+    if d.ungrouped:
+        lines.append(f"  {count(d.ungrouped, 'record')} could not be grouped into steps: each is priced as a step of its own "
+                     "(the other ranks idle)")
+    if d.always_eager:
+        lines.append(f"  {count(d.always_eager, 'step')} cannot replay with any allowed bucket (a rank's count fits none)")
+    return lines
 
 
 def _comparison(plan: BucketPlan) -> list[str]:
@@ -81,23 +102,26 @@ def _curve(plan: BucketPlan) -> list[str]:
         if timed:
             row.append(f"{c.predicted_ms:,.1f}" if c.predicted_ms is not None else "-")
         rows.append(row)
-    return ["waste vs number of buckets (optimal list for each K):"] + table(head, rows, right=set(range(len(head))), indent="  ")
+    d = plan.dp_attention
+    which = "best list found" if d is not None and d.proven is False else "optimal list"
+    return [f"waste vs number of buckets ({which} for each K):"] + table(head, rows, right=set(range(len(head))), indent="  ")
 
 
 def _summary(plan: BucketPlan) -> list[str]:
+    unit = plan.unit
     n_full = len(plan.full_replay_buckets)
-    line = f"smallest K that replays every batch that can replay at all: {n_full}"
-    if n_full:
-        line += f" ({num(plan.full_replay_batches)} of {count(plan.trace.batches, 'batch')})"
+    line = f"smallest K that replays every {unit} that can replay at all: {n_full}"
     m = plan.recommended.metrics
+    if n_full:
+        line += f" ({num(plan.full_replay_batches)} of {count(m.batches, unit)})"
     if not m.graphs:
         r = plan.request
         why = (f"no bucket that is a multiple of {r.align}" + (f" and at most {r.max_bucket}" if r.max_bucket else "")
-               + " replays any traced batch" if r.objective == "padding" else "no graph is predicted to pay for itself")
+               + f" replays any traced {unit}" if r.objective == "padding" else "no graph is predicted to pay for itself")
         return [line, f"recommended: no graphs ({why}); run prefill eager"]
     return [
         line,
-        f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of batches replay, {m.waste_pct:.2f}% padding waste",
+        f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of {unit}s replay, {m.waste_pct:.2f}% padding waste",
     ]
 
 
@@ -110,6 +134,13 @@ def _notes(plan: BucketPlan) -> list[str]:
             f"note: {x.row} beats the optimal row on {r.objective} because it has "
             + "; ".join(x.reasons)
             + (f" ({', '.join(flags)})" if flags else "")
+        )
+    d = plan.dp_attention
+    if d is not None and d.unit == "step" and d.proven is False:
+        notes.append(
+            "note: with DP attention a step replays only when every rank's count replays, which couples the sizes of\n"
+            "  a step; finding the best K buckets is then NP-hard in general. This list is the best of two exact\n"
+            f"  bounding optima, not proven optimal ({d.how})."
         )
     if any(row.aligned_from is not None for row in plan.rows):
         notes.append(
