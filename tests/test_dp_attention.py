@@ -81,20 +81,23 @@ def test_real_log_of_two_dp_ranks_in_one_second_is_one_step():
 
 def test_iteration_counter_column_comes_from_the_log(tmp_path):
     log = tmp_path / "it.log"
-    log.write_text(
-        "[2026-01-01 10:00:00 DP0 TP0] Prefill batch [7], #new-seq: 1, #new-token: 300, #cached-token: 0, cuda graph: True\n"
-        "[2026-01-01 10:00:00 DP1 TP1] Prefill batch [7], #new-seq: 1, #new-token: 40, #cached-token: 0, cuda graph: True\n"
-        "[2026-01-01 10:00:00 DP0 TP0] Prefill batch [9], #new-seq: 1, #new-token: 80, #cached-token: 0, cuda graph: True\n"
-        "[2026-01-01 10:00:00 DP1 TP1] Prefill batch [99999999999999999999999], #new-seq: 1, #new-token: 8, cuda graph: True\n"
-    )
+    lines = [
+        "[2026-01-01 10:00:00 DP0 TP0] Prefill batch [7], #new-seq: 1, #new-token: 300, #cached-token: 0, cuda graph: True",
+        "[2026-01-01 10:00:00 DP1 TP1] Prefill batch [7], #new-seq: 1, #new-token: 40, #cached-token: 0, cuda graph: True",
+        "[2026-01-01 10:00:00 DP0 TP0] Prefill batch [9], #new-seq: 1, #new-token: 80, #cached-token: 0, cuda graph: True",
+        "[2026-01-01 10:00:00 DP1 TP1] Prefill batch, #new-seq: 1, #new-token: 8, #cached-token: 0, cuda graph: True",
+    ]
+    log.write_text("\n".join(lines[:3]) + "\n")
+    trace = parse_logs([str(log)])
+    assert trace.batches["forward_iter"].tolist() == [7, 7, 9]
+    g = group_steps(trace, 2)
+    assert g.rule == RULE_ITERATION and _votes(g) == [[40, 300], [80]]
+    # a record without a counter: the seconds rule, under which DP0 printed twice in that second
+    log.write_text("\n".join(lines) + "\n")
     trace = parse_logs([str(log)])
     assert trace.batches["forward_iter"].tolist() == [7, 7, 9, -1]
     g = group_steps(trace, 2)
-    # not every record has a counter: the seconds rule, where DP0 printed twice
     assert g.rule == RULE_SECONDS and g.ungrouped == 4
-    log.write_text("\n".join(log.read_text().splitlines()[:3]) + "\n")
-    g = group_steps(parse_logs([str(log)]), 2)
-    assert g.rule == RULE_ITERATION and _votes(g) == [[40, 300], [80]]
 
 
 def test_without_rank_tags_or_per_batch_columns_there_are_no_steps():

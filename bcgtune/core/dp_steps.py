@@ -354,7 +354,7 @@ def optimal_step_buckets(steps: DPSteps, max_buckets: int, align: int = 1, max_b
     elif u_eager == 0:
         cert = StepCertificate(True, "the upper bound's optimum replays every step that any allowed list can replay", bound)
     else:
-        cert = StepCertificate(False, f"best of the bounding optima; no list has fewer than {bound[0]:,} eager steps", bound)
+        cert = StepCertificate(False, f"no list has fewer than {bound[0]:,} eager steps", bound)
     curve = []
     for k, (kk, lst) in enumerate(per_k[:CURVE_MAX_POINTS], start=1):
         curve.append({"k": k, "buckets": lst, "eager_batches": kk[0], "padded_tokens": kk[1],
@@ -419,7 +419,7 @@ def optimal_step_buckets_time(steps: DPSteps, max_buckets: int, cal, align: int 
     elif best_ms <= bound + tol:
         cert = StepCertificate(True, "meets the per-step bound", bound)
     else:
-        cert = StepCertificate(False, f"best of the bounding optima; no list predicts less than {bound:,.1f} ms", bound)
+        cert = StepCertificate(False, f"no list predicts less than {bound:,.1f} ms", bound)
     m_best = evaluate_steps(steps, buckets, factor=factor)
     curve = []
     for k, ((ms, _), lst) in enumerate(per_k_t[:CURVE_MAX_POINTS], start=1):

@@ -130,8 +130,9 @@ def _notes(plan: BucketPlan) -> list[str]:
     notes = []
     for x in plan.restrictions:
         flags = sorted({flag for reason in x.reasons for key, flag in _FLAG_HINTS if key in reason})
+        which = "best-found" if plan.dp_attention is not None and plan.dp_attention.proven is False else "optimal"
         notes.append(
-            f"note: {x.row} beats the optimal row on {r.objective} because it has "
+            f"note: {x.row} beats the {which} row on {r.objective} because it has "
             + "; ".join(x.reasons)
             + (f" ({', '.join(flags)})" if flags else "")
         )
@@ -139,8 +140,8 @@ def _notes(plan: BucketPlan) -> list[str]:
     if d is not None and d.unit == "step" and d.proven is False:
         notes.append(
             "note: with DP attention a step replays only when every rank's count replays, which couples the sizes of\n"
-            "  a step; finding the best K buckets is then NP-hard in general. This list is the best of two exact\n"
-            f"  bounding optima, not proven optimal ({d.how})."
+            "  a step; finding the best K buckets is then NP-hard in general. This list is the best found from two\n"
+            f"  exact bounding optima, not proven optimal ({d.how})."
         )
     if any(row.aligned_from is not None for row in plan.rows):
         notes.append(
