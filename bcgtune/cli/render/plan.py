@@ -32,7 +32,7 @@ def _header(plan: BucketPlan) -> list[str]:
     if not src and t.workload:
         src = f"workload {t.workload!r}"
     if r.objective == "padding":
-        objective = f"padding (fewest eager {plan.unit}s, then fewest padded tokens)"
+        objective = f"padding (fewest eager {_plural(plan.unit)}, then fewest padded tokens)"
     else:
         objective = "time (predicted prefill time" + ("; buckets only at measured sizes" if plan.candidate_set == "calibration" else "") + ")"
     obj = (
@@ -47,6 +47,11 @@ def _header(plan: BucketPlan) -> list[str]:
         f"{count(t.tokens, 'token')}; p50 {num(t.p50)}, p99 {num(t.p99)}, max {num(t.max)}",
         obj,
     ] + _dp_lines(plan)
+
+
+def _plural(unit: str) -> str:
+    """'batch' -> 'batches', 'step' -> 'steps' (count's rule)."""
+    return count(2, unit).split(" ", 1)[1]
 
 
 def _dp_lines(plan: BucketPlan) -> list[str]:
@@ -121,7 +126,7 @@ def _summary(plan: BucketPlan) -> list[str]:
         return [line, f"recommended: no graphs ({why}); run prefill eager"]
     return [
         line,
-        f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of {unit}s replay, {m.waste_pct:.2f}% padding waste",
+        f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of {_plural(unit)} replay, {m.waste_pct:.2f}% padding waste",
     ]
 
 
