@@ -15,7 +15,7 @@ from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = dict(max_examples=100, deadline=None, derandomize=True,
+SETTINGS = dict(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SECONDS = 20.0
 
