@@ -67,10 +67,21 @@ def _exit_code_cases(tmp_path):
     t.write_text(TRACE)
     log = tmp_path / "s.log"
     log.write_text("[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, #cached-token: 0, cuda graph: True\n")
+    import bcgtune.adapters.bench as bench_lib
+    import bcgtune.adapters.launcher as launcher
+    import bcgtune.adapters.sglang_log as sglang_log
+    import bcgtune.engines.ops as ops
+
     return [
+        (["trace", "--log", str(log)], sglang_log, "parse_logs"),
         (["suggest-buckets", str(t)], suggest_cmd, "make_plan"),
         (["drift", "--profile", "mi355x", "--trace", str(t)], drift_cmd, "drift_report"),
+        (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_capture"),
+        (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_validate"),
+        (["calibrate", "-o", str(tmp_path / "cal.json"), "--sizes", "8", "--model", "tiny", "--device", "cpu"], ops, "run_calibrate"),
+        (["serve", "--profile", "mi355x", "--dry-run", "--no-sglang-probe"], launcher, "build_server_command"),
         (["doctor", "--no-sglang-probe"], doctor_cmd, "render_text"),
+        (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], bench_lib, "make_plan"),
     ]
 
 
@@ -86,6 +97,7 @@ def _exit_code_cases(tmp_path):
     ],
 )
 def test_exit_codes_of_each_command(tmp_path, monkeypatch, exc, code):
+    """Every command, each failure kind: the README's code and one line."""
     for args, module, name in _exit_code_cases(tmp_path):
         def boom(*a, **k):
             raise exc

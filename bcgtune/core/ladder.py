@@ -136,7 +136,7 @@ class ParallelLayout:
         div = self.attn_dp_size * max(1, self.attn_cp_size)
         if self.attn_dp_size < 1 or self.tp % div:
             raise InputError(
-                f"--tp-size {self.tp} is not a multiple of attention DP {self.attn_dp_size}"
+                f"tensor parallel size {self.tp} is not a multiple of attention DP {self.attn_dp_size}"
                 f" x attention CP {self.attn_cp_size}"
             )
         return self.tp // div

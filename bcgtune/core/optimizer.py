@@ -492,14 +492,15 @@ def optimal_buckets_time(
     request count, as the breakable runner's calibration needs; without it every batch is
     one request."""
     if max_buckets < 1:
-        raise InputError(f"--max-buckets must be >= 1, got {max_buckets}")
+        raise InputError(f"must be at least 1, got {max_buckets}", field="max_buckets")
     if candidates not in GRAPH_MODELS:
-        raise InputError(f"unknown --candidates {candidates!r} (trace or calibration)")
+        raise InputError(f"must be trace or calibration, got {candidates!r}", field="candidates")
     fixed = np.asarray(cal.tokens, dtype=np.int64) if candidates == "calibration" else None
     prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True, fixed_cand=fixed)
     if fixed is not None and prep.cand.size == 0:
-        raise InputError(f"--candidates calibration: no calibration row is a multiple of --align {align}"
-                         + (f" at or below --max-bucket {max_bucket}" if max_bucket is not None else ""))
+        raise InputError(f"no calibration row is a multiple of the alignment {align}"
+                         + (f" at or below {max_bucket}" if max_bucket is not None else "")
+                         + " (buckets are picked among the calibration's rows)", field="candidates")
     _require_candidates(prep, align, max_bucket)
     w = prep.counts.astype(np.float64)
     m = _mix_for(prep.sizes, prep.counts, mix)
@@ -516,8 +517,8 @@ def optimal_buckets_time(
     K = min(max_buckets, max(prep.cand.size, 1))
     if candidates == "calibration":
         if prep.cand.size > _DENSE_MAX_CANDIDATES:
-            raise InputError(f"--candidates calibration: {prep.cand.size} calibration rows are too many "
-                             f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid")
+            raise InputError(f"{prep.cand.size} calibration rows are too many to pick buckets among "
+                             f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid", field="candidates")
         u = np.concatenate([zero, measured_graph_ms(cal, prep.cand)])
         f, arg = _solve_layers_dense(prep, K, E, W, V, u)
     else:
@@ -532,7 +533,8 @@ def memory_budget(cal, max_graph_mem_gib: float) -> Callable:
     `max_graph_mem_gib` under the calibration's memory model (pool of the largest graph +
     per-graph overhead for each further one)."""
     if cal.per_graph_gib is None or (cal.pool_gib is None and cal.pool_by_tokens is None):
-        raise InputError("--max-graph-mem needs a calibration with graph memory (from bcgtune calibrate)")
+        raise InputError("a graph-memory budget needs a calibration with graph memory (from bcgtune calibrate)",
+                         field="max_graph_mem_gib")
 
     def for_candidates(cand):
         pool_top = np.array([cal.graph_memory_gib([int(c)]) for c in np.asarray(cand).tolist()])

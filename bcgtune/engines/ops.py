@@ -266,6 +266,9 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
 MAX_POOL_SIZES = 16  # graph memory alone is measured at most at this many sizes (smooth in n)
 
 
+MAX_GRID_SIZES = 4096  # a 64-token grid to 16k tokens is 256 sizes; each costs seconds on a GPU
+
+
 def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, factor: float = DEFAULT_PADDING_FACTOR) -> list[int]:
     """Sizes for a bucket-grid calibration: every multiple of `step` up to `max_tokens`
     (default 8192). With a trace, only the multiples some traced size n can replay in
@@ -276,6 +279,9 @@ def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, facto
         raise InputError(f"--grid must be >= 1, got {step}")
     if trace_sizes is None:
         top = max_tokens or 8192
+        if top // step > MAX_GRID_SIZES:
+            raise InputError(f"--grid {step} up to {top} tokens is {top // step:,} sizes to measure "
+                             f"(at most {MAX_GRID_SIZES:,}): use a coarser grid or a smaller --max-tokens")
         out = list(range(step, top + 1, step))
         if not out:
             raise InputError(f"--grid {step} is above --max-tokens {top}")
@@ -284,11 +290,17 @@ def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, facto
     top = int(-(-int(s[-1]) // step) * step)
     if max_tokens is not None:
         top = min(top, max_tokens)
+    if top // step > 100 * MAX_GRID_SIZES:  # the scan below holds every multiple up to top
+        raise InputError(f"--grid {step} up to this trace's largest size ({int(s[-1]):,} tokens) spans "
+                         f"{top // step:,} multiples: use a coarser grid or --max-tokens")
     c = np.arange(step, top + 1, step, dtype=np.int64)
     # some n with c / factor <= n <= c
     hi = np.searchsorted(s, c, side="right")
     lo = np.searchsorted(s * factor, c.astype(np.float64), side="left")
     keep = set(c[lo < hi].tolist())
+    if len(keep) > MAX_GRID_SIZES:
+        raise InputError(f"--grid {step} over this trace is {len(keep):,} sizes to measure (at most {MAX_GRID_SIZES:,}): "
+                         "use a coarser grid")
     keep.update(int(x) for x in (s[0], s[-1]) if max_tokens is None or x <= max_tokens)
     if not keep:
         raise InputError(f"no size to measure: the trace's sizes start at {int(s[0])}, above --max-tokens {max_tokens}")
