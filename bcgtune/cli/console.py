@@ -42,18 +42,21 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def emit(obj: Any, text: str, *, as_json: bool, out_path: str | None = None, quiet: bool = False) -> None:
+def emit(obj: Any, text: Any, *, as_json: bool, out_path: str | None = None, quiet: bool = False) -> None:
     """A command's result: the JSON document written to `out_path` when asked (atomic), and
-    on stdout either that JSON (`--json`) or the rendered text."""
-    if out_path:
-        from bcgtune.fileio import atomic_write_json
+    on stdout either that JSON (`--json`) or the rendered text. `obj` and `text` may be
+    callables, built only when needed."""
+    if out_path or as_json:
+        doc = obj() if callable(obj) else obj
+        if out_path:
+            from bcgtune.fileio import atomic_write_json
 
-        atomic_write_json(out_path, obj)
-        note(f"wrote {out_path}", quiet)
-    if as_json:
-        out_json(obj)
-    else:
-        out(text, nl=False)
+            atomic_write_json(out_path, doc)
+            note(f"wrote {out_path}", quiet)
+        if as_json:
+            out_json(doc)
+            return
+    out(text() if callable(text) else text, nl=False)
 
 
 def err_line(text: str) -> None:

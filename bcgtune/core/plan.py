@@ -32,7 +32,7 @@ from bcgtune.core.dp_steps import (
     optimal_step_buckets_time,
     predicted_step_time_ms,
 )
-from bcgtune.core.ladder import align_buckets, ceil_to, default_chunked_prefill_size, sglang_default_ladder
+from bcgtune.core.ladder import ceil_to, default_chunked_prefill_size, sglang_default_ladder, sorted_unique
 from bcgtune.core.mix import BatchMix, batch_mix
 from bcgtune.core.optimizer import (
     min_buckets_full_replay,
@@ -119,6 +119,7 @@ class PlanRow:
     speedup_vs_eager: float | None = None
     graph_mem_gib: float | None = None
     aligned_from: list[int] | None = None  # the list as given, when SGLang's alignment changed it
+    omitted_unused: int = 0  # buckets of a very long list that serve no traced batch: counted, not listed
 
     @property
     def buckets(self) -> list[int]:
@@ -135,6 +136,8 @@ class PlanRow:
             d["graph_mem_gib"] = self.graph_mem_gib
         if self.aligned_from is not None:
             d["aligned_from"] = self.aligned_from
+        if self.omitted_unused:
+            d["buckets_omitted_unused"] = self.omitted_unused
         return d
 
 
@@ -435,17 +438,38 @@ class _Pricer:
         return predicted_time_ms(self.sizes, self.counts, buckets, cal, self.req.padding_factor, self.candidates, self.mix)
 
     def row(self, name: str, kind: str, buckets, *, sglang_aligns: bool = False) -> PlanRow:
-        given = sorted({int(b) for b in buckets})
-        captured = align_buckets(given, self.req.layout_align) if sglang_aligns else given
+        arr = sorted_unique(list(buckets))
+        aligned = sorted_unique(ceil_to(arr, self.req.layout_align)) if sglang_aligns else arr
+        captured, omitted = _serving_part(aligned, self.sizes)
         m = self.metrics(captured, name)
-        r = PlanRow(name=name, kind=kind, metrics=m, aligned_from=given if captured != given else None)
+        if omitted:  # counted, not listed
+            m.graphs += omitted
+            m.unused_buckets += omitted
+        changed = sglang_aligns and (aligned.size != arr.size or bool((aligned != arr).any()))
+        r = PlanRow(name=name, kind=kind, metrics=m, aligned_from=arr.tolist() if changed and not omitted else None,
+                    omitted_unused=omitted)
         cal = self.req.calibration
         if cal is not None:
             r.predicted_ms = self.time_ms(captured)
             r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms and self.eager_ms is not None else None
             if cal.has_memory and captured:
-                r.graph_mem_gib = float(cal.graph_memory_gib(captured))
+                r.graph_mem_gib = float(cal.graph_memory_gib(aligned.tolist()))
         return r
+
+
+LISTED_MAX = 4096  # a longer list is listed by the buckets that serve traced batches
+
+
+def _serving_part(buckets: np.ndarray, sizes: np.ndarray) -> tuple[list[int], int]:
+    """(the list to evaluate, how many buckets it leaves out). Which bucket a batch uses and
+    whether it replays depends only on the smallest bucket at or above it, so a list longer
+    than LISTED_MAX (SGLang's ladder to 2**31 tokens has 4 million buckets) is evaluated on
+    those buckets alone, and the others are counted as unused graphs."""
+    if buckets.size <= LISTED_MAX:
+        return buckets.tolist(), 0
+    idx = np.searchsorted(buckets, sizes, side="left")
+    serving = buckets[sorted_unique(idx[idx < buckets.size])]
+    return serving.tolist(), int(buckets.size - serving.size)
 
 
 def _curve_point(pricer: _Pricer, p: dict, req: PlanRequest) -> CurvePoint:

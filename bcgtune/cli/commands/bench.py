@@ -47,4 +47,4 @@ def bench_command(
     if plot_path:
         plot(result, plot_path)
         note(f"wrote {plot_path}", quiet)
-    emit(result, render_table(result), as_json=as_json)
+    emit(result, lambda: render_table(result), as_json=as_json)

@@ -38,7 +38,7 @@ def doctor_command(
     if not no_sglang_probe:
         note("bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)", quiet)
     report = run_doctor(prof, runner_path=runner_source, model=model_path, ask=partial(ask_sglang, probe=not no_sglang_probe))
-    emit(report.to_dict(), render_text(report), as_json=as_json)
+    emit(report.to_dict, lambda: render_text(report), as_json=as_json)
     if report.blocking:
         n = len(report.blocking)
         raise CheckFailed(f"{n} blocking finding{'s' if n > 1 else ''}: {', '.join(f.code for f in report.blocking)}", "doctor")

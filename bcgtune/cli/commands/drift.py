@@ -64,7 +64,7 @@ def drift_command(
     what = "list" if prof.buckets else "SGLang default ladder (no list)"
     rep = drift_report(trace, list(capture.captured), name=f"profile {prof.name}'s {what}", align=capture.alignment,
                        calibration=cal, threshold_pct=threshold)
-    emit(rep.to_dict(), render_drift_text(rep, trace.n_batches), as_json=as_json)
+    emit(rep.to_dict, lambda: render_drift_text(rep, trace.n_batches), as_json=as_json)
     if rep.verdict == "re-tune":
         raise CheckFailed(rep.reason, "drift")
     note("keep: " + rep.reason, quiet or not as_json)

@@ -73,7 +73,7 @@ def capture_command(
     bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
     rep = run_capture(bl, warmup=warmup, progress=progress, **_engine_kwargs(engine))
-    emit(rep, render_capture(rep), as_json=as_json, out_path=out_path, quiet=quiet)
+    emit(rep, lambda: render_capture(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if rep["failed"]:
         raise CheckFailed(f"{rep['failed']} of {len(rep['buckets'])} captures failed")
 
@@ -118,7 +118,7 @@ def validate_command(
                        gap_threshold=accuracy.gap_threshold,
                        max_logprob_delta=accuracy.max_logprob_delta, images=images, progress=progress,
                        **_engine_kwargs(engine))
-    emit(rep, render_validate(rep), as_json=as_json, out_path=out_path, quiet=quiet)
+    emit(rep, lambda: render_validate(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep["ok"]:
         bad = [str(e["bucket"]) for e in rep["per_bucket"] if not e["ok"]]
         raise CheckFailed(f"validation failed: {'buckets ' + ', '.join(bad) if bad else 'image sweep'} failed")
@@ -133,7 +133,7 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
     rep = server_validation(profile, prompts=prompts, min_replay_share=min_replay_share,
                                 gap_threshold=accuracy.gap_threshold, delta_tol=accuracy.max_logprob_delta,
                                 workdir=workdir, say=None if quiet else note)
-    emit(rep, render_server_validation(rep), as_json=as_json, out_path=out_path, quiet=quiet)
+    emit(rep, lambda: render_server_validation(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep["ok"]:
         raise CheckFailed("server validation failed: " + "; ".join(rep.get("failures") or ["see the report"]))
 
@@ -177,7 +177,7 @@ def calibrate_command(
     cal.meta.update(meta_extra)
     save_calibration(cal, out_path)
     note(f"wrote {out_path}", quiet)
-    emit(cal.to_json_obj(), render_calibration(cal), as_json=as_json)
+    emit(cal.to_json_obj, lambda: render_calibration(cal), as_json=as_json)
 
 
 def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):

@@ -122,7 +122,7 @@ def suggest_buckets_command(
     if profile_path:
         _write_profile(profile_path, base, plan, trace)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
-    emit(plan.to_json_obj(), render_plan_text(plan), as_json=as_json)
+    emit(plan.to_json_obj, lambda: render_plan_text(plan), as_json=as_json)
 
 
 def _launch(layout: LayoutOptions, chunked_prefill_size: int) -> PrefillLaunch:
