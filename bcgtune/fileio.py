@@ -126,6 +126,21 @@ def decode_text(data: bytes, where: str, what: str) -> str:
         raise InputError(f"not UTF-8 text (byte {exc.start}): not a {what}", where) from None
 
 
+def csv_rows(text: str, where: str):
+    """(line number, cells) of a CSV text, skipping blank and `#` comment lines; a malformed
+    CSV (a stray quote, a bare carriage return) is one InputError naming the file."""
+    import csv
+
+    reader = csv.reader(io.StringIO(text))
+    try:
+        for row in reader:
+            if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+                continue
+            yield reader.line_num, row
+    except csv.Error as exc:
+        raise InputError(f"invalid CSV near line {reader.line_num}: {exc}", where) from None
+
+
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 

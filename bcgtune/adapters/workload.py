@@ -173,7 +173,7 @@ PromptCounts = Annotated[list[Requests], BeforeValidator(_one_as_list), Field(mi
 Concurrencies = Annotated[list[Requests], BeforeValidator(_one_as_list), Field(max_length=LEVELS_MAX)]
 WarmupRequests = Annotated[int, Field(strict=True, ge=0, le=schema.REQUESTS_MAX)]
 RangeRatio = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
-RequestRate = Annotated[float, BeforeValidator(_inf_word), Field(strict=True, gt=0.0)]
+RequestRate = Annotated[float, Field(strict=True, gt=0.0), BeforeValidator(_inf_word)]  # order: pydantic 2.6 needs the constraint first
 ImageCount = Annotated[int, Field(strict=True, ge=0, le=IMAGES_PER_REQUEST_MAX)]
 Parallel = Annotated[int, Field(strict=True, ge=1, le=PARALLEL_MAX)]
 ChunkSize = Annotated[int, Field(strict=True, ge=-1, le=schema.TOKENS_MAX), pydantic.AfterValidator(_chunk_size)]

@@ -35,7 +35,6 @@ r share an n; linear beyond its ends, clipped at 0), never extrapolated from one
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from pydantic import Field
 
 from bcgtune.core.schema import Document, GiB, Milliseconds, Tokens, validate
 from bcgtune.errors import InputError
+from bcgtune.fileio import csv_rows
 
 FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)
@@ -468,9 +468,7 @@ def _calibration_from(doc: _FullDocument | _BreakableDocument, runner: str, meta
 def _parse_csv(text: str, path: str) -> Calibration:
     header = None
     rows: dict[int, tuple[float, float, int]] = {}
-    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-            continue
+    for lineno, row in csv_rows(text, path):
         if header is None:
             # columns found by name, in any order; other columns are ignored
             header = [h.strip().lower() for h in row]

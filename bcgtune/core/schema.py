@@ -127,13 +127,13 @@ class Document(pydantic.BaseModel):
     allowed (files from a newer bcgtune stay readable); subclasses that must be strict
     (profiles, workloads) forbid them."""
 
-    model_config = pydantic.ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = pydantic.ConfigDict(extra="ignore", populate_by_name=True, protected_namespaces=())
 
 
 class StrictDocument(pydantic.BaseModel):
     """A hand-written document: an unknown key is an error that names it."""
 
-    model_config = pydantic.ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = pydantic.ConfigDict(extra="forbid", populate_by_name=True, protected_namespaces=())
 
 
 def parse_int_list(value: Any, where: str | None = None, *, item: Any = PositiveInt, sort_unique: bool = False,

@@ -22,7 +22,6 @@ bcgtune.core.schema's bounds):
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from bcgtune.core.document import check_header, document_header
 from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
 from bcgtune.core.stats import nearest_rank
 from bcgtune.errors import InputError, quote
+from bcgtune.fileio import csv_rows
 
 FORMAT_VERSION = 1
 TRACE_KIND = "bcgtune.prefill-trace"
@@ -445,30 +445,25 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
     sizes: list[int] = []
     counts: list[int] = []
     lines: list[int] = []
-    try:
-        for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-            if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-                continue
-            if header is None:
-                header = [h.strip().lower() for h in row]
-                si = next((header.index(c) for c in _SIZE_COLUMNS if c in header), None)
-                ci = next((header.index(c) for c in _COUNT_COLUMNS if c in header), None)
-                if si is None:
-                    raise InputError(
-                        f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)[:60]!r}",
-                        f"{where}:{lineno}",
-                    )
-                need = max(si, ci if ci is not None else 0) + 1
-                continue
-            if len(row) < need:
-                raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
-            assert si is not None  # the header was read above
-            sizes.append(_parse_int(row[si], f"{where}:{lineno}", header[si]))
-            if ci is not None:
-                counts.append(_parse_int(row[ci], f"{where}:{lineno}", header[ci]))
-            lines.append(lineno)
-    except csv.Error as exc:
-        raise InputError(f"invalid CSV: {exc}", where) from None
+    for lineno, row in csv_rows(text, where):
+        if header is None:
+            header = [h.strip().lower() for h in row]
+            si = next((header.index(c) for c in _SIZE_COLUMNS if c in header), None)
+            ci = next((header.index(c) for c in _COUNT_COLUMNS if c in header), None)
+            if si is None:
+                raise InputError(
+                    f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)[:60]!r}",
+                    f"{where}:{lineno}",
+                )
+            need = max(si, ci if ci is not None else 0) + 1
+            continue
+        if len(row) < need:
+            raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
+        assert si is not None  # the header was read above
+        sizes.append(_parse_int(row[si], f"{where}:{lineno}", header[si]))
+        if ci is not None:
+            counts.append(_parse_int(row[ci], f"{where}:{lineno}", header[ci]))
+        lines.append(lineno)
     if not sizes:
         raise InputError("trace is empty: CSV has no rows", where)
     assert header is not None and si is not None
