@@ -172,21 +172,8 @@ def evaluate_steps(steps: DPSteps, buckets, name: str = "", factor: float = DEFA
     rep_tokens = int(steps.real_tokens[replay].sum())
     p99 = int(nearest_rank(pad[replay], np.ones(n_rep, dtype=np.int64), 99)) if n_rep else 0
     used = np.isin(np.asarray(bl, dtype=np.int64), chosen[replay])
-    return ListMetrics(
-        name=name,
-        buckets=bl,
-        graphs=len(bl),
-        batches=n,
-        replayed_batches=n_rep,
-        eager_batches=n - n_rep,
-        hit_rate_pct=100.0 * n_rep / n if n else 0.0,
-        replayed_tokens=rep_tokens,
-        padded_tokens=padded,
-        waste_pct=100.0 * padded / rep_tokens if rep_tokens else 0.0,
-        mean_pad=padded / n_rep if n_rep else 0.0,
-        p99_pad=p99,
-        unused_buckets=int((~used).sum()) if bl else 0,
-    )
+    unused = int((~used).sum()) if bl else 0
+    return ListMetrics.from_counts(name, bl, n, n_rep, rep_tokens, padded, p99, unused)
 
 
 # ---- time ------------------------------------------------------------------------------

@@ -91,6 +91,27 @@ class ListMetrics:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_counts(
+        cls, name: str, buckets: list[int], batches: int, replayed: int, replayed_tokens: int, padded: int, p99_pad: int, unused: int
+    ) -> ListMetrics:
+        """The metrics from the counts; the rates and means are derived here, once."""
+        return cls(
+            name=name,
+            buckets=buckets,
+            graphs=len(buckets),
+            batches=batches,
+            replayed_batches=replayed,
+            eager_batches=batches - replayed,
+            hit_rate_pct=100.0 * replayed / batches if batches else 0.0,
+            replayed_tokens=replayed_tokens,
+            padded_tokens=padded,
+            waste_pct=100.0 * padded / replayed_tokens if replayed_tokens else 0.0,
+            mean_pad=padded / replayed if replayed else 0.0,
+            p99_pad=p99_pad,
+            unused_buckets=unused,
+        )
+
 
 def evaluate_list(
     sizes: np.ndarray, counts: np.ndarray, buckets, name: str = "", factor: float = DEFAULT_PADDING_FACTOR
@@ -107,19 +128,4 @@ def evaluate_list(
     p99 = int(nearest_rank(pad, rc, 99)) if n_rep else 0
     bl_arr = np.asarray(bl, dtype=np.int64)
     unused = int((~np.isin(bl_arr, chosen[replay])).sum()) if bl else 0
-    total = int(counts.sum())
-    return ListMetrics(
-        name=name,
-        buckets=bl,
-        graphs=len(bl),
-        batches=total,
-        replayed_batches=n_rep,
-        eager_batches=total - n_rep,
-        hit_rate_pct=100.0 * n_rep / total if total else 0.0,
-        replayed_tokens=rep_tokens,
-        padded_tokens=padded,
-        waste_pct=100.0 * padded / rep_tokens if rep_tokens else 0.0,
-        mean_pad=padded / n_rep if n_rep else 0.0,
-        p99_pad=p99,
-        unused_buckets=unused,
-    )
+    return ListMetrics.from_counts(name, bl, int(counts.sum()), n_rep, rep_tokens, padded, p99, unused)

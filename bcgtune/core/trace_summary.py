@@ -4,7 +4,7 @@ replay rule (core/replay.py) to the traced sizes with the buckets the server log
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -43,16 +43,10 @@ class BucketUsage:
     unknown: int | None = None
 
 
-@dataclass
-class CapturedUsage:
-    """The captured list (CapturedList) and how the traced batches used it."""
+@dataclass(frozen=True)
+class CapturedUsage(CapturedList):
+    """The captured list and how the traced batches used it."""
 
-    buckets: list[int]
-    backend: str | None
-    source: int | None
-    line: int | None
-    capture_lines: int
-    distinct_lists: int
     per_bucket: list[BucketUsage]
     servable_batches: int
     not_servable_batches: int
@@ -107,12 +101,7 @@ def _usage(trace: PrefillTrace, cap: CapturedList, factor: float) -> CapturedUsa
             row.replayed, row.ran_eager, row.unknown = int((g == 1).sum()), int((g == 0).sum()), int((g < 0).sum())
         rows.append(row)
     return CapturedUsage(
-        buckets=cap.buckets,
-        backend=cap.backend,
-        source=cap.source,
-        line=cap.line,
-        capture_lines=cap.capture_lines,
-        distinct_lists=cap.distinct_lists,
+        **{f.name: getattr(cap, f.name) for f in fields(CapturedList)},
         per_bucket=rows,
         servable_batches=int(weights[replay].sum()),
         not_servable_batches=int(weights[~replay].sum()),
