@@ -148,7 +148,7 @@ def _simulate(sim: SimulateOptions, buckets: str | None, calibration: str | None
         from bcgtune.core.calibration import load_calibration
 
         wl = replace(wl, step=wl.step.calibrated(load_calibration(calibration)))
-    with Progress("simulating", unit=" requests", quiet=quiet) as bar:
+    with Progress("simulating", unit=" requests, warm-up included", quiet=quiet) as bar:
         trace = simulate(wl, progress=bar.update)
     summary = simulation_summary(trace, bucket_list)
     if out_path:
