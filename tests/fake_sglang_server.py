@@ -33,8 +33,9 @@ def main(argv):
         grandchild.wait()
         sys.exit(0)
 
-    signal.signal(signal.SIGTERM, bye)
-    signal.signal(signal.SIGINT, bye)
+    handler = signal.SIG_IGN if os.environ.get("FAKE_IGNORE_SIGNALS") else bye  # a hung server
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
     log("server_args=ServerArgs(model_path='fake', cuda_graph_backend_prefill='breakable')")
     log("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[256, 512], avail mem=70.00 GB")
     log("Capture target prefill CUDA graph end. elapsed=0.01 s, mem usage=0.10 GB, avail mem=69.90 GB.")

@@ -167,6 +167,23 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
     assert f"log: {log}" in err and "error: interrupted: server stopped" in err
 
 
+def test_ctrl_c_is_130_when_the_server_ignores_signals(tmp_path):
+    pid_file = tmp_path / "pids"
+    log = tmp_path / "server.log"
+    proc = _serve(tmp_path, {"FAKE_PID_FILE": str(pid_file), "FAKE_IGNORE_SIGNALS": "1"}, "--log-file", str(log))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and "Prefill batch" in log.read_text()):
+        time.sleep(0.05)
+    assert pid_file.exists(), proc.communicate(timeout=10)
+    leader, grandchild = map(int, pid_file.read_text().split())
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)  # the grace period (5 s), then SIGKILL to the group
+    assert proc.returncode == 130, err
+    assert not _alive(leader) and not _alive(grandchild)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: interrupted: server stopped, it was killed by SIGKILL (log: {log})"]
+
+
 def test_crash_reports_code_and_log_in_one_line(tmp_path):
     proc = _serve(tmp_path, {"FAKE_EXIT_CODE": "7"})
     out, err = proc.communicate(timeout=60)
