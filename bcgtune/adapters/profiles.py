@@ -46,8 +46,8 @@ PLATFORMS = ("rocm", "cuda")
 # Flags that a profile may not carry in [server], and where they belong instead.
 _SERVER_FORBIDDEN = {
     "cuda_graph_bs_prefill": "the bucket list lives in [buckets].list",
-    "model_path": "the model is [profile].model (or serve --model)",
-    "model": "the model is [profile].model (or serve --model)",
+    "model_path": "the model is [profile].model (or serve --model-path)",
+    "model": "the model is [profile].model (or serve --model-path)",
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
