@@ -26,6 +26,7 @@ objective's model) next to the measurement.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -148,10 +149,17 @@ class Replayer:
 
         return PrefillGraphEngine(self.model, self.dev, self.max_tokens)
 
+    @staticmethod
+    def eager_call(engine, x):
+        """One eager forward of batch x as the engine runs it."""
+        if hasattr(engine, "eager_call"):
+            return engine.eager_call(x)  # the full runner: the model's forward
+        return functools.partial(engine.eager, x)
+
     def time_eager(self, pairs, origin: str, n_batches: int, n_sizes: int) -> tuple[dict, dict]:
         """(inputs per distinct batch, eager median per distinct batch); records the engine
         in the environment."""
-        from bcgtune.engines.torch_graphs import text_inputs
+        from bcgtune.engines.torch_graphs import summarize_ms, text_inputs, time_interleaved
 
         args, env = self.args, self.env
         t0 = time.perf_counter()
@@ -163,10 +171,9 @@ class Replayer:
             f"runner {args.runner} ({env['graph_impl']}, attention {env['attention']}); {n_batches} batches, "
             f"{len(pairs)} distinct (tokens, requests), {n_sizes} distinct sizes; {origin}")
         inputs = {p: text_inputs(self.model, p[0], self.dev, seed=p[0], requests=p[1]) for p in set(pairs)}
-        eager_ms = {}
-        for p in pairs:
-            if p not in eager_ms:
-                eager_ms[p] = base.time_eager(inputs[p], args.warmup, args.repeats)["median_ms"]
+        distinct = list(dict.fromkeys(pairs))
+        eager_ms = {p: summarize_ms(t[0])["median_ms"] for p, t in zip(distinct, time_interleaved(
+            [[self.eager_call(base, inputs[p])] for p in distinct], self.dev, args.warmup, args.repeats))}
         log(f"eager timed at {len(eager_ms)} batches in {time.perf_counter() - t0:.1f} s")
         del base
         return inputs, eager_ms
@@ -177,6 +184,7 @@ class Replayer:
         import torch
 
         from bcgtune.core.replay import assign_buckets
+        from bcgtune.engines.torch_graphs import summarize_ms, time_interleaved
 
         args = self.args
         eng = self.new_engine()
@@ -187,17 +195,15 @@ class Replayer:
         mem = eng._reserved() - before
         bad = [r for r in recs if not r.ok]
         chosen, replay = assign_buckets(np.asarray([n for n, _ in pairs]), bl)
-        per_batch = []
-        for (n, r), c, ok in zip(pairs, chosen.tolist(), replay.tolist()):
-            if ok and c in eng.graphs:
-                key = (n, r, c)
-                if key in self.replay_ms:
-                    self.reused += 1
-                else:
-                    self.replay_ms[key] = eng.time_replay(inputs[(n, r)], c, args.warmup, args.repeats)["median_ms"]
-                per_batch.append(self.replay_ms[key])
-            else:
-                per_batch.append(eager_ms[(n, r)])
+        keys = [(n, r, c) if ok and c in eng.graphs else None for (n, r), c, ok in zip(pairs, chosen.tolist(), replay.tolist())]
+        todo = list(dict.fromkeys(k for k in keys if k is not None and k not in self.replay_ms))
+        self.reused += sum(1 for k in dict.fromkeys(k for k in keys if k is not None)) - len(todo)
+        # in interleaved rounds, as the calibration measures (every batch once per round)
+        times = time_interleaved([[functools.partial(eng.replay, inputs[(n, r)], c)] for n, r, c in todo],
+                                 self.dev, args.warmup, args.repeats)
+        for k, t in zip(todo, times):
+            self.replay_ms[k] = summarize_ms(t[0])["median_ms"]
+        per_batch = [self.replay_ms[k] if k is not None else eager_ms[p] for k, p in zip(keys, pairs)]
         total = float((np.asarray(per_batch) * counts).sum())
         log(f"{name:9s} {len(bl):4d} graphs, capture {cap_s:6.2f} s, mem {mem:6.3f} GiB, prefill {total / 1e3:8.3f} s")
         eng.release()
@@ -304,7 +310,8 @@ def main() -> int:
               "replay_measurements": len(rep.replay_ms), "replay_reused": rep.reused,
               "eager_ms": {f"{n}x{r}": v for (n, r), v in eager_ms.items()},
               "replay_ms": {f"{n}x{r}@{b}": v for (n, r, b), v in rep.replay_ms.items()},
-              "method": {"warmup": args.warmup, "repeats": args.repeats, "timer": "CUDA events, median",
+              "method": {"warmup": args.warmup, "repeats": args.repeats,
+                         "timer": "CUDA events, median of interleaved rounds (every batch once per round, shuffled)",
                          "inputs": "n random tokens split evenly into r requests, seeded by n"}}
     if args.out_json:
         atomic_write_json(args.out_json, report)

@@ -10,7 +10,10 @@
 # Knobs: TRACE (the default workload with request counts), MODEL, RUNNER, CAL=FILE (skip 1),
 # GRID (64), MIX_EVERY (1), CAL_REPEATS (10), CAL_WARMUP (3), REPEATS (5), EVERY (1: replay
 # every Kth distinct batch), NO_ORACLE=1, MAX_BS (8192: the ladder's max, the chunked prefill
-# size), EXTRA="name=l,i,s,t ..." (more lists, e.g. padding optima).
+# size), EXTRA="name=l,i,s,t ..." (more lists, e.g. padding optima), K (12: the time optimum's
+# most buckets), CAL_ONLY=1 (stop after the calibration), GRID_ONLY=1 (calibrate the grid
+# alone; by default the calibration also measures every bucket of the lists replayed: the
+# ladder, EXTRA and the oracle's sizes, so each list is predicted from measured sizes).
 set -euo pipefail
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -21,17 +24,38 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 if [ -z "${CAL:-}" ]; then
   CAL=$OUT/cal_${RUNNER}_${MODEL}.json
   SECONDS=0
-  python3 -m bcgtune calibrate --model "$MODEL" --runner "$RUNNER" --sizes-from "$TRACE" --grid "${GRID:-64}" \
+  ADD=()
+  if [ -z "${GRID_ONLY:-}" ]; then
+    ADD=(--sizes "$(python3 - "$TRACE" "${EVERY:-1}" "${MAX_BS:-8192}" "${NO_ORACLE:-}" ${EXTRA:-} <<'PY'
+import sys
+from bcgtune.core.ladder import sglang_default_ladder
+from bcgtune.core.mix import batch_mix
+from bcgtune.core.replay import parse_bucket_list
+from bcgtune.core.trace import load_trace
+trace, every, max_bs, no_oracle, *extra = sys.argv[1:]
+mix = batch_mix(load_trace(trace)).sample(int(every))
+lo, hi = int(mix.tokens.min()), int(max_bs)
+sizes = {b for b in sglang_default_ladder(hi) if lo <= b}
+for spec in extra:
+    sizes |= set(parse_bucket_list(spec.partition("=")[2], "EXTRA"))
+if not no_oracle:
+    sizes |= set(mix.tokens.tolist())
+print(",".join(str(b) for b in sorted(s for s in sizes if s <= hi)))
+PY
+)")
+  fi
+  python3 -m bcgtune calibrate --model "$MODEL" --runner "$RUNNER" --sizes-from "$TRACE" --grid "${GRID:-64}" "${ADD[@]}" \
       --mix-every "${MIX_EVERY:-1}" --repeats "${CAL_REPEATS:-10}" --warmup "${CAL_WARMUP:-3}" \
       --chunked-prefill-size "${MAX_BS:-8192}" \
       -o "$CAL" > "$OUT/calibrate_${MODEL}.txt" 2> "$OUT/calibrate_${MODEL}.log" || { tail -5 "$OUT/calibrate_${MODEL}.log"; exit 1; }
   echo "calibrate: $(head -1 "$OUT/calibrate_${MODEL}.log"), ${SECONDS} s"
+  [ -n "${CAL_ONLY:-}" ] && exit 0
 fi
 ALSO=(); CMP=()
 for x in ${EXTRA:-}; do ALSO+=(--also "$x"); CMP+=(--compare "$x"); done
-python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "$CAL" --max-buckets 12 \
+python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "$CAL" --max-buckets "${K:-12}" \
     --chunked-prefill-size "${MAX_BS:-8192}" --no-baselines "${CMP[@]}" > "$OUT/suggest_${MODEL}.txt"
-B=$(python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "$CAL" --max-buckets 12 \
+B=$(python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "$CAL" --max-buckets "${K:-12}" \
     --chunked-prefill-size "${MAX_BS:-8192}" --no-baselines --json | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["recommended"]["buckets"])))')
 echo "buckets: $B"
 SECONDS=0

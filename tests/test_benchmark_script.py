@@ -47,3 +47,7 @@ def test_h200_script_runs_on_cpu_with_tiny_model(tmp_path, runner):
     assert rep["results"]["mine"]["graphs"] == 2
     assert all("predicted_ms" in r for r in rep["results"].values())
     assert not (out / "gpu_replay_tiny.json.partial").exists()
+    # every bucket of every replayed list was measured by the calibration: the ladder's within
+    # the trace's range, the extra list and the oracle's sizes (the trace's distinct sizes)
+    assert {32, 96, 20, 40, 70, 90} | {b for b in rep["lists"]["ladder"] if 20 <= b <= 128} <= tokens
+    assert {24, 40, 70} <= set(cal["meta"]["sizes_added"])  # off the 16-grid: a ladder bucket, oracle sizes

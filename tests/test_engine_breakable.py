@@ -271,3 +271,63 @@ def test_mix_of_a_simulated_trace_keeps_request_counts():
     assert mix.requests_known and mix.n_batches == trace.n_batches and mix.requests.max() > 1
     sizes, counts = mix.histogram()
     assert np.array_equal(sizes, trace.sizes) and np.array_equal(counts, trace.counts)
+
+
+def test_cli_calibrate_adds_sizes_to_the_grid(tmp_path):
+    """--sizes with --sizes-from measures the given buckets as well as the grid, so a list
+    with sizes off the grid (the one a server runs now) is priced at measured times."""
+    from bcgtune.core.calibration import load_calibration
+
+    trace = _trace_json(tmp_path)
+    out = tmp_path / "cal.json"
+    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes-from", str(trace), "--grid", "32",
+                                 "--sizes", "45,90", "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cal = load_calibration(out)
+    assert {45, 90} <= set(cal.tokens.tolist()) and 32 in cal.tokens.tolist()
+    assert cal.meta["sizes_added"] == [45] and cal.meta["bucket_grid"] == 32  # 90 is the trace's largest size already
+    r = CliRunner().invoke(app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out),
+                                 "--compare", "mine=45,90", "--json"])
+    assert r.exit_code == 0, r.output
+
+
+def test_interleaved_timing_runs_every_group_each_round_in_shuffled_order():
+    from bcgtune.engines.torch_graphs import summarize_ms, time_interleaved
+
+    calls = []
+    groups = [[(lambda g=g, i=i: calls.append((g, i))) for i in range(2)] for g in range(6)]
+    times = time_interleaved(groups, CPU, warmup=1, repeats=4, seed=3)
+    assert len(times) == 6 and all(len(t) == 2 and len(t[0]) == 4 and len(t[1]) == 4 for t in times)
+    assert len(calls) == 5 * 12
+    for k in range(0, len(calls), 2):  # a group's calls back to back, in order
+        assert calls[k][0] == calls[k + 1][0] and (calls[k][1], calls[k + 1][1]) == (0, 1)
+    rounds = [[g for g, i in calls[k:k + 12] if i == 0] for k in range(0, len(calls), 12)]
+    assert all(sorted(r) == list(range(6)) for r in rounds) and len({tuple(r) for r in rounds}) > 1
+    s = summarize_ms([3.0, 1.0, 2.0, 10.0])
+    assert s["median_ms"] == 2.5 and s["repeats"] == 4 and s["p90_ms"] == 10.0 and s["p10_ms"] == 1.0
+
+
+def test_break_time_is_the_median_of_paired_differences(monkeypatch):
+    """breaks(n, r) = median over rounds of (replay - segments alone) measured back to back,
+    not median(replay) - median(segments): a drifting clock moves both of a pair alike."""
+    import bcgtune.engines.torch_graphs as tg
+    from bcgtune.core.mix import BatchMix
+    from bcgtune.engines.ops import run_calibrate
+
+    real = tg.time_interleaved
+
+    def fake(groups, device, warmup, repeats, seed=0):
+        real(groups, device, 0, 1, seed)  # the calls still run
+        if all(len(g) == 1 for g in groups) and len(groups) == 2:  # segments of the two buckets
+            return [[[5.0, 6.0, 7.0]] for _ in groups]
+        out = []
+        for g in groups:  # batch: eager alone; segments alone then replay, drifting together
+            out.append([[50.0, 51.0, 52.0]] if len(g) == 1 else [[10.0, 20.0, 30.0], [12.0, 23.0, 31.0]])
+        return out
+
+    monkeypatch.setattr(tg, "time_interleaved", fake)
+    cal = run_calibrate([32, 64], model="tiny", device="cpu", mix=BatchMix.from_batches([20, 40], [1, 2]),
+                        warmup=0, repeats=3, memory=False)
+    assert cal.graph_ms.tolist() == [6.0, 6.0]
+    assert cal.batches.eager_ms.tolist() == [51.0, 51.0]
+    assert cal.batches.breaks_ms.tolist() == [2.0, 2.0]  # median(2, 3, 1); medians apart: 23 - 20 = 3

@@ -206,5 +206,7 @@ def test_cli_calibrate_grid_from_trace_feeds_suggest_buckets(tmp_path):
     plan = json.loads(r.output)
     assert plan["params"]["candidate_set"] == "calibration"
     assert set(plan["recommended"]["buckets"]) <= set(cal.tokens.tolist())
-    r = _main(["calibrate", "--model", "tiny", "--sizes", "8", "--grid", "16", "-o", str(out)])
-    assert r.returncode == 2 and "not both" in r.stderr
+    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes", "8,40", "--grid", "16", "--max-tokens", "32",
+                                 "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    assert r.exit_code == 0, r.output  # --sizes adds to the grid; --max-tokens bounds both
+    assert load_calibration(out).tokens.tolist() == [8, 16, 32]

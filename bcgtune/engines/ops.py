@@ -3,6 +3,7 @@ engine, runs, and returns a plain dict (rendering is the CLI's job)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -394,7 +395,8 @@ def _environment_meta(engine, env, desc, warmup, repeats, inputs: str, replay_in
         "engine": {"runner": engine.runner, "runner_matches": env.get("runner_matches"), "graph_mode": engine.mode,
                    "graph_impl": engine.graph_impl, "attention": env.get("attention"), "sdpa_backend": env["sdpa_backend"],
                    "warmup": warmup, "repeats": repeats,
-                   "timer": "cuda events, median" if engine.device.type == "cuda" else "perf_counter, median",
+                   "timer": ("cuda events, median" if engine.device.type == "cuda" else "perf_counter, median")
+                   + " of interleaved rounds (every size once per round, in shuffled order)",
                    "inputs": inputs, "replay_includes": replay_includes},
         "model": desc,
     }
@@ -404,7 +406,7 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
     from bcgtune.core.calibration import BatchTimes, Calibration
     from bcgtune.core.mix import BatchMix
     from bcgtune.engines.breakable import BreakablePrefillEngine
-    from bcgtune.engines.torch_graphs import text_inputs
+    from bcgtune.engines.torch_graphs import summarize_ms, text_inputs, time_interleaved
 
     if mix is None:
         mix = BatchMix.single_request(sizes, np.ones(len(sizes), dtype=np.int64))
@@ -418,18 +420,31 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
     recs = _capture_all(engine, sizes, record_attention=False)
-    seg = {}
+    # Segments of every bucket, then every batch, each measured in interleaved rounds
+    # (time_interleaved): a size measured in a block of its own would carry that moment's
+    # GPU clock into the calibration. A batch's break time is the median over rounds of its
+    # replay minus its bucket's segments alone, the two run back to back in each round.
+    seg_times = time_interleaved([[functools.partial(engine.replay_segments, b)] for b in sizes],
+                                 engine.device, warmup, repeats, seed=seed)
+    seg = {b: summarize_ms(t[0]) for b, t in zip(sizes, seg_times)}
     for b in sizes:
-        seg[b] = engine.time_segments(b, warmup=warmup, repeats=repeats)
         say(f"segments b={b:6d}  {seg[b]['median_ms']:9.3f} ms  ({engine.segment_count(b)} segments)")
     grid = np.asarray(sizes, dtype=np.int64)
+    pairs = list(zip(mix.tokens.tolist(), mix.requests.tolist()))
+    buckets = [int(grid[np.searchsorted(grid, n)]) for n, _ in pairs]
+    inputs = [text_inputs(engine.model, n, engine.device, seed=seed + n, requests=r) for n, r in pairs]
+    groups = []
+    for x, b in zip(inputs, buckets):
+        groups.append([functools.partial(engine.eager, x)])
+        groups.append([functools.partial(engine.replay_segments, b), functools.partial(engine.replay, x, b)])
+    say(f"timing {len(pairs)} batches: eager, and replay next to its bucket's segments, {repeats} rounds")
+    times = time_interleaved(groups, engine.device, warmup, repeats, seed=seed + 1)
     eager_ms, breaks_ms, spread, clipped = [], [], {}, 0
-    for n, r in zip(mix.tokens.tolist(), mix.requests.tolist()):
-        x = text_inputs(engine.model, n, engine.device, seed=seed + n, requests=r)
-        e = engine.time_eager(x, warmup=warmup, repeats=repeats)
-        b = int(grid[np.searchsorted(grid, n)])
-        t = engine.time_replay(x, b, warmup=warmup, repeats=repeats)
-        brk = t["median_ms"] - seg[b]["median_ms"]
+    for i, ((n, r), b) in enumerate(zip(pairs, buckets)):
+        e = summarize_ms(times[2 * i][0])
+        seg_alone, full = times[2 * i + 1]
+        t = summarize_ms(full)
+        brk = statistics.median(f - s_ for f, s_ in zip(full, seg_alone))
         if brk < 0:
             clipped += 1
             brk = 0.0
@@ -468,12 +483,15 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
 
 def _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeats, memory, say):
     from bcgtune.core.calibration import Calibration
-    from bcgtune.engines.torch_graphs import PrefillGraphEngine, text_inputs
+    from bcgtune.engines.torch_graphs import PrefillGraphEngine, summarize_ms, text_inputs, time_interleaved
 
     inputs = {n: text_inputs(engine.model, n, engine.device, seed=seed + n) for n in sizes}
-    eager = {}
+    # each kind measured in interleaved rounds over the sizes (time_interleaved), not a
+    # block per size: every size sees the same mix of GPU clock and power states
+    e_times = time_interleaved([[engine.eager_call(inputs[n])] for n in sizes],
+                               engine.device, warmup, repeats, seed=seed)
+    eager = {n: summarize_ms(t[0]) for n, t in zip(sizes, e_times)}
     for n in sizes:
-        eager[n] = engine.time_eager(inputs[n], warmup=warmup, repeats=repeats)
         say(f"eager  n={n:6d}  {eager[n]['median_ms']:9.3f} ms")
     pbt = None
     if memory and engine.graphs_enabled:
@@ -482,9 +500,10 @@ def _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeat
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
     recs = _capture_all(engine, sizes)
-    graph = {}
+    g_times = time_interleaved([[functools.partial(engine.replay, inputs[n], n)] for n in sizes],
+                               engine.device, warmup, repeats, seed=seed + 1)
+    graph = {n: summarize_ms(t[0]) for n, t in zip(sizes, g_times)}
     for n in sizes:
-        graph[n] = engine.time_replay(inputs[n], n, warmup=warmup, repeats=repeats)
         say(f"replay b={n:6d}  {graph[n]['median_ms']:9.3f} ms")
     meta = _environment_meta(engine, env, desc, warmup, repeats, "one sequence of n random tokens, seeded",
                              "input copy + pad fill + replay")

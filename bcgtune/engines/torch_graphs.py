@@ -522,6 +522,18 @@ class PrefillGraphEngine(StaticPrefillEngine):
         with self.attention():
             return self._time(lambda: self.model(x.inp, x.positions, last), warmup, repeats)
 
+    def eager_call(self, x: PrefillInputs):
+        """A no-argument call running one eager forward as `time_eager` times it, its
+        last-row index copied to the device once, here, not inside the timed call."""
+        last = torch.tensor([x.n - 1], device=self.device)
+
+        @torch.no_grad()
+        def call():
+            with self.attention():
+                return self.model(x.inp, x.positions, last)
+
+        return call
+
 
 def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
     """Median, p10 and p90 (ms) of `repeats` back-to-back calls after `warmup` untimed ones:
@@ -537,6 +549,74 @@ def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def time_interleaved(groups, device: torch.device, warmup: int, repeats: int, seed: int = 0) -> list[list[list[float]]]:
+    """Times (ms) of every call in `groups`, measured in rounds: each round runs every group
+    once, the groups in a fresh shuffled order, the calls of a group back to back (a pair
+    such as segments-alone and the full replay of the same bucket lands in the same moment
+    of the GPU's clock and power state, so their difference is free of drift). `warmup`
+    untimed rounds first. Returns times[group][call][round]. CUDA events on a GPU, one
+    synchronization per round (none inside a forward); perf_counter on CPU. Python's garbage
+    collector is paused while timing, as in `time_calls`.
+
+    Measuring every size in rounds instead of in blocks (all repeats of one size, then the
+    next) gives every size the same mix of GPU states: on a long run a block measured while
+    the GPU is cool or warm shifts that size alone, which no later average undoes."""
+    import random
+
+    with torch.no_grad():
+        return _interleaved(groups, device, warmup, repeats, random.Random(seed))
+
+
+def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng) -> list[list[list[float]]]:
+    order = list(range(len(groups)))
+    for _ in range(max(0, warmup)):
+        rng.shuffle(order)
+        for g in order:
+            for fn in groups[g]:
+                fn()
+    out: list[list[list[float]]] = [[[] for _ in grp] for grp in groups]
+    cuda = device.type == "cuda"
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            rng.shuffle(order)
+            if cuda:
+                stream = torch.cuda.current_stream(device)
+                marks = []
+                torch.cuda.synchronize(device)
+                for g in order:
+                    for i, fn in enumerate(groups[g]):
+                        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        s.record(stream)
+                        fn()
+                        e.record(stream)
+                        marks.append((g, i, s, e))
+                torch.cuda.synchronize(device)
+                for g, i, s, e in marks:
+                    out[g][i].append(s.elapsed_time(e))
+            else:
+                for g in order:
+                    for i, fn in enumerate(groups[g]):
+                        t0 = time.perf_counter()
+                        fn()
+                        out[g][i].append((time.perf_counter() - t0) * 1e3)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return out
+
+
+def summarize_ms(times) -> dict:
+    """Median, p10 and p90 (ms) of a list of times, as `time_calls` reports them."""
+    times = sorted(float(t) for t in times)
+
+    def q(p):
+        return times[min(len(times) - 1, int(p * (len(times) - 1) + 0.5))]
+
+    return {"median_ms": statistics.median(times), "p10_ms": q(0.1), "p90_ms": q(0.9), "repeats": len(times)}
 
 
 def _timed(fn, device: torch.device, repeats: int) -> dict:
@@ -556,12 +636,7 @@ def _timed(fn, device: torch.device, repeats: int) -> dict:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-
-    def q(p):
-        return times[min(len(times) - 1, int(p * (len(times) - 1) + 0.5))]
-
-    return {"median_ms": statistics.median(times), "p10_ms": q(0.1), "p90_ms": q(0.9), "repeats": len(times)}
+    return summarize_ms(times)
 
 
 # ---------------------------------------------------------------------------------------

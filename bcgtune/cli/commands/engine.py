@@ -141,7 +141,7 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
 @options("engine", EngineOptions)
 def calibrate_command(
     out_path: Annotated[str, typer.Option("-o", "--out", help="Calibration file to write: versioned JSON, or CSV when the name ends in .csv.", show_default=False)],
-    sizes: Annotated[Optional[str], typer.Option("--sizes", help="Token sizes to measure. Default: 15 sizes from 16 to 8192.", show_default=False)] = None,
+    sizes: Annotated[Optional[str], typer.Option("--sizes", help="Token sizes to measure. Default: 15 sizes from 16 to 8192. With --grid or --sizes-from: measured as well as the grid (the bucket list you run now, say, so suggest-buckets prices it at measured times).", show_default=False)] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, max=2**31 - 1, help="Drop sizes above this.", show_default=False)] = None,
     grid: Annotated[Optional[int], typer.Option("--grid", min=1, max=2**31 - 1, help="Measure every multiple of this (a bucket grid: suggest-buckets then picks buckets among the measured sizes), up to --max-tokens (default 8192) or the trace's range.", show_default=False)] = None,
     sizes_from: Annotated[Optional[str], typer.Option("--sizes-from", help="A trace: measure the grid (default --grid 64) over the sizes its batches can replay in, plus its smallest and largest size.", show_default=False)] = None,
@@ -163,8 +163,6 @@ def calibrate_command(
     Example: bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b -o cal.json
     """
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
-    if sizes and (grid or sizes_from):
-        raise InputError("give --sizes, or --grid/--sizes-from, not both")
     wanted, meta_extra, mix = _calibration_sizes(sizes, max_tokens, grid, sizes_from, padding_factor, mix_every)
     require_torch()
     from bcgtune.core.calibration import save_calibration
@@ -195,7 +193,12 @@ def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):
             trace_sizes = trace.sizes
             mix = batch_mix(trace).sample(mix_every)
             meta["mix_every"] = mix_every
-        return grid_sizes(grid or 64, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor), meta, mix
+        wanted = grid_sizes(grid or 64, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor)
+        if sizes:
+            extra = [s for s in parse_bucket_list(sizes, "--sizes") if max_tokens is None or s <= max_tokens]
+            meta["sizes_added"] = sorted(set(extra) - set(wanted))
+            wanted = sorted(set(wanted) | set(extra))
+        return wanted, meta, mix
     wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
     if max_tokens is not None:
         wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
