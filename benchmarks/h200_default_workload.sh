@@ -4,11 +4,11 @@
 # 1. calibrate the model on the runner (RUNNER, default breakable): segments on a bucket grid
 #    over the trace's range, eager and break time on the trace's (tokens, requests) batches
 #    (every MIX_EVERY-th distinct batch; the full runner: eager and replay per grid size)
-# 2. suggest-buckets --objective time (K <= 12) picks among the measured sizes
+# 2. suggest-buckets --objective time (at most K buckets) picks among the grid's measured sizes
 # 3. gpu_replay: eager / SGLang ladder / that list / oracle / EXTRA lists on the same runner,
 #    each list's predicted total next to its measured one
 # Knobs: TRACE (the default workload with request counts), MODEL, RUNNER, CAL=FILE (skip 1),
-# GRID (64), MIX_EVERY (1), CAL_REPEATS (10), CAL_WARMUP (3), REPEATS (5), EVERY (1: replay
+# GRID (64), MIX_EVERY (1), CAL_REPEATS (10), CAL_WARMUP (3), REPEATS (5), WARMUP (1), EVERY (1: replay
 # every Kth distinct batch), NO_ORACLE=1, MAX_BS (8192: the ladder's max, the chunked prefill
 # size), EXTRA="name=l,i,s,t ..." (more lists, e.g. padding optima), K (12: the time optimum's
 # most buckets), CAL_ONLY=1 (stop after the calibration), GRID_ONLY=1 (calibrate the grid
@@ -60,6 +60,6 @@ B=$(python3 -m bcgtune suggest-buckets "$TRACE" --objective time --calibration "
 echo "buckets: $B"
 SECONDS=0
 python3 benchmarks/gpu_replay.py "$TRACE" --model "$MODEL" --runner "$RUNNER" --buckets "$B" "${ALSO[@]}" \
-    --max-bs "${MAX_BS:-8192}" --every "${EVERY:-1}" --repeats "${REPEATS:-5}" ${NO_ORACLE:+--no-oracle} \
+    --max-bs "${MAX_BS:-8192}" --every "${EVERY:-1}" --warmup "${WARMUP:-1}" --repeats "${REPEATS:-5}" ${NO_ORACLE:+--no-oracle} \
     --calibration "$CAL" --out-json "$OUT/gpu_replay_${MODEL}.json" 2>&1 | tee "$OUT/gpu_replay_${MODEL}.txt"
 echo "gpu_replay: ${SECONDS} s"

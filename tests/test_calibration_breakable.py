@@ -104,3 +104,45 @@ def test_batch_mix_sampling_and_histogram():
     assert not unknown.requests_known and unknown.requests.tolist() == [1, 2]
     with pytest.raises(InputError, match="cannot hold"):
         BatchMix([5], [6], [1])
+
+
+def test_sizes_added_to_a_grid_are_priced_not_picked():
+    """A size measured only to price a list (`calibrate --grid G --sizes LIST`) is never a
+    candidate bucket: one-off sizes would let the optimizer chase measurement noise."""
+    from bcgtune.core.optimizer import optimal_buckets_time, predicted_time_ms
+
+    tokens = np.array([64, 100, 128, 192, 256])
+    graph = np.array([1.0, 0.5, 1.2, 1.4, 1.6])  # 100 measured implausibly cheap
+    batches = BatchTimes(np.array([90, 120, 250]), np.array([1, 1, 1]), np.array([9.0, 9.0, 9.0]), np.array([0.1, 0.1, 0.1]))
+    cal = Calibration(tokens=tokens, eager_ms=None, graph_ms=graph, runner="breakable", batches=batches,
+                      meta={"bucket_grid": 64})
+    sizes, counts = np.array([90, 120, 250]), np.array([5, 1, 1])
+    picked = optimal_buckets_time(sizes, counts, 3, cal, candidates="calibration").buckets
+    assert 100 in picked
+    cal.meta["sizes_added"] = [100]
+    assert cal.candidate_tokens().tolist() == [64, 128, 192, 256]
+    picked = optimal_buckets_time(sizes, counts, 3, cal, candidates="calibration").buckets
+    assert 100 not in picked and set(picked) <= {64, 128, 192, 256}
+    # ... yet a list holding it is priced at its measured time
+    assert predicted_time_ms(sizes, counts, [100, 128, 256], cal, candidates="calibration") == pytest.approx(
+        5 * (0.5 + 0.1) + (1.2 + 0.1) + (1.6 + 0.1))
+
+
+@pytest.mark.parametrize("added", ["abc", [True, 1.5, "128", [64], -5, 2**40], [64, 128, 192, 256]])
+def test_hostile_or_total_sizes_added_leave_a_candidate_set(added):
+    tokens = np.array([64, 128, 192, 256])
+    cal = Calibration(tokens=tokens, eager_ms=None, graph_ms=np.ones(4), runner="breakable",
+                      batches=BatchTimes(np.array([100]), np.array([1]), np.array([5.0]), np.array([0.1])),
+                      meta={"sizes_added": added})
+    assert cal.candidate_tokens().tolist() == [64, 128, 192, 256]
+
+
+def test_calibrate_refuses_too_many_sizes_before_loading_anything(tmp_path):
+    from cli_helpers import assert_one_line_error, cli
+
+    sizes = ",".join(str(i) for i in range(1, 5000))
+    for extra in (["--grid", "64"], []):
+        r = cli(["calibrate", "--sizes", sizes, *extra, "--model", "tiny", "-o", tmp_path / "c.json"])
+        assert r.code == 2 and "sizes to measure (at most 4,096)" in r.err and "--sizes" in r.err, r.err
+        assert_one_line_error(r)
+    assert not (tmp_path / "c.json").exists()

@@ -241,6 +241,20 @@ class Calibration:
         forward (full runner) or its segments alone (breakable)."""
         return _interp_extrap(b, self.tokens.astype(np.float64), self.graph_ms)
 
+    def candidate_tokens(self) -> np.ndarray:
+        """The measured sizes the time objective may pick buckets among: every row but the
+        sizes added to a grid only to be priced (`calibrate --grid ... --sizes LIST`, recorded
+        as meta `sizes_added`: a list to compare, such as the one a server runs now). Picking
+        among one-off sizes would favour whichever measured low by noise."""
+        added = self.meta.get("sizes_added") if isinstance(self.meta, dict) else None
+        if not added or not isinstance(added, list):
+            return self.tokens.astype(np.int64)
+        keep = ~np.isin(self.tokens, np.asarray([a for a in added if isinstance(a, int) and not isinstance(a, bool)
+                                                 and 0 < a < 2**31], dtype=np.int64))
+        if not keep.any():  # only added sizes: they are all there is to pick among
+            return self.tokens.astype(np.int64)
+        return self.tokens[keep].astype(np.int64)
+
     @property
     def has_memory(self) -> bool:
         return self.pool_gib is not None or self.pool_by_tokens is not None

@@ -57,6 +57,7 @@ from bcgtune.core.optimizer import (
     ItemLists,
     Solution,
     batch_costs_ms,
+    candidate_rows,
     graph_ms_model,
     measured_graph_ms,
     memory_budget,
@@ -419,7 +420,7 @@ def optimal_step_buckets_time(steps: DPSteps, max_buckets: int, cal, align: int 
 
 def _calibration_rows(cal, align: int, max_bucket: int | None) -> np.ndarray:
     """The calibration's measured sizes that may be buckets (candidates from a calibration)."""
-    rows = np.asarray(cal.tokens, dtype=np.int64)
+    rows = candidate_rows(cal)
     rows = rows[rows % align == 0]
     if max_bucket is not None:
         rows = rows[rows <= max_bucket]

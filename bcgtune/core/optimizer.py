@@ -416,6 +416,13 @@ def measured_graph_ms(cal, b) -> np.ndarray:
 GRAPH_MODELS = ("trace", "calibration")
 
 
+def candidate_rows(cal) -> np.ndarray:
+    """The calibration rows buckets may be picked among (`Calibration.candidate_tokens`; any
+    object with `tokens` alone offers them all)."""
+    pick = getattr(cal, "candidate_tokens", None)
+    return np.asarray(pick() if pick is not None else cal.tokens, dtype=np.int64)
+
+
 def graph_ms_model(cal, b, candidates: str = "trace") -> np.ndarray:
     if candidates == "calibration":
         return measured_graph_ms(cal, b)
@@ -484,8 +491,9 @@ def optimal_buckets_time(
 
     candidates="trace": any aligned size may be a bucket; t_graph is the calibration's
     interpolated curve made non-decreasing (O(K p log p)). candidates="calibration": buckets
-    only at the calibration's measured rows, each at its measured replay time, monotone or
-    not (O(K p^2) over the rows); this is the model to use with a dense calibration grid
+    only at the calibration's measured rows (`Calibration.candidate_tokens`: not the sizes
+    added only to be priced), each at its measured replay time, monotone or not (O(K p^2)
+    over the rows); this is the model to use with a dense calibration grid
     (`bcgtune calibrate --grid`), since replay time between measured sizes is not linear.
 
     `mix` (core.mix.BatchMix, histogram equal to sizes/counts) prices each batch with its
@@ -495,7 +503,7 @@ def optimal_buckets_time(
         raise InputError(f"must be at least 1, got {max_buckets}", field="max_buckets")
     if candidates not in GRAPH_MODELS:
         raise InputError(f"must be trace or calibration, got {candidates!r}", field="candidates")
-    fixed = np.asarray(cal.tokens, dtype=np.int64) if candidates == "calibration" else None
+    fixed = candidate_rows(cal) if candidates == "calibration" else None
     prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True, fixed_cand=fixed)
     if fixed is not None and prep.cand.size == 0:
         raise InputError(f"no calibration row is a multiple of the alignment {align}"

@@ -420,25 +420,28 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
     recs = _capture_all(engine, sizes, record_attention=False)
-    # Segments of every bucket, then every batch, each measured in interleaved rounds
-    # (time_interleaved): a size measured in a block of its own would carry that moment's
-    # GPU clock into the calibration. A batch's break time is the median over rounds of its
-    # replay minus its bucket's segments alone, the two run back to back in each round.
-    seg_times = time_interleaved([[functools.partial(engine.replay_segments, b)] for b in sizes],
-                                 engine.device, warmup, repeats, seed=seed)
-    seg = {b: summarize_ms(t[0]) for b, t in zip(sizes, seg_times)}
-    for b in sizes:
-        say(f"segments b={b:6d}  {seg[b]['median_ms']:9.3f} ms  ({engine.segment_count(b)} segments)")
+    # Every call in the same interleaved rounds (time_interleaved): the segments of every
+    # bucket alone, and for every batch its eager forward and its replay next to its bucket's
+    # segments. One phase, so the segment curve and the break times see the same mix of GPU
+    # clock and power states (a GPU at its power limit runs some seconds at 1.6 GHz, others at
+    # 2.0: measured in separate phases, segments and breaks disagreed by 5% on the H200). A
+    # batch's break time is the median over rounds of its replay minus the segments run just
+    # before it.
     grid = np.asarray(sizes, dtype=np.int64)
     pairs = list(zip(mix.tokens.tolist(), mix.requests.tolist()))
     buckets = [int(grid[np.searchsorted(grid, n)]) for n, _ in pairs]
     inputs = [text_inputs(engine.model, n, engine.device, seed=seed + n, requests=r) for n, r in pairs]
-    groups = []
+    groups = [[functools.partial(engine.replay_segments, b)] for b in sizes]
     for x, b in zip(inputs, buckets):
         groups.append([functools.partial(engine.eager, x)])
         groups.append([functools.partial(engine.replay_segments, b), functools.partial(engine.replay, x, b)])
-    say(f"timing {len(pairs)} batches: eager, and replay next to its bucket's segments, {repeats} rounds")
-    times = time_interleaved(groups, engine.device, warmup, repeats, seed=seed + 1)
+    say(f"timing {len(sizes)} buckets' segments and {len(pairs)} batches (eager, and replay next to its bucket's "
+        f"segments) in {repeats} interleaved rounds")
+    times = time_interleaved(groups, engine.device, warmup, repeats, seed=seed)
+    seg = {b: summarize_ms(t[0]) for b, t in zip(sizes, times)}
+    for b in sizes:
+        say(f"segments b={b:6d}  {seg[b]['median_ms']:9.3f} ms  ({engine.segment_count(b)} segments)")
+    times = times[len(sizes):]
     eager_ms, breaks_ms, spread, clipped = [], [], {}, 0
     for i, ((n, r), b) in enumerate(zip(pairs, buckets)):
         e = summarize_ms(times[2 * i][0])

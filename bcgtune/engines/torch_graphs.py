@@ -556,9 +556,15 @@ def time_interleaved(groups, device: torch.device, warmup: int, repeats: int, se
     once, the groups in a fresh shuffled order, the calls of a group back to back (a pair
     such as segments-alone and the full replay of the same bucket lands in the same moment
     of the GPU's clock and power state, so their difference is free of drift). `warmup`
-    untimed rounds first. Returns times[group][call][round]. CUDA events on a GPU, one
-    synchronization per round (none inside a forward); perf_counter on CPU. Python's garbage
-    collector is paused while timing, as in `time_calls`.
+    untimed rounds first. Returns times[group][call][round]. CUDA events on a GPU; perf_counter
+    on CPU. Python's garbage collector is paused while timing, as in `time_calls`.
+
+    Each call starts on an idle GPU (a synchronization before it, none inside it), as a
+    server's prefill step does (its scheduler waits for every step's output): the time is
+    then the call's own, host launch gaps included. Without it a launch-bound call that
+    follows queued work hides its launches behind that work and measures shorter, by how
+    much depending on its neighbour (seen on the H200: eager forwards of a 0.6B-shaped model
+    16% shorter between graph replays than between other eager forwards).
 
     Measuring every size in rounds instead of in blocks (all repeats of one size, then the
     next) gives every size the same mix of GPU states: on a long run a block measured while
@@ -586,10 +592,10 @@ def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng) -
             if cuda:
                 stream = torch.cuda.current_stream(device)
                 marks = []
-                torch.cuda.synchronize(device)
                 for g in order:
                     for i, fn in enumerate(groups[g]):
                         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        torch.cuda.synchronize(device)  # between calls, never inside one
                         s.record(stream)
                         fn()
                         e.record(stream)

@@ -198,8 +198,20 @@ def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):
             extra = [s for s in parse_bucket_list(sizes, "--sizes") if max_tokens is None or s <= max_tokens]
             meta["sizes_added"] = sorted(set(extra) - set(wanted))
             wanted = sorted(set(wanted) | set(extra))
+            _check_count(wanted)
         return wanted, meta, mix
     wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
     if max_tokens is not None:
         wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
+    _check_count(wanted)
     return wanted, {}, None
+
+
+def _check_count(wanted: list[int]) -> None:
+    """Refuse more sizes than a calibration can measure in reasonable time (each costs a
+    capture and timed replays: seconds on a GPU)."""
+    from bcgtune.engines.ops import MAX_GRID_SIZES
+
+    if len(wanted) > MAX_GRID_SIZES:
+        raise InputError(f"{len(wanted):,} sizes to measure (at most {MAX_GRID_SIZES:,}): give fewer sizes or a coarser grid",
+                         "--sizes")
