@@ -73,11 +73,18 @@ def test_compare_batch_names_the_request_that_differs(tiny):
     assert compare_batch(tiny, he, he.clone(), le, le.clone(), x.lengths)["bitwise"]
 
 
-def test_segments_alone_skip_attention(tiny):
+def test_segments_alone_skip_attention(tiny, monkeypatch):
+    import bcgtune.engines.breakable as bk
+
     eng = BreakablePrefillEngine(tiny, CPU, 64)
     eng.capture([64])
+    calls = []
+    real = bk.F.scaled_dot_product_attention
+    monkeypatch.setattr(bk.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
     eng.replay_segments(64)  # runs the padded forward without any break
-    assert eng.time_segments(64, warmup=0, repeats=1)["repeats"] == 1
+    assert calls == []
+    eng.replay(text_inputs(tiny, 40, CPU, requests=2), 64)
+    assert len(calls) == 2 * tiny.cfg.num_layers  # with breaks: each request's attention in every layer
     with pytest.raises(InputError, match="not captured"):
         eng.replay_segments(32)
 

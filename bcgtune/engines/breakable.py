@@ -257,7 +257,3 @@ class BreakablePrefillEngine(StaticPrefillEngine):
     @torch.no_grad()
     def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
         return self._time(lambda: self.eager(x), warmup, repeats)
-
-    @torch.no_grad()
-    def time_segments(self, bucket: int, warmup: int = 2, repeats: int = 10) -> dict:
-        return self._time(lambda: self.replay_segments(bucket), warmup, repeats)
