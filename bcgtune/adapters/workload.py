@@ -153,8 +153,13 @@ class StepTimeModel:
 
 
 def _one_as_list(value: Any) -> Any:
-    """`num_prompts = 1000` is the list [1000]."""
-    return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    """`num_prompts = 1000` is the list [1000]; a value neither an integer nor a list is
+    refused as such (not as "not a valid list": one integer is the usual form)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)) or value is None:
+        return value
+    raise ValueError("must be an integer or a list of integers")
 
 
 def _inf_word(value: Any) -> Any:

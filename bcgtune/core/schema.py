@@ -68,6 +68,8 @@ def _message(err: Any, schema: Any) -> str:
     msg = str(err.get("msg", "invalid value"))
     if msg.startswith("Input should be "):
         msg = "must be " + msg[len("Input should be "):]
+    elif msg.startswith("Value should "):
+        msg = "must " + msg[len("Value should "):]
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if kind == "extra_forbidden":
