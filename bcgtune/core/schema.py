@@ -10,6 +10,7 @@ SGLang's int32 tensors, times and sizes are finite, seeds fit numpy's legacy gen
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Annotated, Any, Iterable
 
@@ -68,8 +69,8 @@ def _message(err: Any, schema: Any) -> str:
     msg = str(err.get("msg", "invalid value"))
     if msg.startswith("Input should be "):
         msg = "must be " + msg[len("Input should be "):]
-    elif msg.startswith("Value should "):
-        msg = "must " + msg[len("Value should "):]
+    elif re.match(r"(Value|List|Tuple|Set|Dictionary|String) should ", msg):
+        msg = "must " + msg.split(" should ", 1)[1]  # pydantic-core names the type in some versions
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if kind == "extra_forbidden":
