@@ -303,7 +303,9 @@ def test_interleaved_timing_runs_every_group_each_round_in_shuffled_order():
 
     calls = []
     groups = [[(lambda g=g, i=i: calls.append((g, i))) for i in range(2)] for g in range(6)]
-    times = time_interleaved(groups, CPU, warmup=1, repeats=4, seed=3)
+    rounds_done = []
+    times = time_interleaved(groups, CPU, warmup=1, repeats=4, seed=3, on_round=lambda d, t: rounds_done.append((d, t)))
+    assert rounds_done == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
     assert len(times) == 6 and all(len(t) == 2 and len(t[0]) == 4 and len(t[1]) == 4 for t in times)
     assert len(calls) == 5 * 12
     for k in range(0, len(calls), 2):  # a group's calls back to back, in order
@@ -323,7 +325,7 @@ def test_break_time_is_the_median_of_paired_differences(monkeypatch):
 
     real = tg.time_interleaved
 
-    def fake(groups, device, warmup, repeats, seed=0):
+    def fake(groups, device, warmup, repeats, seed=0, on_round=None):
         real(groups, device, 0, 1, seed)  # the calls still run
         assert len(groups) == 2 + 2 * 2  # one phase: both buckets' segments, then per batch eager and the pair
         out = [[[5.0, 6.0, 7.0]], [[5.0, 6.0, 7.0]]]

@@ -436,8 +436,9 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
         groups.append([functools.partial(engine.eager, x)])
         groups.append([functools.partial(engine.replay_segments, b), functools.partial(engine.replay, x, b)])
     say(f"timing {len(sizes)} buckets' segments and {len(pairs)} batches (eager, and replay next to its bucket's "
-        f"segments) in {repeats} interleaved rounds")
-    times = time_interleaved(groups, engine.device, warmup, repeats, seed=seed)
+        f"segments) in {repeats} interleaved rounds after {warmup} warm-up round{'s' if warmup != 1 else ''}")
+    times = time_interleaved(groups, engine.device, warmup, repeats, seed=seed,
+                             on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")))
     seg = {b: summarize_ms(t[0]) for b, t in zip(sizes, times)}
     for b in sizes:
         say(f"segments b={b:6d}  {seg[b]['median_ms']:9.3f} ms  ({engine.segment_count(b)} segments)")

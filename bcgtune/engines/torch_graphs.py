@@ -551,12 +551,14 @@ def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
             gc.enable()
 
 
-def time_interleaved(groups, device: torch.device, warmup: int, repeats: int, seed: int = 0) -> list[list[list[float]]]:
+def time_interleaved(groups, device: torch.device, warmup: int, repeats: int, seed: int = 0,
+                     on_round=None) -> list[list[list[float]]]:
     """Times (ms) of every call in `groups`, measured in rounds: each round runs every group
     once, the groups in a fresh shuffled order, the calls of a group back to back (a pair
     such as segments-alone and the full replay of the same bucket lands in the same moment
     of the GPU's clock and power state, so their difference is free of drift). `warmup`
-    untimed rounds first. Returns times[group][call][round]. CUDA events on a GPU; perf_counter
+    untimed rounds first; `on_round(done, total)` after each round, warm-up included.
+    Returns times[group][call][round]. CUDA events on a GPU; perf_counter
     on CPU. Python's garbage collector is paused while timing, as in `time_calls`.
 
     Each call starts on an idle GPU (a synchronization before it, none inside it), as a
@@ -572,22 +574,24 @@ def time_interleaved(groups, device: torch.device, warmup: int, repeats: int, se
     import random
 
     with torch.no_grad():
-        return _interleaved(groups, device, warmup, repeats, random.Random(seed))
+        return _interleaved(groups, device, warmup, repeats, random.Random(seed), on_round or (lambda done, total: None))
 
 
-def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng) -> list[list[list[float]]]:
+def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng, on_round) -> list[list[list[float]]]:
     order = list(range(len(groups)))
-    for _ in range(max(0, warmup)):
+    total = max(0, warmup) + repeats
+    for w in range(max(0, warmup)):
         rng.shuffle(order)
         for g in order:
             for fn in groups[g]:
                 fn()
+        on_round(w + 1, total)
     out: list[list[list[float]]] = [[[] for _ in grp] for grp in groups]
     cuda = device.type == "cuda"
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(repeats):
+        for rnd in range(repeats):
             rng.shuffle(order)
             if cuda:
                 stream = torch.cuda.current_stream(device)
@@ -609,6 +613,7 @@ def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng) -
                         t0 = time.perf_counter()
                         fn()
                         out[g][i].append((time.perf_counter() - t0) * 1e3)
+            on_round(max(0, warmup) + rnd + 1, total)
     finally:
         if was_enabled:
             gc.enable()
