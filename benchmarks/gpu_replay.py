@@ -149,13 +149,6 @@ class Replayer:
 
         return PrefillGraphEngine(self.model, self.dev, self.max_tokens)
 
-    @staticmethod
-    def eager_call(engine, x):
-        """One eager forward of batch x as the engine runs it."""
-        if hasattr(engine, "eager_call"):
-            return engine.eager_call(x)  # the full runner: the model's forward
-        return functools.partial(engine.eager, x)
-
     def time_eager(self, pairs, origin: str, n_batches: int, n_sizes: int) -> tuple[dict, dict]:
         """(inputs per distinct batch, eager median per distinct batch); records the engine
         in the environment."""
@@ -173,7 +166,7 @@ class Replayer:
         inputs = {p: text_inputs(self.model, p[0], self.dev, seed=p[0], requests=p[1]) for p in set(pairs)}
         distinct = list(dict.fromkeys(pairs))
         eager_ms = {p: summarize_ms(t[0])["median_ms"] for p, t in zip(distinct, time_interleaved(
-            [[self.eager_call(base, inputs[p])] for p in distinct], self.dev, args.warmup, args.repeats))}
+            [[base.eager_call(inputs[p])] for p in distinct], self.dev, args.warmup, args.repeats))}
         log(f"eager timed at {len(eager_ms)} batches in {time.perf_counter() - t0:.1f} s")
         del base
         return inputs, eager_ms

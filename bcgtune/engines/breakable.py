@@ -252,8 +252,3 @@ class BreakablePrefillEngine(StaticPrefillEngine):
                     self._body(bucket)
             finally:
                 self._skip_breaks = False
-
-    # ---- timing ---------------------------------------------------------------------
-    @torch.no_grad()
-    def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
-        return self._time(lambda: self.eager(x), warmup, repeats)

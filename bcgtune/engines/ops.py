@@ -433,7 +433,7 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
     inputs = [text_inputs(engine.model, n, engine.device, seed=seed + n, requests=r) for n, r in pairs]
     groups = [[functools.partial(engine.replay_segments, b)] for b in sizes]
     for x, b in zip(inputs, buckets):
-        groups.append([functools.partial(engine.eager, x)])
+        groups.append([engine.eager_call(x)])
         groups.append([functools.partial(engine.replay_segments, b), functools.partial(engine.replay, x, b)])
     say(f"timing {len(sizes)} buckets' segments and {len(pairs)} batches (eager, and replay next to its bucket's "
         f"segments) in {repeats} interleaved rounds after {warmup} warm-up round{'s' if warmup != 1 else ''}")

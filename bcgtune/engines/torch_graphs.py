@@ -24,6 +24,7 @@ Runs through `torch.cuda`, so CUDA and ROCm (HIP) builds alike; on a machine wit
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import statistics
 import time
@@ -423,6 +424,15 @@ class StaticPrefillEngine:
     def _time(self, fn, warmup: int, repeats: int) -> dict:
         return time_calls(fn, self.device, warmup, repeats)
 
+    def eager_call(self, x: PrefillInputs):
+        """A no-argument call running one eager forward of batch x, as every timing of
+        eager time (time_eager, calibrate, the replay benchmark) runs it."""
+        return functools.partial(self.eager, x)
+
+    @torch.no_grad()
+    def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
+        return self._time(self.eager_call(x), warmup, repeats)
+
     @torch.no_grad()
     def time_replay(self, x: PrefillInputs, bucket: int | None = None, warmup: int = 2, repeats: int = 10) -> dict:
         b = self._check_bucket(x.n, bucket)
@@ -517,14 +527,9 @@ class PrefillGraphEngine(StaticPrefillEngine):
 
     # ---- timing -------------------------------------------------------------------
     @torch.no_grad()
-    def time_eager(self, x: PrefillInputs, warmup: int = 2, repeats: int = 10) -> dict:
-        last = torch.tensor([x.n - 1], device=self.device)
-        with self.attention():
-            return self._time(lambda: self.model(x.inp, x.positions, last), warmup, repeats)
-
     def eager_call(self, x: PrefillInputs):
-        """A no-argument call running one eager forward as `time_eager` times it, its
-        last-row index copied to the device once, here, not inside the timed call."""
+        """One eager forward of the model (its last row's logits), the last-row index
+        copied to the device once, here, not inside the timed call."""
         last = torch.tensor([x.n - 1], device=self.device)
 
         @torch.no_grad()
@@ -542,10 +547,17 @@ def time_calls(fn, device: torch.device, warmup: int, repeats: int) -> dict:
     launch-bound forward is Python work, and a collection inside one is noise, not cost."""
     for _ in range(max(0, warmup)):
         fn()
+    with _gc_paused():
+        return _timed(fn, device, repeats)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's garbage collector off while timing (and back on after, if it was on)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _timed(fn, device, repeats)
+        yield
     finally:
         if was_enabled:
             gc.enable()
@@ -588,9 +600,7 @@ def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng, o
         on_round(w + 1, total)
     out: list[list[list[float]]] = [[[] for _ in grp] for grp in groups]
     cuda = device.type == "cuda"
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         for rnd in range(repeats):
             rng.shuffle(order)
             if cuda:
@@ -614,9 +624,6 @@ def _interleaved(groups, device: torch.device, warmup: int, repeats: int, rng, o
                         fn()
                         out[g][i].append((time.perf_counter() - t0) * 1e3)
             on_round(max(0, warmup) + rnd + 1, total)
-    finally:
-        if was_enabled:
-            gc.enable()
     return out
 
 
