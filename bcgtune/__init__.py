@@ -6,9 +6,20 @@ The library API (bcgtune/api.py) is importable from here; its modules load on fi
 __version__ = "0.1.0"
 
 _API = (
-    "PrefillTrace", "BucketPlan", "ListMetrics", "DriftReport", "Calibration",
-    "load_trace", "save_trace", "trace_from_logs", "trace_from_sizes", "simulate_workload",
-    "suggest_buckets", "evaluate", "drift", "load_calibration",
+    "PrefillTrace",
+    "BucketPlan",
+    "ListMetrics",
+    "DriftReport",
+    "Calibration",
+    "load_trace",
+    "save_trace",
+    "trace_from_logs",
+    "trace_from_sizes",
+    "simulate_workload",
+    "suggest_buckets",
+    "evaluate",
+    "drift",
+    "load_calibration",
 )
 __all__ = ["__version__", *_API]
 

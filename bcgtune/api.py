@@ -20,9 +20,20 @@ from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_li
 from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
 
 __all__ = [
-    "PrefillTrace", "BucketPlan", "ListMetrics", "DriftReport", "Calibration",
-    "load_trace", "save_trace", "trace_from_logs", "trace_from_sizes", "simulate_workload",
-    "suggest_buckets", "evaluate", "drift", "load_calibration",
+    "PrefillTrace",
+    "BucketPlan",
+    "ListMetrics",
+    "DriftReport",
+    "Calibration",
+    "load_trace",
+    "save_trace",
+    "trace_from_logs",
+    "trace_from_sizes",
+    "simulate_workload",
+    "suggest_buckets",
+    "evaluate",
+    "drift",
+    "load_calibration",
 ]
 
 
@@ -50,10 +61,20 @@ def simulate_workload(workload: str = "mi355x-multimodal-pr", **options: Any) ->
     return simulate(workload_from_options(workload=workload, **options))
 
 
-def suggest_buckets(trace: PrefillTrace, *, max_buckets: int = 12, align: int = 1, max_bucket: int | None = None,
-                    objective: str = "padding", calibration: Calibration | None = None,
-                    padding_factor: float = DEFAULT_PADDING_FACTOR, compare: dict[str, Sequence[int]] | None = None,
-                    chunked_prefill_size: int | None = None, attention_dp_size: int = 1, **more: Any) -> BucketPlan:
+def suggest_buckets(
+    trace: PrefillTrace,
+    *,
+    max_buckets: int = 12,
+    align: int = 1,
+    max_bucket: int | None = None,
+    objective: str = "padding",
+    calibration: Calibration | None = None,
+    padding_factor: float = DEFAULT_PADDING_FACTOR,
+    compare: dict[str, Sequence[int]] | None = None,
+    chunked_prefill_size: int | None = None,
+    attention_dp_size: int = 1,
+    **more: Any,
+) -> BucketPlan:
     """The optimal bucket list for `trace` and its comparison rows (SGLang's default ladder,
     `compare` lists, the server's captured list, quantiles); see BucketPlan. With
     `attention_dp_size` > 1 (a DP-attention server with that many attention-DP ranks), the
@@ -61,9 +82,16 @@ def suggest_buckets(trace: PrefillTrace, *, max_buckets: int = 12, align: int = 
     (`plan.dp_attention` says how, or why it stayed per batch). `more`: the other
     PlanRequest fields (max_graph_mem_gib, candidates, kmeans, quantiles, layout_align, seed)."""
     req = plan_request(
-        max_buckets=max_buckets, align=align, max_bucket=max_bucket, objective=objective, calibration=calibration,
-        padding_factor=padding_factor, chunked_prefill_size=chunked_prefill_size, attention_dp_size=attention_dp_size,
-        compare=[(name, parse_bucket_list(list(lst), name)) for name, lst in (compare or {}).items()], **more,
+        max_buckets=max_buckets,
+        align=align,
+        max_bucket=max_bucket,
+        objective=objective,
+        calibration=calibration,
+        padding_factor=padding_factor,
+        chunked_prefill_size=chunked_prefill_size,
+        attention_dp_size=attention_dp_size,
+        compare=[(name, parse_bucket_list(list(lst), name)) for name, lst in (compare or {}).items()],
+        **more,
     )
     return make_plan(trace, req)
 
@@ -75,8 +103,15 @@ def evaluate(trace: PrefillTrace, buckets: Sequence[int], *, padding_factor: flo
     return evaluate_list(trace.sizes, trace.counts, bl, name="buckets", factor=padding_factor)
 
 
-def drift(trace: PrefillTrace, deployed: Sequence[int], *, align: int = 1, calibration: Calibration | None = None,
-          threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> DriftReport:
+def drift(
+    trace: PrefillTrace,
+    deployed: Sequence[int],
+    *,
+    align: int = 1,
+    calibration: Calibration | None = None,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+) -> DriftReport:
     """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets."""
-    return drift_report(trace, parse_bucket_list(list(deployed), "deployed"), align=align, calibration=calibration,
-                        threshold_pct=threshold_pct)
+    return drift_report(
+        trace, parse_bucket_list(list(deployed), "deployed"), align=align, calibration=calibration, threshold_pct=threshold_pct
+    )

@@ -47,17 +47,31 @@ def load_mix(path: str | None, seed: int, batches: int):
     if path:
         return batch_mix(load_trace(path)), f"trace {path}", path
     if DEFAULT_TRACE.exists():
-        return batch_mix(load_trace(str(DEFAULT_TRACE))), f"trace {DEFAULT_TRACE.relative_to(DEFAULT_TRACE.parents[2])}", str(DEFAULT_TRACE)
+        return (
+            batch_mix(load_trace(str(DEFAULT_TRACE))),
+            f"trace {DEFAULT_TRACE.relative_to(DEFAULT_TRACE.parents[2])}",
+            str(DEFAULT_TRACE),
+        )
     rng = np.random.default_rng(seed)
     sizes = np.clip(np.round(rng.lognormal(np.log(1400), 0.8, batches)), 1, 16384).astype(int)
     trace = PrefillTrace.from_sizes(sizes, origin="simulation")
-    return batch_mix(trace), (f"generated: {batches} batches, lognormal(median 1400, sigma 0.8), clipped to [1, 16384], "
-                              f"seed {seed} ({DEFAULT_TRACE.name} absent)"), None
+    return (
+        batch_mix(trace),
+        (
+            f"generated: {batches} batches, lognormal(median 1400, sigma 0.8), clipped to [1, 16384], "
+            f"seed {seed} ({DEFAULT_TRACE.name} absent)"
+        ),
+        None,
+    )
 
 
 def suggest(trace_path: str, k: int) -> list[int]:
-    out = subprocess.run([sys.executable, "-m", "bcgtune", "suggest-buckets", trace_path, "--max-buckets", str(k), "--json"], check=False,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "bcgtune", "suggest-buckets", trace_path, "--max-buckets", str(k), "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         raise SystemExit(f"suggest-buckets failed: {out.stderr.strip()}")
     return list(json.loads(out.stdout)["recommended"]["buckets"])
@@ -77,9 +91,16 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--also", action="append", default=[], metavar="NAME=LIST",
-                    help="another list to replay the same way, e.g. an earlier suggestion (repeatable)")
-    ap.add_argument("--no-oracle", action="store_true", help="skip the oracle (a graph per distinct size): saves time on big models")
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=LIST",
+        help="another list to replay the same way, e.g. an earlier suggestion (repeatable)",
+    )
+    ap.add_argument(
+        "--no-oracle", action="store_true", help="skip the oracle (a graph per distinct size): saves time on big models"
+    )
     ap.add_argument("--calibration", help="calibration JSON: print each list's predicted total next to the measured one")
     ap.add_argument("--out-json", help="write all numbers here")
     return ap.parse_args()
@@ -160,13 +181,19 @@ class Replayer:
         env["runner"] = args.runner
         env["graph_impl"] = base.graph_impl
         env["attention"] = getattr(base, "attention_kind", "sdpa (one sequence)")
-        log(f"{env.get('gpu_name')} torch {env['torch']} cuda {env['cuda']} hip {env['hip']} driver {env.get('driver')}; "
+        log(
+            f"{env.get('gpu_name')} torch {env['torch']} cuda {env['cuda']} hip {env['hip']} driver {env.get('driver')}; "
             f"runner {args.runner} ({env['graph_impl']}, attention {env['attention']}); {n_batches} batches, "
-            f"{len(pairs)} distinct (tokens, requests), {n_sizes} distinct sizes; {origin}")
+            f"{len(pairs)} distinct (tokens, requests), {n_sizes} distinct sizes; {origin}"
+        )
         inputs = {p: text_inputs(self.model, p[0], self.dev, seed=p[0], requests=p[1]) for p in set(pairs)}
         distinct = list(dict.fromkeys(pairs))
-        eager_ms = {p: summarize_ms(t[0])["median_ms"] for p, t in zip(distinct, time_interleaved(
-            [[base.eager_call(inputs[p])] for p in distinct], self.dev, args.warmup, args.repeats))}
+        eager_ms = {
+            p: summarize_ms(t[0])["median_ms"]
+            for p, t in zip(
+                distinct, time_interleaved([[base.eager_call(inputs[p])] for p in distinct], self.dev, args.warmup, args.repeats)
+            )
+        }
         log(f"eager timed at {len(eager_ms)} batches in {time.perf_counter() - t0:.1f} s")
         del base
         return inputs, eager_ms
@@ -192,8 +219,9 @@ class Replayer:
         todo = list(dict.fromkeys(k for k in keys if k is not None and k not in self.replay_ms))
         self.reused += sum(1 for k in dict.fromkeys(k for k in keys if k is not None)) - len(todo)
         # in interleaved rounds, as the calibration measures (every batch once per round)
-        times = time_interleaved([[functools.partial(eng.replay, inputs[(n, r)], c)] for n, r, c in todo],
-                                 self.dev, args.warmup, args.repeats)
+        times = time_interleaved(
+            [[functools.partial(eng.replay, inputs[(n, r)], c)] for n, r, c in todo], self.dev, args.warmup, args.repeats
+        )
         for k, t in zip(todo, times):
             self.replay_ms[k] = summarize_ms(t[0])["median_ms"]
         per_batch = [self.replay_ms[k] if k is not None else eager_ms[p] for k, p in zip(keys, pairs)]
@@ -203,10 +231,14 @@ class Replayer:
         del eng
         torch.cuda.empty_cache() if self.dev.type == "cuda" else None
         return {
-            "graphs": len(bl), "failed_captures": [(r.bucket, r.error) for r in bad],
-            "capture_s": round(cap_s, 3), "graph_mem_gib": round(mem, 4),
-            "replayed_batches": int(counts[replay].sum()), "batches": int(counts.sum()),
-            "prefill_ms": round(total, 2), "buckets": bl if name != "oracle" else f"{len(bl)} distinct sizes",
+            "graphs": len(bl),
+            "failed_captures": [(r.bucket, r.error) for r in bad],
+            "capture_s": round(cap_s, 3),
+            "graph_mem_gib": round(mem, 4),
+            "replayed_batches": int(counts[replay].sum()),
+            "batches": int(counts.sum()),
+            "prefill_ms": round(total, 2),
+            "buckets": bl if name != "oracle" else f"{len(bl)} distinct sizes",
         }
 
 
@@ -249,7 +281,8 @@ def compare(results: dict, eager_total: float, predicted: bool) -> tuple[dict, d
     }
     if predicted:
         targets["predicted within 1% for every list"] = all(
-            abs(r["predicted_over_measured"] - 1) <= 0.01 for r in results.values() if "predicted_over_measured" in r)
+            abs(r["predicted_over_measured"] - 1) <= 0.01 for r in results.values() if "predicted_over_measured" in r
+        )
     return ratios, targets
 
 
@@ -257,13 +290,17 @@ def print_table(results: dict, lists: dict, tuned: list[int], targets: dict, pre
     o = results.get("oracle")
     ref = o or results["ladder"]
     pred_col = " predicted" if predicted else ""
-    print(f"{'way':18s} {'graphs':>6s} {'capture s':>9s} {'mem GiB':>8s} {'replayed':>9s} {'prefill s':>10s} "
-          f"{'vs oracle' if o else 'vs ladder':>9s}{pred_col}")
+    print(
+        f"{'way':18s} {'graphs':>6s} {'capture s':>9s} {'mem GiB':>8s} {'replayed':>9s} {'prefill s':>10s} "
+        f"{'vs oracle' if o else 'vs ladder':>9s}{pred_col}"
+    )
     for name in ["eager", *lists]:
         r = results[name]
         pred = f" {r['predicted_ms'] / 1e3:9.3f}" if "predicted_ms" in r else ""
-        print(f"{name:18s} {r['graphs']:>6d} {r['capture_s']:>9.2f} {r['graph_mem_gib']:>8.3f} "
-              f"{r['replayed_batches']:>4d}/{r['batches']:<4d} {r['prefill_ms'] / 1e3:>10.3f} {r['prefill_ms'] / ref['prefill_ms']:>9.4f}{pred}")
+        print(
+            f"{name:18s} {r['graphs']:>6d} {r['capture_s']:>9.2f} {r['graph_mem_gib']:>8.3f} "
+            f"{r['replayed_batches']:>4d}/{r['batches']:<4d} {r['prefill_ms'] / 1e3:>10.3f} {r['prefill_ms'] / ref['prefill_ms']:>9.4f}{pred}"
+        )
     print("tuned:", tuned)
     for k, v in targets.items():
         print(f"  {'PASS' if v else ('MISS' if v is not None else 'n/a ')}  {k}")
@@ -291,21 +328,43 @@ def main() -> int:
         if args.out_json:  # partial results survive a timeout
             atomic_write_json(args.out_json + ".partial", {"results": results})
     eager_total = float(sum(eager_ms[p] * c for p, c in zip(pairs, counts)))
-    results["eager"] = {"graphs": 0, "capture_s": 0.0, "graph_mem_gib": 0.0, "prefill_ms": round(eager_total, 2),
-                        "replayed_batches": 0, "batches": int(counts.sum())}
+    results["eager"] = {
+        "graphs": 0,
+        "capture_s": 0.0,
+        "graph_mem_gib": 0.0,
+        "prefill_ms": round(eager_total, 2),
+        "replayed_batches": 0,
+        "batches": int(counts.sum()),
+    }
     if args.calibration:
         add_predictions(results, lists, args.calibration, mix, tokens, requests, counts)
     ratios, targets = compare(results, eager_total, bool(args.calibration))
-    report = {"environment": rep.env, "model": rep.desc, "trace": origin, "runner": args.runner, "every": args.every,
-              "batches": int(counts.sum()), "distinct_batches": len(pairs), "distinct_sizes": len(oracle),
-              "requests_known": mix.requests_known, "tuned_buckets": tuned, "lists": lists | {"oracle": len(oracle)},
-              "results": results, "ratios": ratios, "targets": targets,
-              "replay_measurements": len(rep.replay_ms), "replay_reused": rep.reused,
-              "eager_ms": {f"{n}x{r}": v for (n, r), v in eager_ms.items()},
-              "replay_ms": {f"{n}x{r}@{b}": v for (n, r, b), v in rep.replay_ms.items()},
-              "method": {"warmup": args.warmup, "repeats": args.repeats,
-                         "timer": "CUDA events, median of interleaved rounds (every batch once per round, shuffled)",
-                         "inputs": "n random tokens split evenly into r requests, seeded by n"}}
+    report = {
+        "environment": rep.env,
+        "model": rep.desc,
+        "trace": origin,
+        "runner": args.runner,
+        "every": args.every,
+        "batches": int(counts.sum()),
+        "distinct_batches": len(pairs),
+        "distinct_sizes": len(oracle),
+        "requests_known": mix.requests_known,
+        "tuned_buckets": tuned,
+        "lists": lists | {"oracle": len(oracle)},
+        "results": results,
+        "ratios": ratios,
+        "targets": targets,
+        "replay_measurements": len(rep.replay_ms),
+        "replay_reused": rep.reused,
+        "eager_ms": {f"{n}x{r}": v for (n, r), v in eager_ms.items()},
+        "replay_ms": {f"{n}x{r}@{b}": v for (n, r, b), v in rep.replay_ms.items()},
+        "method": {
+            "warmup": args.warmup,
+            "repeats": args.repeats,
+            "timer": "CUDA events, median of interleaved rounds (every batch once per round, shuffled)",
+            "inputs": "n random tokens split evenly into r requests, seeded by n",
+        },
+    }
     if args.out_json:
         atomic_write_json(args.out_json, report)
         Path(args.out_json + ".partial").unlink(missing_ok=True)

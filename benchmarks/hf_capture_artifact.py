@@ -37,9 +37,17 @@ def main() -> int:
     from bcgtune.engines.torch_graphs import PrefillGraphEngine, compare_logits, text_inputs
 
     dev = torch.device("cuda")
-    cfg = transformers.Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288,
-                                   num_hidden_layers=args.layers, num_attention_heads=32, num_key_value_heads=8,
-                                   head_dim=128, max_position_embeddings=40960, rope_theta=1e6)
+    cfg = transformers.Qwen3Config(
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=args.layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1e6,
+    )
     tmp = tempfile.mkdtemp()
     cfg.save_pretrained(tmp)
     hf._STATE["native_gqa"] = probe_native_gqa(dev, torch.bfloat16, "auto")
@@ -58,21 +66,36 @@ def main() -> int:
             x = text_inputs(model, n, dev, seed=n)
             te = eng.time_eager(x, 2, args.repeats)["median_ms"]
             rec = eng.capture([n])[0]
-            row = {"fix": label, "attn_implementation": impl, "sdpa_pin": pin, "n": n, "eager_ms": te,
-                   "capture_ok": rec.ok, "error": rec.error, "attention_eager": rec.attention_eager,
-                   "attention_capture": rec.attention_capture, "attention_match": rec.attention_match}
+            row = {
+                "fix": label,
+                "attn_implementation": impl,
+                "sdpa_pin": pin,
+                "n": n,
+                "eager_ms": te,
+                "capture_ok": rec.ok,
+                "error": rec.error,
+                "attention_eager": rec.attention_eager,
+                "attention_capture": rec.attention_capture,
+                "attention_match": rec.attention_match,
+            }
             if rec.ok:
                 row["replay_ms"] = eng.time_replay(x, n, 2, args.repeats)["median_ms"]
                 he, le = eng.eager(x)
                 he, le = he.clone(), le.clone()
                 hr, lr, _ = eng.replay(x, n)
                 c = compare_logits(model, he, hr, le, lr)
-                row.update(max_abs_logit_diff=c["max_abs_diff"], last_logit_diff=c["last_logits_max_abs_diff"],
-                           top1_agree=c["top1_agree"])
+                row.update(
+                    max_abs_logit_diff=c["max_abs_diff"],
+                    last_logit_diff=c["last_logits_max_abs_diff"],
+                    top1_agree=c["top1_agree"],
+                )
             rows.append(row)
-            print(f"{label:6s} n={n:5d} eager {te:8.2f} ms  replay {row.get('replay_ms', float('nan')):8.2f} ms  "
-                  f"max|dlogit| {row.get('max_abs_logit_diff', float('nan')):.4f}  attn eager={rec.attention_eager} "
-                  f"capture={rec.attention_capture}", flush=True)
+            print(
+                f"{label:6s} n={n:5d} eager {te:8.2f} ms  replay {row.get('replay_ms', float('nan')):8.2f} ms  "
+                f"max|dlogit| {row.get('max_abs_logit_diff', float('nan')):.4f}  attn eager={rec.attention_eager} "
+                f"capture={rec.attention_capture}",
+                flush=True,
+            )
             eng.release()
             del eng
     out = {"environment": environment(dev), "transformers": transformers.__version__, "layers": args.layers, "rows": rows}

@@ -57,7 +57,7 @@ def _block(rng: np.random.Generator, n_lines: int, t0: int) -> bytes:
                 f"cuda graph: True, gen throughput (token/s): {i % 5000 + 0.25:.2f}, #queue-req: 0"
             )
         elif k == 2:
-            out.append(f"{stamp[:21]}] INFO:     127.0.0.1:{40000 + i % 20000} - \"POST /v1/completions HTTP/1.1\" 200 OK")
+            out.append(f'{stamp[:21]}] INFO:     127.0.0.1:{40000 + i % 20000} - "POST /v1/completions HTTP/1.1" 200 OK')
         else:
             out.append(f"{stamp[:21]}] Cache flushed successfully! #queue-req: 0, #running-req: 0 (tokenizer manager)")
     return ("\n".join(out) + "\n").encode()

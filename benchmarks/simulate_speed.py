@@ -62,8 +62,14 @@ def main() -> None:
     cases = {
         "image-c128": replace(base, num_prompts=[n], max_concurrency=[128]),
         "text-c64-poisson": Workload(
-            dataset_name="random", num_prompts=[n], random_input_len=1024, random_output_len=128,
-            random_range_ratio=0.5, request_rate=40.0, max_concurrency=[256], max_running_requests=128,
+            dataset_name="random",
+            num_prompts=[n],
+            random_input_len=1024,
+            random_output_len=128,
+            random_range_ratio=0.5,
+            request_rate=40.0,
+            max_concurrency=[256],
+            max_running_requests=128,
         ),
         "mixed-dp2": replace(base, num_prompts=[n], max_concurrency=[128], enable_mixed_chunk=True, dp_size=2),
     }
@@ -83,7 +89,9 @@ def main() -> None:
     if a.large:
         reports: list[int] = []
         w = replace(base, num_prompts=[a.large], max_concurrency=[128])
-        kw = {"progress": lambda done, total: reports.append(done)} if "progress" in inspect.signature(simulate).parameters else {}
+        kw = (
+            {"progress": lambda done, total: reports.append(done)} if "progress" in inspect.signature(simulate).parameters else {}
+        )
         wall, cpu, tr = best_of(lambda: simulate(w, **kw), 1)
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(

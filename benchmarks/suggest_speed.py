@@ -38,10 +38,12 @@ def _machine() -> str:
 
 def _trace_csv(path: Path, batches: int, seed: int = 0) -> int:
     rng = np.random.default_rng(seed)
-    x = np.concatenate([
-        rng.lognormal(7.0, 1.0, int(batches * 0.7)),
-        rng.uniform(1, 65536, batches - int(batches * 0.7)),
-    ])
+    x = np.concatenate(
+        [
+            rng.lognormal(7.0, 1.0, int(batches * 0.7)),
+            rng.uniform(1, 65536, batches - int(batches * 0.7)),
+        ]
+    )
     sizes, counts = np.unique(np.clip(x.astype(np.int64), 1, 65536), return_counts=True)
     path.write_text("size,count\n" + "".join(f"{s},{c}\n" for s, c in zip(sizes.tolist(), counts.tolist())))
     return int(sizes.size)
@@ -52,8 +54,9 @@ def _time(args: list[str], repeat: int) -> list[float]:
     out = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "bcgtune", *args], check=True, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "bcgtune", *args], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         out.append(time.perf_counter() - t0)
     return out
 

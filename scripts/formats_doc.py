@@ -110,13 +110,11 @@ def _table(model, title: str, defaults: dict[str, Any] | None = None, skip: tupl
     schema = model.model_json_schema(by_alias=True)
     defs = schema.get("$defs", {})
     required = set(schema.get("required", []))
-    lines = [title, "", " ".join((model.__doc__ or "").split()), "",
-             "| key | type | default | meaning |", "|---|---|---|---|"]
+    lines = [title, "", " ".join((model.__doc__ or "").split()), "", "| key | type | default | meaning |", "|---|---|---|---|"]
     for name, prop in schema.get("properties", {}).items():
         if name in skip:
             continue
-        field = model.model_fields.get(name) or next(
-            (f for f in model.model_fields.values() if f.alias == name), None)
+        field = model.model_fields.get(name) or next((f for f in model.model_fields.values() if f.alias == name), None)
         if defaults is not None and name in defaults:
             dflt = _default(defaults[name])
         elif name in required:
@@ -139,19 +137,29 @@ def render() -> str:
     step_defaults = {f.name: getattr(step, f.name) for f in dataclasses.fields(step) if f.name != "prefill_curve"}
     parts = [HEADER]
     parts.append("## Profiles (`--profile P`: serve, doctor, drift, bench, trace --live)\n")
-    parts.append("A TOML file with the tables below; the built-in ones ship in profiles/ (mi355x, h200). "
-                 "[server] holds SGLang launch flags, checked against the installed SGLang's own parser "
-                 "by `serve` and `doctor`.\n")
+    parts.append(
+        "A TOML file with the tables below; the built-in ones ship in profiles/ (mi355x, h200). "
+        "[server] holds SGLang launch flags, checked against the installed SGLang's own parser "
+        "by `serve` and `doctor`.\n"
+    )
     parts += _table(profiles.ProfileTable, "### `[profile]`")
-    parts += ["### `[server]`", "", profiles.ProfileFile.model_fields["server"].description or "", "",
-              "A flag that belongs elsewhere is refused: `cuda-graph-bs-prefill` (the list lives in [buckets].list), "
-              "`model-path` (the model is [profile].model).", ""]
+    parts += [
+        "### `[server]`",
+        "",
+        profiles.ProfileFile.model_fields["server"].description or "",
+        "",
+        "A flag that belongs elsewhere is refused: `cuda-graph-bs-prefill` (the list lives in [buckets].list), "
+        "`model-path` (the model is [profile].model).",
+        "",
+    ]
     parts += ["### `[env]`", "", profiles.ProfileFile.model_fields["env"].description or "", ""]
     parts += _table(profiles.BucketsTable, "### `[buckets]`")
     parts.append("## Workloads (`trace --simulate --workload W`)\n")
-    parts.append("A TOML file (or a shipped preset: mi355x-multimodal-pr, chat-text-h200). Options given on the "
-                 "command line win over the file, which wins over a `profile`'s server settings. Defaults are "
-                 "bench_serving's and SGLang's own.\n")
+    parts.append(
+        "A TOML file (or a shipped preset: mi355x-multimodal-pr, chat-text-h200). Options given on the "
+        "command line win over the file, which wins over a `profile`'s server settings. Defaults are "
+        "bench_serving's and SGLang's own.\n"
+    )
     parts += _table(workload.WorkloadFile, "### Top level", skip=("client", "server", "step_time"))
     parts += _table(workload.ClientSettings, "### `[client]` (bench_serving's names)", wl_defaults)
     parts += _table(workload.ServerSettings, "### `[server]` (SGLang's names)", wl_defaults)

@@ -60,8 +60,10 @@ def main(argv):
     n = 0
     while True:
         n += 1
-        log(f"Prefill batch, #new-seq: 1, #new-token: {256 * n}, #cached-token: 0, token usage: 0.01, "
-            f"#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 1000.00")
+        log(
+            f"Prefill batch, #new-seq: 1, #new-token: {256 * n}, #cached-token: 0, token usage: 0.01, "
+            f"#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 1000.00"
+        )
         time.sleep(0.2)
 
 

@@ -19,8 +19,13 @@ import types
 from pathlib import Path
 
 MODULE = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
-_PACKAGES = ("sglang", "sglang.srt", "sglang.srt.model_executor", "sglang.srt.model_executor.runner_backend_utils",
-             "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph")
+_PACKAGES = (
+    "sglang",
+    "sglang.srt",
+    "sglang.srt.model_executor",
+    "sglang.srt.model_executor.runner_backend_utils",
+    "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph",
+)
 
 
 def load():
@@ -39,8 +44,13 @@ def load():
     from bcgtune.engines.segmented import weak_ref_tensor
 
     root = Path(next(iter(spec.submodule_search_locations)))
-    parts = ["", "srt", "srt/model_executor", "srt/model_executor/runner_backend_utils",
-             "srt/model_executor/runner_backend_utils/breakable_cuda_graph"]
+    parts = [
+        "",
+        "srt",
+        "srt/model_executor",
+        "srt/model_executor/runner_backend_utils",
+        "srt/model_executor/runner_backend_utils/breakable_cuda_graph",
+    ]
     for name, rel in zip(_PACKAGES, parts):
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(root / rel)]

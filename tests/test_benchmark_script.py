@@ -29,11 +29,29 @@ def _trace(tmp_path) -> Path:
 def test_h200_script_runs_on_cpu_with_tiny_model(tmp_path, runner):
     trace = _trace(tmp_path)
     out = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out), TRACE=str(trace), MODEL="tiny", RUNNER=runner, GRID="16", CAL_REPEATS="1",
-               CAL_WARMUP="0", REPEATS="1", MAX_BS="128", EXTRA="mine=32,96",
-               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    p = subprocess.run(["bash", "benchmarks/h200_default_workload.sh"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600, check=False)
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        TRACE=str(trace),
+        MODEL="tiny",
+        RUNNER=runner,
+        GRID="16",
+        CAL_REPEATS="1",
+        CAL_WARMUP="0",
+        REPEATS="1",
+        MAX_BS="128",
+        EXTRA="mine=32,96",
+        PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    p = subprocess.run(
+        ["bash", "benchmarks/h200_default_workload.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     cal = json.loads((out / f"cal_{runner}_tiny.json").read_text())
     assert cal["meta"]["bucket_grid"] == 16 and cal["runner"] == runner

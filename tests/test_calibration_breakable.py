@@ -20,9 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cal(**kw):
-    base = {"tokens": [64, 128, 256], "eager_ms": None, "graph_ms": [1.0, 1.5, 2.5], "runner": "breakable",
-                "batches": BatchTimes([64, 128, 256, 128, 200], [1, 1, 1, 3, 2], [9.0, 9.2, 12.0, 9.6, 11.0],
-                                   [0.5, 0.6, 0.9, 0.8, 0.7])}
+    base = {
+        "tokens": [64, 128, 256],
+        "eager_ms": None,
+        "graph_ms": [1.0, 1.5, 2.5],
+        "runner": "breakable",
+        "batches": BatchTimes([64, 128, 256, 128, 200], [1, 1, 1, 3, 2], [9.0, 9.2, 12.0, 9.6, 11.0], [0.5, 0.6, 0.9, 0.8, 0.7]),
+    }
     base.update(kw)
     return Calibration(**base)
 
@@ -71,21 +75,66 @@ def test_earlier_whole_forward_calibrations_still_load_as_full():
         assert cal.runner == "full" and cal.eager_ms is not None and cal.break_time(1000) == 0.0
 
 
-@pytest.mark.parametrize("obj,match", [
-    ({"format_version": 2, "runner": "breakable", "rows": [{"tokens": 64, "graph_ms": 1}],
-      "batches": {"tokens": [64], "requests": [65], "eager_ms": [1], "breaks_ms": [0]}}, "cannot hold 65 requests"),
-    ({"format_version": 2, "runner": "breakable", "rows": [{"tokens": 64, "graph_ms": 1}],
-      "batches": {"tokens": [64, 64], "requests": [1, 1], "eager_ms": [1, 2], "breaks_ms": [0, 0]}}, "measured twice"),
-    ({"format_version": 2, "runner": "breakable", "rows": [{"tokens": 64, "graph_ms": 1}],
-      "batches": {"tokens": [64], "requests": [1], "eager_ms": [1e308], "breaks_ms": [0]}}, "eager_ms"),
-    ({"format_version": 2, "runner": "breakable", "rows": [{"tokens": 64, "graph_ms": 1}],
-      "batches": {"tokens": [2**40], "requests": [1], "eager_ms": [1], "breaks_ms": [0]}}, r"batches.tokens\[0\]"),
-    ({"format_version": 2, "runner": "full", "rows": [{"tokens": 64, "graph_ms": 1}]}, r"rows\[0\].eager_ms"),
-    ({"format_version": 2, "runner": "full", "rows": [{"tokens": 64, "graph_ms": 1, "eager_ms": 2}],
-      "batches": {"tokens": [64], "requests": [1], "eager_ms": [1], "breaks_ms": [0]}}, "runner is full"),
-    ({"format_version": 2, "runner": "breakable", "rows": [{"tokens": 64, "graph_ms": 1}],
-      "batches": {"tokens": [64], "requests": [1], "eager_ms": [1]}}, "breaks_ms"),
-])
+@pytest.mark.parametrize(
+    "obj,match",
+    [
+        (
+            {
+                "format_version": 2,
+                "runner": "breakable",
+                "rows": [{"tokens": 64, "graph_ms": 1}],
+                "batches": {"tokens": [64], "requests": [65], "eager_ms": [1], "breaks_ms": [0]},
+            },
+            "cannot hold 65 requests",
+        ),
+        (
+            {
+                "format_version": 2,
+                "runner": "breakable",
+                "rows": [{"tokens": 64, "graph_ms": 1}],
+                "batches": {"tokens": [64, 64], "requests": [1, 1], "eager_ms": [1, 2], "breaks_ms": [0, 0]},
+            },
+            "measured twice",
+        ),
+        (
+            {
+                "format_version": 2,
+                "runner": "breakable",
+                "rows": [{"tokens": 64, "graph_ms": 1}],
+                "batches": {"tokens": [64], "requests": [1], "eager_ms": [1e308], "breaks_ms": [0]},
+            },
+            "eager_ms",
+        ),
+        (
+            {
+                "format_version": 2,
+                "runner": "breakable",
+                "rows": [{"tokens": 64, "graph_ms": 1}],
+                "batches": {"tokens": [2**40], "requests": [1], "eager_ms": [1], "breaks_ms": [0]},
+            },
+            r"batches.tokens\[0\]",
+        ),
+        ({"format_version": 2, "runner": "full", "rows": [{"tokens": 64, "graph_ms": 1}]}, r"rows\[0\].eager_ms"),
+        (
+            {
+                "format_version": 2,
+                "runner": "full",
+                "rows": [{"tokens": 64, "graph_ms": 1, "eager_ms": 2}],
+                "batches": {"tokens": [64], "requests": [1], "eager_ms": [1], "breaks_ms": [0]},
+            },
+            "runner is full",
+        ),
+        (
+            {
+                "format_version": 2,
+                "runner": "breakable",
+                "rows": [{"tokens": 64, "graph_ms": 1}],
+                "batches": {"tokens": [64], "requests": [1], "eager_ms": [1]},
+            },
+            "breaks_ms",
+        ),
+    ],
+)
 def test_bad_breakable_documents(tmp_path, obj, match):
     p = tmp_path / "c.json"
     p.write_text(json.dumps(obj))
@@ -114,8 +163,7 @@ def test_sizes_added_to_a_grid_are_priced_not_picked():
     tokens = np.array([64, 100, 128, 192, 256])
     graph = np.array([1.0, 0.5, 1.2, 1.4, 1.6])  # 100 measured implausibly cheap
     batches = BatchTimes(np.array([90, 120, 250]), np.array([1, 1, 1]), np.array([9.0, 9.0, 9.0]), np.array([0.1, 0.1, 0.1]))
-    cal = Calibration(tokens=tokens, eager_ms=None, graph_ms=graph, runner="breakable", batches=batches,
-                      meta={"bucket_grid": 64})
+    cal = Calibration(tokens=tokens, eager_ms=None, graph_ms=graph, runner="breakable", batches=batches, meta={"bucket_grid": 64})
     sizes, counts = np.array([90, 120, 250]), np.array([5, 1, 1])
     picked = optimal_buckets_time(sizes, counts, 3, cal, candidates="calibration").buckets
     assert 100 in picked
@@ -125,15 +173,21 @@ def test_sizes_added_to_a_grid_are_priced_not_picked():
     assert 100 not in picked and set(picked) <= {64, 128, 192, 256}
     # ... yet a list holding it is priced at its measured time
     assert predicted_time_ms(sizes, counts, [100, 128, 256], cal, candidates="calibration") == pytest.approx(
-        5 * (0.5 + 0.1) + (1.2 + 0.1) + (1.6 + 0.1))
+        5 * (0.5 + 0.1) + (1.2 + 0.1) + (1.6 + 0.1)
+    )
 
 
 @pytest.mark.parametrize("added", ["abc", [True, 1.5, "128", [64], -5, 2**40], [64, 128, 192, 256]])
 def test_hostile_or_total_sizes_added_leave_a_candidate_set(added):
     tokens = np.array([64, 128, 192, 256])
-    cal = Calibration(tokens=tokens, eager_ms=None, graph_ms=np.ones(4), runner="breakable",
-                      batches=BatchTimes(np.array([100]), np.array([1]), np.array([5.0]), np.array([0.1])),
-                      meta={"sizes_added": added})
+    cal = Calibration(
+        tokens=tokens,
+        eager_ms=None,
+        graph_ms=np.ones(4),
+        runner="breakable",
+        batches=BatchTimes(np.array([100]), np.array([1]), np.array([5.0]), np.array([0.1])),
+        meta={"sizes_added": added},
+    )
     assert cal.candidate_tokens().tolist() == [64, 128, 192, 256]
 
 

@@ -79,7 +79,11 @@ def _exit_code_cases(tmp_path):
         (["drift", "--profile", "mi355x", "--trace", str(t)], drift_cmd, "drift_report"),
         (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_capture"),
         (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_validate"),
-        (["calibrate", "-o", str(tmp_path / "cal.json"), "--sizes", "8", "--model", "tiny", "--device", "cpu"], ops, "run_calibrate"),
+        (
+            ["calibrate", "-o", str(tmp_path / "cal.json"), "--sizes", "8", "--model", "tiny", "--device", "cpu"],
+            ops,
+            "run_calibrate",
+        ),
         (["serve", "--profile", "mi355x", "--dry-run", "--no-sglang-probe"], launcher, "build_server_command"),
         (["doctor", "--no-sglang-probe"], doctor_cmd, "render_text"),
         (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], bench_lib, "make_plan"),
@@ -100,6 +104,7 @@ def _exit_code_cases(tmp_path):
 def test_exit_codes_of_each_command(tmp_path, monkeypatch, exc, code):
     """Every command, each failure kind: the README's code and one line."""
     for args, module, name in _exit_code_cases(tmp_path):
+
         def boom(*a, **k):
             raise exc
 
@@ -145,8 +150,14 @@ def _write(tmp_path, name, data):
         ("[1, 1e30]", "valid integer"),
         ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "sources": 5}', "sources"),
         ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": [1, 2]}', "meta"),
-        ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "batches": {"forward_tokens": [1], "timestamp": ["x"]}}', "timestamp"),
-        ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        (
+            '{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "batches": {"forward_tokens": [1], "timestamp": ["x"]}}',
+            "timestamp",
+        ),
+        (
+            '{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": ' + "[" * 5000 + "]" * 5000 + "}",
+            "nested too deeply",
+        ),
         ('{"format_version": 1, "histogram": {"sizes": [NaN], "counts": [1]}}', "NaN"),
         ("\x00\x01\x02binary", "binary"),
         ("size,count\n", "empty"),

@@ -102,8 +102,15 @@ def _matches(expected: list[str], actual: list[str]) -> bool:
 def run_console(example) -> None:
     workdir = example.namespace["workdir"]
     for cmd, expected, status in _commands(example.parsed):
-        proc = subprocess.run(["bash", "-c", cmd], cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=600)
+        proc = subprocess.run(
+            ["bash", "-c", cmd],
+            cwd=workdir,
+            env=_env(workdir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+        )
         actual = [ln.rstrip() for ln in proc.stdout.rstrip("\n").splitlines()]
         where = f"{Path(example.path).name}:{example.line}: $ {cmd}"
         assert proc.returncode == status, f"{where}\nexit {proc.returncode}, expected {status}\n{proc.stdout[-3000:]}"

@@ -56,8 +56,10 @@ def runner_answers():
         pytest.skip("sglang not installed")
     names = sorted(EXPECTED)
     result = run_probe(
-        {"device": H200, "runners": {"config_dir": str(_PROBE_CONFIG_DIR),
-                                     "sources": [str(RUNNERS / n) for n in names] + [None]}},
+        {
+            "device": H200,
+            "runners": {"config_dir": str(_PROBE_CONFIG_DIR), "sources": [str(RUNNERS / n) for n in names] + [None]},
+        },
         timeout=600,
     )
     assert "error" not in result, result["error"]
@@ -81,7 +83,10 @@ def test_installed_0_5_23_runner_is_unpatched_by_behaviour(runner_answers):
         pytest.skip("needs sglang 0.5.23")
     r = runner_answers["installed"]
     assert r["ok"] and r["answers"] == {
-        "image_spec_off": False, "text_spec_off": True, "image_spec_on": False, "text_spec_on": True,
+        "image_spec_off": False,
+        "text_spec_off": True,
+        "image_spec_on": False,
+        "text_spec_on": True,
     }
 
 
@@ -170,7 +175,8 @@ def test_mi355x_findings_by_gate():
     assert profile_findings(prof, _gate("patched"), resolved=res) == []
     assert _codes(profile_findings(prof, _gate("unknown"), resolved=res)) == {("warning", "qwen-mm-gate-unknown")}
     assert _codes(profile_findings(prof, _gate("refusal-removed"), resolved=res)) == {
-        ("blocking", "qwen-mm-gate-refusal-removed")}
+        ("blocking", "qwen-mm-gate-refusal-removed")
+    }
     assert _codes(profile_findings(prof, _gate("inverted"), resolved=res)) == {("blocking", "qwen-mm-gate-inverted")}
 
 
@@ -203,7 +209,7 @@ def test_rocm_backend_not_explicit():
     assert _codes(profile_findings(prof, _gate("patched"))) == {("blocking", "rocm-prefill-backend-unset")}
     prof = _profile("tp-size = 2", platform="rocm")
     assert _codes(profile_findings(prof, _gate("patched"))) == {("warning", "rocm-prefill-backend-unset")}
-    prof = _profile("cuda-graph-config = '{\"prefill\": {\"backend\": \"breakable\"}}'", platform="rocm")
+    prof = _profile('cuda-graph-config = \'{"prefill": {"backend": "breakable"}}\'', platform="rocm")
     assert profile_findings(prof, _gate("patched")) == []
 
 
@@ -305,8 +311,7 @@ def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys):
         '[profile]\nname = "abbrev"\nplatform = "cuda"\nhardware = "h200"\n'
         f'model = "{_PROBE_CONFIG_DIR}"\n[server]\ntp = 2\nmem-frac = 0.8\n[buckets]\nlist = [256, 512]\n'
     )
-    code, out, err = run_cli(["doctor", "--profile", str(prof), "--runner-source",
-                              str(RUNNERS / "patched_nested_if.py")], capsys)
+    code, out, err = run_cli(["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "patched_nested_if.py")], capsys)
     assert code == 1 and "flag-refused" in err
     assert "prefill runner multimodal gate: patched (behaviour)" in out
     assert "--mem-frac is an abbreviation of --mem-fraction-static" in out and "[server].mem-frac" in out

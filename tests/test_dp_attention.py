@@ -40,9 +40,12 @@ def test_dp_index_reads_sglang_prefixes():
 
 
 def test_iteration_counters_group_exactly_and_restarts_start_new_epochs():
-    t = _trace(forward_tokens=[100, 30, 50, 900, 20, 400, 7, 9],
-               rank=[0, 1, 0, 0, 1, 2, 0, 1], forward_iter=[5, 5, 9, 12, 12, 12, 5, 5],
-               timestamp=[1.0] * 8)
+    t = _trace(
+        forward_tokens=[100, 30, 50, 900, 20, 400, 7, 9],
+        rank=[0, 1, 0, 0, 1, 2, 0, 1],
+        forward_iter=[5, 5, 9, 12, 12, 12, 5, 5],
+        timestamp=[1.0] * 8,
+    )
     g = group_steps(t, 4)
     assert g.rule == RULE_ITERATION and g.ungrouped == 0
     # the counter went back to 5 on both ranks (a restart): a step of its own, not step 5's
@@ -50,8 +53,9 @@ def test_iteration_counters_group_exactly_and_restarts_start_new_epochs():
 
 
 def test_millisecond_stamps_cluster_and_split_on_a_repeated_rank():
-    t = _trace(forward_tokens=[100, 30, 50, 900, 20, 400],
-               rank=[0, 1, 0, 0, 1, 2], timestamp=[1.001, 1.003, 1.5, 2.0, 2.004, 2.002])
+    t = _trace(
+        forward_tokens=[100, 30, 50, 900, 20, 400], rank=[0, 1, 0, 0, 1, 2], timestamp=[1.001, 1.003, 1.5, 2.0, 2.004, 2.002]
+    )
     g = group_steps(t, 3)
     assert g.rule == RULE_MS and g.ungrouped == 0
     assert _votes(g) == [[20, 400, 900], [30, 100], [50]]
@@ -60,8 +64,7 @@ def test_millisecond_stamps_cluster_and_split_on_a_repeated_rank():
 
 
 def test_second_stamps_group_only_seconds_without_repeats():
-    t = _trace(forward_tokens=[100, 30, 50, 900, 20, 400],
-               rank=[0, 1, 0, 0, 1, 2], timestamp=[1.0, 1.0, 1.0, 3.0, 3.0, 3.0])
+    t = _trace(forward_tokens=[100, 30, 50, 900, 20, 400], rank=[0, 1, 0, 0, 1, 2], timestamp=[1.0, 1.0, 1.0, 3.0, 3.0, 3.0])
     g = group_steps(t, 3)
     assert g.rule == RULE_SECONDS
     assert g.ungrouped == 3  # DP0 printed twice in second 1
@@ -124,14 +127,24 @@ def test_the_same_rank_in_two_files_means_two_servers():
 
 # ---- the lockstep simulator --------------------------------------------------------------
 def _dp_workload(**kw):
-    base = Workload(dataset_name="random", num_prompts=[200], random_input_len=1500, random_output_len=40,
-                    random_range_ratio=0.2, max_concurrency=[32], chunked_prefill_size=4096, dp_size=4,
-                    enable_dp_attention=True, seed=3)
+    base = Workload(
+        dataset_name="random",
+        num_prompts=[200],
+        random_input_len=1500,
+        random_output_len=40,
+        random_range_ratio=0.2,
+        max_concurrency=[32],
+        chunked_prefill_size=4096,
+        dp_size=4,
+        enable_dp_attention=True,
+        seed=3,
+    )
     return replace(base, **kw)
 
 
-@pytest.mark.parametrize("kw", [{}, {"enable_mixed_chunk": True, "prefill_decode_interval": 2},
-                                {"request_rate": 50.0, "max_concurrency": []}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"enable_mixed_chunk": True, "prefill_decode_interval": 2}, {"request_rate": 50.0, "max_concurrency": []}]
+)
 def test_lockstep_steps_hold_one_batch_per_rank_at_one_time(kw):
     tr = simulate(_dp_workload(**kw))
     b = tr.batches
@@ -165,8 +178,11 @@ def test_lockstep_is_slower_than_independent_ranks():
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines=st.lists(st.tuples(st.floats(0.001, 0.05), st.floats(0.0, 0.002)), min_size=1, max_size=5),
-       k=st.integers(1, 60), horizon=st.one_of(st.none(), st.floats(-0.1, 3.0)))
+@given(
+    lines=st.lists(st.tuples(st.floats(0.001, 0.05), st.floats(0.0, 0.002)), min_size=1, max_size=5),
+    k=st.integers(1, 60),
+    horizon=st.one_of(st.none(), st.floats(-0.1, 3.0)),
+)
 def test_lockstep_decode_jump_against_stepping(lines, k, horizon):
     a = np.array([x for x, _ in lines])
     b = np.array([y for _, y in lines])
@@ -186,9 +202,30 @@ def test_lockstep_decode_jump_against_stepping(lines, k, horizon):
 @pytest.fixture(scope="module")
 def dp_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("dp") / "dp.json"
-    r = cli(["trace", "--simulate", "--dataset-name", "random", "--num-prompts", "120", "--random-input-len", "1500",
-             "--random-output-len", "30", "--max-concurrency", "24", "--chunked-prefill-size", "4096", "--dp-size", "4",
-             "--enable-dp-attention", "-o", path, "-q"])
+    r = cli(
+        [
+            "trace",
+            "--simulate",
+            "--dataset-name",
+            "random",
+            "--num-prompts",
+            "120",
+            "--random-input-len",
+            "1500",
+            "--random-output-len",
+            "30",
+            "--max-concurrency",
+            "24",
+            "--chunked-prefill-size",
+            "4096",
+            "--dp-size",
+            "4",
+            "--enable-dp-attention",
+            "-o",
+            path,
+            "-q",
+        ]
+    )
     assert r.code == 0, r.err
     assert "DP attention" in r.out and "of steps replay" in r.out
     return path

@@ -64,9 +64,11 @@ def dp_traces(draw, max_size=24, max_steps=6):
 
 
 @settings(max_examples=300, **SETTINGS)
-@given(tr=dp_traces(max_size=200, max_steps=12),
-       buckets=st.lists(st.integers(1, 260), max_size=8, unique=True),
-       factor=st.sampled_from([2.0, 1.5, 3.0]))
+@given(
+    tr=dp_traces(max_size=200, max_steps=12),
+    buckets=st.lists(st.integers(1, 260), max_size=8, unique=True),
+    factor=st.sampled_from([2.0, 1.5, 3.0]),
+)
 def test_step_evaluation_is_sglangs_rule(tr, buckets, factor):
     ranks, steps = tr
     m = evaluate_steps(make_steps(steps, ranks), buckets, factor=factor)
@@ -89,8 +91,13 @@ def brute_step_optimum(steps, ranks, K, A, M, factor):
 
 
 @settings(max_examples=120, **SETTINGS)
-@given(tr=dp_traces(), K=st.integers(1, 3), A=st.sampled_from([1, 2, 4]),
-       M=st.one_of(st.none(), st.integers(12, 30)), factor=st.sampled_from([2.0, 1.5]))
+@given(
+    tr=dp_traces(),
+    K=st.integers(1, 3),
+    A=st.sampled_from([1, 2, 4]),
+    M=st.one_of(st.none(), st.integers(12, 30)),
+    factor=st.sampled_from([2.0, 1.5]),
+)
 def test_step_optimizer_against_brute_force(tr, K, A, M, factor):
     ranks, steps = tr
     s = make_steps(steps, ranks)

@@ -130,19 +130,53 @@ def test_cli_calibrate_from_a_trace_measures_its_request_mix(tmp_path):
 
     trace = _trace_json(tmp_path)
     out = tmp_path / "cal.json"
-    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes-from", str(trace), "--grid", "32",
-                                 "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--model",
+            "tiny",
+            "--sizes-from",
+            str(trace),
+            "--grid",
+            "32",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     cal = load_calibration(out)
     assert cal.runner == "breakable"
     assert list(zip(cal.batches.tokens.tolist(), cal.batches.requests.tolist())) == [(20, 1), (20, 2), (40, 3), (70, 3), (90, 4)]
-    r = CliRunner().invoke(app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out),
-                                 "--max-buckets", "2", "--json"])
+    r = CliRunner().invoke(
+        app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out), "--max-buckets", "2", "--json"]
+    )
     assert r.exit_code == 0, r.output
     plan = json.loads(r.output)
     assert set(plan["recommended"]["buckets"]) <= set(cal.tokens.tolist())
-    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes", "16,32", "--runner", "full", "--repeats", "1",
-                                 "--warmup", "0", "-o", str(tmp_path / "f.json")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--model",
+            "tiny",
+            "--sizes",
+            "16,32",
+            "--runner",
+            "full",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "-o",
+            str(tmp_path / "f.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert load_calibration(tmp_path / "f.json").runner == "full"
 
@@ -161,13 +195,17 @@ def test_cli_capture_and_validate_say_the_runner(tmp_path):
 
 def _cli(args, env_extra=None, pre=""):
     env = dict(os.environ, **(env_extra or {}))
-    code = (f"import sys; {pre}\nfrom bcgtune.cli.app import main\nsys.argv = ['bcgtune', *{args!r}]\n"
-            "try:\n    main()\nfinally:\n    print('torch imported:', 'torch' in sys.modules and sys.modules['torch'] is not None)")
+    code = (
+        f"import sys; {pre}\nfrom bcgtune.cli.app import main\nsys.argv = ['bcgtune', *{args!r}]\n"
+        "try:\n    main()\nfinally:\n    print('torch imported:', 'torch' in sys.modules and sys.modules['torch'] is not None)"
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
-@pytest.mark.parametrize("cmd", [["capture", "--buckets", "16"], ["validate", "--buckets", "16"],
-                                 ["calibrate", "--sizes", "16", "-o", "never-written.json"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [["capture", "--buckets", "16"], ["validate", "--buckets", "16"], ["calibrate", "--sizes", "16", "-o", "never-written.json"]],
+)
 def test_gpu_commands_without_torch_say_how_to_install_it(cmd, tmp_path):
     p = _cli([*cmd, "--model", "tiny"], pre="sys.modules['torch'] = None")
     assert p.returncode == 2, p.stderr
@@ -195,9 +233,20 @@ def test_buckets_beyond_the_ceiling_or_the_context_are_refused():
 def test_preflight_reads_checkpoint_shapes_without_transformers(tmp_path):
     from bcgtune.engines.preflight import CPU_MAX_PARAMS, check_run, model_shape
 
-    (tmp_path / "config.json").write_text(json.dumps({
-        "hidden_size": 4096, "num_hidden_layers": 36, "vocab_size": 151936, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "max_position_embeddings": 40960}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": 4096,
+                "num_hidden_layers": 36,
+                "vocab_size": 151936,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "intermediate_size": 12288,
+                "max_position_embeddings": 40960,
+            }
+        )
+    )
     s = model_shape(f"hf:{tmp_path}")
     assert 7.5e9 < s.params < 9e9 and s.max_context == 40960
     assert model_shape("tiny").params < CPU_MAX_PARAMS
@@ -220,8 +269,15 @@ def test_preflight_reads_checkpoint_shapes_without_transformers(tmp_path):
 
 def test_hf_checkpoint_under_the_breakable_runner(tmp_path):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    cfg = transformers.Qwen3Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     cfg.save_pretrained(tmp_path)
     from bcgtune.engines.loader import load_model
 
@@ -287,14 +343,35 @@ def test_cli_calibrate_adds_sizes_to_the_grid(tmp_path):
 
     trace = _trace_json(tmp_path)
     out = tmp_path / "cal.json"
-    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes-from", str(trace), "--grid", "32",
-                                 "--sizes", "45,90", "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--model",
+            "tiny",
+            "--sizes-from",
+            str(trace),
+            "--grid",
+            "32",
+            "--sizes",
+            "45,90",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     cal = load_calibration(out)
     assert {45, 90} <= set(cal.tokens.tolist()) and 32 in cal.tokens.tolist()
     assert cal.meta["sizes_added"] == [45] and cal.meta["bucket_grid"] == 32  # 90 is the trace's largest size already
-    r = CliRunner().invoke(app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out),
-                                 "--compare", "mine=45,90", "--json"])
+    r = CliRunner().invoke(
+        app,
+        ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out), "--compare", "mine=45,90", "--json"],
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -310,7 +387,7 @@ def test_interleaved_timing_runs_every_group_each_round_in_shuffled_order():
     assert len(calls) == 5 * 12
     for k in range(0, len(calls), 2):  # a group's calls back to back, in order
         assert calls[k][0] == calls[k + 1][0] and (calls[k][1], calls[k + 1][1]) == (0, 1)
-    rounds = [[g for g, i in calls[k:k + 12] if i == 0] for k in range(0, len(calls), 12)]
+    rounds = [[g for g, i in calls[k : k + 12] if i == 0] for k in range(0, len(calls), 12)]
     assert all(sorted(r) == list(range(6)) for r in rounds) and len({tuple(r) for r in rounds}) > 1
     s = summarize_ms([3.0, 1.0, 2.0, 10.0])
     assert s["median_ms"] == 2.5 and s["repeats"] == 4 and s["p90_ms"] == 10.0 and s["p10_ms"] == 1.0
@@ -334,8 +411,9 @@ def test_break_time_is_the_median_of_paired_differences(monkeypatch):
         return out
 
     monkeypatch.setattr(tg, "time_interleaved", fake)
-    cal = run_calibrate([32, 64], model="tiny", device="cpu", mix=BatchMix.from_batches([20, 40], [1, 2]),
-                        warmup=0, repeats=3, memory=False)
+    cal = run_calibrate(
+        [32, 64], model="tiny", device="cpu", mix=BatchMix.from_batches([20, 40], [1, 2]), warmup=0, repeats=3, memory=False
+    )
     assert cal.graph_ms.tolist() == [6.0, 6.0]
     assert cal.batches.eager_ms.tolist() == [51.0, 51.0]
     assert cal.batches.breaks_ms.tolist() == [2.0, 2.0]  # median(2, 3, 1); medians apart: 23 - 20 = 3

@@ -56,8 +56,17 @@ def test_breakable_capture_and_multi_request_replay(small):
         hr, lr, b = eng.replay(x)
         c = compare_batch(model, he, hr, le, lr, x.lengths)
         pad = check_pad_invariance(eng, x, b)
-        rows.append({"n": n, "requests": r, "bucket": b, "bitwise": c["bitwise"], "max_abs_diff": c["max_abs_diff"],
-                     "differing_requests": c["differing_requests"], "pad_invariant": pad["ok"]})
+        rows.append(
+            {
+                "n": n,
+                "requests": r,
+                "bucket": b,
+                "bitwise": c["bitwise"],
+                "max_abs_diff": c["max_abs_diff"],
+                "differing_requests": c["differing_requests"],
+                "pad_invariant": pad["ok"],
+            }
+        )
         assert c["ok"], c
         assert pad["ok"], pad
         if n == b:  # same shapes, same kernels: bit for bit
@@ -108,11 +117,25 @@ def test_sglang_capture_classes_give_the_same_outputs(small):
             h1, l1 = h1.clone(), l1.clone()
             h2, l2, b2 = theirs.replay(x)
             assert b1 == b2 and torch.equal(h1, h2) and torch.equal(l1, l2)
-            timings.append({"n": n, "requests": r, "bucket": b1,
-                            "bcgtune_ms": ours.time_replay(x, b1, 3, 20)["median_ms"],
-                            "sglang_ms": theirs.time_replay(x, b2, 3, 20)["median_ms"]})
+            timings.append(
+                {
+                    "n": n,
+                    "requests": r,
+                    "bucket": b1,
+                    "bcgtune_ms": ours.time_replay(x, b1, 3, 20)["median_ms"],
+                    "sglang_ms": theirs.time_replay(x, b2, 3, 20)["median_ms"],
+                }
+            )
         mem = {"bcgtune_gib": [r.pool_growth_gib for r in r_ours], "sglang_gib": [r.pool_growth_gib for r in r_theirs]}
-        _report("sglang_vs_bcgtune_capture", {"loaded_by": how, "plain_import_error": plain_error,
-                                              "segments": theirs.segment_count(1024), "timings": timings, "memory": mem})
+        _report(
+            "sglang_vs_bcgtune_capture",
+            {
+                "loaded_by": how,
+                "plain_import_error": plain_error,
+                "segments": theirs.segment_count(1024),
+                "timings": timings,
+                "memory": mem,
+            },
+        )
     finally:
         loader.restore()

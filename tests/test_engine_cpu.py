@@ -120,8 +120,9 @@ def test_image_inputs_and_mrope(tiny_vl):
 
 
 def test_cli_validate_json_and_exit_codes(tmp_path):
-    r = CliRunner().invoke(app, ["validate", "--buckets", "16,32", "--model", "qwen3-vl-tiny", "--json",
-                                 "-o", str(tmp_path / "v.json")])
+    r = CliRunner().invoke(
+        app, ["validate", "--buckets", "16,32", "--model", "qwen3-vl-tiny", "--json", "-o", str(tmp_path / "v.json")]
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout.strip().splitlines()[-1])
     assert rep["ok"] and rep["image_sweep"]["new_captures"] == 0 and rep["image_sweep"]["dynamo_recompiles"] == 0
@@ -154,8 +155,9 @@ def test_cli_calibrate_writes_loadable_file(tmp_path):
     from bcgtune.core.calibration import load_calibration
 
     out = tmp_path / "cal.json"
-    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes", "8,32", "--repeats", "2", "--warmup", "0",
-                                 "-o", str(out)])
+    r = CliRunner().invoke(
+        app, ["calibrate", "--model", "tiny", "--sizes", "8,32", "--repeats", "2", "--warmup", "0", "-o", str(out)]
+    )
     assert r.exit_code == 0, r.output
     cal = load_calibration(out)
     assert cal.tokens.tolist() == [8, 32]
@@ -170,8 +172,15 @@ def test_hf_checkpoint_errors(tmp_path):
 
 def test_hf_tiny_random_checkpoint_cpu(tmp_path):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    cfg = transformers.Qwen3Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     cfg.save_pretrained(tmp_path)
     from bcgtune.engines.loader import load_model
 
@@ -194,19 +203,56 @@ def test_cli_calibrate_grid_from_trace_feeds_suggest_buckets(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("size,count\n20,3\n40,2\n70,5\n90,1\n")
     out = tmp_path / "cal.json"
-    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes-from", str(trace), "--grid", "16",
-                                 "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--model",
+            "tiny",
+            "--sizes-from",
+            str(trace),
+            "--grid",
+            "16",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     cal = load_calibration(out)
     assert cal.tokens.tolist() == [20, 32, 48, 64, 80, 90, 96]  # ends 20 and 90, and 32..96 (16: below every size)
     assert cal.meta["bucket_grid"] == 16 and cal.meta["sizes_from"] == str(trace)
-    r = CliRunner().invoke(app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out),
-                                 "--max-buckets", "3", "--json"])
+    r = CliRunner().invoke(
+        app, ["suggest-buckets", str(trace), "--objective", "time", "--calibration", str(out), "--max-buckets", "3", "--json"]
+    )
     assert r.exit_code == 0, r.output
     plan = json.loads(r.output)
     assert plan["params"]["candidate_set"] == "calibration"
     assert set(plan["recommended"]["buckets"]) <= set(cal.tokens.tolist())
-    r = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--sizes", "8,40", "--grid", "16", "--max-tokens", "32",
-                                 "--repeats", "1", "--warmup", "0", "--no-memory", "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--model",
+            "tiny",
+            "--sizes",
+            "8,40",
+            "--grid",
+            "16",
+            "--max-tokens",
+            "32",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output  # --sizes adds to the grid; --max-tokens bounds both
     assert load_calibration(out).tokens.tolist() == [8, 16, 32]

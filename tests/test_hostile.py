@@ -15,8 +15,9 @@ from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = dict(max_examples=60, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 SECONDS = 20.0
 
 GOOD_TRACE = "size,count\n100,5\n300,2\n700,1\n2000,3\n"
@@ -46,12 +47,15 @@ def _run_with_file(data: bytes, args_for):
 
 # ---- generated values -----------------------------------------------------------------
 _scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**80), max_value=2**80),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=30),
 )
-json_values = st.recursive(_scalars, lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=10), c, max_size=5), max_leaves=30)
+json_values = st.recursive(
+    _scalars, lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=10), c, max_size=5), max_leaves=30
+)
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, -1, 1, 2**31 - 1, 2**31, 2**63, 10**30]),
@@ -82,34 +86,68 @@ def test_garbage_bytes_as_any_input(data):
 
 # ---- structured documents with hostile values -----------------------------------------
 @settings(**SETTINGS)
-@given(sizes=st.lists(json_values, max_size=6), counts=st.lists(json_values, max_size=6),
-       extra=st.dictionaries(st.sampled_from(["sources", "meta", "captures", "batches", "origin", "parse_stats", "kind", "format_version"]), json_values, max_size=4))
+@given(
+    sizes=st.lists(json_values, max_size=6),
+    counts=st.lists(json_values, max_size=6),
+    extra=st.dictionaries(
+        st.sampled_from(["sources", "meta", "captures", "batches", "origin", "parse_stats", "kind", "format_version"]),
+        json_values,
+        max_size=4,
+    ),
+)
 def test_trace_json_with_hostile_fields(sizes, counts, extra):
     doc = {"format_version": 1, "kind": "bcgtune.prefill-trace", "histogram": {"sizes": sizes, "counts": counts}, **extra}
     _run_with_file(json.dumps(doc).encode(), lambda p, t, d: [["suggest-buckets", p, "--json"]])
 
 
 @settings(**SETTINGS)
-@given(rows=st.lists(st.dictionaries(st.sampled_from(["tokens", "eager_ms", "graph_ms", "x"]), json_values, max_size=4), max_size=5),
-       memory=json_values)
+@given(
+    rows=st.lists(st.dictionaries(st.sampled_from(["tokens", "eager_ms", "graph_ms", "x"]), json_values, max_size=4), max_size=5),
+    memory=json_values,
+)
 def test_calibration_json_with_hostile_fields(rows, memory):
     doc = {"format_version": 1, "kind": "bcgtune.calibration", "rows": rows, "memory": memory}
-    _run_with_file(json.dumps(doc).encode(),
-                   lambda p, t, d: [["suggest-buckets", t, "--objective", "time", "--calibration", p]])
+    _run_with_file(json.dumps(doc).encode(), lambda p, t, d: [["suggest-buckets", t, "--objective", "time", "--calibration", p]])
 
 
-_toml_scalars = st.one_of(st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
-                          st.floats(allow_nan=True), st.text(max_size=20))
-_toml_values = st.one_of(_toml_scalars, st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=5),
-                         st.lists(st.text(max_size=8), max_size=3))
-_keys = st.sampled_from(["name", "platform", "model", "hardware", "tp-size", "tp", "cuda-graph-backend-prefill",
-                         "chunked-prefill-size", "list", "x", "random_input_len", "num_prompts", "max_concurrency",
-                         "prefill_floor_ms", "seed", "dataset_name", "dp_size"])
+_toml_scalars = st.one_of(
+    st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(allow_nan=True), st.text(max_size=20)
+)
+_toml_values = st.one_of(
+    _toml_scalars,
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=5),
+    st.lists(st.text(max_size=8), max_size=3),
+)
+_keys = st.sampled_from(
+    [
+        "name",
+        "platform",
+        "model",
+        "hardware",
+        "tp-size",
+        "tp",
+        "cuda-graph-backend-prefill",
+        "chunked-prefill-size",
+        "list",
+        "x",
+        "random_input_len",
+        "num_prompts",
+        "max_concurrency",
+        "prefill_floor_ms",
+        "seed",
+        "dataset_name",
+        "dp_size",
+    ]
+)
 _tables = st.dictionaries(_keys, _toml_values, max_size=6)
 
 
 @settings(**SETTINGS)
-@given(doc=st.dictionaries(st.sampled_from(["profile", "server", "env", "buckets", "client", "step_time", "extra"]), _tables, max_size=4))
+@given(
+    doc=st.dictionaries(
+        st.sampled_from(["profile", "server", "env", "buckets", "client", "step_time", "extra"]), _tables, max_size=4
+    )
+)
 def test_profiles_and_workloads_with_hostile_tables(doc):
     data = tomli_w.dumps(doc).encode()
 
@@ -123,8 +161,21 @@ def test_profiles_and_workloads_with_hostile_tables(doc):
 
 
 # ---- option values and output paths ------------------------------------------------------
-_options = st.sampled_from(["--max-buckets", "--align", "--max-bucket", "--padding-factor", "--chunked-prefill-size",
-                            "--max-graph-mem", "--seed", "--tp", "--dp", "--attn-cp-size", "--moe-dense-tp-size"])
+_options = st.sampled_from(
+    [
+        "--max-buckets",
+        "--align",
+        "--max-bucket",
+        "--padding-factor",
+        "--chunked-prefill-size",
+        "--max-graph-mem",
+        "--seed",
+        "--tp",
+        "--dp",
+        "--attn-cp-size",
+        "--moe-dense-tp-size",
+    ]
+)
 
 
 @settings(**SETTINGS)
@@ -140,12 +191,21 @@ def test_suggest_with_hostile_option_values(opts):
 
 
 @settings(**SETTINGS)
-@given(kind=st.sampled_from(["self", "folder", "dev", "missing-dir", "empty", "new", "trace"]),
-       flag=st.sampled_from(["--plot", "--write-profile"]))
+@given(
+    kind=st.sampled_from(["self", "folder", "dev", "missing-dir", "empty", "new", "trace"]),
+    flag=st.sampled_from(["--plot", "--write-profile"]),
+)
 def test_hostile_output_paths(kind, flag):
     def args_for(p, t, d):
-        target = {"self": p, "folder": d, "dev": "/dev/null", "missing-dir": os.path.join(d, "no", "x"),
-                  "empty": "", "new": os.path.join(d, "new.out"), "trace": t}[kind]
+        target = {
+            "self": p,
+            "folder": d,
+            "dev": "/dev/null",
+            "missing-dir": os.path.join(d, "no", "x"),
+            "empty": "",
+            "new": os.path.join(d, "new.out"),
+            "trace": t,
+        }[kind]
         yield ["suggest-buckets", p, flag, target, "--base-profile", "h200"], [p]
         yield ["trace", "--log", p, "-o", target], [p]
 

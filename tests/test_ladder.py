@@ -41,7 +41,13 @@ def test_deepep_ladder_multiples_of_8():
 
 def test_chunked_prefill_defaults():
     assert [default_chunked_prefill_size(g) for g in (16, 24, 40, 80, 141, 288, None)] == [
-        2048, 4096, 4096, 8192, 8192, 16384, 4096,
+        2048,
+        4096,
+        4096,
+        8192,
+        8192,
+        16384,
+        4096,
     ]
 
 
@@ -77,8 +83,9 @@ def test_layout_from_flags():
     assert (lay.tp, lay.attn_tp_size, layout_alignment(lay)) == (2, 2, 1)
     lay = layout_from_server_flags({"tensor_parallel_size": 8, "dp_size": 4, "enable_dp_attention": True})
     assert (lay.attn_dp_size, lay.replica_dp_size, lay.attn_tp_size) == (4, 1, 2)
-    lay = layout_from_server_flags({"--tp-size": 8, "--attn-dp-size": 2, "--moe-a2a-backend": "deepep",
-                                    "--enable-two-batch-overlap": True})
+    lay = layout_from_server_flags(
+        {"--tp-size": 8, "--attn-dp-size": 2, "--moe-a2a-backend": "deepep", "--enable-two-batch-overlap": True}
+    )
     assert layout_alignment(lay) == 8
     with pytest.raises(InputError):
         layout_from_server_flags({"tp_size": 6, "attn_dp_size": 4})
@@ -133,13 +140,14 @@ def test_capture_deepep_rounding_and_regeneration():
     c = _cap({"moe-a2a-backend": "deepep"}, gpu_memory_gib=141)
     assert c.captured == tuple(deepep_breakable_ladder()) and c.max_bs == 2048
     # DeepEP + attention DP with a chunk per rank below 2048: the plain ladder to 1024
-    c = _cap({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep",
-              "chunked-prefill-size": 8192})
+    c = _cap({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep", "chunked-prefill-size": 8192})
     assert (len(c.captured), c.captured[0], c.captured[-1], c.max_bs, c.buckets) == (38, 4, 1024, 1024, None)
     assert any("regenerates the plain ladder" in n for n in c.notes)
     # an explicit list is rounded but never regenerated
-    c = _cap({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep",
-              "chunked-prefill-size": 8192}, buckets=[100, 3000])
+    c = _cap(
+        {"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep", "chunked-prefill-size": 8192},
+        buckets=[100, 3000],
+    )
     assert c.captured == (104, 3000)
 
 
@@ -150,8 +158,9 @@ def test_capture_ladder_maximum_per_layout():
     assert _cap({"max-total-tokens": 5000}, gpu_memory_gib=141).max_bs == 5000
     assert _cap({"moe-a2a-backend": "deepep", "chunked-prefill-size": 16384}).max_bs == 2048
     # an explicit max is not clamped by attention DP
-    assert _cap({"tp": 8, "attn-dp-size": 8, "cuda-graph-max-bs-prefill": 4096,
-                 "chunked-prefill-size": 8192}).captured[-1] == 4096
+    assert (
+        _cap({"tp": 8, "attn-dp-size": 8, "cuda-graph-max-bs-prefill": 4096, "chunked-prefill-size": 8192}).captured[-1] == 4096
+    )
 
 
 def test_capture_chunked_prefill_off_means_no_graphs():
@@ -235,15 +244,28 @@ def test_alignment_matches_sglang(monkeypatch):
     for tp, adp, cp, tbo, a2a, dense, lmh, noatg, hip in combos:
         if tp % (adp * cp):
             continue
-        lay = ParallelLayout(tp=tp, attn_dp=adp, attn_cp_size=cp, two_batch_overlap=tbo, moe_a2a_backend=a2a,
-                             moe_dense_tp_size=dense, enable_dp_lm_head=lmh, disable_attn_tp_gather=noatg, is_hip=hip)
+        lay = ParallelLayout(
+            tp=tp,
+            attn_dp=adp,
+            attn_cp_size=cp,
+            two_batch_overlap=tbo,
+            moe_a2a_backend=a2a,
+            moe_dense_tp_size=dense,
+            enable_dp_lm_head=lmh,
+            disable_attn_tp_gather=noatg,
+            is_hip=hip,
+        )
         par = SimpleNamespace(
-            attn_dp_enabled=adp > 1, num_dp_ranks=adp, tp_size=tp, moe_dense_tp_size=dense,
-            enable_dp_lm_head=lmh, disable_attn_tp_gather=noatg, attn_cp_size=cp,
+            attn_dp_enabled=adp > 1,
+            num_dp_ranks=adp,
+            tp_size=tp,
+            moe_dense_tp_size=dense,
+            enable_dp_lm_head=lmh,
+            disable_attn_tp_gather=noatg,
+            attn_cp_size=cp,
             attn_tp_size=derive_attn_tp_size(tp_size=tp, attn_cp_size=cp, attn_dp_size=adp),
         )
-        exe = SimpleNamespace(overlap=SimpleNamespace(enable_two_batch_overlap=tbo),
-                              moe=SimpleNamespace(elastic_ep_backend=None))
+        exe = SimpleNamespace(overlap=SimpleNamespace(enable_two_batch_overlap=tbo), moe=SimpleNamespace(elastic_ep_backend=None))
         monkeypatch.setattr(common, "get_parallel", lambda par=par: par)
         monkeypatch.setattr(common, "get_exec", lambda exe=exe: exe)
         monkeypatch.setattr(common, "is_hip", lambda hip=hip: hip)

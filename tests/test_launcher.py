@@ -23,8 +23,6 @@ def _free_port() -> int:
     return port
 
 
-
-
 def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):
     pid_file = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PID_FILE", str(pid_file))

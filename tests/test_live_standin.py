@@ -70,7 +70,9 @@ def bcgtune(*args, timeout=120, **kw):
 
 def test_server_fails_to_start(env, profile, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_FAIL_AT_START", "RuntimeError: not enough memory for the KV cache")
-    r = bcgtune("trace", "--live", "--profile", str(profile), "--workdir", str(tmp_path / "run"), "--", "--dataset-name", "random-ids")
+    r = bcgtune(
+        "trace", "--live", "--profile", str(profile), "--workdir", str(tmp_path / "run"), "--", "--dataset-name", "random-ids"
+    )
     assert r.returncode == 3, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in r.stderr
@@ -80,15 +82,31 @@ def test_server_fails_to_start(env, profile, tmp_path, monkeypatch):
 
 def test_server_dies_mid_benchmark(env, profile, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_DIE_AFTER_REQUESTS", "6")
-    r = bcgtune("bench", "--profile", str(profile), "--arm", "base:disabled", "--arm", "tuned:profile",
-                "--concurrency", "2", "--runs", "1", "--prompts-per-concurrency", "4", "--no-warmup",
-                "--workdir", str(tmp_path / "b"), "--", "--random-input-len", "100")
+    r = bcgtune(
+        "bench",
+        "--profile",
+        str(profile),
+        "--arm",
+        "base:disabled",
+        "--arm",
+        "tuned:profile",
+        "--concurrency",
+        "2",
+        "--runs",
+        "1",
+        "--prompts-per-concurrency",
+        "4",
+        "--no-warmup",
+        "--workdir",
+        str(tmp_path / "b"),
+        "--",
+        "--random-input-len",
+        "100",
+    )
     assert r.returncode == 3, r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "Traceback" not in r.stderr
     assert "during the benchmark" in err[0] and "01-base.server.log" in err[0]
-
-
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -98,10 +116,31 @@ def test_interrupt_during_bench_leaves_no_orphans(env, profile, tmp_path, monkey
     monkeypatch.setenv("STANDIN_PID_FILE", str(server_pids))
     monkeypatch.setenv("FASTCLIENT_PID_FILE", str(client_pids))
     monkeypatch.setenv("STANDIN_TIME_SCALE", "20")  # slow enough to be interrupted mid-run
-    p = subprocess.Popen([sys.executable, "-m", "bcgtune", "bench", "--profile", str(profile),
-                          "--arm", "base:disabled", "--arm", "tuned:profile", "--concurrency", "2", "--runs", "1",
-                          "--prompts-per-concurrency", "20", "--workdir", str(tmp_path / "b")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bcgtune",
+            "bench",
+            "--profile",
+            str(profile),
+            "--arm",
+            "base:disabled",
+            "--arm",
+            "tuned:profile",
+            "--concurrency",
+            "2",
+            "--runs",
+            "1",
+            "--prompts-per-concurrency",
+            "20",
+            "--workdir",
+            str(tmp_path / "b"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 30
     while time.time() < deadline and not (client_pids.exists() and client_pids.read_text().strip()):
         time.sleep(0.1)
@@ -121,10 +160,33 @@ def test_interrupt_during_bench_leaves_no_orphans(env, profile, tmp_path, monkey
 
 def test_bench_table_json_plot(env, profile, tmp_path):
     png = tmp_path / "b.png"
-    r = bcgtune("bench", "--profile", str(profile), "--arm", "base:disabled", "--arm", "tuned:profile",
-                "--order", "A,X,X,A", "--concurrency", "2,4", "--runs", "1", "--prompts-per-concurrency", "2",
-                "--workdir", str(tmp_path / "b"), "--json", "--plot", str(png), "--", "--random-input-len", "300",
-                "--random-output-len", "4")
+    r = bcgtune(
+        "bench",
+        "--profile",
+        str(profile),
+        "--arm",
+        "base:disabled",
+        "--arm",
+        "tuned:profile",
+        "--order",
+        "A,X,X,A",
+        "--concurrency",
+        "2,4",
+        "--runs",
+        "1",
+        "--prompts-per-concurrency",
+        "2",
+        "--workdir",
+        str(tmp_path / "b"),
+        "--json",
+        "--plot",
+        str(png),
+        "--",
+        "--random-input-len",
+        "300",
+        "--random-output-len",
+        "4",
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["kind"] == "bcgtune.bench" and res["complete"]
@@ -150,10 +212,12 @@ def _probes_file(tmp_path):
 
     for w, h in ((256, 256), (512, 512)):
         Image.new("RGB", (w, h), (w % 256, 30, 60)).save(tmp_path / f"im{w}.png")
-    lines = [json.dumps({"text": " ".join(["w5"] * 100), "max_new_tokens": 6}),
-             json.dumps({"text": " ".join(["w7"] * 700), "max_new_tokens": 6}),
-             json.dumps({"text": "describe w1 w2", "image": "im256.png", "max_new_tokens": 6}),
-             json.dumps({"text": "describe w3 w4", "image": "im512.png", "max_new_tokens": 6})]
+    lines = [
+        json.dumps({"text": " ".join(["w5"] * 100), "max_new_tokens": 6}),
+        json.dumps({"text": " ".join(["w7"] * 700), "max_new_tokens": 6}),
+        json.dumps({"text": "describe w1 w2", "image": "im256.png", "max_new_tokens": 6}),
+        json.dumps({"text": "describe w3 w4", "image": "im512.png", "max_new_tokens": 6}),
+    ]
     f = tmp_path / "probes.jsonl"
     f.write_text("\n".join(lines) + "\n")
     return f
@@ -163,8 +227,10 @@ def _validate_server(capsys, profile, probes, share, *extra):
     """`bcgtune validate --server` in-process: (exit code, stdout, stderr)."""
     from proc_helpers import run_cli
 
-    return run_cli(["validate", "--server", "--profile", str(profile), "--prompts", str(probes),
-                    "--min-replay-share", str(share), *extra], capsys)
+    return run_cli(
+        ["validate", "--server", "--profile", str(profile), "--prompts", str(probes), "--min-replay-share", str(share), *extra],
+        capsys,
+    )
 
 
 @pytest.mark.parametrize("runner", ["patched", "unpatched"])
@@ -203,10 +269,33 @@ def test_trace_live_with_real_bench_serving_client(env, profile, tmp_path, model
     # later runs on the same machine skip the compile.
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     out = tmp_path / "trace.json"
-    r = bcgtune("trace", "--live", "--profile", str(profile), "--workdir", str(tmp_path / "run"), "-o", str(out), "--json",
-                "--", "--backend", "sglang", "--tokenizer", str(model_dir), "--dataset-name", "random-ids",
-                "--random-input-len", "300", "--random-output-len", "4", "--num-prompts", "8", "--max-concurrency", "4",
-                timeout=180)
+    r = bcgtune(
+        "trace",
+        "--live",
+        "--profile",
+        str(profile),
+        "--workdir",
+        str(tmp_path / "run"),
+        "-o",
+        str(out),
+        "--json",
+        "--",
+        "--backend",
+        "sglang",
+        "--tokenizer",
+        str(model_dir),
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        "300",
+        "--random-output-len",
+        "4",
+        "--num-prompts",
+        "8",
+        "--max-concurrency",
+        "4",
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     t = json.loads(out.read_text())
     live = t["meta"]["live"]
@@ -229,8 +318,9 @@ def test_validate_thresholds_reach_the_server_check(env, profile, tmp_path, monk
     monkeypatch.setenv("STANDIN_RUNNER", "patched")
     monkeypatch.setenv("STANDIN_GRAPH_NOISE", "50")
     monkeypatch.chdir(tmp_path)
-    code, out, err = _validate_server(capsys, profile, _probes_file(tmp_path), 0.5, "--json",
-                                      "--gap-threshold", "1e6", "--max-logprob-delta", "1e6")
+    code, out, err = _validate_server(
+        capsys, profile, _probes_file(tmp_path), 0.5, "--json", "--gap-threshold", "1e6", "--max-logprob-delta", "1e6"
+    )
     rep = json.loads(out)
     assert code == 0, err
     assert rep["ok"] and rep["gap_threshold"] == 1e6

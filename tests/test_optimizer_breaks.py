@@ -56,7 +56,8 @@ def cost_by_hand(mix, buckets, cal, factor, candidates):
 
 
 batches = st.lists(st.tuples(st.integers(1, 16), st.integers(1, 3)), min_size=1, max_size=8).map(
-    lambda rows: [(n, min(r, n)) for n, r in rows])
+    lambda rows: [(n, min(r, n)) for n, r in rows]
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -125,8 +126,13 @@ def test_mix_must_match_the_histogram():
 
 
 def test_real_calibration_prices_batches_by_request_count():
-    cal = Calibration(tokens=[64, 128], eager_ms=None, graph_ms=[1.0, 1.5], runner="breakable",
-                      batches=BatchTimes([64, 64, 100], [1, 4, 2], [9.0, 9.5, 10.0], [0.5, 0.8, 0.7]))
+    cal = Calibration(
+        tokens=[64, 128],
+        eager_ms=None,
+        graph_ms=[1.0, 1.5],
+        runner="breakable",
+        batches=BatchTimes([64, 64, 100], [1, 4, 2], [9.0, 9.5, 10.0], [0.5, 0.8, 0.7]),
+    )
     mix = BatchMix.from_batches([64, 64, 64, 100], [1, 4, 4, 2])
     sizes, counts = mix.histogram()
     # 64 replays in 64 (1.0 + breaks), 100 in 128 (1.5 + 0.7)

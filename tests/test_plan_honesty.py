@@ -32,13 +32,23 @@ def calibrations(draw, top=6000):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sizes=sizes_st, k=st.integers(1, 6), align=st.sampled_from([1, 8, 64, 128]),
-       compare=st.lists(st.lists(st.integers(1, 6000), min_size=1, max_size=8), max_size=3),
-       objective=st.sampled_from(["padding", "time"]), cal=calibrations(), data=st.data())
+@given(
+    sizes=sizes_st,
+    k=st.integers(1, 6),
+    align=st.sampled_from([1, 8, 64, 128]),
+    compare=st.lists(st.lists(st.integers(1, 6000), min_size=1, max_size=8), max_size=3),
+    objective=st.sampled_from(["padding", "time"]),
+    cal=calibrations(),
+    data=st.data(),
+)
 def test_optimal_row_is_never_beaten_without_a_reason(sizes, k, align, compare, objective, cal, data):
     trace = bcgtune.trace_from_sizes(sizes)
     plan = bcgtune.suggest_buckets(
-        trace, max_buckets=k, align=align, objective=objective, calibration=cal if objective == "time" else None,
+        trace,
+        max_buckets=k,
+        align=align,
+        objective=objective,
+        calibration=cal if objective == "time" else None,
         compare={f"list {i}": lst for i, lst in enumerate(compare)},
     )
     opt = plan.recommended
@@ -58,8 +68,7 @@ def test_optimal_row_is_never_beaten_without_a_reason(sizes, k, align, compare, 
 
 def test_sglang_rows_are_what_sglang_captures():
     trace = bcgtune.trace_from_sizes([100, 900, 3000, 7000])
-    plan = bcgtune.suggest_buckets(trace, align=128, layout_align=1, chunked_prefill_size=16384,
-                                   compare={"mine": [100, 300]})
+    plan = bcgtune.suggest_buckets(trace, align=128, layout_align=1, chunked_prefill_size=16384, compare={"mine": [100, 300]})
     ladder = next(r for r in plan.rows if r.kind == "sglang-default")
     assert ladder.buckets == sglang_default_ladder(16384) and len(ladder.buckets) == 74  # not rounded to --align
     plan = bcgtune.suggest_buckets(trace, layout_align=8, chunked_prefill_size=8192, compare={"mine": [100, 300]})

@@ -45,9 +45,15 @@ def test_mi355x_reproduces_the_seeds_server():
     p = load_profile("mi355x")
     assert (p.platform, p.model, p.hardware) == ("rocm", "amd/Qwen3.8-Flash-Next-Quark-MXFP4", "mi355x")
     assert p.server == {
-        "tp_size": 2, "ep_size": 2, "attention_backend": "aiter", "linear_attn_backend": "triton",
-        "context_length": 8192, "max_running_requests": 128, "disable_radix_cache": True,
-        "mm_enable_dp_encoder": True, "cuda_graph_backend_prefill": "breakable",
+        "tp_size": 2,
+        "ep_size": 2,
+        "attention_backend": "aiter",
+        "linear_attn_backend": "triton",
+        "context_length": 8192,
+        "max_running_requests": 128,
+        "disable_radix_cache": True,
+        "mm_enable_dp_encoder": True,
+        "cuda_graph_backend_prefill": "breakable",
     }
     assert p.buckets == SEED_BUCKETS and p.env == {}
 
@@ -80,13 +86,13 @@ def test_kebab_and_snake_normalized():
         (GOOD.replace("tp-size = 2", "tp-size = 2\ntp_size = 4"), "[server].tp_size"),
         (GOOD.replace("tp-size = 2", "tp-size = {a = 1}"), "[server].tp-size"),
         (GOOD.replace("tp-size = 2", "cuda-graph-bs-prefill = [4, 8]"), "[server].cuda-graph-bs-prefill"),
-        (GOOD.replace("tp-size = 2", "model-path = \"x\""), "[server].model-path"),
-        (GOOD.replace("tp-size = 2", "cuda-graph-config = '{\"prefill\": {\"bs\": [4]}}'"), "[server].cuda-graph-config"),
+        (GOOD.replace("tp-size = 2", 'model-path = "x"'), "[server].model-path"),
+        (GOOD.replace("tp-size = 2", 'cuda-graph-config = \'{"prefill": {"bs": [4]}}\''), "[server].cuda-graph-config"),
         (GOOD.replace("list = [4, 8, 16]", "list = [4, 16, 8]"), "[buckets].list"),
         (GOOD.replace("list = [4, 8, 16]", "list = [4, 4, 8]"), "[buckets].list"),
         (GOOD.replace("list = [4, 8, 16]", "list = [0, 8]"), "[buckets].list"),
         (GOOD.replace("list = [4, 8, 16]", "list = [4, 8.5]"), "[buckets].list"),
-        (GOOD.replace("list = [4, 8, 16]", "list = \"4 8\""), "[buckets].list"),
+        (GOOD.replace("list = [4, 8, 16]", 'list = "4 8"'), "[buckets].list"),
         (GOOD.replace('objective = "time"', "objective = 3"), "[buckets].objective"),
         (GOOD.replace('objective = "time"', 'flavour = "x"'), "[buckets].flavour"),
         (GOOD + "\n[env]\nHIP_X = 1\n", "[env].HIP_X"),
@@ -168,7 +174,14 @@ def test_snake_is_the_one_flag_normalizer():
     from bcgtune.adapters.profiles import flag_name, snake
 
     assert [snake(k) for k in ("--tp-size", "tp-size", "tp_size", "tp", "--tp", " dp ", "attention-data-parallel-size")] == [
-        "tp_size", "tp_size", "tp_size", "tp_size", "tp_size", "dp_size", "attn_dp_size"]
+        "tp_size",
+        "tp_size",
+        "tp_size",
+        "tp_size",
+        "tp_size",
+        "dp_size",
+        "attn_dp_size",
+    ]
     assert snake("mem-frac") == "mem_frac"  # other abbreviations pass through, for the parser check to refuse
     assert flag_name("tp") == "--tp-size"
 

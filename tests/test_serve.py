@@ -21,8 +21,6 @@ FAKE = HERE / "fake_sglang_server.py"
 GOLDEN = HERE / "data" / "serve"
 
 
-
-
 @pytest.mark.parametrize("name", ["mi355x", "h200"])
 def test_dry_run_golden(name, capsys, monkeypatch):
     import bcgtune.adapters.launcher as launcher
@@ -39,10 +37,27 @@ def test_dry_run_env_model_port_extra(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(launcher, "sglang_check_available", lambda: (False, "test"))
     p = tmp_path / "p.toml"
-    p.write_text('[profile]\nname = "p"\nplatform = "rocm"\n[server]\ntp-size = 2\nport = 1\n'
-                 'mem-fraction-static = 0.85\nenable-foo = false\n[env]\nSGLANG_USE_AITER = "1"\nX = "a b"\n')
-    code, out, err = run_cli(["serve", "--profile", str(p), "--model-path", "/m dir", "--port", "31000", "--dry-run",
-                              "--no-sglang-probe", "--", "--log-level", "debug"], capsys)
+    p.write_text(
+        '[profile]\nname = "p"\nplatform = "rocm"\n[server]\ntp-size = 2\nport = 1\n'
+        'mem-fraction-static = 0.85\nenable-foo = false\n[env]\nSGLANG_USE_AITER = "1"\nX = "a b"\n'
+    )
+    code, out, err = run_cli(
+        [
+            "serve",
+            "--profile",
+            str(p),
+            "--model-path",
+            "/m dir",
+            "--port",
+            "31000",
+            "--dry-run",
+            "--no-sglang-probe",
+            "--",
+            "--log-level",
+            "debug",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert out.replace(sys.executable, "{python}").startswith(
         "# environment added by profile p:\nexport SGLANG_USE_AITER=1\nexport X='a b'\n"
@@ -102,12 +117,16 @@ def test_extra_flags_refused(extra, message, origin, sglang_parser):
 @pytest.mark.parametrize(
     "line, message, key",
     [
-        ("cuda-graph-backend-prefil = \"breakable\"", "abbreviation of --cuda-graph-backend-prefill", "[server].cuda-graph-backend-prefil"),
+        (
+            'cuda-graph-backend-prefil = "breakable"',
+            "abbreviation of --cuda-graph-backend-prefill",
+            "[server].cuda-graph-backend-prefil",
+        ),
         ("attention-backend = true", "takes a value", "[server].attention-backend"),
         ("disable-radix-cache = 1", "is a switch", "[server].disable-radix-cache"),
         ("context-length = [1, 2]", "one value", "[server].context-length"),
-        ("attention-backend = \"warp-drive\"", "invalid choice", "[server].attention-backend"),
-        ("linear_attn_backendd = \"triton\"", "not an SGLang flag", "[server].linear-attn-backendd"),
+        ('attention-backend = "warp-drive"', "invalid choice", "[server].attention-backend"),
+        ('linear_attn_backendd = "triton"', "not an SGLang flag", "[server].linear-attn-backendd"),
     ],
 )
 def test_profile_keys_refused(tmp_path, line, message, key, sglang_parser):
@@ -139,14 +158,27 @@ def _wrapper(tmp_path) -> Path:
     return w
 
 
-
-
 def _serve(tmp_path, env_extra, *args):
     env = dict(os.environ, **env_extra)
     return subprocess.Popen(
-        [sys.executable, "-m", "bcgtune", "serve", "--profile", "mi355x", "--python", str(_wrapper(tmp_path)),
-         "--grace", "5", *args],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "bcgtune",
+            "serve",
+            "--profile",
+            "mi355x",
+            "--python",
+            str(_wrapper(tmp_path)),
+            "--grace",
+            "5",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

@@ -261,7 +261,9 @@ def test_capture_lines_elided_and_legacy():
     )
     assert cap["buckets"] == [1, 256] and cap["elided"] and cap["listed_count"] == 36
     assert cap["phase"] == "target" and cap["kind"] == "decode" and cap["event"] == "begin"
-    cap = parse_capture_text("[2025-05-29 23:20:05 TP0] Capture cuda graph end. Time elapsed: 4.10 s. mem usage=2.51 GB. avail mem=15.05 GB.")
+    cap = parse_capture_text(
+        "[2025-05-29 23:20:05 TP0] Capture cuda graph end. Time elapsed: 4.10 s. mem usage=2.51 GB. avail mem=15.05 GB."
+    )
     assert (cap["kind"], cap["elapsed_s"], cap["mem_usage_gb"], cap["avail_mem_gb"]) == ("legacy", 4.1, 2.51, 15.05)
     cap = parse_capture_text("[2025-05-29 23:20:01 TP0] Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32]")
     assert cap["label"] == "cuda graph bs" and cap["buckets"] == [1, 2, 4, 8, 16, 24, 32]
@@ -409,7 +411,13 @@ def test_tricky_chunk_content_parsed():
         fh.flush()
         res = scan_log(fh.name)
     assert res.lines == 12 and res.decode_lines == 1 and res.legacy_decode_lines == 1
-    assert [(r.line, r.physical_lines, r.new_token) for r in res.records] == [(1, 3, 2048), (6, 1, 2), (7, 2, 64), (9, 1, 7), (12, 1, 9)]
+    assert [(r.line, r.physical_lines, r.new_token) for r in res.records] == [
+        (1, 3, 2048),
+        (6, 1, 2),
+        (7, 2, 64),
+        (9, 1, 7),
+        (12, 1, 9),
+    ]
     assert res.records[3].forward_ct == 3 and res.records[3].rank == "TP0"
     assert [m["line"] for m in res.malformed] == [11]
     assert len(res.graph_disabled) == 1
@@ -483,7 +491,7 @@ _G_GRAPHS = st.sampled_from(
 _G_OTHER = st.sampled_from(
     [
         "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 5, cuda graph: True, gen throughput (token/s): 1.0",
-        "[2026-01-01 00:00:00] INFO:     127.0.0.1:40004 - \"POST /v1/completions HTTP/1.1\" 200 OK",
+        '[2026-01-01 00:00:00] INFO:     127.0.0.1:40004 - "POST /v1/completions HTTP/1.1" 200 OK',
         "[2026-01-01 00:00:00 TP0] Capture cuda graph bs [1, 2, 4, 8]",
         "[2026-01-01 00:00:00 TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[256, 512] (2), avail mem=10.0 GB",
         "[2026-01-01 00:00:00 TP0] max_total_num_tokens=1000, chunked_prefill_size=8192, context_len=4096",
@@ -642,7 +650,10 @@ def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, 
     assert trace.batches["line"].tolist() == [1, 3]
     ps = trace.parse_stats
     assert ps["lines"] == 4 and ps["overlong_lines"] == 2 and ps["malformed_prefill_lines"] == 0
-    assert [(s["line"], s["bytes"]) for s in ps["overlong_samples"]] == [(2, len(ok) + 1 + (3 << 20)), (4, mod.MAX_LINE_BYTES + 1)]
+    assert [(s["line"], s["bytes"]) for s in ps["overlong_samples"]] == [
+        (2, len(ok) + 1 + (3 << 20)),
+        (4, mod.MAX_LINE_BYTES + 1),
+    ]
     assert all(len(s["text"]) <= mod.MAX_QUOTE_CHARS for s in ps["overlong_samples"])
     assert ps["overlong_samples"][0]["text"].startswith("[2026-01-01 00:00:00 TP0] Prefill batch")
     assert len(repr(ps)) < 5000  # never the whole line

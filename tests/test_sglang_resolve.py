@@ -80,18 +80,36 @@ SPECIAL = [
     ("h200", "plain", {"cuda-graph-config": '{"prefill": {"backend": "breakable", "max_bs": 3000}}'}, None),
     ("h200", "plain", {"tp-size": 4, "moe-a2a-backend": "deepep", "cuda-graph-max-bs-prefill": 1000}, None),
     ("h200", "plain", {"tp-size": 4, "moe-a2a-backend": "deepep", "deepep-mode": "normal"}, [256]),
-    ("h200", "plain", {"tp-size": 8, "attn-dp-size": 4, "moe-a2a-backend": "deepep",
-                       "cuda-graph-max-bs-prefill": 4096}, None),
-    ("h200", "plain", {"tp-size": 4, "enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "breakable",
-                       "moe-a2a-backend": "deepep"}, [100, 301]),
+    ("h200", "plain", {"tp-size": 8, "attn-dp-size": 4, "moe-a2a-backend": "deepep", "cuda-graph-max-bs-prefill": 4096}, None),
+    (
+        "h200",
+        "plain",
+        {"tp-size": 4, "enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "breakable", "moe-a2a-backend": "deepep"},
+        [100, 301],
+    ),
     ("h200", "plain", {"tp-size": 4, "attn-cp-size": 2}, None),
     # DeepEP v2 turns prefill graphs off even when breakable is chosen (it needs a model
     # registered for it and a per-rank budget of 128 tokens); MoRI is not validated
-    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "deepep_v2", "cuda-graph-backend-prefill": "breakable",
-                     "chunked-prefill-size": 128, "max-prefill-tokens": 128, "cuda-graph-max-bs-decode": 64}, None),
+    (
+        "h200",
+        "moe",
+        {
+            "tp-size": 2,
+            "moe-a2a-backend": "deepep_v2",
+            "cuda-graph-backend-prefill": "breakable",
+            "chunked-prefill-size": 128,
+            "max-prefill-tokens": 128,
+            "cuda-graph-max-bs-decode": 64,
+        },
+        None,
+    ),
     ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096}, None),
-    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096,
-                     "cuda-graph-backend-prefill": "breakable"}, [100, 301]),
+    (
+        "h200",
+        "moe",
+        {"tp-size": 2, "moe-a2a-backend": "mori", "chunked-prefill-size": 4096, "cuda-graph-backend-prefill": "breakable"},
+        [100, 301],
+    ),
     # pplx needs attention DP and at most 128 tokens per rank: SGLang turns graphs off with it
     ("h200", "plain", {"tp-size": 8, "attn-dp-size": 8, "moe-a2a-backend": "pplx", "chunked-prefill-size": 1024}, None),
     ("h200", "plain", {"tp-size": 4, "attn-cp-size": 2, "cuda-graph-backend-prefill": "breakable"}, [100, 301]),
@@ -128,22 +146,35 @@ def _profile(server: dict, buckets, platform: str, hardware: str, model: Path) -
     from bcgtune.adapters.profiles import snake
 
     return Profile(
-        name="grid", platform=platform, hardware=hardware, model=str(model),
-        server={snake(k): v for k, v in server.items()}, buckets=list(buckets) if buckets else None,
+        name="grid",
+        platform=platform,
+        hardware=hardware,
+        model=str(model),
+        server={snake(k): v for k, v in server.items()},
+        buckets=list(buckets) if buckets else None,
     )
 
 
 def _device(hw: str) -> dict:
     g = gpu_for(hw)
-    return {"platform": g.platform, "name": g.name, "memory_gib": g.memory_gib, "capability": list(g.capability),
-            "gcn_arch": g.gcn_arch}
+    return {
+        "platform": g.platform,
+        "name": g.name,
+        "memory_gib": g.memory_gib,
+        "capability": list(g.capability),
+        "gcn_arch": g.gcn_arch,
+    }
 
 
 def _ours(p: Profile):
     spec = gpu_for(p.hardware)
     launch = prefill_launch_from_server_flags(
-        p.server, platform=p.platform, gpu_memory_gib=spec.memory_gib, buckets=p.buckets,
-        model_path=p.model, mla=_is_mla(_read_config(Path(p.model))),
+        p.server,
+        platform=p.platform,
+        gpu_memory_gib=spec.memory_gib,
+        buckets=p.buckets,
+        model_path=p.model,
+        mla=_is_mla(_read_config(Path(p.model))),
     )
     return resolve_prefill_capture(launch)
 
@@ -174,8 +205,13 @@ def test_fallback_model_equals_sglang_resolution(tmp_path):
         ours = _ours(prof)
         sg_backend = sg["backend"] if sg["captured"] else "disabled"
         got = (sg_backend, tuple(sg["captured"]), sg["alignment"], sg["max_bs"], sg["chunked_prefill_size"])
-        want = (ours.backend if ours.captured else "disabled", ours.captured, ours.alignment, ours.max_bs,
-                ours.chunked_prefill_size)
+        want = (
+            ours.backend if ours.captured else "disabled",
+            ours.captured,
+            ours.alignment,
+            ours.max_bs,
+            ours.chunked_prefill_size,
+        )
         if got != want:
             mismatches.append((hw, prof.server, prof.buckets, "sglang:", got, "bcgtune:", want))
     assert not mismatches, "\n".join(map(str, mismatches[:10])) + f"\n{len(mismatches)} of {len(grid)} differ"
@@ -190,8 +226,13 @@ def test_fallback_when_sglang_absent(monkeypatch, tmp_path):
     import bcgtune.adapters.sglang_resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
-    prof = _profile({"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep",
-                     "chunked-prefill-size": 8192}, None, "cuda", "h200", _PROBE_CONFIG_DIR)
+    prof = _profile(
+        {"tp": 8, "dp": 8, "enable-dp-attention": True, "moe-a2a-backend": "deepep", "chunked-prefill-size": 8192},
+        None,
+        "cuda",
+        "h200",
+        _PROBE_CONFIG_DIR,
+    )
     r = resolve_prefill(prof)
     assert r.source == "bcgtune model" and r.fallback_reason == "sglang is not installed"
     assert (r.backend, len(r.buckets), r.buckets[-1], r.max_bs, r.chunked_prefill_size) == ("breakable", 38, 1024, 1024, 1024)

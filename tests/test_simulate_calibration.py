@@ -35,8 +35,20 @@ def test_calibrated_step_model_uses_the_measured_times(tmp_path):
 
 
 def _levels(tmp_path, cal_rows):
-    args = ["trace", "--simulate", "--num-prompts", "40", "--max-concurrency", "8", "--random-input-len", "2048", "--random-output-len", "2",
-            "-o", str(tmp_path / "t.json")]
+    args = [
+        "trace",
+        "--simulate",
+        "--num-prompts",
+        "40",
+        "--max-concurrency",
+        "8",
+        "--random-input-len",
+        "2048",
+        "--random-output-len",
+        "2",
+        "-o",
+        str(tmp_path / "t.json"),
+    ]
     if cal_rows:
         args += ["--calibration", str(_write_cal(tmp_path, cal_rows))]
     r = runner.invoke(app, args)
@@ -55,7 +67,12 @@ def test_calibration_replaces_the_prefill_step_model(tmp_path):
 def test_bad_calibration_is_one_line_error(tmp_path):
     bad = tmp_path / "cal.csv"
     bad.write_text("tokens,eager\n1,2\n")
-    p = subprocess.run([sys.executable, "-m", "bcgtune", "trace", "--simulate", "--calibration", str(bad)],
-                       capture_output=True, text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "bcgtune", "trace", "--simulate", "--calibration", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 2
     assert p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1 and "cal.csv" in p.stderr

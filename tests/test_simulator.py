@@ -39,8 +39,14 @@ from bcgtune.errors import InputError
 def fixed(n=3, L=1000, out=4, conc=1, **kw) -> Workload:
     """Every prompt exactly L tokens (range ratio 1), no warm-up."""
     base = {
-        "dataset_name": "random", "num_prompts": [n], "random_input_len": L, "random_output_len": out,
-        "random_range_ratio": 1.0, "max_concurrency": [conc], "warmup_requests": 0, "disable_radix_cache": True,
+        "dataset_name": "random",
+        "num_prompts": [n],
+        "random_input_len": L,
+        "random_output_len": out,
+        "random_range_ratio": 1.0,
+        "max_concurrency": [conc],
+        "warmup_requests": 0,
+        "disable_radix_cache": True,
     }
     base.update(kw)
     return Workload(**base)
@@ -128,15 +134,36 @@ def test_dp_ranks_round_robin():
 
 workloads = st.builds(
     lambda n, L, out, r, conc, chunk, maxrun, mixed, page, radix, rate, seed, pdi, img: Workload(
-        dataset_name="image" if img else "random", num_prompts=[n], random_input_len=L, random_output_len=out,
-        random_range_ratio=r, max_concurrency=conc, chunked_prefill_size=chunk, max_running_requests=maxrun,
-        enable_mixed_chunk=mixed, page_size=page, disable_radix_cache=radix, request_rate=rate, seed=seed,
-        prefill_decode_interval=pdi, image_resolution="random:64x64-700x900", model_family="qwen2-vl",
+        dataset_name="image" if img else "random",
+        num_prompts=[n],
+        random_input_len=L,
+        random_output_len=out,
+        random_range_ratio=r,
+        max_concurrency=conc,
+        chunked_prefill_size=chunk,
+        max_running_requests=maxrun,
+        enable_mixed_chunk=mixed,
+        page_size=page,
+        disable_radix_cache=radix,
+        request_rate=rate,
+        seed=seed,
+        prefill_decode_interval=pdi,
+        image_resolution="random:64x64-700x900",
+        model_family="qwen2-vl",
     ),
-    n=st.integers(1, 40), L=st.integers(1, 3000), out=st.integers(1, 60), r=st.floats(0, 1),
-    conc=st.lists(st.integers(1, 32), min_size=1, max_size=3), chunk=st.integers(64, 4096),
-    maxrun=st.integers(1, 48), mixed=st.booleans(), page=st.sampled_from([1, 16, 64]), radix=st.booleans(),
-    rate=st.sampled_from([float("inf"), 5.0, 200.0]), seed=st.integers(0, 1000), pdi=st.integers(0, 3),
+    n=st.integers(1, 40),
+    L=st.integers(1, 3000),
+    out=st.integers(1, 60),
+    r=st.floats(0, 1),
+    conc=st.lists(st.integers(1, 32), min_size=1, max_size=3),
+    chunk=st.integers(64, 4096),
+    maxrun=st.integers(1, 48),
+    mixed=st.booleans(),
+    page=st.sampled_from([1, 16, 64]),
+    radix=st.booleans(),
+    rate=st.sampled_from([float("inf"), 5.0, 200.0]),
+    seed=st.integers(0, 1000),
+    pdi=st.integers(0, 3),
     img=st.booleans(),
 )
 
@@ -216,7 +243,10 @@ def test_hundred_thousand_requests():
 def test_cli_bad_range_ratio_is_one_line_exit_2():
     p = subprocess.run(
         [sys.executable, "-m", "bcgtune", "trace", "--simulate", "--random-range-ratio", "1.5"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
@@ -236,12 +266,26 @@ def test_simulation_summary_is_typed_and_keeps_the_json_keys():
     d = s.to_dict()
     assert list(d) == ["workload", "replay", "levels"]
     assert list(d["replay"][0]) == [
-        "list", "buckets", "batches", "image_batches", "image_share", "images_known", "patched_replay_batches",
-        "unpatched_replay_batches", "patched_replay_share", "unpatched_replay_share",
+        "list",
+        "buckets",
+        "batches",
+        "image_batches",
+        "image_share",
+        "images_known",
+        "patched_replay_batches",
+        "unpatched_replay_batches",
+        "patched_replay_share",
+        "unpatched_replay_share",
     ]
     assert list(d["levels"][0]) == [
-        "max_concurrency", "num_prompts", "batches", "image_batches", "mean_forward_tokens", "max_forward_tokens",
-        "decode_steps", "duration_s",
+        "max_concurrency",
+        "num_prompts",
+        "batches",
+        "image_batches",
+        "mean_forward_tokens",
+        "max_forward_tokens",
+        "decode_steps",
+        "duration_s",
     ]
     assert json.loads(json.dumps(d)) == d
     assert sum(lv.batches for lv in s.levels) == s.replay[0].batches

@@ -32,7 +32,19 @@ def trace_csv(tmp_path):
 
 def test_json_output_recommended_is_optimal_and_rows_present(trace_csv):
     path, t = trace_csv
-    r = runner.invoke(app, ["suggest-buckets", str(path), "--max-buckets", "8", "--json", "--kmeans", "--compare", "mine=256 512 1024 2048 4096 8192"])
+    r = runner.invoke(
+        app,
+        [
+            "suggest-buckets",
+            str(path),
+            "--max-buckets",
+            "8",
+            "--json",
+            "--kmeans",
+            "--compare",
+            "mine=256 512 1024 2048 4096 8192",
+        ],
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj["format_version"] == 1
@@ -67,7 +79,9 @@ def test_human_output_ends_with_paste_ready_flag(trace_csv):
 def test_alignment_from_layout_and_max_bucket(trace_csv):
     path, _ = trace_csv
     # DP attention with tp 8, dp 2: attention TP size 4 -> every bucket a multiple of 4
-    r = runner.invoke(app, ["suggest-buckets", str(path), "--json", "--tp", "8", "--dp", "2", "--dp-attention", "--max-bucket", "4096"])
+    r = runner.invoke(
+        app, ["suggest-buckets", str(path), "--json", "--tp", "8", "--dp", "2", "--dp-attention", "--max-bucket", "4096"]
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj["params"]["align"] == 4
@@ -146,8 +160,21 @@ def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
 
     path, _ = trace_csv
     prof = tmp_path / "tuned.toml"
-    r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "5", "--json", "--no-baselines",
-                            "--write-profile", str(prof), "--base-profile", "mi355x"])
+    r = runner.invoke(
+        app,
+        [
+            "suggest-buckets",
+            str(path),
+            "-k",
+            "5",
+            "--json",
+            "--no-baselines",
+            "--write-profile",
+            str(prof),
+            "--base-profile",
+            "mi355x",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rec = json.loads(r.stdout)["recommended"]["buckets"]
     p = load_profile(str(prof))
@@ -209,10 +236,13 @@ def test_help_keeps_literal_brackets():
     import os
 
     env = dict(os.environ, COLUMNS="250", TERM="dumb")
-    for cmd, needle in (("suggest-buckets", "profile's [buckets]"), ("trace", "[max(floor(L*r),1), L]"),
-                        ("validate", "[buckets].list"), ("serve", "[profile].model")):
-        p = subprocess.run([sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True,
-                           env=env, timeout=60)
+    for cmd, needle in (
+        ("suggest-buckets", "profile's [buckets]"),
+        ("trace", "[max(floor(L*r),1), L]"),
+        ("validate", "[buckets].list"),
+        ("serve", "[profile].model"),
+    ):
+        p = subprocess.run([sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True, env=env, timeout=60)
         assert p.returncode == 0 and needle in p.stdout, (cmd, p.stdout[-500:])
 
 

@@ -115,9 +115,7 @@ def _run(*args, stdin: bytes | None = None):
     )
 
 
-@pytest.mark.parametrize(
-    "kind", ["missing", "empty", "no_prefill", "folder", "nul", "truncated_gz", "corrupt_gz", "huge_count"]
-)
+@pytest.mark.parametrize("kind", ["missing", "empty", "no_prefill", "folder", "nul", "truncated_gz", "corrupt_gz", "huge_count"])
 def test_bad_input_one_line_error_exit_2(tmp_path, kind):
     import gzip
 
@@ -174,7 +172,9 @@ def test_stdin_and_gz_via_subprocess(tmp_path):
 
 def test_shared_golden_through_cli():
     path = SHARED_LOGS / "24_newest_decode_graph_end_startup_and_load.log"
-    res = CliRunner().invoke(app, ["trace", "--log", str(path), "--log", str(SHARED_LOGS / "22_newest_prefill_graph_capture_begin.log"), "--json"])
+    res = CliRunner().invoke(
+        app, ["trace", "--log", str(path), "--log", str(SHARED_LOGS / "22_newest_prefill_graph_capture_begin.log"), "--json"]
+    )
     s = json.loads(res.stdout)
     assert s["batches"] == 14 and s["decode_lines"] == 13
     assert len(s["captured"]["buckets"]) == 58
@@ -205,7 +205,7 @@ def test_trace_inputs_users_have(tmp_path, name, content, sizes, counts):
     [
         ("batches,foo\n1,2\n", "needs a 'size' column"),
         ("count,size\n2,100\n3\n", ":3"),
-        ("[1, \"a\"]", "valid integer"),
+        ('[1, "a"]', "valid integer"),
         ("[]", "empty"),
     ],
 )

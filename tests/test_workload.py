@@ -108,7 +108,7 @@ def test_default_workload_is_the_multimodal_pr_benchmark():
 
 def test_workload_toml_is_strict(tmp_path):
     p = tmp_path / "w.toml"
-    p.write_text('[client]\nrandom_input_len = 512\nrandom_inptu_len = 3\n')
+    p.write_text("[client]\nrandom_input_len = 512\nrandom_inptu_len = 3\n")
     with pytest.raises(InputError) as e:
         load_workload_file(str(p))
     assert "random_inptu_len" in str(e.value) and str(p) in str(e.value)
@@ -121,7 +121,7 @@ def test_workload_toml_sets_fields_and_options_win(tmp_path):
     p = tmp_path / "w.toml"
     p.write_text(
         '[client]\ndataset_name = "random"\nmax_concurrency = [2, 8]\nnum_prompts = [20, 80]\n'
-        '[server]\nchunked-prefill-size = 2048\nenable_mixed_chunk = true\n[step_time]\ndecode_base_ms = 7\n'
+        "[server]\nchunked-prefill-size = 2048\nenable_mixed_chunk = true\n[step_time]\ndecode_base_ms = 7\n"
     )
     w = workload_from_options(workload=str(p), random_input_len=300, max_concurrency="2,8")
     assert w.max_concurrency == [2, 8] and w.num_prompts == [20, 80]
@@ -206,29 +206,33 @@ def test_preset_text_names_its_source():
 @pytest.mark.parametrize(
     "body,needles",
     [
-        ("[client]\nrandom_input_len = \"abc\"\n", ["[client].random_input_len", "valid integer"]),
+        ('[client]\nrandom_input_len = "abc"\n', ["[client].random_input_len", "valid integer"]),
         ("[client]\nrandom_input_len = 99999999999999999999999\n", ["[client].random_input_len", "less than or equal"]),
         ("[client]\nseed = -1\n", ["[client].seed", "greater than or equal to 0"]),
         ("[client]\nnum_prompts = 0\n", ["[client].num_prompts[0]", "greater than or equal to 1"]),
         ("[client]\nnum_prompts = [10, 0]\nmax_concurrency = [1, 2]\n", ["[client].num_prompts[1]"]),
         ("[client]\nnum_prompts = nan\n", ["[client].num_prompts", "an integer or a list of integers, got nan"]),
-        ("[client]\nmax_concurrency = \"8\"\n", ["[client].max_concurrency", "an integer or a list of integers"]),
+        ('[client]\nmax_concurrency = "8"\n', ["[client].max_concurrency", "an integer or a list of integers"]),
         ("[client]\nnum_prompts = []\n", ["[client].num_prompts", "must have at least 1 item"]),
-        ("[client]\nnum_prompts = [6000000, 6000000]\nmax_concurrency = [1, 2]\n",
-         ["[client].num_prompts", "12,000,002 requests", "10,000,000"]),
-        ("[client]\nrequest_rate = \"fast\"\n", ["[client].request_rate", "valid number"]),
-        ("[client]\nimage_resolution = \"x\"\ndataset_name = \"image\"\n", ["[client].image_resolution"]),
+        (
+            "[client]\nnum_prompts = [6000000, 6000000]\nmax_concurrency = [1, 2]\n",
+            ["[client].num_prompts", "12,000,002 requests", "10,000,000"],
+        ),
+        ('[client]\nrequest_rate = "fast"\n', ["[client].request_rate", "valid number"]),
+        ('[client]\nimage_resolution = "x"\ndataset_name = "image"\n', ["[client].image_resolution"]),
         ("[step_time]\ndecode_base_ms = -1\n", ["[step_time].decode_base_ms", "greater than 0"]),
         ("[step_time]\nprefill_c1_ms = -0.5\n", ["[step_time].prefill_c1_ms", "greater than or equal to 0"]),
         ("[step_time]\nprefill_floor_ms = nan\n", ["[step_time].prefill_floor_ms", "finite"]),
         ("[step_time]\nlevel_gap_s = inf\n", ["[step_time].level_gap_s", "finite"]),
-        ("[server]\nenable_mixed_chunk = \"yes\"\n", ["[server].enable_mixed_chunk", "valid boolean"]),
+        ('[server]\nenable_mixed_chunk = "yes"\n', ["[server].enable_mixed_chunk", "valid boolean"]),
         ("[server]\ndp_size = 100000\n", ["[server].dp_size", "less than or equal to 1024"]),
-        ("[server]\nchunked-prefill-size = 1024\nchunked_prefill_size = 2048\n",
-         ["[server].chunked_prefill_size", "same setting as [server].chunked-prefill-size"]),
+        (
+            "[server]\nchunked-prefill-size = 1024\nchunked_prefill_size = 2048\n",
+            ["[server].chunked_prefill_size", "same setting as [server].chunked-prefill-size"],
+        ),
         ("client = 5\n", ["client", "must be a table"]),
         ("name = 5\n", ["name", "valid string"]),
-        ("colour = \"red\"\n", ["colour", "unknown key"]),
+        ('colour = "red"\n', ["colour", "unknown key"]),
         ("[client]\nrandom_inptu_len = 3\n", ["[client].random_inptu_len", "unknown key"]),
         ("[client\n", ["invalid TOML"]),
         ("a = " + "[" * 100_000 + "]" * 100_000 + "\n", ["invalid TOML"]),
@@ -270,10 +274,7 @@ def test_workload_folder_and_missing_file(tmp_path):
 
 def test_workload_file_accepts_kebab_keys_aliases_and_inf(tmp_path):
     p = tmp_path / "w.toml"
-    p.write_text(
-        '[client]\nrandom-input-len = 300\nrequest_rate = "inf"\nnum_prompts = 12\n'
-        "[server]\ntp = 4\ndp-size = 2\n"
-    )
+    p.write_text('[client]\nrandom-input-len = 300\nrequest_rate = "inf"\nnum_prompts = 12\n[server]\ntp = 4\ndp-size = 2\n')
     w = load_workload_file(str(p))
     assert (w.random_input_len, w.request_rate, w.num_prompts, w.tp_size, w.dp_size) == (300, math.inf, [12], 4, 2)
     assert w.name == "w"

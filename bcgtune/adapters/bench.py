@@ -112,19 +112,30 @@ def make_plan(
         raise InputError("prompts per concurrency must be >= 1", "--prompts-per-concurrency")
     for a in bench_args:
         if a.split("=", 1)[0] in _CONTROLLED:
-            raise InputError(f"{a.split('=', 1)[0]} is set by bench per run; leave it out of the bench_serving args", "bench args")
+            raise InputError(
+                f"{a.split('=', 1)[0]} is set by bench per run; leave it out of the bench_serving args", "bench args"
+            )
     seq = parse_order(order or default_order(len(variants)), variants)
     concs = parse_int_list(concurrency, "--concurrency") if concurrency else list(DEFAULT_CONCURRENCY)
     return BenchPlan(profile, variants, seq, concs, runs, prompts_per_concurrency, warmup, list(bench_args))
 
 
 def _run_args(plan: BenchPlan, c: int) -> list[str]:
-    return [*plan.bench_args, "--max-concurrency", str(c), "--num-prompts", str(plan.prompts_per_concurrency * c), "--request-rate", "inf"]
+    return [
+        *plan.bench_args,
+        "--max-concurrency",
+        str(c),
+        "--num-prompts",
+        str(plan.prompts_per_concurrency * c),
+        "--request-rate",
+        "inf",
+    ]
 
 
 def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_timeout: float = 1800.0, say=None) -> dict:
     """Run every launch of the plan; return the result object (also written to
     <workdir>/bench.json). `say`: progress callback (one line each)."""
+
     def note(msg: str) -> None:
         if say is not None:
             say(msg)
@@ -161,8 +172,14 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
         for i, arm in enumerate(plan.order):
             tag = f"{i + 1:02d}-{arm}"
             launch = build_launch(apply_variant(profile, variants[arm]), folder / f"{tag}.server.log")
-            entry = {"index": i, "arm": arm, "launch_command": launch.argv, "launch_env": launch.env,
-                     "server_log": str(launch.log_path), "runs": []}
+            entry = {
+                "index": i,
+                "arm": arm,
+                "launch_command": launch.argv,
+                "launch_env": launch.env,
+                "server_log": str(launch.log_path),
+                "runs": [],
+            }
             result["launches"].append(entry)
             with running_server(launch, label=f"launch {i + 1}/{total} ({arm})", timeout=health_timeout, say=say) as server:
                 steps = [(plan.concurrency[0], -1)] if plan.warmup else []
@@ -178,8 +195,16 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
                         continue
                     line = read_result_line(res_file, folder / f"{name}.client.log")
                     row = {"concurrency": c, "run": r + 1}
-                    for key in (*METRICS, "median_ttft_ms", "median_tpot_ms", "completed", "duration",
-                                "total_input_tokens", "total_output_tokens", "request_throughput"):
+                    for key in (
+                        *METRICS,
+                        "median_ttft_ms",
+                        "median_tpot_ms",
+                        "completed",
+                        "duration",
+                        "total_input_tokens",
+                        "total_output_tokens",
+                        "request_throughput",
+                    ):
                         row[key] = line.get(key)
                     if not line.get("completed"):
                         from bcgtune.errors import ExternalError

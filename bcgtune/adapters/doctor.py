@@ -159,9 +159,7 @@ def find_runner_source(sglang_path: str | None = None) -> Path | None:
 
 def _self_attrs(node: ast.AST) -> set[str]:
     return {
-        n.attr
-        for n in ast.walk(node)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
     }
 
 
@@ -170,9 +168,7 @@ def _names(node: ast.AST) -> set[str]:
 
 
 def _returns_false(body: list[ast.stmt]) -> bool:
-    return any(
-        isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is False for s in body
-    )
+    return any(isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is False for s in body)
 
 
 def _runner_methods(p: Path) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.FunctionDef | ast.AsyncFunctionDef] | str:
@@ -182,9 +178,7 @@ def _runner_methods(p: Path) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, as
         tree = ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
     except (OSError, SyntaxError, ValueError) as exc:
         return f"cannot parse runner source: {type(exc).__name__}"
-    cls = next(
-        (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "PrefillCudaGraphRunner"), None
-    )
+    cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "PrefillCudaGraphRunner"), None)
     if cls is None:
         return "class PrefillCudaGraphRunner not found"
     methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -203,7 +197,12 @@ def _qwen_bcg_assignments(init: ast.AST) -> dict[str, ast.expr]:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr.startswith("_qwen_bcg"):
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                and t.attr.startswith("_qwen_bcg")
+            ):
                 assigned[t.attr] = node.value
     return assigned
 
@@ -239,9 +238,7 @@ def _classify_reading(assigned: dict[str, ast.expr], gate_attrs: set[str], where
     if "_qwen_bcg_hc_sidechannel" in gate_attrs:
         return GateReport(
             "unpatched",
-            "every Qwen4-Exp image batch runs eager under breakable graphs (gate on "
-            + " / ".join(sorted(gate_attrs))
-            + ")",
+            "every Qwen4-Exp image batch runs eager under breakable graphs (gate on " + " / ".join(sorted(gate_attrs)) + ")",
             where,
         )
     return GateReport("unknown", f"unrecognized gate on {', '.join(sorted(gate_attrs))}", where)
@@ -296,8 +293,13 @@ def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateRe
         state, detail = classify_gate(runner.answers)
         return GateReport(state, detail, where, method="behaviour", answers=dict(runner.answers))
     if runner is not None and runner.imported:
-        return GateReport("unknown", f"the runner imports but could not be run: {runner.error}", where, method="behaviour",
-                          answers=dict(runner.answers) or None)
+        return GateReport(
+            "unknown",
+            f"the runner imports but could not be run: {runner.error}",
+            where,
+            method="behaviour",
+            answers=dict(runner.answers) or None,
+        )
     reading = runner_gate_state(path)
     why = runner.error if runner is not None and runner.error else "the runner was not run"
     reading.detail = f"{reading.detail} (read from the source, not run: {why})"
@@ -377,12 +379,14 @@ def _graphs_off_findings(profile, resolved: ResolvedPrefill) -> list[Finding]:
                 BLOCKING if has_list else WARNING,
                 "rocm-prefill-backend-unset",
                 "ROCm: the prefill CUDA-graph backend defaults to disabled (breakable is opt-in); "
-                "set cuda-graph-backend-prefill = \"breakable\" in [server]"
+                'set cuda-graph-backend-prefill = "breakable" in [server]'
                 + (", or the bucket list is never captured" if has_list else ""),
             )
         ]
     if has_list:
-        return [Finding(BLOCKING, "buckets-dead", f"[buckets].list is never captured: prefill graphs are off ({resolved.reason})")]
+        return [
+            Finding(BLOCKING, "buckets-dead", f"[buckets].list is never captured: prefill graphs are off ({resolved.reason})")
+        ]
     return []
 
 
@@ -551,6 +555,8 @@ def run_doctor(
             if hip != (profile.platform == "rocm") and tor.get("gpu_available"):
                 out_platform = "ROCm" if hip else "CUDA"
                 report.findings.append(
-                    Finding(INFO, "platform-mismatch", f"profile is for {profile.platform}, this machine runs {out_platform} torch")
+                    Finding(
+                        INFO, "platform-mismatch", f"profile is for {profile.platform}, this machine runs {out_platform} torch"
+                    )
                 )
     return report

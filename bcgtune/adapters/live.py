@@ -185,8 +185,7 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
-def running_server(launch: Launch, *, label: str = "server", timeout: float = HEALTH_TIMEOUT_S, grace_s: float = 30.0,
-                   say=None):
+def running_server(launch: Launch, *, label: str = "server", timeout: float = HEALTH_TIMEOUT_S, grace_s: float = 30.0, say=None):
     """Start the server, report progress through `say` until /health answers, yield the
     ServerProcess, always stop it (and its whole process group) on the way out."""
     note = say or _quiet
@@ -279,9 +278,7 @@ def run_client(
     is stopped then) or the client exits non-zero."""
     from bcgtune.adapters.launcher import ServerProcess, describe_exit
 
-    client = ServerProcess(
-        argv, log_path=log_path, extra_env=env or {}, echo=(sys.stderr.buffer if echo else None), grace_s=5.0
-    )
+    client = ServerProcess(argv, log_path=log_path, extra_env=env or {}, echo=(sys.stderr.buffer if echo else None), grace_s=5.0)
     client.start()
     try:
         while client.returncode is None:
@@ -297,9 +294,7 @@ def run_client(
     ensure_alive(server, launch, "the benchmark")
     rc = client.returncode
     if rc != 0:
-        raise ExternalError(
-            f"benchmark client {describe_exit(rc)}{last_error_hint(log_path)}", f"log: {log_path}"
-        )
+        raise ExternalError(f"benchmark client {describe_exit(rc)}{last_error_hint(log_path)}", f"log: {log_path}")
 
 
 def read_result_line(path: str | os.PathLike, client_log: Path) -> dict:

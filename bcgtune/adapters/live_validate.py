@@ -89,10 +89,7 @@ def make_image(w: int, h: int, seed: int) -> str:
 
 
 def default_probes() -> list[Probe]:
-    probes = [
-        Probe(f"text-{i}", " ".join([_TEXT_SEEDS[i % len(_TEXT_SEEDS)]] * rep))
-        for i, rep in enumerate(_TEXT_REPEATS)
-    ]
+    probes = [Probe(f"text-{i}", " ".join([_TEXT_SEEDS[i % len(_TEXT_SEEDS)]] * rep)) for i, rep in enumerate(_TEXT_REPEATS)]
     prompt = os.environ.get("BCGTUNE_IMAGE_PROMPT") or QWEN_VL_IMAGE_PROMPT
     for i, (w, h) in enumerate(IMAGE_SIZES):
         probes.append(Probe(f"image-{w}x{h}", prompt, make_image(w, h, i), "image"))
@@ -246,8 +243,20 @@ def compare_outputs(probes, on, off, gap_threshold: float, delta_tol: float) -> 
                 gap = top[0][0] - top[1][0]
         flip_fails = flip is not None and (gap is None or gap > gap_threshold)
         mx = max(deltas) if deltas else 0.0
-        out.append(RequestCompare(p.name, p.kind, agree + (1 if flip is not None else 0), agree, flip, gap,
-                                  flip_fails, mx, mx > delta_tol, a["text"] == b["text"]))
+        out.append(
+            RequestCompare(
+                p.name,
+                p.kind,
+                agree + (1 if flip is not None else 0),
+                agree,
+                flip,
+                gap,
+                flip_fails,
+                mx,
+                mx > delta_tol,
+                a["text"] == b["text"],
+            )
+        )
     return out
 
 
@@ -260,8 +269,9 @@ def replay_shares(log_path: str, phases: dict) -> dict:
         trace = parse_logs([log_path])
     except InputError:
         return {"captured": [], "text": None, "image": None}
-    captured = sorted({b for c in trace.captures if c.get("phase") == "target" and c.get("kind") == "prefill"
-                       for b in (c.get("buckets") or [])})
+    captured = sorted(
+        {b for c in trace.captures if c.get("phase") == "target" and c.get("kind") == "prefill" for b in (c.get("buckets") or [])}
+    )
     lines = trace.batches["line"]
     graph = trace.batches["graph"]
     fwd = trace.batches["forward_tokens"]
@@ -313,7 +323,9 @@ def runner_verdict(shares: dict, qwen4: bool | None, speculative: bool, backend:
         return "not-applicable", "speculative decoding is on: image batches run eager with either runner"
     if img["replayed"] > 0:
         what = "patched" if qwen4 is not False else "replays"
-        return what, "image batches replay" + (" (Qwen4-Exp without speculative decoding: the patched runner is in place)" if qwen4 else "")
+        return what, "image batches replay" + (
+            " (Qwen4-Exp without speculative decoding: the patched runner is in place)" if qwen4 else ""
+        )
     if txt and txt["replayed"] > 0 and img["eligible"] > 0:
         if qwen4 is False:
             return "eager-images", "image batches run eager while text batches replay (model is not Qwen4-Exp)"

@@ -200,27 +200,54 @@ ServerValue = Union[StrictBool, StrictInt, StrictFloat, StrictStr, Annotated[lis
 class ProfileTable(StrictDocument):
     """[profile]: what the profile is for."""
 
-    name: Annotated[str, Field(pattern=_NAME, max_length=100,
-                               description="Profile name: letters, digits, '.', '_' or '-'; default log files are named after it.")]
-    platform: Annotated[Literal["rocm", "cuda"], Field(description="Where the server runs: decides SGLang's default prefill backend (breakable on CUDA, disabled on ROCm).")]
+    name: Annotated[
+        str,
+        Field(
+            pattern=_NAME,
+            max_length=100,
+            description="Profile name: letters, digits, '.', '_' or '-'; default log files are named after it.",
+        ),
+    ]
+    platform: Annotated[
+        Literal["rocm", "cuda"],
+        Field(
+            description="Where the server runs: decides SGLang's default prefill backend (breakable on CUDA, disabled on ROCm)."
+        ),
+    ]
     description: Annotated[str, Field(max_length=2000, description="Free text.")] = ""
-    hardware: Annotated[str, Field(max_length=100, description="The GPU, e.g. h200 or mi355x: its memory sets SGLang's default chunked-prefill size.")] = ""
-    model: Annotated[Optional[str], Field(min_length=1, max_length=4096, description="The model SGLang serves (--model-path): a path or a hub id. `serve --model-path` overrides it.")] = None
+    hardware: Annotated[
+        str,
+        Field(max_length=100, description="The GPU, e.g. h200 or mi355x: its memory sets SGLang's default chunked-prefill size."),
+    ] = ""
+    model: Annotated[
+        Optional[str],
+        Field(
+            min_length=1,
+            max_length=4096,
+            description="The model SGLang serves (--model-path): a path or a hub id. `serve --model-path` overrides it.",
+        ),
+    ] = None
 
 
 class BucketsTable(StrictDocument):
     """[buckets]: the prefill bucket list (`serve` passes it as --cuda-graph-bs-prefill) and
     where it came from."""
 
-    list_: Annotated[list[Tokens], Field(alias="list", min_length=1, max_length=4096,
-                                         description="The buckets: token counts, unique and ascending.")]
+    list_: Annotated[
+        list[Tokens],
+        Field(alias="list", min_length=1, max_length=4096, description="The buckets: token counts, unique and ascending."),
+    ]
     source: Annotated[Optional[str], Field(max_length=2000, description="Where the list comes from.")] = None
     trace_sha256: Annotated[Optional[str], Field(max_length=128, description="sha256 of the trace it was tuned on.")] = None
     trace_path: Annotated[Optional[str], Field(max_length=4096, description="The trace it was tuned on.")] = None
     objective: Annotated[Optional[str], Field(max_length=40, description="padding or time.")] = None
     max_buckets: Annotated[Optional[StrictInt], Field(ge=1, le=4096, description="The K it was tuned with.")] = None
-    padding_factor: Annotated[Optional[Union[StrictInt, StrictFloat]], Field(ge=1, le=1e6, description="The replay rule's factor it was tuned with.")] = None
-    alignment: Annotated[Optional[StrictInt], Field(ge=1, le=2**31 - 1, description="The multiple its buckets were aligned to.")] = None
+    padding_factor: Annotated[
+        Optional[Union[StrictInt, StrictFloat]], Field(ge=1, le=1e6, description="The replay rule's factor it was tuned with.")
+    ] = None
+    alignment: Annotated[
+        Optional[StrictInt], Field(ge=1, le=2**31 - 1, description="The multiple its buckets were aligned to.")
+    ] = None
     tool_version: Annotated[Optional[str], Field(max_length=40, description="bcgtune's version that wrote it.")] = None
     date: Annotated[Optional[str], Field(max_length=40, description="When it was written.")] = None
     note: Annotated[Optional[str], Field(max_length=2000, description="Free text.")] = None
@@ -230,13 +257,21 @@ class ProfileFile(StrictDocument):
     """A launch profile: one TOML file per hardware and model."""
 
     profile: Annotated[ProfileTable, Field(description="What the profile is for.")]
-    server: Annotated[dict[str, ServerValue], Field(
-        description="SGLang launch flags, one key per flag: full names in kebab or snake case, or SGLang's short "
-                    "forms (tp, dp, ep). A value is a bool (true emits the bare flag, false nothing), an int, a float, "
-                    "a string or a non-empty list of those.")] = {}
-    env: Annotated[dict[Annotated[str, Field(pattern=_ENV)], StrictStr], Field(
-        description="Environment variables added at launch (string values).")] = {}
-    buckets: Annotated[Optional[BucketsTable], Field(description="The prefill bucket list; without it SGLang captures its default ladder.")] = None
+    server: Annotated[
+        dict[str, ServerValue],
+        Field(
+            description="SGLang launch flags, one key per flag: full names in kebab or snake case, or SGLang's short "
+            "forms (tp, dp, ep). A value is a bool (true emits the bare flag, false nothing), an int, a float, "
+            "a string or a non-empty list of those."
+        ),
+    ] = {}
+    env: Annotated[
+        dict[Annotated[str, Field(pattern=_ENV)], StrictStr],
+        Field(description="Environment variables added at launch (string values)."),
+    ] = {}
+    buckets: Annotated[
+        Optional[BucketsTable], Field(description="The prefill bucket list; without it SGLang captures its default ladder.")
+    ] = None
 
 
 def _snake_keys(table: Any) -> Any:
@@ -291,8 +326,9 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
 
 def check_provenance(prov: Mapping[str, Any], where: str) -> dict[str, Any]:
     """[buckets] provenance keys (everything but the list), checked as the file would be."""
-    table = validate(BucketsTable, {**_snake_keys(dict(prov)), "list": [1]}, where, style="toml",
-                     prefix=("buckets",), loc_in_where=True)
+    table = validate(
+        BucketsTable, {**_snake_keys(dict(prov)), "list": [1]}, where, style="toml", prefix=("buckets",), loc_in_where=True
+    )
     return table.model_dump(exclude={"list_"}, exclude_none=True)
 
 

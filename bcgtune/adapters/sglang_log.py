@@ -87,9 +87,7 @@ _B_LEGACY_DECODE = b"gen throughput"
 
 # ---- regexes (run on candidate lines only; each is linear in the line length) --------
 _BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
-_STAMP_RE = re.compile(
-    r"^\s*(?:(\d{4})-(\d{2})-(\d{2})[ T])?(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?(?=\s|$)\s*(.*)$"
-)
+_STAMP_RE = re.compile(r"^\s*(?:(\d{4})-(\d{2})-(\d{2})[ T])?(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?(?=\s|$)\s*(.*)$")
 _LOOSE_STAMP_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
 # Rank parts of SGLang's prefix (DP, PP, ATTN_CP, MOE_DP, TP, EP, ...) and the 2024 `gpu=0`.
 _RANK_TOKEN_RE = re.compile(r"^(?:[A-Z][A-Z_]*\d+|gpu(?:_id)?=\d+)$")
@@ -792,9 +790,10 @@ class _Plans:
         self.rank_names: dict[tuple, str] = {}
         self.n = 1
         # kind, pending, has_decode, graph, label, rank template, offsets, lengths
-        self._rows: list[np.ndarray] = [
-            np.zeros(256, t) for t in (np.int8, np.bool_, np.bool_, np.int8, np.int8, np.int64)
-        ] + [np.zeros((256, _NF), np.int64), np.zeros((256, _NF), np.int64)]
+        self._rows: list[np.ndarray] = [np.zeros(256, t) for t in (np.int8, np.bool_, np.bool_, np.int8, np.int8, np.int64)] + [
+            np.zeros((256, _NF), np.int64),
+            np.zeros((256, _NF), np.int64),
+        ]
         self._rows[0][0] = _GENERAL
         self._rows[5][0] = -1
 
@@ -838,7 +837,9 @@ class _Plans:
         hid = np.array(head_ids, np.int64)
         h_ok, h_offsets, h_lengths, h_template = self._head_table()
         # tails, as _decode leaves them (the line's final b"\r" dropped): by shape
-        tails = list(map(bytes.rstrip, map(bytes.__getitem__, keys, map(slice, (cut + 13).tolist(), repeat(None))), repeat(b"\r")))
+        tails = list(
+            map(bytes.rstrip, map(bytes.__getitem__, keys, map(slice, (cut + 13).tolist(), repeat(None))), repeat(b"\r"))
+        )
         runs = _Runs(tails)
         long = np.zeros(n, np.bool_)
         long[runs.text[runs.ends - runs.starts > 18]] = True
@@ -1471,9 +1472,21 @@ class _ListSink(_Sink):
         ):  # fmt: skip
             self.r.records.append(
                 PrefillRecord(
-                    source, line, s, t, c, run, q, rep, None if g < 0 else bool(g),
-                    None if lab < 0 else _GRAPH_LABELS[lab], ts, None if rk < 0 else names[rk],
-                    None if ct < 0 else ct, phys, leg,
+                    source,
+                    line,
+                    s,
+                    t,
+                    c,
+                    run,
+                    q,
+                    rep,
+                    None if g < 0 else bool(g),
+                    None if lab < 0 else _GRAPH_LABELS[lab],
+                    ts,
+                    None if rk < 0 else names[rk],
+                    None if ct < 0 else ct,
+                    phys,
+                    leg,
                 )
             )
 
@@ -1758,8 +1771,7 @@ class _Workers:
         self.results = ctx.Queue()
         taken = ctx.Value("q", 0)
         self.procs = [
-            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done), daemon=True)
-            for _ in range(jobs)
+            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done), daemon=True) for _ in range(jobs)
         ]
         main = threading.current_thread() is threading.main_thread()
         old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
@@ -1865,8 +1877,7 @@ def _no_records_error(paths: list[str], results: list[_FileResult]) -> InputErro
     if bad:
         s = _first(results, "malformed_samples", 1)[0]
         return InputError(
-            f"no readable prefill batch lines found ({bad} malformed, first at "
-            f"{_display_path(paths[s['source']])}:{s['line']})",
+            f"no readable prefill batch lines found ({bad} malformed, first at {_display_path(paths[s['source']])}:{s['line']})",
             where,
         )
     return InputError("no prefill batch lines found", where)

@@ -451,9 +451,7 @@ def _ask(runner, *, image: bool) -> bool:
         kwargs = {k: v for k, v in offered.items() if k in params}
     else:
         kwargs = offered
-    if "contains_mm_inputs" not in params and not any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-    ):
+    if "contains_mm_inputs" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         raise TypeError("can_replay_locally takes no contains_mm_inputs argument")
     return bool(runner.can_replay_locally(**kwargs))
 
@@ -464,8 +462,18 @@ def runner_gates(req: dict) -> list[dict]:
     from sglang.srt.runtime_context import publish
     from sglang.srt.server_args import prepare_server_args
 
-    base = ["--model-path", req["config_dir"], "--cuda-graph-backend-prefill", "breakable",
-            "--cuda-graph-bs-prefill", "256", "512", "1024", "--device", "cpu"]
+    base = [
+        "--model-path",
+        req["config_dir"],
+        "--cuda-graph-backend-prefill",
+        "breakable",
+        "--cuda-graph-bs-prefill",
+        "256",
+        "512",
+        "1024",
+        "--device",
+        "cpu",
+    ]
     launches = {}
     for spec_label, spec_name, extra in (("off", "NONE", []), ("on", "NGRAM", ["--speculative-algorithm", "NGRAM"])):
         server_args = prepare_server_args(base + extra)

@@ -281,7 +281,11 @@ def _reason_from_sglang(launch: dict, backend: str, explicit: bool, platform: st
         off = [m for m in msgs if "disabl" in m.lower() or "incompatible" in m.lower()]
         if launch.get("backend") != "disabled" and not launch.get("bs"):
             chunk = launch.get("chunked_prefill_size")
-            why = "chunked prefill is off (--chunked-prefill-size -1)" if isinstance(chunk, int) and chunk < 1 else "the list is empty"
+            why = (
+                "chunked prefill is off (--chunked-prefill-size -1)"
+                if isinstance(chunk, int) and chunk < 1
+                else "the list is empty"
+            )
             return f"no bucket to capture: {why}; SGLang disables prefill CUDA graphs"
         if off:
             return "SGLang: " + off[-1]
@@ -316,8 +320,14 @@ def _resolved_from_sglang(launch: dict, version: str, requested, platform: str, 
     )
 
 
-def resolve_with_model(profile, model: str | None = None, *, fallback_reason: str | None = None,
-                       config_dir: Path | None = None, extra_notes: Sequence[str] = ()) -> ResolvedPrefill:
+def resolve_with_model(
+    profile,
+    model: str | None = None,
+    *,
+    fallback_reason: str | None = None,
+    config_dir: Path | None = None,
+    extra_notes: Sequence[str] = (),
+) -> ResolvedPrefill:
     """bcgtune's model of SGLang's rules for the profile (no SGLang needed)."""
     from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
     from bcgtune.core.ladder import resolve_prefill_capture
@@ -381,8 +391,9 @@ class _ProbeRequest:
         return len(self.request) > 1  # more than the device
 
 
-def _build_request(profile, model: str | None, *, resolve: bool, check_flags: bool,
-                   runner_sources: Sequence[str | None]) -> _ProbeRequest:
+def _build_request(
+    profile, model: str | None, *, resolve: bool, check_flags: bool, runner_sources: Sequence[str | None]
+) -> _ProbeRequest:
     request: dict[str, Any] = {}
     notes: list[str] = []
     if profile is not None:
@@ -417,8 +428,9 @@ def _build_request(profile, model: str | None, *, resolve: bool, check_flags: bo
     return _ProbeRequest(request, tuple(notes), config_dir, config_why, cmd, refused)
 
 
-def _resolved_answer(result: dict, asked: _ProbeRequest, profile, model: str | None,
-                     version: str | None, error: str | None) -> ResolvedPrefill | None:
+def _resolved_answer(
+    result: dict, asked: _ProbeRequest, profile, model: str | None, version: str | None, error: str | None
+) -> ResolvedPrefill | None:
     """SGLang's resolution of the launch from the child's answer; else the fallback
     model's, with why SGLang's answer could not be used."""
     launches = result.get("launches")
@@ -426,9 +438,11 @@ def _resolved_answer(result: dict, asked: _ProbeRequest, profile, model: str | N
     why = error or asked.config_why
     if launch is not None and launch.get("ok") is True:
         resolved = _resolved_from_sglang(
-            launch, version or "unknown version",
+            launch,
+            version or "unknown version",
             tuple(profile.buckets) if profile.buckets is not None else None,
-            profile.platform, _backend_explicit(profile),
+            profile.platform,
+            _backend_explicit(profile),
         )
         if resolved is not None:
             return replace(resolved, notes=asked.notes + resolved.notes) if asked.notes else resolved

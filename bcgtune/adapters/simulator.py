@@ -168,8 +168,14 @@ class _Recorder:
     bytes a batch."""
 
     COLUMNS = (
-        ("forward_tokens", "q"), ("new_seq", "q"), ("new_token", "q"), ("running_req", "q"),
-        ("queue_req", "q"), ("images", "b"), ("time_s", "d"), ("rank", "i"),
+        ("forward_tokens", "q"),
+        ("new_seq", "q"),
+        ("new_token", "q"),
+        ("running_req", "q"),
+        ("queue_req", "q"),
+        ("images", "b"),
+        ("time_s", "d"),
+        ("rank", "i"),
     )
     FLUSH_ROWS = 1 << 16
     __slots__ = ("arrays", "decode_steps", "flushed", "rows")
@@ -180,8 +186,9 @@ class _Recorder:
         self.flushed = 0
         self.decode_steps = 0
 
-    def batch(self, forward: int, new_seq: int, new_token: int, running: int, queue: int, images: int,
-              t: float, rank: int) -> None:
+    def batch(
+        self, forward: int, new_seq: int, new_token: int, running: int, queue: int, images: int, t: float, rank: int
+    ) -> None:
         rows = self.rows
         rows[0].append(forward)
         rows[1].append(new_seq)
@@ -224,8 +231,9 @@ class _StepRecorder(_Recorder):
         self.dec_rank = array("i")
         self.dec_rows = array("q")
 
-    def batch_step(self, step: int, forward: int, new_seq: int, new_token: int, running: int, queue: int,
-                   images: int, t: float, rank: int) -> None:
+    def batch_step(
+        self, step: int, forward: int, new_seq: int, new_token: int, running: int, queue: int, images: int, t: float, rank: int
+    ) -> None:
         self.rows[8].append(step)
         self.batch(forward, new_seq, new_token, running, queue, images, t, rank)
 
@@ -253,8 +261,21 @@ class _Simulation:
     """What lasts across phases and levels: the ranks, the round-robin pointer, the recorder,
     the progress count."""
 
-    __slots__ = ("_every", "busy", "completed", "iteration", "lockstep", "next_rank", "next_report", "progress", "ranks",
-                 "rec", "reported", "server", "total")
+    __slots__ = (
+        "_every",
+        "busy",
+        "completed",
+        "iteration",
+        "lockstep",
+        "next_rank",
+        "next_report",
+        "progress",
+        "ranks",
+        "rec",
+        "reported",
+        "server",
+        "total",
+    )
 
     def __init__(self, w: Workload, prefill_s: list[float], progress: ProgressFn | None):
         self.server = _Server(w, prefill_s)
@@ -317,12 +338,30 @@ class _Phase:
     handlers copy what they read into locals: this loop is the simulator's hot path."""
 
     __slots__ = (
-        "done", "heap", "in_flight", "kv_need", "limit", "max_in_flight", "n", "n_img", "out", "prompt", "ranks",
-        "rec", "release", "released", "report_at", "sent", "seq", "server", "sim", "t0", "t_end",
+        "done",
+        "heap",
+        "in_flight",
+        "kv_need",
+        "limit",
+        "max_in_flight",
+        "n",
+        "n_img",
+        "out",
+        "prompt",
+        "ranks",
+        "rec",
+        "release",
+        "released",
+        "report_at",
+        "sent",
+        "seq",
+        "server",
+        "sim",
+        "t0",
+        "t_end",
     )
 
-    def __init__(self, sim: _Simulation, reqs: _Requests, concurrency: int | None,
-                 release: np.ndarray | None, t0: float):
+    def __init__(self, sim: _Simulation, reqs: _Requests, concurrency: int | None, release: np.ndarray | None, t0: float):
         self.sim = sim
         self.server = sim.server
         self.ranks = sim.ranks
@@ -470,7 +509,12 @@ class _Phase:
         if rows and r.img_run:
             img_flag = 1
         table = s.prefill_s
-        d = (table[forward] if forward < len(table) else s.prefill_time(forward)) + s.per_req_s * count + s.vision_s * vision + s.dec_kv * r.ctx * (1 if rows else 0)
+        d = (
+            (table[forward] if forward < len(table) else s.prefill_time(forward))
+            + s.per_req_s * count
+            + s.vision_s * vision
+            + s.dec_kv * r.ctx * (1 if rows else 0)
+        )
         if step < 0:
             self.rec.batch(forward, count, ext_total, n_run, len(r.waiting), img_flag, t, r.idx)
         else:
@@ -506,8 +550,17 @@ class _Phase:
             r.chunk_done += take
         return take, ((take + page - 1) // page) * page, 1 if self.n_img[rid] else 0
 
-    def _admit_waiting(self, r: _Rank, rem_chunk: int, rem_input: int, slots: int, finishing: list[int],
-                       count: int, ext_total: int, img_flag: int) -> tuple[int, int, int, int]:
+    def _admit_waiting(
+        self,
+        r: _Rank,
+        rem_chunk: int,
+        rem_input: int,
+        slots: int,
+        finishing: list[int],
+        count: int,
+        ext_total: int,
+        img_flag: int,
+    ) -> tuple[int, int, int, int]:
         """New requests in arrival order until a budget, the running cap (`slots` new rows)
         or the KV room is spent; one that overflows the chunk budget is cut and ends the
         batch. Returns the batch's (requests, new tokens, image flag, images to encode)."""
@@ -808,8 +861,10 @@ def _play_level(sim: _Simulation, w: Workload, plan: _LevelPlan, t: float) -> tu
     if w.warmup_requests > 0:
         wn = w.warmup_requests
         warm = _Requests(
-            np.repeat(plan.prompt[:1], wn), np.repeat(np.minimum(plan.out[:1], WARMUP_OUTPUT_CAP), wn),
-            np.repeat(plan.n_img[:1], wn), w.page_size,
+            np.repeat(plan.prompt[:1], wn),
+            np.repeat(np.minimum(plan.out[:1], WARMUP_OUTPUT_CAP), wn),
+            np.repeat(plan.n_img[:1], wn),
+            w.page_size,
         )
         t, warm_in_flight = phase(sim, warm, plan.concurrency, None, t).run()
         warm_tokens = int(plan.prompt[0]) * wn
@@ -853,8 +908,7 @@ def _trace(w: Workload, rec: _Recorder, levels: list[dict]) -> PrefillTrace:
     return PrefillTrace.from_batches(cols, origin="simulation", meta=meta)
 
 
-def simulate(workload: Workload, step: StepTimeModel | None = None, *,
-             progress: ProgressFn | None = None) -> PrefillTrace:
+def simulate(workload: Workload, step: StepTimeModel | None = None, *, progress: ProgressFn | None = None) -> PrefillTrace:
     """Play `workload` and return its prefill trace (origin "simulation"), deterministic for
     the workload's seed. `step` replaces the workload's step-time model (a calibration).
     `progress(done, total)` is called with completed requests (warm-ups included) about
@@ -951,8 +1005,9 @@ class SimulationSummary:
         return out
 
 
-def replay_shares(trace: PrefillTrace, buckets: Iterable[int], factor: float = DEFAULT_PADDING_FACTOR, *,
-                  label: str | None = None) -> ReplayShare:
+def replay_shares(
+    trace: PrefillTrace, buckets: Iterable[int], factor: float = DEFAULT_PADDING_FACTOR, *, label: str | None = None
+) -> ReplayShare:
     """Share of batches that replay under a bucket list, for the patched and the unpatched
     runner (see ReplayShare; no speculative decoding). Pure function of the trace."""
     buckets = list(buckets)
@@ -1001,8 +1056,9 @@ def _level_summary(level: dict, fwd: np.ndarray | None, img: np.ndarray | None) 
     )
 
 
-def simulation_summary(trace: PrefillTrace, buckets: Iterable[int] | None = None,
-                       factor: float = DEFAULT_PADDING_FACTOR) -> SimulationSummary:
+def simulation_summary(
+    trace: PrefillTrace, buckets: Iterable[int] | None = None, factor: float = DEFAULT_PADDING_FACTOR
+) -> SimulationSummary:
     """Image share and the patched-vs-unpatched replay shares under SGLang's default ladder
     (max = the simulated chunked prefill size) and, if given, a user list (labelled
     "--buckets"); plus the per-concurrency-level breakdown."""

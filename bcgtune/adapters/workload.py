@@ -124,8 +124,9 @@ class StepTimeModel:
         if self.prefill_curve is not None:
             ms = np.asarray(self.prefill_curve(n), dtype=np.float64)
             if ms.shape != n.shape or not np.all(np.isfinite(ms)) or (ms < 0).any():
-                raise InputError("the prefill time curve must return finite non-negative milliseconds per size",
-                                 field="prefill_curve")
+                raise InputError(
+                    "the prefill time curve must return finite non-negative milliseconds per size", field="prefill_curve"
+                )
             return ms
         nf = n.astype(np.float64)
         return np.maximum(self.prefill_floor_ms, self.prefill_c0_ms + self.prefill_c1_ms * nf + self.prefill_c2_ms * nf * nf)
@@ -178,7 +179,9 @@ PromptCounts = Annotated[list[Requests], BeforeValidator(_one_as_list), Field(mi
 Concurrencies = Annotated[list[Requests], BeforeValidator(_one_as_list), Field(max_length=LEVELS_MAX)]
 WarmupRequests = Annotated[int, Field(strict=True, ge=0, le=schema.REQUESTS_MAX)]
 RangeRatio = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
-RequestRate = Annotated[float, Field(strict=True, gt=0.0), BeforeValidator(_inf_word)]  # order: pydantic 2.6 needs the constraint first
+RequestRate = Annotated[
+    float, Field(strict=True, gt=0.0), BeforeValidator(_inf_word)
+]  # order: pydantic 2.6 needs the constraint first
 ImageCount = Annotated[int, Field(strict=True, ge=0, le=IMAGES_PER_REQUEST_MAX)]
 Parallel = Annotated[int, Field(strict=True, ge=1, le=PARALLEL_MAX)]
 ChunkSize = Annotated[int, Field(strict=True, ge=-1, le=schema.TOKENS_MAX), pydantic.AfterValidator(_chunk_size)]
@@ -193,53 +196,97 @@ class ClientSettings(schema.StrictDocument):
     """bench_serving's client options, under its own names."""
 
     dataset_name: DatasetName | None = pydantic.Field(None, description="bench_serving's dataset: random, random-ids or image.")
-    num_prompts: PromptCounts | None = pydantic.Field(None, description="Prompts per run: one value, or one per concurrency level.")
-    random_input_len: schema.Tokens | None = pydantic.Field(None, description="Longest prompt (tokens); lengths are uniform on [max(floor(L*r), 1), L].")
-    random_output_len: schema.NonNegativeInt | None = pydantic.Field(None, description="Longest output (tokens), drawn like the input.")
+    num_prompts: PromptCounts | None = pydantic.Field(
+        None, description="Prompts per run: one value, or one per concurrency level."
+    )
+    random_input_len: schema.Tokens | None = pydantic.Field(
+        None, description="Longest prompt (tokens); lengths are uniform on [max(floor(L*r), 1), L]."
+    )
+    random_output_len: schema.NonNegativeInt | None = pydantic.Field(
+        None, description="Longest output (tokens), drawn like the input."
+    )
     random_range_ratio: RangeRatio | None = pydantic.Field(None, description="r in the length rule above.")
     image_count: ImageCount | None = pydantic.Field(None, description="Images per request (image dataset).")
     image_resolution: Text | None = pydantic.Field(None, description="4k, 1080p, 720p, 360p, HEIGHTxWIDTH, or random:hxw-HxW.")
-    max_concurrency: Concurrencies | None = pydantic.Field(None, description="Concurrency levels, run one after another (empty: unbounded, one run).")
-    request_rate: RequestRate | None = pydantic.Field(None, description="Requests per second (Poisson arrivals), or \"inf\" for a closed loop.")
+    max_concurrency: Concurrencies | None = pydantic.Field(
+        None, description="Concurrency levels, run one after another (empty: unbounded, one run)."
+    )
+    request_rate: RequestRate | None = pydantic.Field(
+        None, description='Requests per second (Poisson arrivals), or "inf" for a closed loop.'
+    )
     warmup_requests: WarmupRequests | None = pydantic.Field(None, description="Warm-up requests before each run.")
-    seed: schema.Seed | None = pydantic.Field(None, description="bench_serving's --seed: the lengths are drawn exactly as it draws them.")
-    model_family: ModelFamily | None = pydantic.Field(None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl.")
-    tokens_per_image: schema.NonNegativeInt | None = pydantic.Field(None, description="Fixed tokens per image instead of the family's rule.")
-    chat_template_tokens: schema.NonNegativeInt | None = pydantic.Field(None, description="Template tokens per prompt (default: 8 for images, 0 for text).")
+    seed: schema.Seed | None = pydantic.Field(
+        None, description="bench_serving's --seed: the lengths are drawn exactly as it draws them."
+    )
+    model_family: ModelFamily | None = pydantic.Field(
+        None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl."
+    )
+    tokens_per_image: schema.NonNegativeInt | None = pydantic.Field(
+        None, description="Fixed tokens per image instead of the family's rule."
+    )
+    chat_template_tokens: schema.NonNegativeInt | None = pydantic.Field(
+        None, description="Template tokens per prompt (default: 8 for images, 0 for text)."
+    )
 
 
 class ServerSettings(schema.StrictDocument):
     """The SGLang launch flags that shape prefill batches, under SGLang's names."""
 
-    chunked_prefill_size: ChunkSize | None = pydantic.Field(None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib.")
+    chunked_prefill_size: ChunkSize | None = pydantic.Field(
+        None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib."
+    )
     max_prefill_tokens: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --max-prefill-tokens.")
-    max_running_requests: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --max-running-requests (unset: no cap by count).")
+    max_running_requests: schema.PositiveInt | None = pydantic.Field(
+        None, description="SGLang's --max-running-requests (unset: no cap by count)."
+    )
     page_size: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --page-size.")
-    enable_mixed_chunk: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches.")
-    prefill_decode_interval: schema.NonNegativeInt | None = pydantic.Field(None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill.")
+    enable_mixed_chunk: pydantic.StrictBool | None = pydantic.Field(
+        None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches."
+    )
+    prefill_decode_interval: schema.NonNegativeInt | None = pydantic.Field(
+        None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill."
+    )
     disable_radix_cache: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --disable-radix-cache.")
     dp_size: Parallel | None = pydantic.Field(None, description="SGLang's --dp-size: data parallel schedulers.")
     enable_dp_attention: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --enable-dp-attention.")
-    max_total_tokens: schema.PositiveInt | None = pydantic.Field(None, description="KV cache room in tokens (unset: never the limit).")
-    context_length: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --context-length: longer requests are refused.")
+    max_total_tokens: schema.PositiveInt | None = pydantic.Field(
+        None, description="KV cache room in tokens (unset: never the limit)."
+    )
+    context_length: schema.PositiveInt | None = pydantic.Field(
+        None, description="SGLang's --context-length: longer requests are refused."
+    )
     tp_size: Parallel | None = pydantic.Field(None, description="SGLang's --tp-size.")
-    gpu_memory_gib: PositiveGiB | None = pydantic.Field(None, description="GPU memory, which picks SGLang's default chunked prefill size.")
+    gpu_memory_gib: PositiveGiB | None = pydantic.Field(
+        None, description="GPU memory, which picks SGLang's default chunked prefill size."
+    )
 
 
 class StepTimeSettings(schema.StrictDocument):
     """The constants of the step-time model that drives the simulated clock."""
 
-    prefill_floor_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time never below this (launch-bound floor).")
+    prefill_floor_ms: schema.Milliseconds | None = pydantic.Field(
+        None, description="Eager prefill time never below this (launch-bound floor)."
+    )
     prefill_c0_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time: constant term.")
     prefill_c1_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time: per token.")
-    prefill_c2_ms: schema.Milliseconds | None = pydantic.Field(None, description="Eager prefill time: per token squared (attention).")
-    prefill_per_req_ms: schema.Milliseconds | None = pydantic.Field(None, description="Extra prefill time per request in the batch.")
+    prefill_c2_ms: schema.Milliseconds | None = pydantic.Field(
+        None, description="Eager prefill time: per token squared (attention)."
+    )
+    prefill_per_req_ms: schema.Milliseconds | None = pydantic.Field(
+        None, description="Extra prefill time per request in the batch."
+    )
     vision_ms_per_image: schema.Milliseconds | None = pydantic.Field(None, description="Vision encoder time per image.")
     decode_base_ms: PositiveMs | None = pydantic.Field(None, description="One decode step: base time.")
     decode_per_row_ms: schema.Milliseconds | None = pydantic.Field(None, description="One decode step: per running request.")
-    decode_per_ctx_token_ms: schema.Milliseconds | None = pydantic.Field(None, description="One decode step: per context token (KV reads).")
-    client_rtt_ms: schema.Milliseconds | None = pydantic.Field(None, description="Client round trip (request out, last token back).")
-    image_preprocess_ms: schema.Milliseconds | None = pydantic.Field(None, description="Server-side image preprocessing per image.")
+    decode_per_ctx_token_ms: schema.Milliseconds | None = pydantic.Field(
+        None, description="One decode step: per context token (KV reads)."
+    )
+    client_rtt_ms: schema.Milliseconds | None = pydantic.Field(
+        None, description="Client round trip (request out, last token back)."
+    )
+    image_preprocess_ms: schema.Milliseconds | None = pydantic.Field(
+        None, description="Server-side image preprocessing per image."
+    )
     level_gap_s: Seconds | None = pydantic.Field(None, description="Pause between two runs of a sweep (seconds).")
 
 
@@ -252,7 +299,9 @@ class WorkloadFile(schema.StrictDocument):
 
     name: Text | None = pydantic.Field(None, description="Workload name (default: the file name).")
     description: LongText | None = pydantic.Field(None, description="Free text.")
-    profile: Text | None = pydantic.Field(None, description="Take the server settings from this profile first ([server] goes on top).")
+    profile: Text | None = pydantic.Field(
+        None, description="Take the server settings from this profile first ([server] goes on top)."
+    )
     client: ClientSettings = ClientSettings()
     server: ServerSettings = ServerSettings()
     step_time: StepTimeSettings = StepTimeSettings()
@@ -398,7 +447,8 @@ class Workload:
             raise _field_error(
                 f"the simulation would play {total:,} requests (prompts and warm-ups over {over}), "
                 f"above the limit of {schema.REQUESTS_MAX:,}",
-                "num_prompts", where,
+                "num_prompts",
+                where,
             )
         if self.has_images:
             try:
@@ -412,7 +462,8 @@ class Workload:
             raise _field_error(
                 f"a prompt may reach {prompt:,} tokens (text, template and images), above SGLang's "
                 f"int32 token limit {schema.TOKENS_MAX:,}",
-                "random_input_len", where,
+                "random_input_len",
+                where,
             )
         return self
 
@@ -471,8 +522,7 @@ def parse_resolution(text: str) -> tuple[int, int]:
         if height > 0 and width > 0:
             return width, height
     raise InputError(
-        f"bad image resolution {text!r} (use 4k, 1080p, 720p, 360p, HEIGHTxWIDTH such as 1080x1920, "
-        "or random:HxW-HxW)"
+        f"bad image resolution {text!r} (use 4k, 1080p, 720p, 360p, HEIGHTxWIDTH such as 1080x1920, or random:HxW-HxW)"
     )
 
 
@@ -481,7 +531,7 @@ def parse_random_resolution(text: str) -> tuple[tuple[int, int], tuple[int, int]
     prefix = "random:"
     if not text.strip().lower().startswith(prefix):
         return None
-    bounds = text.strip()[len(prefix):].split("-", 1)
+    bounds = text.strip()[len(prefix) :].split("-", 1)
     if len(bounds) != 2:
         raise InputError(f"bad image resolution {text!r} (random form is random:HxW-HxW, e.g. random:256x256-1024x1024)")
     lo, hi = parse_resolution(bounds[0]), parse_resolution(bounds[1])
@@ -557,8 +607,15 @@ DEFAULT_PRESET = "mi355x-multimodal-pr"
 # GPU memory per device by profile `hardware`, for SGLang's chunked_prefill_size default
 # (arg_groups/memory_hook.py thresholds: <160 GiB -> 8192, larger -> 16384).
 HARDWARE_GPU_MEMORY_GIB = {
-    "a100": 80.0, "h100": 80.0, "h200": 141.0, "b200": 180.0, "gb200": 186.0,
-    "mi300x": 192.0, "mi325x": 256.0, "mi350x": 288.0, "mi355x": 288.0,
+    "a100": 80.0,
+    "h100": 80.0,
+    "h200": 141.0,
+    "b200": 180.0,
+    "gb200": 186.0,
+    "mi300x": 192.0,
+    "mi325x": 256.0,
+    "mi350x": 288.0,
+    "mi355x": 288.0,
 }
 
 

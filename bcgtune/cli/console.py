@@ -77,8 +77,17 @@ class Progress:
     """Progress of one long step on stderr. `update(done, total)` as often as convenient;
     nothing shows for the first `delay` seconds."""
 
-    def __init__(self, label: str, *, total: float | None = None, unit: str = "", quiet: bool = False,
-                 delay: float = 2.0, every: float = 10.0, scale: float = 1.0):
+    def __init__(
+        self,
+        label: str,
+        *,
+        total: float | None = None,
+        unit: str = "",
+        quiet: bool = False,
+        delay: float = 2.0,
+        every: float = 10.0,
+        scale: float = 1.0,
+    ):
         self.label = label
         self.total = total
         self.unit = unit
@@ -131,8 +140,12 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn(f"bcgtune: {self.label}"), BarColumn(), TextColumn("{task.description}"),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                TextColumn(f"bcgtune: {self.label}"),
+                BarColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
             )
             self._bar.start()
             self._task = self._bar.add_task(self._text(), total=self.total)

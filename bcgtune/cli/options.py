@@ -67,13 +67,20 @@ def resolved_callable(func: Callable, around: Callable[[Callable, tuple, dict], 
 
 
 # ---- single options ------------------------------------------------------------------
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text (progress and notes stay on stderr).")]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout instead of text (progress and notes stay on stderr).")
+]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or notes on stderr (errors still go there).")]
 Workdir = Annotated[
     Optional[str],
-    typer.Option("--workdir", help="Folder for the run's server logs, client output and results (default: a new ./bcgtune-<command>-<profile>-<time>)."),
+    typer.Option(
+        "--workdir",
+        help="Folder for the run's server logs, client output and results (default: a new ./bcgtune-<command>-<profile>-<time>).",
+    ),
 ]
-ProfileRef = Annotated[str, typer.Option("--profile", "-p", help="Built-in profile name (mi355x, h200) or a path to a profile .toml.")]
+ProfileRef = Annotated[
+    str, typer.Option("--profile", "-p", help="Built-in profile name (mi355x, h200) or a path to a profile .toml.")
+]
 ModelPath = Annotated[
     Optional[str],
     typer.Option("--model-path", help="The model the server loads (path or hub id); overrides \\[profile].model."),
@@ -85,15 +92,88 @@ ModelPath = Annotated[
 class LayoutOptions:
     """The launch flags that change how SGLang aligns and caps the captured buckets."""
 
-    tp: Annotated[int, typer.Option("--tp", "--tp-size", min=1, max=1 << 20, help="Tensor parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
-    dp: Annotated[int, typer.Option("--dp", "--dp-size", min=1, max=1 << 20, help="Data parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
-    dp_attention: Annotated[bool, typer.Option("--dp-attention", "--enable-dp-attention", help="DP attention: --dp ranks of attention data parallelism.", rich_help_panel="Server layout (SGLang's flags)")] = False
-    attn_dp: Annotated[int, typer.Option("--attn-dp-size", min=1, max=1 << 20, help="Attention data parallel size (the newer spelling of DP attention).", rich_help_panel="Server layout (SGLang's flags)")] = 1
-    two_batch_overlap: Annotated[bool, typer.Option("--enable-two-batch-overlap", "--two-batch-overlap", help="Two-batch overlap (buckets x2).", rich_help_panel="Server layout (SGLang's flags)")] = False
-    moe_a2a_backend: Annotated[str, typer.Option("--moe-a2a-backend", help="MoE all-to-all backend (none, deepep, mooncake, ...).", rich_help_panel="Server layout (SGLang's flags)")] = "none"
-    moe_dense_tp_size: Annotated[Optional[int], typer.Option("--moe-dense-tp-size", min=1, max=1 << 20, help="Dense-layer TP size under MoE (unset: none).", rich_help_panel="Server layout (SGLang's flags)")] = None
-    attn_cp_size: Annotated[int, typer.Option("--attn-cp-size", min=1, max=1 << 20, help="Attention context parallel size.", rich_help_panel="Server layout (SGLang's flags)")] = 1
-    backend: Annotated[Optional[str], typer.Option("--cuda-graph-backend-prefill", help="The prefill graph backend chosen at launch (breakable, full, disabled). Default: SGLang's (breakable on CUDA).", rich_help_panel="Server layout (SGLang's flags)", show_default=False)] = None
+    tp: Annotated[
+        int,
+        typer.Option(
+            "--tp",
+            "--tp-size",
+            min=1,
+            max=1 << 20,
+            help="Tensor parallel size.",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = 1
+    dp: Annotated[
+        int,
+        typer.Option(
+            "--dp", "--dp-size", min=1, max=1 << 20, help="Data parallel size.", rich_help_panel="Server layout (SGLang's flags)"
+        ),
+    ] = 1
+    dp_attention: Annotated[
+        bool,
+        typer.Option(
+            "--dp-attention",
+            "--enable-dp-attention",
+            help="DP attention: --dp ranks of attention data parallelism.",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = False
+    attn_dp: Annotated[
+        int,
+        typer.Option(
+            "--attn-dp-size",
+            min=1,
+            max=1 << 20,
+            help="Attention data parallel size (the newer spelling of DP attention).",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = 1
+    two_batch_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--enable-two-batch-overlap",
+            "--two-batch-overlap",
+            help="Two-batch overlap (buckets x2).",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = False
+    moe_a2a_backend: Annotated[
+        str,
+        typer.Option(
+            "--moe-a2a-backend",
+            help="MoE all-to-all backend (none, deepep, mooncake, ...).",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = "none"
+    moe_dense_tp_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--moe-dense-tp-size",
+            min=1,
+            max=1 << 20,
+            help="Dense-layer TP size under MoE (unset: none).",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = None
+    attn_cp_size: Annotated[
+        int,
+        typer.Option(
+            "--attn-cp-size",
+            min=1,
+            max=1 << 20,
+            help="Attention context parallel size.",
+            rich_help_panel="Server layout (SGLang's flags)",
+        ),
+    ] = 1
+    backend: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cuda-graph-backend-prefill",
+            help="The prefill graph backend chosen at launch (breakable, full, disabled). Default: SGLang's (breakable on CUDA).",
+            rich_help_panel="Server layout (SGLang's flags)",
+            show_default=False,
+        ),
+    ] = None
 
     def flags(self) -> dict[str, Any]:
         """As SGLang launch flags (snake_case keys), for bcgtune.core.ladder."""
@@ -131,28 +211,58 @@ class EngineOptions:
         ),
     ] = "qwen3-8b"
     device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:N or cpu.", rich_help_panel=_ENGINE)] = "auto"
-    dtype: Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.", rich_help_panel=_ENGINE)] = "auto"
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.", rich_help_panel=_ENGINE)
+    ] = "auto"
     sdpa_backend: Annotated[
         str,
-        typer.Option("--sdpa-backend", help="SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, cudnn, math, none.", rich_help_panel=_ENGINE),
+        typer.Option(
+            "--sdpa-backend",
+            help="SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, cudnn, math, none.",
+            rich_help_panel=_ENGINE,
+        ),
     ] = "auto"
     hf_attention: Annotated[
         str,
-        typer.Option("--hf-attention", help="Checkpoint folders: causal (bcgtune's fixed causal SDPA, replay equals eager) or sdpa (transformers' own).", rich_help_panel=_ENGINE),
+        typer.Option(
+            "--hf-attention",
+            help="Checkpoint folders: causal (bcgtune's fixed causal SDPA, replay equals eager) or sdpa (transformers' own).",
+            rich_help_panel=_ENGINE,
+        ),
     ] = "causal"
-    random_weights: Annotated[bool, typer.Option("--random-weights", help="Checkpoint folders: random weights from config.json.", rich_help_panel=_ENGINE)] = False
-    seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed for weights and inputs.", rich_help_panel=_ENGINE)] = 0
+    random_weights: Annotated[
+        bool,
+        typer.Option("--random-weights", help="Checkpoint folders: random weights from config.json.", rich_help_panel=_ENGINE),
+    ] = False
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed for weights and inputs.", rich_help_panel=_ENGINE)
+    ] = 0
     runner: Annotated[
         str,
-        typer.Option("--runner", help="Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager between them on the real rows) or full (SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket).", rich_help_panel=_ENGINE),
+        typer.Option(
+            "--runner",
+            help="Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager between them on the real rows) or full (SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket).",
+            rich_help_panel=_ENGINE,
+        ),
     ] = "breakable"
     chunked_prefill_size: Annotated[
         Optional[int],
-        typer.Option("--chunked-prefill-size", min=1, max=2**31 - 1, help="The server's chunked prefill size: buckets above it are refused. Default: 16384, SGLang's largest default.", rich_help_panel=_ENGINE, show_default=False),
+        typer.Option(
+            "--chunked-prefill-size",
+            min=1,
+            max=2**31 - 1,
+            help="The server's chunked prefill size: buckets above it are refused. Default: 16384, SGLang's largest default.",
+            rich_help_panel=_ENGINE,
+            show_default=False,
+        ),
     ] = None
     graph_impl: Annotated[
         str,
-        typer.Option("--graph-impl", help="Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's copy), sglang, bcgtune.", rich_help_panel=_ENGINE),
+        typer.Option(
+            "--graph-impl",
+            help="Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's copy), sglang, bcgtune.",
+            rich_help_panel=_ENGINE,
+        ),
     ] = "auto"
 
 
@@ -162,9 +272,21 @@ class AccuracyOptions:
 
     gap_threshold: Annotated[
         float,
-        typer.Option("--gap-threshold", min=0.0, max=1e6, help="Eager top-1/top-2 logit gap above which a top-1 flip or logprob change fails (below it bf16 noise flips tokens).", rich_help_panel="Accuracy"),
+        typer.Option(
+            "--gap-threshold",
+            min=0.0,
+            max=1e6,
+            help="Eager top-1/top-2 logit gap above which a top-1 flip or logprob change fails (below it bf16 noise flips tokens).",
+            rich_help_panel="Accuracy",
+        ),
     ] = GAP_THRESHOLD
     max_logprob_delta: Annotated[
         float,
-        typer.Option("--max-logprob-delta", min=0.0, max=1e6, help="Largest |logprob change| of eager's top-1 allowed where the gap is wide.", rich_help_panel="Accuracy"),
+        typer.Option(
+            "--max-logprob-delta",
+            min=0.0,
+            max=1e6,
+            help="Largest |logprob change| of eager's top-1 allowed where the gap is wide.",
+            rich_help_panel="Accuracy",
+        ),
     ] = MAX_LOGPROB_DELTA

@@ -249,8 +249,10 @@ class Calibration:
         added = self.meta.get("sizes_added") if isinstance(self.meta, dict) else None
         if not added or not isinstance(added, list):
             return self.tokens.astype(np.int64)
-        keep = ~np.isin(self.tokens, np.asarray([a for a in added if isinstance(a, int) and not isinstance(a, bool)
-                                                 and 0 < a < 2**31], dtype=np.int64))
+        keep = ~np.isin(
+            self.tokens,
+            np.asarray([a for a in added if isinstance(a, int) and not isinstance(a, bool) and 0 < a < 2**31], dtype=np.int64),
+        )
         if not keep.any():  # only added sizes: they are all there is to pick among
             return self.tokens.astype(np.int64)
         return self.tokens[keep].astype(np.int64)
@@ -323,8 +325,11 @@ def save_calibration(cal: Calibration, path) -> None:
     cal.validate(str(path))
     if str(path).lower().endswith(".csv"):
         if cal.runner != "full":
-            raise InputError("a breakable-runner calibration is written as JSON only "
-                             "(its per-batch table does not fit tokens,eager_ms,graph_ms)", str(path))
+            raise InputError(
+                "a breakable-runner calibration is written as JSON only "
+                "(its per-batch table does not fit tokens,eager_ms,graph_ms)",
+                str(path),
+            )
         buf = io.StringIO()
         buf.write("tokens,eager_ms,graph_ms\n")
         for t, e, g in zip(cal.tokens, cal._eager_column(), cal.graph_ms):
@@ -431,8 +436,11 @@ def _format_version(obj: Any, path: str) -> int:
     version = obj.get("format_version") if isinstance(obj, dict) else None
     if isinstance(version, bool) or version not in READ_VERSIONS:
         if isinstance(obj, dict) and obj.get("kind") in (None, CALIBRATION_KIND):
-            raise InputError(f"unsupported calibration format_version {str(version)[:20]!r} "
-                             f"(this bcgtune reads {' and '.join(map(str, READ_VERSIONS))}); rerun bcgtune calibrate", path)
+            raise InputError(
+                f"unsupported calibration format_version {str(version)[:20]!r} "
+                f"(this bcgtune reads {' and '.join(map(str, READ_VERSIONS))}); rerun bcgtune calibrate",
+                path,
+            )
         version = FORMAT_VERSION  # check_header names what else is wrong: not an object, another kind
     check_header(obj, CALIBRATION_KIND, version, "calibration", path)
     return int(version)

@@ -186,8 +186,9 @@ def step_costs_ms(steps: DPSteps, cal) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum.reduceat(eager, steps.starts), np.maximum.reduceat(brk, steps.starts)
 
 
-def predicted_step_time_ms(steps: DPSteps, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR,
-                           candidates: str = "trace") -> float:
+def predicted_step_time_ms(
+    steps: DPSteps, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR, candidates: str = "trace"
+) -> float:
     """Predicted prefill time of the steps under a list: a replayed step costs its bucket's
     graph (every rank replays it in parallel) plus its slowest rank's break time, an eager
     step its slowest rank's eager time."""
@@ -263,9 +264,19 @@ class _Bounds:
     allowed: Callable | None = None
 
     def solve(self, items: _Items) -> ItemLists:
-        return optimal_item_lists(items.sizes, items.eager, items.weight, items.offset, self.max_buckets,
-                                  align=self.align, max_bucket=self.max_bucket, factor=self.factor, graph=self.graph,
-                                  fixed_cand=self.fixed_cand, allowed=self.allowed)
+        return optimal_item_lists(
+            items.sizes,
+            items.eager,
+            items.weight,
+            items.offset,
+            self.max_buckets,
+            align=self.align,
+            max_bucket=self.max_bucket,
+            factor=self.factor,
+            graph=self.graph,
+            fixed_cand=self.fixed_cand,
+            allowed=self.allowed,
+        )
 
 
 def _other_counts(steps: DPSteps) -> tuple[np.ndarray, np.ndarray]:
@@ -284,8 +295,9 @@ def _subset(steps: DPSteps, mask: np.ndarray) -> DPSteps:
     return DPSteps(steps.ranks, np.concatenate([[0], np.cumsum(lengths)]), steps.tokens[vm], steps.requests[vm])
 
 
-def optimal_step_buckets(steps: DPSteps, max_buckets: int, align: int = 1, max_bucket: int | None = None,
-                         factor: float = DEFAULT_PADDING_FACTOR) -> StepOptimum:
+def optimal_step_buckets(
+    steps: DPSteps, max_buckets: int, align: int = 1, max_bucket: int | None = None, factor: float = DEFAULT_PADDING_FACTOR
+) -> StepOptimum:
     """At most `max_buckets` buckets (multiples of `align`, none above `max_bucket`) for the
     fewest eager steps, then the fewest padded tokens, under SGLang's DP-attention rule.
 
@@ -307,8 +319,13 @@ def optimal_step_buckets(steps: DPSteps, max_buckets: int, align: int = 1, max_b
     dead = int(steps.n_steps - live.sum())
     if not live.any():
         _no_step_replays(steps, align, max_bucket)
-        sol = Solution(buckets=[], cost=0.0, eager_batches=steps.n_steps, padded_tokens=0,
-                       curve=[{"k": 1, "buckets": [], "eager_batches": steps.n_steps, "padded_tokens": 0, "cost": 0.0}])
+        sol = Solution(
+            buckets=[],
+            cost=0.0,
+            eager_batches=steps.n_steps,
+            padded_tokens=0,
+            curve=[{"k": 1, "buckets": [], "eager_batches": steps.n_steps, "padded_tokens": 0, "cost": 0.0}],
+        )
         return StepOptimum(sol, StepCertificate(True, "no allowed bucket replays any step", (steps.n_steps, 0)), dead)
     sub = _subset(steps, live)
     cap = max_bucket if max_bucket is not None else int(ceil_to(int(sub.tokens.max()), align))
@@ -345,16 +362,29 @@ def optimal_step_buckets(steps: DPSteps, max_buckets: int, align: int = 1, max_b
         cert = StepCertificate(False, f"no list has fewer than {bound[0]:,} eager steps", bound)
     curve = []
     for k, (kk, lst) in enumerate(per_k[:CURVE_MAX_POINTS], start=1):
-        curve.append({"k": k, "buckets": lst, "eager_batches": kk[0], "padded_tokens": kk[1],
-                      "cost": float(kk[0]) * big + kk[1]})
-    sol = Solution(buckets=buckets, cost=float(key[0]) * big + key[1], eager_batches=key[0], padded_tokens=key[1],
-                   curve=curve, objective="padding", candidates=upper.candidates)
+        curve.append({"k": k, "buckets": lst, "eager_batches": kk[0], "padded_tokens": kk[1], "cost": float(kk[0]) * big + kk[1]})
+    sol = Solution(
+        buckets=buckets,
+        cost=float(key[0]) * big + key[1],
+        eager_batches=key[0],
+        padded_tokens=key[1],
+        curve=curve,
+        objective="padding",
+        candidates=upper.candidates,
+    )
     return StepOptimum(sol, cert, dead)
 
 
-def optimal_step_buckets_time(steps: DPSteps, max_buckets: int, cal, align: int = 1, max_bucket: int | None = None,
-                              factor: float = DEFAULT_PADDING_FACTOR, candidates: str = "trace",
-                              max_graph_mem_gib: float | None = None) -> StepOptimum:
+def optimal_step_buckets_time(
+    steps: DPSteps,
+    max_buckets: int,
+    cal,
+    align: int = 1,
+    max_bucket: int | None = None,
+    factor: float = DEFAULT_PADDING_FACTOR,
+    candidates: str = "trace",
+    max_graph_mem_gib: float | None = None,
+) -> StepOptimum:
     """Least predicted step time (predicted_step_time_ms) with at most `max_buckets`
     buckets. As optimal_step_buckets, with R: one item per step at its largest count (eager
     cost the step's eager time, weight 1, offset minus its break time) and U: R plus each
@@ -374,8 +404,14 @@ def optimal_step_buckets_time(steps: DPSteps, max_buckets: int, cal, align: int 
     dead_ms = float(eager[~live].sum())
     if not live.any():
         _no_step_replays(steps, align, max_bucket)
-        sol = Solution(buckets=[], cost=dead_ms, eager_batches=steps.n_steps, padded_tokens=0, objective="time",
-                       curve=[{"k": 1, "buckets": [], "eager_batches": steps.n_steps, "padded_tokens": 0, "cost": dead_ms}])
+        sol = Solution(
+            buckets=[],
+            cost=dead_ms,
+            eager_batches=steps.n_steps,
+            padded_tokens=0,
+            objective="time",
+            curve=[{"k": 1, "buckets": [], "eager_batches": steps.n_steps, "padded_tokens": 0, "cost": dead_ms}],
+        )
         return StepOptimum(sol, StepCertificate(True, "no allowed bucket replays any step", dead_ms), steps.n_steps)
     sub = _subset(steps, live)
     e_live, b_live = eager[live], brk[live]
@@ -413,8 +449,15 @@ def optimal_step_buckets_time(steps: DPSteps, max_buckets: int, cal, align: int 
     for k, ((ms, _), lst) in enumerate(per_k_t[:CURVE_MAX_POINTS], start=1):
         m = evaluate_steps(steps, lst, factor=factor)
         curve.append({"k": k, "buckets": lst, "eager_batches": m.eager_batches, "padded_tokens": m.padded_tokens, "cost": ms})
-    sol = Solution(buckets=buckets, cost=best_ms, eager_batches=m_best.eager_batches, padded_tokens=m_best.padded_tokens,
-                   curve=curve, objective="time", candidates=upper.candidates)
+    sol = Solution(
+        buckets=buckets,
+        cost=best_ms,
+        eager_batches=m_best.eager_batches,
+        padded_tokens=m_best.padded_tokens,
+        curve=curve,
+        objective="time",
+        candidates=upper.candidates,
+    )
     return StepOptimum(sol, cert, int((~live).sum()))
 
 
@@ -425,8 +468,10 @@ def _calibration_rows(cal, align: int, max_bucket: int | None) -> np.ndarray:
     if max_bucket is not None:
         rows = rows[rows <= max_bucket]
     if rows.size == 0:
-        raise InputError(f"no calibration row is a multiple of {align}" + (f" at or below {max_bucket}" if max_bucket else ""),
-                         field="candidates")
+        raise InputError(
+            f"no calibration row is a multiple of {align}" + (f" at or below {max_bucket}" if max_bucket else ""),
+            field="candidates",
+        )
     return rows
 
 
@@ -435,8 +480,9 @@ def _no_step_replays(steps: DPSteps, align: int, max_bucket: int | None) -> None
     every count (then the limit is the mistake); otherwise every step runs eager."""
     smallest = ceil_to(int(steps.tokens.min()), align)
     if max_bucket is not None and smallest > max_bucket:
-        raise InputError(f"{max_bucket} is below every traced size (the smallest needs a bucket of {smallest})",
-                         field="max_bucket")
+        raise InputError(
+            f"{max_bucket} is below every traced size (the smallest needs a bucket of {smallest})", field="max_bucket"
+        )
 
 
 def _padding_items(steps: DPSteps, big: int, others: bool) -> _Items:
@@ -447,8 +493,12 @@ def _padding_items(steps: DPSteps, big: int, others: bool) -> _Items:
         return _histogram(top, big * one, steps.ranks * one, real)
     _, o_size = _other_counts(steps)
     zeros = np.zeros(o_size.size, dtype=np.int64)
-    return _histogram(np.concatenate([top, o_size]), np.concatenate([big * one, big + zeros]),
-                      np.concatenate([steps.ranks * one, zeros]), np.concatenate([real, zeros]))
+    return _histogram(
+        np.concatenate([top, o_size]),
+        np.concatenate([big * one, big + zeros]),
+        np.concatenate([steps.ranks * one, zeros]),
+        np.concatenate([real, zeros]),
+    )
 
 
 def _time_items(steps: DPSteps, eager: np.ndarray, brk: np.ndarray, others: bool) -> _Items:
@@ -459,8 +509,12 @@ def _time_items(steps: DPSteps, eager: np.ndarray, brk: np.ndarray, others: bool
         return _histogram(top, eager, one, -brk)
     o_step, o_size = _other_counts(steps)
     zeros = np.zeros(o_size.size)
-    return _histogram(np.concatenate([top, o_size]), np.concatenate([eager, eager[o_step]]),
-                      np.concatenate([one, zeros]), np.concatenate([-brk, zeros]))
+    return _histogram(
+        np.concatenate([top, o_size]),
+        np.concatenate([eager, eager[o_step]]),
+        np.concatenate([one, zeros]),
+        np.concatenate([-brk, zeros]),
+    )
 
 
 REFINE_ROUNDS = 4
@@ -518,8 +572,9 @@ def _per_step_bound_ms(steps: DPSteps, eager, brk, graph, align, max_bucket, fac
     return float(np.minimum(eager, g + brk).sum())
 
 
-def min_buckets_all_steps(steps: DPSteps, align: int = 1, max_bucket: int | None = None,
-                          factor: float = DEFAULT_PADDING_FACTOR) -> tuple[list[int], int]:
+def min_buckets_all_steps(
+    steps: DPSteps, align: int = 1, max_bucket: int | None = None, factor: float = DEFAULT_PADDING_FACTOR
+) -> tuple[list[int], int]:
     """The fewest buckets that replay every step that can replay at all (every rank count of
     it fits some allowed bucket), and how many steps that is: the greedy stabbing of
     min_buckets_full_replay over the rank counts of those steps."""

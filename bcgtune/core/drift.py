@@ -39,9 +39,16 @@ class DriftReport:
         return asdict(self)
 
 
-def drift_report(trace: PrefillTrace, deployed: list[int], *, name: str = "deployed list", align: int = 1,
-                 calibration=None, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                 factor: float = DEFAULT_PADDING_FACTOR) -> DriftReport:
+def drift_report(
+    trace: PrefillTrace,
+    deployed: list[int],
+    *,
+    name: str = "deployed list",
+    align: int = 1,
+    calibration=None,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    factor: float = DEFAULT_PADDING_FACTOR,
+) -> DriftReport:
     trace.validate()
     if not deployed:
         raise InputError("the deployed list is empty", field="buckets")
@@ -70,13 +77,17 @@ def drift_report(trace: PrefillTrace, deployed: list[int], *, name: str = "deplo
         gains["time_pct"] = 100.0 * (dep.predicted_ms - (opt.predicted_ms or 0.0)) / dep.predicted_ms
         basis = "time"
         retune = gains["time_pct"] > threshold_pct
-        reason = (f"today's optimum predicts {gains['time_pct']:.2f}% less prefill time "
-                  f"({'above' if retune else 'within'} the {threshold_pct:g}% threshold)")
+        reason = (
+            f"today's optimum predicts {gains['time_pct']:.2f}% less prefill time "
+            f"({'above' if retune else 'within'} the {threshold_pct:g}% threshold)"
+        )
     else:
         basis = "replay and padding"
         worst = max(gains["replay_pp"], gains["waste_pp"])
         retune = worst > threshold_pct
-        reason = (f"today's optimum replays {gains['replay_pp']:+.2f} points of batches and wastes "
-                  f"{gains['waste_pp']:.2f} points less padding ({'above' if retune else 'within'} the "
-                  f"{threshold_pct:g}-point threshold)")
+        reason = (
+            f"today's optimum replays {gains['replay_pp']:+.2f} points of batches and wastes "
+            f"{gains['waste_pp']:.2f} points less padding ({'above' if retune else 'within'} the "
+            f"{threshold_pct:g}-point threshold)"
+        )
     return DriftReport(dep, opt, threshold_pct, basis, gains, "re-tune" if retune else "keep", reason)

@@ -453,7 +453,11 @@ def _final_capture(state: _Resolution) -> PrefillCapture:
     listed = _ladder_or_empty(max_bs) if state.buckets is None else list(state.buckets)
     captured: tuple[int, ...] = ()
     if state.backend != "disabled" and not listed:
-        why = "chunked prefill is off (--chunked-prefill-size -1)" if chunk < 1 else f"the ladder's maximum {max_bs} is below its first bucket"
+        why = (
+            "chunked prefill is off (--chunked-prefill-size -1)"
+            if chunk < 1
+            else f"the ladder's maximum {max_bs} is below its first bucket"
+        )
         state.disable(f"no bucket to capture: {why}; SGLang disables prefill CUDA graphs")
     elif state.backend != "disabled":
         captured = tuple(align_buckets(listed, align))

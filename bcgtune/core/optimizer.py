@@ -90,8 +90,7 @@ class _Prep:
     factor: float
 
 
-def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, extra_thresholds: bool,
-             fixed_cand=None) -> _Prep:
+def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, extra_thresholds: bool, fixed_cand=None) -> _Prep:
     sizes = np.asarray(sizes, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     if sizes.ndim != 1 or sizes.shape != counts.shape:
@@ -280,8 +279,7 @@ def _solve_layers_dense(prep: _Prep, K: int, E: np.ndarray, W: np.ndarray, V: np
                 f[0, J] = E[lo] + u[J] * (W[end[J]] - W[lo]) - (V[end[J]] - V[lo])
                 continue
             lo = np.maximum(end[None, :], h[J][:, None])
-            val = (F[None, :] + E[lo] - Ei[None, :] + u[J][:, None] * (W[end[J]][:, None] - W[lo])
-                   - (V[end[J]][:, None] - V[lo]))
+            val = F[None, :] + E[lo] - Ei[None, :] + u[J][:, None] * (W[end[J]][:, None] - W[lo]) - (V[end[J]][:, None] - V[lo])
             val[cols[None, :] >= J[:, None]] = np.inf
             best = np.argmin(val, axis=1)
             f[k, J] = val[np.arange(J.size), best]
@@ -339,8 +337,9 @@ def _pick(prep: _Prep, f, arg, E, max_buckets: int, objective: str, allowed=None
     # more buckets than candidates cannot help: the curve ends at the candidate count
     for k, (cost, kk, jj) in enumerate(per_k[: min(max_buckets, CURVE_MAX_POINTS)], start=1):
         s = _summarize(prep, _reconstruct(prep, arg, kk, jj), cost, objective)
-        sol.curve.append({"k": k, "buckets": s.buckets, "eager_batches": s.eager_batches,
-                          "padded_tokens": s.padded_tokens, "cost": s.cost})
+        sol.curve.append(
+            {"k": k, "buckets": s.buckets, "eager_batches": s.eager_batches, "padded_tokens": s.padded_tokens, "cost": s.cost}
+        )
     sol.candidates = int(p)
     return sol
 
@@ -434,8 +433,10 @@ def batch_costs_ms(cal, tokens, requests) -> tuple[np.ndarray, np.ndarray]:
     calibration of whole-forward graphs has no break cost and one eager time per n."""
     tokens = np.asarray(tokens, dtype=np.int64)
     if getattr(cal, "runner", "full") == "breakable":
-        return (np.asarray(cal.eager_time(tokens, requests), dtype=np.float64),
-                np.asarray(cal.break_time(tokens, requests), dtype=np.float64))
+        return (
+            np.asarray(cal.eager_time(tokens, requests), dtype=np.float64),
+            np.asarray(cal.break_time(tokens, requests), dtype=np.float64),
+        )
     return np.asarray(cal.eager_time(tokens), dtype=np.float64), np.zeros(tokens.shape)
 
 
@@ -456,8 +457,9 @@ def _mix_for(sizes, counts, mix):
     return mix
 
 
-def predicted_time_ms(sizes, counts, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR,
-                      candidates: str = "trace", mix=None) -> float:
+def predicted_time_ms(
+    sizes, counts, buckets, cal, factor: float = DEFAULT_PADDING_FACTOR, candidates: str = "trace", mix=None
+) -> float:
     """Predicted total prefill time of a trace under a bucket list (time objective's model;
     `candidates` names the graph-time model the optimizer used, see optimal_buckets_time).
     `mix` (core.mix.BatchMix) gives each batch's request count; without it every batch is
@@ -506,9 +508,12 @@ def optimal_buckets_time(
     fixed = candidate_rows(cal) if candidates == "calibration" else None
     prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True, fixed_cand=fixed)
     if fixed is not None and prep.cand.size == 0:
-        raise InputError(f"no calibration row is a multiple of the alignment {align}"
-                         + (f" at or below {max_bucket}" if max_bucket is not None else "")
-                         + " (buckets are picked among the calibration's rows)", field="candidates")
+        raise InputError(
+            f"no calibration row is a multiple of the alignment {align}"
+            + (f" at or below {max_bucket}" if max_bucket is not None else "")
+            + " (buckets are picked among the calibration's rows)",
+            field="candidates",
+        )
     _require_candidates(prep, align, max_bucket)
     w = prep.counts.astype(np.float64)
     m = _mix_for(prep.sizes, prep.counts, mix)
@@ -525,8 +530,11 @@ def optimal_buckets_time(
     K = min(max_buckets, max(prep.cand.size, 1))
     if candidates == "calibration":
         if prep.cand.size > _DENSE_MAX_CANDIDATES:
-            raise InputError(f"{prep.cand.size} calibration rows are too many to pick buckets among "
-                             f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid", field="candidates")
+            raise InputError(
+                f"{prep.cand.size} calibration rows are too many to pick buckets among "
+                f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid",
+                field="candidates",
+            )
         u = np.concatenate([zero, measured_graph_ms(cal, prep.cand)])
         f, arg = _solve_layers_dense(prep, K, E, W, V, u)
     else:
@@ -541,8 +549,9 @@ def memory_budget(cal, max_graph_mem_gib: float) -> Callable:
     `max_graph_mem_gib` under the calibration's memory model (pool of the largest graph +
     per-graph overhead for each further one)."""
     if cal.per_graph_gib is None or (cal.pool_gib is None and cal.pool_by_tokens is None):
-        raise InputError("a graph-memory budget needs a calibration with graph memory (from bcgtune calibrate)",
-                         field="max_graph_mem_gib")
+        raise InputError(
+            "a graph-memory budget needs a calibration with graph memory (from bcgtune calibrate)", field="max_graph_mem_gib"
+        )
 
     def for_candidates(cand):
         pool_top = np.array([cal.graph_memory_gib([int(c)]) for c in np.asarray(cand).tolist()])
@@ -566,9 +575,20 @@ class ItemLists:
     candidates: int
 
 
-def optimal_item_lists(sizes, eager, weight, offset, max_buckets: int, *, align: int = 1,
-                       max_bucket: int | None = None, factor: float = DEFAULT_PADDING_FACTOR,
-                       graph: Callable | None = None, fixed_cand=None, allowed: Callable | None = None) -> ItemLists:
+def optimal_item_lists(
+    sizes,
+    eager,
+    weight,
+    offset,
+    max_buckets: int,
+    *,
+    align: int = 1,
+    max_bucket: int | None = None,
+    factor: float = DEFAULT_PADDING_FACTOR,
+    graph: Callable | None = None,
+    fixed_cand=None,
+    allowed: Callable | None = None,
+) -> ItemLists:
     """This module's exact DP on any item histogram: distinct sizes x_1 < ... < x_m, and per
     size the eager cost e_i of its items (when the size does not replay), their weight w_i
     and offset v_i; replaying in bucket c, they cost u(c) w_i - v_i, with u(c) = c in
@@ -589,8 +609,15 @@ def optimal_item_lists(sizes, eager, weight, offset, max_buckets: int, *, align:
     e = np.asarray(eager, dtype=dtype)
     w = np.asarray(weight, dtype=dtype)
     v = np.asarray(offset, dtype=dtype)
-    prep = _prepare(sizes, np.ones(sizes.shape, dtype=np.int64), align, max_bucket, factor,
-                    extra_thresholds=not integer and fixed_cand is None, fixed_cand=fixed_cand)
+    prep = _prepare(
+        sizes,
+        np.ones(sizes.shape, dtype=np.int64),
+        align,
+        max_bucket,
+        factor,
+        extra_thresholds=not integer and fixed_cand is None,
+        fixed_cand=fixed_cand,
+    )
     _require_candidates(prep, align, max_bucket)
     _check_dp_size(prep, max_buckets)
     zero = np.zeros(1, dtype=dtype)

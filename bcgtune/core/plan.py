@@ -331,8 +331,14 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         rows.append(pricer.row(name, "sglang-default", req.sglang_ladder))
     else:
         ladder_max = assumed_chunked_prefill_size(trace, req.chunked_prefill_size)
-        rows.append(pricer.row(f"SGLang default ladder (max {ladder_max})", "sglang-default", sglang_default_ladder(ladder_max),
-                               sglang_aligns=True))
+        rows.append(
+            pricer.row(
+                f"SGLang default ladder (max {ladder_max})",
+                "sglang-default",
+                sglang_default_ladder(ladder_max),
+                sglang_aligns=True,
+            )
+        )
     for name, lst in req.compare:
         rows.append(pricer.row(name, "compare", lst, sglang_aligns=True))
     cap = trace.captured_list()
@@ -340,7 +346,9 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         rows.append(pricer.row("server's captured list", "captured", cap.buckets))
     k = max(1, len(sol.buckets) or req.max_buckets)
     if req.kmeans:
-        rows.append(pricer.row(f"KMeans (k={k})", "kmeans", kmeans_buckets(sizes, counts, k, req.align, req.max_bucket, req.seed)))
+        rows.append(
+            pricer.row(f"KMeans (k={k})", "kmeans", kmeans_buckets(sizes, counts, k, req.align, req.max_bucket, req.seed))
+        )
     if req.quantiles:
         rows.append(pricer.row(f"quantiles (k={k})", "quantile", quantile_buckets(sizes, counts, k, req.align, req.max_bucket)))
 
@@ -382,12 +390,22 @@ def _solve(sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | Non
         if req.calibration is None:
             raise InputError("the time objective needs a calibration", field="calibration")
         return optimal_buckets_time(
-            sizes, counts, req.max_buckets, req.calibration, req.align, req.max_bucket, req.padding_factor,
-            req.max_graph_mem_gib, candidates=candidates, mix=mix,
+            sizes,
+            counts,
+            req.max_buckets,
+            req.calibration,
+            req.align,
+            req.max_bucket,
+            req.padding_factor,
+            req.max_graph_mem_gib,
+            candidates=candidates,
+            mix=mix,
         )
     if req.max_graph_mem_gib is not None:
-        raise InputError("a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
-                         field="max_graph_mem_gib")
+        raise InputError(
+            "a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
+            field="max_graph_mem_gib",
+        )
     return optimal_buckets(sizes, counts, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
 
 
@@ -398,19 +416,36 @@ def _dp_attention(trace: PrefillTrace, ranks: int) -> tuple[DPAttentionInfo | No
     g: StepGrouping = group_steps(trace, ranks)
     if g.steps is None:
         return DPAttentionInfo(ranks=ranks, unit="batch", records=g.records, reason=g.reason), None
-    return DPAttentionInfo(ranks=ranks, unit="step", records=g.records, steps=g.steps.n_steps, rule=g.rule,
-                           ungrouped=g.ungrouped, decode_votes=g.decode_votes), g.steps
+    return DPAttentionInfo(
+        ranks=ranks,
+        unit="step",
+        records=g.records,
+        steps=g.steps.n_steps,
+        rule=g.rule,
+        ungrouped=g.ungrouped,
+        decode_votes=g.decode_votes,
+    ), g.steps
 
 
 def _solve_steps(steps: DPSteps, req: PlanRequest, candidates: str) -> StepOptimum:
     if req.objective == "time":
         if req.calibration is None:
             raise InputError("the time objective needs a calibration", field="calibration")
-        return optimal_step_buckets_time(steps, req.max_buckets, req.calibration, req.align, req.max_bucket,
-                                         req.padding_factor, candidates, req.max_graph_mem_gib)
+        return optimal_step_buckets_time(
+            steps,
+            req.max_buckets,
+            req.calibration,
+            req.align,
+            req.max_bucket,
+            req.padding_factor,
+            candidates,
+            req.max_graph_mem_gib,
+        )
     if req.max_graph_mem_gib is not None:
-        raise InputError("a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
-                         field="max_graph_mem_gib")
+        raise InputError(
+            "a graph-memory budget applies to the time objective (it needs a calibration's memory model)",
+            field="max_graph_mem_gib",
+        )
     return optimal_step_buckets(steps, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
 
 
@@ -418,8 +453,7 @@ class _Pricer:
     """Metrics (and, with a calibration, predicted time and graph memory) of any list, by
     one rule and one model for every row: per batch, or per DP-attention step."""
 
-    def __init__(self, sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None,
-                 steps: DPSteps | None = None):
+    def __init__(self, sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None, steps: DPSteps | None = None):
         self.sizes, self.counts, self.req, self.candidates, self.mix = sizes, counts, req, candidates, mix
         self.steps = steps
         self.eager_ms = None
@@ -446,8 +480,13 @@ class _Pricer:
             m.graphs += omitted
             m.unused_buckets += omitted
         changed = sglang_aligns and (aligned.size != arr.size or bool((aligned != arr).any()))
-        r = PlanRow(name=name, kind=kind, metrics=m, aligned_from=arr.tolist() if changed and not omitted else None,
-                    omitted_unused=omitted)
+        r = PlanRow(
+            name=name,
+            kind=kind,
+            metrics=m,
+            aligned_from=arr.tolist() if changed and not omitted else None,
+            omitted_unused=omitted,
+        )
         cal = self.req.calibration
         if cal is not None:
             r.predicted_ms = self.time_ms(captured)
@@ -475,15 +514,23 @@ def _serving_part(buckets: np.ndarray, sizes: np.ndarray) -> tuple[list[int], in
 def _curve_point(pricer: _Pricer, p: dict, req: PlanRequest) -> CurvePoint:
     m = pricer.metrics(p["buckets"])
     return CurvePoint(
-        k=p["k"], buckets=p["buckets"], eager_batches=m.eager_batches, padded_tokens=m.padded_tokens,
-        waste_pct=m.waste_pct, hit_rate_pct=m.hit_rate_pct,
+        k=p["k"],
+        buckets=p["buckets"],
+        eager_batches=m.eager_batches,
+        padded_tokens=m.padded_tokens,
+        waste_pct=m.waste_pct,
+        hit_rate_pct=m.hit_rate_pct,
         predicted_ms=p["cost"] if req.objective == "time" else None,
     )
 
 
 def _beats(row: PlanRow, opt: PlanRow, objective: str) -> bool:
     if objective == "time":
-        return row.predicted_ms is not None and opt.predicted_ms is not None and row.predicted_ms < opt.predicted_ms - 1e-9 * max(1.0, opt.predicted_ms)
+        return (
+            row.predicted_ms is not None
+            and opt.predicted_ms is not None
+            and row.predicted_ms < opt.predicted_ms - 1e-9 * max(1.0, opt.predicted_ms)
+        )
     a, b = row.metrics, opt.metrics
     return (a.eager_batches, a.padded_tokens) < (b.eager_batches, b.padded_tokens)
 
@@ -508,8 +555,10 @@ def restrictions(plan: BucketPlan) -> list[Restriction]:
         if req.max_bucket is not None and b and max(b) > req.max_bucket:
             why.append(f"buckets above {req.max_bucket}")
         if cal_rows is not None and any(x not in cal_rows for x in b):
-            why.append("buckets at sizes the calibration did not measure, priced by interpolating it "
-                       "(the optimum picks measured sizes only)")
+            why.append(
+                "buckets at sizes the calibration did not measure, priced by interpolating it "
+                "(the optimum picks measured sizes only)"
+            )
         if req.max_graph_mem_gib is not None and row.graph_mem_gib is not None and row.graph_mem_gib > req.max_graph_mem_gib:
             why.append(f"{row.graph_mem_gib:.2f} GiB of graphs, above the {req.max_graph_mem_gib:g} GiB budget")
         if not why and plan.dp_attention is not None and plan.dp_attention.proven is False:

@@ -93,7 +93,15 @@ class ListMetrics:
 
     @classmethod
     def from_counts(
-        cls, name: str, buckets: list[int], batches: int, replayed: int, replayed_tokens: int, padded: int, p99_pad: int, unused: int
+        cls,
+        name: str,
+        buckets: list[int],
+        batches: int,
+        replayed: int,
+        replayed_tokens: int,
+        padded: int,
+        p99_pad: int,
+        unused: int,
     ) -> ListMetrics:
         """The metrics from the counts; the rates and means are derived here, once."""
         return cls(

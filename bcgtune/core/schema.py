@@ -68,11 +68,11 @@ def _message(err: Any, schema: Any) -> str:
     kind = err.get("type", "")
     msg = str(err.get("msg", "invalid value"))
     if msg.startswith("Input should be "):
-        msg = "must be " + msg[len("Input should be "):]
+        msg = "must be " + msg[len("Input should be ") :]
     elif re.match(r"(Value|List|Tuple|Set|Dictionary|String) should ", msg):
         msg = "must " + msg.split(" should ", 1)[1]  # pydantic-core names the type in some versions
     elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(schema, err.get("loc", ()))
         return "unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
@@ -100,9 +100,17 @@ def _allowed_keys(schema: Any, loc: tuple) -> list[str]:
     return [f.alias or n for n, f in fields.items()]
 
 
-def validate(schema: Any, data: Any, where: str | None = None, *, style: str = "json",
-             prefix: tuple = (), field: str | None = None, as_fields: bool = False,
-             loc_in_where: bool = False) -> Any:
+def validate(
+    schema: Any,
+    data: Any,
+    where: str | None = None,
+    *,
+    style: str = "json",
+    prefix: tuple = (),
+    field: str | None = None,
+    as_fields: bool = False,
+    loc_in_where: bool = False,
+) -> Any:
     """`data` validated against `schema` (a pydantic model or an annotated type). On failure,
     an InputError naming `where` (a file, a flag) and the failing location inside it.
     `as_fields`: the model's fields are the user's inputs (a request built from options):
@@ -139,8 +147,15 @@ class StrictDocument(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", populate_by_name=True, protected_namespaces=())
 
 
-def parse_int_list(value: Any, where: str | None = None, *, item: Any = PositiveInt, sort_unique: bool = False,
-                   field: str | None = None, max_items: int = 100_000) -> list[int]:
+def parse_int_list(
+    value: Any,
+    where: str | None = None,
+    *,
+    item: Any = PositiveInt,
+    sort_unique: bool = False,
+    field: str | None = None,
+    max_items: int = 100_000,
+) -> list[int]:
     """'256 512 1024', '256,512,1024', 256 or [256, 512] -> a list of ints, each checked
     against `item`. `sort_unique`: ascending without duplicates (a bucket list: SGLang sorts
     and deduplicates what it captures); otherwise the order is kept (a sweep)."""

@@ -92,11 +92,18 @@ def group_steps(trace, ranks: int, tolerance_s: float | None = None) -> StepGrou
     dp_of_tag = np.array([-1 if (d := dp_index(t)) is None else d for t in tags] + [-1], dtype=np.int64)
     dp = dp_of_tag[np.where((rank_col >= 0) & (rank_col < len(tags)), rank_col, len(tags))]
     if not (dp >= 0).any():
-        return StepGrouping(None, None, n, reason="no record carries a DP rank tag (`DPn` in the log line's prefix), "
-                                                   "so records cannot be grouped into steps across ranks")
+        return StepGrouping(
+            None,
+            None,
+            n,
+            reason="no record carries a DP rank tag (`DPn` in the log line's prefix), "
+            "so records cannot be grouped into steps across ranks",
+        )
     if int(dp.max()) >= ranks:
-        raise InputError(f"the trace has records of DP rank {int(dp.max())}, but the layout has {ranks} attention-DP ranks",
-                         field="attention_dp_size")
+        raise InputError(
+            f"the trace has records of DP rank {int(dp.max())}, but the layout has {ranks} attention-DP ranks",
+            field="attention_dp_size",
+        )
     source = np.asarray(cols["source"], dtype=np.int64) if "source" in cols else np.zeros(n, dtype=np.int64)
     tagged = dp >= 0
     # a DP rank logged in several files: each file is its own server
@@ -130,8 +137,13 @@ def group_steps(trace, ranks: int, tolerance_s: float | None = None) -> StepGrou
             rule = RULE_SECONDS
             key, ok = _seconds(ts, dp, server, ok)
     else:
-        return StepGrouping(None, None, n, reason="the records carry DP rank tags but neither iteration counters nor "
-                                                   "timestamps, so records of one step cannot be matched across ranks")
+        return StepGrouping(
+            None,
+            None,
+            n,
+            reason="the records carry DP rank tags but neither iteration counters nor "
+            "timestamps, so records of one step cannot be matched across ranks",
+        )
     key = np.where(ok, key, 0)
     # one vote per (server, step, rank): a repeat is not grouped
     cand = np.flatnonzero(ok)
@@ -184,8 +196,9 @@ def _epochs(counter: np.ndarray, dp: np.ndarray, server: np.ndarray, tagged: np.
     return key
 
 
-def _time_clusters(ts: np.ndarray, dp: np.ndarray, server: np.ndarray, ok: np.ndarray,
-                   tolerance_s: float | None) -> tuple[np.ndarray, np.ndarray]:
+def _time_clusters(
+    ts: np.ndarray, dp: np.ndarray, server: np.ndarray, ok: np.ndarray, tolerance_s: float | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Millisecond stamps: per server, records in time order form a step while within the
     tolerance of the step's first record and no rank repeats."""
     key = np.full(ts.size, -1, dtype=np.int64)

@@ -197,9 +197,7 @@ class PrefillTrace:
                 "tokens": self.n_tokens,
             },
             "histogram": {"sizes": self.sizes.tolist(), "counts": self.counts.tolist()},
-            "batches": None
-            if self.batches is None
-            else {k: _column_to_json(v) for k, v in self.batches.items()},
+            "batches": None if self.batches is None else {k: _column_to_json(v) for k, v in self.batches.items()},
         }
 
     def to_csv(self) -> str:
@@ -367,7 +365,10 @@ def _batch_columns(raw: dict[str, Any], where: str) -> dict[str, np.ndarray]:
             raise InputError(f"{loc}: must be a list", where)
         dtype = BATCH_COLUMNS[name]
         if dtype.startswith("float"):
-            bad = next((i for i, v in enumerate(values) if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))), None)
+            bad = next(
+                (i for i, v in enumerate(values) if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))),
+                None,
+            )
             if bad is not None:
                 raise InputError(f"{loc}[{bad}]: must be a number or null, got {quote(values[bad])}", where)
             arr = np.array([np.nan if v is None else float(v) for v in values], dtype=dtype)
@@ -419,8 +420,11 @@ def _parse_int(token: str, where: str, what: str) -> int:
 def _check_column(values: list[int], lines: list[int], where: str, what: str, bound, top: int) -> None:
     """Every value within 1..top, checked vectorized; the first one out of bounds is
     reported through the schema (one mechanism, one wording) with its line."""
-    bad = next((i for i, v in enumerate(values) if not 1 <= v <= top), None) if values and (
-        min(values) < 1 or max(values) > top) else None
+    bad = (
+        next((i for i, v in enumerate(values) if not 1 <= v <= top), None)
+        if values and (min(values) < 1 or max(values) > top)
+        else None
+    )
     if bad is not None:
         validate(bound, values[bad], f"{where}:{lines[bad]}", prefix=(what,))
 

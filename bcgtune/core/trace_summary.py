@@ -116,8 +116,9 @@ def _graph_flag(trace: PrefillTrace) -> GraphFlag | None:
         return None
     flagged = int((graph >= 0).sum())
     replayed = int((graph == 1).sum())
-    return GraphFlag(flagged, replayed, flagged - replayed, round(100.0 * replayed / flagged, 2),
-                     dict(trace.meta.get("graph_labels") or {}))
+    return GraphFlag(
+        flagged, replayed, flagged - replayed, round(100.0 * replayed / flagged, 2), dict(trace.meta.get("graph_labels") or {})
+    )
 
 
 def _ranks(trace: PrefillTrace) -> dict[str, int]:
@@ -179,7 +180,8 @@ def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> Tr
         distinct_sizes=int(trace.sizes.size),
         tokens=trace.n_tokens,
         percentiles=Percentiles(trace.percentile(50), trace.percentile(90), trace.percentile(99), int(trace.sizes[-1]))
-        if trace.n_batches else None,
+        if trace.n_batches
+        else None,
         forward_tokens_rule=_forward_rule(trace),
         sources=[{k: s.get(k) for k in ("path", "sha256", "bytes")} for s in trace.sources if isinstance(s, dict)],
         lines=ps.get("lines"),

@@ -8,8 +8,14 @@ import torch
 
 from bcgtune.errors import InputError
 
-DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-          "fp32": torch.float32, "float32": torch.float32}
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
 
 
 def parse_dtype(name: str, device: torch.device):
@@ -35,8 +41,15 @@ def probe_native_gqa(device: torch.device, dtype, sdpa_backend: str) -> bool:
         return False
 
 
-def load_model(spec: str, device: torch.device, dtype, sdpa_backend: str = "auto", seed: int = 0,
-               hf_fix_attention: bool = True, random_weights: bool = False):
+def load_model(
+    spec: str,
+    device: torch.device,
+    dtype,
+    sdpa_backend: str = "auto",
+    seed: int = 0,
+    hf_fix_attention: bool = True,
+    random_weights: bool = False,
+):
     """Returns (model, description dict)."""
     from bcgtune.engines import models as M
 

@@ -261,4 +261,3 @@ def forward_flops_per_token(cfg: DecoderConfig, n: int) -> float:
     dense = 2 * (h * cfg.head_dim * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 3 * h * cfg.intermediate_size)
     attn = 2 * 2 * cfg.num_heads * cfg.head_dim * (n / 2)
     return cfg.num_layers * (dense + attn) + 2 * h * cfg.vocab_size / max(n, 1)
-

@@ -31,8 +31,20 @@ def check_runner(runner: str) -> str:
     return runner
 
 
-def _setup(model_spec, device_spec, dtype_name, sdpa_backend, seed, max_tokens, shape, runner="breakable",
-           hf_fix_attention=True, random_weights=False, warmup=None, graph_impl="auto"):
+def _setup(
+    model_spec,
+    device_spec,
+    dtype_name,
+    sdpa_backend,
+    seed,
+    max_tokens,
+    shape,
+    runner="breakable",
+    hf_fix_attention=True,
+    random_weights=False,
+    warmup=None,
+    graph_impl="auto",
+):
     import torch
 
     from bcgtune.engines.loader import load_model, parse_dtype
@@ -51,11 +63,11 @@ def _setup(model_spec, device_spec, dtype_name, sdpa_backend, seed, max_tokens, 
     if runner == "breakable":
         from bcgtune.engines.breakable import BreakablePrefillEngine
 
-        engine = BreakablePrefillEngine(model, device, max_tokens, sdpa_backend=sdpa_backend,
-                                        warmup=2 if warmup is None else warmup, graph_impl=graph_impl)
+        engine = BreakablePrefillEngine(
+            model, device, max_tokens, sdpa_backend=sdpa_backend, warmup=2 if warmup is None else warmup, graph_impl=graph_impl
+        )
     else:
-        engine = PrefillGraphEngine(model, device, max_tokens, sdpa_backend=sdpa_backend,
-                                    warmup=1 if warmup is None else warmup)
+        engine = PrefillGraphEngine(model, device, max_tokens, sdpa_backend=sdpa_backend, warmup=1 if warmup is None else warmup)
     env = environment(device)
     env["graph_mode"] = engine.mode
     env["runner"] = runner
@@ -76,16 +88,40 @@ def _header(kind: str, env: dict, desc: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-def run_capture(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_backend="auto", seed=0,
-                warmup=None, hf_fix_attention=True, random_weights=False, progress=None, runner="breakable",
-                chunked_prefill_size=None, graph_impl="auto") -> dict:
+def run_capture(
+    buckets,
+    model="qwen3-8b",
+    device="auto",
+    dtype="auto",
+    sdpa_backend="auto",
+    seed=0,
+    warmup=None,
+    hf_fix_attention=True,
+    random_weights=False,
+    progress=None,
+    runner="breakable",
+    chunked_prefill_size=None,
+    graph_impl="auto",
+) -> dict:
     from bcgtune.engines.preflight import check_run
 
     check_runner(runner)
     shape = check_run(model, device, buckets, chunked_prefill_size)
     buckets = sorted({int(b) for b in buckets})
-    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner,
-                               hf_fix_attention, random_weights, warmup, graph_impl)
+    engine, desc, env = _setup(
+        model,
+        device,
+        dtype,
+        sdpa_backend,
+        seed,
+        max(buckets),
+        shape,
+        runner,
+        hf_fix_attention,
+        random_weights,
+        warmup,
+        graph_impl,
+    )
     before = engine._reserved()
     t0 = time.perf_counter()
     recs = engine.capture(buckets, on_record=progress)
@@ -144,14 +180,22 @@ def _replay_vs_eager(engine, x, gap_threshold, max_logprob_delta) -> tuple[dict,
     return compare_batch(engine.model, he, hr, le, lr, x.lengths, gap_threshold, max_logprob_delta), used
 
 
-def _validate_bucket(engine, b: int, rec, prev: int, req_list: list[int], rng, *, sizes_per_bucket, seed,
-                     gap_threshold, max_logprob_delta) -> dict:
+def _validate_bucket(
+    engine, b: int, rec, prev: int, req_list: list[int], rng, *, sizes_per_bucket, seed, gap_threshold, max_logprob_delta
+) -> dict:
     """One bucket's entry: text batches of sizes that replay in it (each split into every
     request count that fits) compared with eager, and the pad-invariance check."""
     from bcgtune.engines.torch_graphs import check_pad_invariance, text_inputs
 
-    entry = {"bucket": b, "captured": rec.ok, "error": rec.error, "attention_match": rec.attention_match,
-             "attention_eager": rec.attention_eager, "attention_capture": rec.attention_capture, "checks": []}
+    entry = {
+        "bucket": b,
+        "captured": rec.ok,
+        "error": rec.error,
+        "attention_match": rec.attention_match,
+        "attention_eager": rec.attention_eager,
+        "attention_capture": rec.attention_capture,
+        "checks": [],
+    }
     if rec.ok:
         sizes = _sizes_in_bucket(b, prev, sizes_per_bucket, rng)
         for n in sizes:
@@ -166,8 +210,12 @@ def _validate_bucket(engine, b: int, rec, prev: int, req_list: list[int], rng, *
             x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
             entry["pad_invariance"] = check_pad_invariance(engine, x, b, seed=seed) | {"requests": r_pad}
         entry["sizes"] = sizes
-    ok = rec.ok and rec.attention_match and all(c["ok"] for c in entry["checks"]) and (
-        entry.get("pad_invariance") is None or entry["pad_invariance"]["ok"])
+    ok = (
+        rec.ok
+        and rec.attention_match
+        and all(c["ok"] for c in entry["checks"])
+        and (entry.get("pad_invariance") is None or entry["pad_invariance"]["ok"])
+    )
     entry["ok"] = bool(ok)
     return entry
 
@@ -212,11 +260,26 @@ def _image_sweep(engine, buckets: list[int], image_px, rng, *, seed, gap_thresho
     return sweep
 
 
-def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_backend="auto", seed=0,
-                 sizes_per_bucket=3, gap_threshold=GAP_THRESHOLD, max_logprob_delta=MAX_LOGPROB_DELTA,
-                 image_px=DEFAULT_IMAGE_PX, images=None, hf_fix_attention=True, random_weights=False, progress=None,
-                 runner="breakable", requests=DEFAULT_VALIDATE_REQUESTS, chunked_prefill_size=None,
-                 graph_impl="auto") -> dict:
+def run_validate(
+    buckets,
+    model="qwen3-8b",
+    device="auto",
+    dtype="auto",
+    sdpa_backend="auto",
+    seed=0,
+    sizes_per_bucket=3,
+    gap_threshold=GAP_THRESHOLD,
+    max_logprob_delta=MAX_LOGPROB_DELTA,
+    image_px=DEFAULT_IMAGE_PX,
+    images=None,
+    hf_fix_attention=True,
+    random_weights=False,
+    progress=None,
+    runner="breakable",
+    requests=DEFAULT_VALIDATE_REQUESTS,
+    chunked_prefill_size=None,
+    graph_impl="auto",
+) -> dict:
     """Replay vs eager on identical batches, per bucket: sizes in (b/2, b] (ends included),
     each as batches of every request count in `requests` (a seeded random split into
     requests; the full runner holds one request, so it checks r = 1 only). Per batch: the
@@ -229,10 +292,14 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
     shape = check_run(model, device, buckets, chunked_prefill_size)
     req_list = _request_counts(requests, runner)
     buckets = sorted({int(b) for b in buckets})
-    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner,
-                               hf_fix_attention, random_weights, None, graph_impl)
+    engine, desc, env = _setup(
+        model, device, dtype, sdpa_backend, seed, max(buckets), shape, runner, hf_fix_attention, random_weights, None, graph_impl
+    )
     recs = {r.bucket: r for r in engine.capture(buckets)}
-    is_vl = getattr(engine.model, "input_kind", "ids") == "embeds" and getattr(getattr(engine.model, "cfg", None), "vision", None) is not None
+    is_vl = (
+        getattr(engine.model, "input_kind", "ids") == "embeds"
+        and getattr(getattr(engine.model, "cfg", None), "vision", None) is not None
+    )
     do_images = is_vl if images is None else bool(images)
     if do_images and not is_vl:
         raise InputError("--images needs a VL model (e.g. --model qwen3-vl-8b)")
@@ -240,8 +307,9 @@ def run_validate(buckets, model="qwen3-8b", device="auto", dtype="auto", sdpa_ba
     thresholds = {"gap_threshold": gap_threshold, "max_logprob_delta": max_logprob_delta}
     per_bucket = []
     for prev, b in zip([0, *buckets], buckets):
-        entry = _validate_bucket(engine, b, recs[b], prev, req_list, rng, sizes_per_bucket=sizes_per_bucket, seed=seed,
-                                 **thresholds)
+        entry = _validate_bucket(
+            engine, b, recs[b], prev, req_list, rng, sizes_per_bucket=sizes_per_bucket, seed=seed, **thresholds
+        )
         per_bucket.append(entry)
         if progress is not None:
             progress(entry)
@@ -281,8 +349,10 @@ def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, facto
     if trace_sizes is None:
         top = max_tokens or 8192
         if top // step > MAX_GRID_SIZES:
-            raise InputError(f"--grid {step} up to {top} tokens is {top // step:,} sizes to measure "
-                             f"(at most {MAX_GRID_SIZES:,}): use a coarser grid or a smaller --max-tokens")
+            raise InputError(
+                f"--grid {step} up to {top} tokens is {top // step:,} sizes to measure "
+                f"(at most {MAX_GRID_SIZES:,}): use a coarser grid or a smaller --max-tokens"
+            )
         out = list(range(step, top + 1, step))
         if not out:
             raise InputError(f"--grid {step} is above --max-tokens {top}")
@@ -292,16 +362,19 @@ def grid_sizes(step: int, max_tokens: int | None = None, trace_sizes=None, facto
     if max_tokens is not None:
         top = min(top, max_tokens)
     if top // step > 100 * MAX_GRID_SIZES:  # the scan below holds every multiple up to top
-        raise InputError(f"--grid {step} up to this trace's largest size ({int(s[-1]):,} tokens) spans "
-                         f"{top // step:,} multiples: use a coarser grid or --max-tokens")
+        raise InputError(
+            f"--grid {step} up to this trace's largest size ({int(s[-1]):,} tokens) spans "
+            f"{top // step:,} multiples: use a coarser grid or --max-tokens"
+        )
     c = np.arange(step, top + 1, step, dtype=np.int64)
     # some n with c / factor <= n <= c
     hi = np.searchsorted(s, c, side="right")
     lo = np.searchsorted(s * factor, c.astype(np.float64), side="left")
     keep = set(c[lo < hi].tolist())
     if len(keep) > MAX_GRID_SIZES:
-        raise InputError(f"--grid {step} over this trace is {len(keep):,} sizes to measure (at most {MAX_GRID_SIZES:,}): "
-                         "use a coarser grid")
+        raise InputError(
+            f"--grid {step} over this trace is {len(keep):,} sizes to measure (at most {MAX_GRID_SIZES:,}): use a coarser grid"
+        )
     keep.update(int(x) for x in (s[0], s[-1]) if max_tokens is None or x <= max_tokens)
     if not keep:
         raise InputError(f"no size to measure: the trace's sizes start at {int(s[0])}, above --max-tokens {max_tokens}")
@@ -316,10 +389,24 @@ def _pool_subset(sizes: list[int]) -> list[int]:
     return sorted({sizes[i] for i in idx} | {sizes[-1]})
 
 
-def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="auto", dtype="auto",
-                  sdpa_backend="auto", seed=0, warmup=3, repeats=10, memory=True, hf_fix_attention=True,
-                  random_weights=False, progress=None, runner="breakable", mix=None, chunked_prefill_size=None,
-                  graph_impl="auto"):
+def run_calibrate(
+    sizes=DEFAULT_CALIBRATION_SIZES,
+    model="qwen3-8b",
+    device="auto",
+    dtype="auto",
+    sdpa_backend="auto",
+    seed=0,
+    warmup=3,
+    repeats=10,
+    memory=True,
+    hf_fix_attention=True,
+    random_weights=False,
+    progress=None,
+    runner="breakable",
+    mix=None,
+    chunked_prefill_size=None,
+    graph_impl="auto",
+):
     """Measure what the time objective prices, on one runner, and graph memory.
 
     breakable: segments(b) at every size of `sizes` (the bucket grid), and eager(n, r) and
@@ -336,8 +423,9 @@ def run_calibrate(sizes=DEFAULT_CALIBRATION_SIZES, model="qwen3-8b", device="aut
     if mix is not None and runner == "breakable" and int(mix.tokens.max()) > sizes[-1]:
         sizes.append(int(mix.tokens.max()))  # breaks of the largest batches need a bucket that holds them
     shape = check_run(model, device, sizes, chunked_prefill_size, what="calibration size")
-    engine, desc, env = _setup(model, device, dtype, sdpa_backend, seed, max(sizes), shape, runner,
-                               hf_fix_attention, random_weights, None, graph_impl)
+    engine, desc, env = _setup(
+        model, device, dtype, sdpa_backend, seed, max(sizes), shape, runner, hf_fix_attention, random_weights, None, graph_impl
+    )
     say = progress or (lambda msg: None)
     if runner == "breakable":
         return _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warmup, repeats, memory, say)
@@ -392,12 +480,20 @@ def _environment_meta(engine, env, desc, warmup, repeats, inputs: str, replay_in
     return {
         "gpu": {k: env.get(k) for k in ("gpu_name", "gpu_memory_gib", "compute_capability", "multiprocessors", "driver")},
         "software": {k: env.get(k) for k in ("backend", "torch", "cuda", "hip", "cudnn", "python")},
-        "engine": {"runner": engine.runner, "runner_matches": env.get("runner_matches"), "graph_mode": engine.mode,
-                   "graph_impl": engine.graph_impl, "attention": env.get("attention"), "sdpa_backend": env["sdpa_backend"],
-                   "warmup": warmup, "repeats": repeats,
-                   "timer": ("cuda events, median" if engine.device.type == "cuda" else "perf_counter, median")
-                   + " of interleaved rounds (every size once per round, in shuffled order)",
-                   "inputs": inputs, "replay_includes": replay_includes},
+        "engine": {
+            "runner": engine.runner,
+            "runner_matches": env.get("runner_matches"),
+            "graph_mode": engine.mode,
+            "graph_impl": engine.graph_impl,
+            "attention": env.get("attention"),
+            "sdpa_backend": env["sdpa_backend"],
+            "warmup": warmup,
+            "repeats": repeats,
+            "timer": ("cuda events, median" if engine.device.type == "cuda" else "perf_counter, median")
+            + " of interleaved rounds (every size once per round, in shuffled order)",
+            "inputs": inputs,
+            "replay_includes": replay_includes,
+        },
         "model": desc,
     }
 
@@ -415,8 +511,9 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
         impl = engine.impl.name
 
         def make_solo(n):
-            return BreakablePrefillEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend,
-                                          warmup=engine.warmup, graph_impl=impl)
+            return BreakablePrefillEngine(
+                engine.model, engine.device, n, sdpa_backend=sdpa_backend, warmup=engine.warmup, graph_impl=impl
+            )
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
     recs = _capture_all(engine, sizes, record_attention=False)
@@ -435,14 +532,22 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
     for x, b in zip(inputs, buckets):
         groups.append([engine.eager_call(x)])
         groups.append([functools.partial(engine.replay_segments, b), functools.partial(engine.replay, x, b)])
-    say(f"timing {len(sizes)} buckets' segments and {len(pairs)} batches (eager, and replay next to its bucket's "
-        f"segments) in {repeats} interleaved rounds after {warmup} warm-up round{'s' if warmup != 1 else ''}")
-    times = time_interleaved(groups, engine.device, warmup, repeats, seed=seed,
-                             on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")))
+    say(
+        f"timing {len(sizes)} buckets' segments and {len(pairs)} batches (eager, and replay next to its bucket's "
+        f"segments) in {repeats} interleaved rounds after {warmup} warm-up round{'s' if warmup != 1 else ''}"
+    )
+    times = time_interleaved(
+        groups,
+        engine.device,
+        warmup,
+        repeats,
+        seed=seed,
+        on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")),
+    )
     seg = {b: summarize_ms(t[0]) for b, t in zip(sizes, times)}
     for b in sizes:
         say(f"segments b={b:6d}  {seg[b]['median_ms']:9.3f} ms  ({engine.segment_count(b)} segments)")
-    times = times[len(sizes):]
+    times = times[len(sizes) :]
     eager_ms, breaks_ms, spread, clipped = [], [], {}, 0
     for i, ((n, r), b) in enumerate(zip(pairs, buckets)):
         e = summarize_ms(times[2 * i][0])
@@ -454,21 +559,35 @@ def _calibrate_breakable(engine, env, desc, sizes, mix, sdpa_backend, seed, warm
             brk = 0.0
         eager_ms.append(e["median_ms"])
         breaks_ms.append(brk)
-        spread[f"{n}x{r}"] = {"eager_p10_p90": [e["p10_ms"], e["p90_ms"]], "replay_ms": t["median_ms"], "bucket": b,
-                              "replay_p10_p90": [t["p10_ms"], t["p90_ms"]]}
-        say(f"batch  n={n:6d} r={r:3d}  eager {e['median_ms']:9.3f} ms  replay in {b} {t['median_ms']:9.3f} ms  "
-            f"breaks {brk:8.3f} ms")
-    meta = _environment_meta(engine, env, desc, warmup, repeats,
-                             "n random tokens split evenly into r requests, seeded",
-                             "input copy + pad fill + batch metadata + segments and breaks + logits tail")
-    meta.update({
-        "segments_spread": {str(b): [seg[b]["p10_ms"], seg[b]["p90_ms"]] for b in sizes},
-        "segments_per_graph": {str(b): engine.segment_count(b) for b in sizes},
-        "batches_spread": spread,
-        "breaks_clipped_at_zero": clipped,
-        "mix": {"pairs": int(mix.tokens.size), "batches": mix.n_batches, "requests_known": mix.requests_known},
-        "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
-    })
+        spread[f"{n}x{r}"] = {
+            "eager_p10_p90": [e["p10_ms"], e["p90_ms"]],
+            "replay_ms": t["median_ms"],
+            "bucket": b,
+            "replay_p10_p90": [t["p10_ms"], t["p90_ms"]],
+        }
+        say(
+            f"batch  n={n:6d} r={r:3d}  eager {e['median_ms']:9.3f} ms  replay in {b} {t['median_ms']:9.3f} ms  "
+            f"breaks {brk:8.3f} ms"
+        )
+    meta = _environment_meta(
+        engine,
+        env,
+        desc,
+        warmup,
+        repeats,
+        "n random tokens split evenly into r requests, seeded",
+        "input copy + pad fill + batch metadata + segments and breaks + logits tail",
+    )
+    meta.update(
+        {
+            "segments_spread": {str(b): [seg[b]["p10_ms"], seg[b]["p90_ms"]] for b in sizes},
+            "segments_per_graph": {str(b): engine.segment_count(b) for b in sizes},
+            "batches_spread": spread,
+            "breaks_clipped_at_zero": clipped,
+            "mix": {"pairs": int(mix.tokens.size), "batches": mix.n_batches, "requests_known": mix.requests_known},
+            "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
+        }
+    )
     pool_gib, per_graph = _graph_memory(engine, recs, sizes, meta)
     cal = Calibration(
         tokens=grid,
@@ -492,31 +611,40 @@ def _calibrate_full(engine, env, desc, sizes, sdpa_backend, seed, warmup, repeat
     inputs = {n: text_inputs(engine.model, n, engine.device, seed=seed + n) for n in sizes}
     # each kind measured in interleaved rounds over the sizes (time_interleaved), not a
     # block per size: every size sees the same mix of GPU clock and power states
-    e_times = time_interleaved([[engine.eager_call(inputs[n])] for n in sizes],
-                               engine.device, warmup, repeats, seed=seed)
+    e_times = time_interleaved([[engine.eager_call(inputs[n])] for n in sizes], engine.device, warmup, repeats, seed=seed)
     eager = {n: summarize_ms(t[0]) for n, t in zip(sizes, e_times)}
     for n in sizes:
         say(f"eager  n={n:6d}  {eager[n]['median_ms']:9.3f} ms")
     pbt = None
     if memory and engine.graphs_enabled:
+
         def make_solo(n):
             return PrefillGraphEngine(engine.model, engine.device, n, sdpa_backend=sdpa_backend)
 
         pbt = _pool_by_largest(engine, sizes, make_solo, say)
     recs = _capture_all(engine, sizes)
-    g_times = time_interleaved([[functools.partial(engine.replay, inputs[n], n)] for n in sizes],
-                               engine.device, warmup, repeats, seed=seed + 1)
+    g_times = time_interleaved(
+        [[functools.partial(engine.replay, inputs[n], n)] for n in sizes], engine.device, warmup, repeats, seed=seed + 1
+    )
     graph = {n: summarize_ms(t[0]) for n, t in zip(sizes, g_times)}
     for n in sizes:
         say(f"replay b={n:6d}  {graph[n]['median_ms']:9.3f} ms")
-    meta = _environment_meta(engine, env, desc, warmup, repeats, "one sequence of n random tokens, seeded",
-                             "input copy + pad fill + replay")
-    meta.update({
-        "attention_mismatches": [r.bucket for r in recs if not r.attention_match],
-        "spread": {str(n): {"eager_p10_p90": [eager[n]["p10_ms"], eager[n]["p90_ms"]],
-                            "graph_p10_p90": [graph[n]["p10_ms"], graph[n]["p90_ms"]]} for n in sizes},
-        "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
-    })
+    meta = _environment_meta(
+        engine, env, desc, warmup, repeats, "one sequence of n random tokens, seeded", "input copy + pad fill + replay"
+    )
+    meta.update(
+        {
+            "attention_mismatches": [r.bucket for r in recs if not r.attention_match],
+            "spread": {
+                str(n): {
+                    "eager_p10_p90": [eager[n]["p10_ms"], eager[n]["p90_ms"]],
+                    "graph_p10_p90": [graph[n]["p10_ms"], graph[n]["p90_ms"]],
+                }
+                for n in sizes
+            },
+            "capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs},
+        }
+    )
     pool_gib, per_graph = _graph_memory(engine, recs, sizes, meta)
     cal = Calibration(
         tokens=np.asarray(sizes),

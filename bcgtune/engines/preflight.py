@@ -110,16 +110,18 @@ def check_buckets(buckets, shape: ModelShape, chunked_prefill_size: int | None, 
     if out[0] < 1:
         raise InputError(f"{what} {out[0]} is not positive")
     if out[-1] > ceiling:
-        hint = ("" if chunked_prefill_size else
-                " (SGLang's largest default chunked prefill size; pass --chunked-prefill-size N if your server uses more)")
+        hint = (
+            ""
+            if chunked_prefill_size
+            else " (SGLang's largest default chunked prefill size; pass --chunked-prefill-size N if your server uses more)"
+        )
         raise InputError(f"{what} {out[-1]} is above the chunked-prefill ceiling {ceiling}{hint}")
     if shape.max_context is not None and out[-1] > shape.max_context:
         raise InputError(f"{what} {out[-1]} is above {shape.name}'s context of {shape.max_context} tokens")
     return out
 
 
-def check_run(model: str, device: str, buckets, chunked_prefill_size: int | None = None,
-              what: str = "bucket") -> ModelShape:
+def check_run(model: str, device: str, buckets, chunked_prefill_size: int | None = None, what: str = "bucket") -> ModelShape:
     """Everything knowable before torch: torch installed, the model's shape, the buckets,
     and a GPU for anything larger than the tiny models."""
     require_torch()
@@ -128,16 +130,21 @@ def check_run(model: str, device: str, buckets, chunked_prefill_size: int | None
     dev = (device or "auto").lower()
     big = shape.params > CPU_MAX_PARAMS
     if big and dev == "cpu":
-        raise InputError(f"--device cpu runs models up to {CPU_MAX_PARAMS // 1_000_000}M parameters and "
-                         f"{shape.name} has ~{shape.params / 1e9:.1f}B; {CPU_DRY_RUN}")
+        raise InputError(
+            f"--device cpu runs models up to {CPU_MAX_PARAMS // 1_000_000}M parameters and "
+            f"{shape.name} has ~{shape.params / 1e9:.1f}B; {CPU_DRY_RUN}"
+        )
     if big and (dev in ("auto", "cuda", "gpu", "hip", "rocm") or dev.startswith("cuda:")) and not gpu_device_nodes():
-        raise ExternalError(f"{shape.name} (~{shape.params / 1e9:.1f}B parameters) needs a CUDA or ROCm GPU "
-                            f"and this machine shows none; {CPU_DRY_RUN}")
+        raise ExternalError(
+            f"{shape.name} (~{shape.params / 1e9:.1f}B parameters) needs a CUDA or ROCm GPU "
+            f"and this machine shows none; {CPU_DRY_RUN}"
+        )
     return shape
 
 
 def refuse_cpu_for_large(shape: ModelShape, device_type: str) -> None:
     """After torch resolved the device: a large model on the CPU is refused, not built."""
     if device_type == "cpu" and shape.params > CPU_MAX_PARAMS:
-        raise ExternalError(f"{shape.name} (~{shape.params / 1e9:.1f}B parameters) needs a CUDA or ROCm GPU and "
-                            f"torch sees none; {CPU_DRY_RUN}")
+        raise ExternalError(
+            f"{shape.name} (~{shape.params / 1e9:.1f}B parameters) needs a CUDA or ROCm GPU and torch sees none; {CPU_DRY_RUN}"
+        )

@@ -66,11 +66,20 @@ PRESETS: dict[str, DecoderConfig] = {
     "qwen3-0.6b": DecoderConfig("qwen3-0.6b", 151936, 1024, 3072, 28, 16, 8, 128, tie_embeddings=True),
     "qwen3-8b": DecoderConfig("qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 128),
     "qwen3-vl-tiny": DecoderConfig(
-        "qwen3-vl-tiny", 512, 64, 128, 2, 4, 2, 16, rope_theta=10_000.0, vision=_TINY_VISION, mrope_section=(4, 2, 2),
+        "qwen3-vl-tiny",
+        512,
+        64,
+        128,
+        2,
+        4,
+        2,
+        16,
+        rope_theta=10_000.0,
+        vision=_TINY_VISION,
+        mrope_section=(4, 2, 2),
         max_context=16384,
     ),
-    "qwen3-vl-8b": DecoderConfig("qwen3-vl-8b", 151936, 4096, 12288, 36, 32, 8, 128, vision=VisionConfig(),
-                                 max_context=262144),
+    "qwen3-vl-8b": DecoderConfig("qwen3-vl-8b", 151936, 4096, 12288, 36, 32, 8, 128, vision=VisionConfig(), max_context=262144),
 }
 
 

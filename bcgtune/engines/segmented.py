@@ -168,9 +168,14 @@ class GraphImpl:
 
 
 def bcgtune_impl(note: str = "") -> GraphImpl:
-    return GraphImpl("bcgtune", eager_on_graph, SegmentedGraph,
-                     lambda g, pool, stream: SegmentedCapture(g, pool=pool, stream=stream),
-                     lambda g: g.segments, note)
+    return GraphImpl(
+        "bcgtune",
+        eager_on_graph,
+        SegmentedGraph,
+        lambda g, pool, stream: SegmentedCapture(g, pool=pool, stream=stream),
+        lambda g: g.segments,
+        note,
+    )
 
 
 def sglang_impl_from(module, note: str = "") -> GraphImpl:

@@ -115,7 +115,14 @@ class SdpaRecorder:
                 )
             )
             return orig(
-                query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+                query,
+                key,
+                value,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
             )
 
         F.scaled_dot_product_attention = recorded
@@ -222,7 +229,9 @@ def image_inputs(model, n: int, image_px: int, device, seed: int = 0) -> Prefill
     ids[n_before + 1 + vis] = vc.vision_end_id
     ids = ids.to(device)
     unit = vc.patch_size * vc.merge_size
-    pixels = torch.rand((vc.in_channels, gh * unit, gw * unit), generator=g).to(device=device, dtype=model.embed_tokens.weight.dtype)
+    pixels = torch.rand((vc.in_channels, gh * unit, gw * unit), generator=g).to(
+        device=device, dtype=model.embed_tokens.weight.dtype
+    )
     with torch.no_grad():
         embeds = model.embed(ids)
         visual = model.visual(pixels)
@@ -276,8 +285,7 @@ class StaticPrefillEngine:
     runner = ""
     mode = ""
 
-    def __init__(self, model, device: torch.device, max_tokens: int, sdpa_backend: str, warmup: int,
-                 padding_factor: float):
+    def __init__(self, model, device: torch.device, max_tokens: int, sdpa_backend: str, warmup: int, padding_factor: float):
         if max_tokens < 1:
             raise InputError(f"max tokens must be positive, got {max_tokens}")
         self.model = model
@@ -347,7 +355,7 @@ class StaticPrefillEngine:
         """Warm-up forwards of bucket b (at least one) on the capture stream `side`, under
         `recorder` when given, then the device idle: what runs before each capture."""
         side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side), (recorder if recorder is not None else contextlib.nullcontext()):
+        with torch.cuda.stream(side), recorder if recorder is not None else contextlib.nullcontext():
             for _ in range(max(1, self.warmup)):
                 forward(b)
         torch.cuda.current_stream(self.device).wait_stream(side)
@@ -563,8 +571,9 @@ def _gc_paused():
             gc.enable()
 
 
-def time_interleaved(groups, device: torch.device, warmup: int, repeats: int, seed: int = 0,
-                     on_round=None) -> list[list[list[float]]]:
+def time_interleaved(
+    groups, device: torch.device, warmup: int, repeats: int, seed: int = 0, on_round=None
+) -> list[list[list[float]]]:
     """Times (ms) of every call in `groups`, measured in rounds: each round runs every group
     once, the groups in a fresh shuffled order, the calls of a group back to back (a pair
     such as segments-alone and the full replay of the same bucket lands in the same moment
@@ -715,21 +724,45 @@ def compare_logits(
 
 
 @torch.no_grad()
-def compare_batch(model, hidden_ref, hidden_test, last_ref, last_test, lengths, gap_threshold: float = GAP_THRESHOLD,
-                  max_logprob_delta: float = MAX_LOGPROB_DELTA) -> dict:
+def compare_batch(
+    model,
+    hidden_ref,
+    hidden_test,
+    last_ref,
+    last_test,
+    lengths,
+    gap_threshold: float = GAP_THRESHOLD,
+    max_logprob_delta: float = MAX_LOGPROB_DELTA,
+) -> dict:
     """compare_logits per request of a batch (rows split by `lengths`, one last-token logits
     row each), summed up: the whole batch's figures plus which requests differ at all
     (any hidden or last-logit difference), which fail the thresholds, and whether the
     batch is bit for bit."""
-    agg = {"tokens": 0, "top1_agree": 0.0, "max_abs_diff": 0.0, "max_logprob_delta": 0.0, "wide_gap_tokens": 0,
-           "wide_gap_flips": 0, "wide_gap_logprob_failures": 0, "narrow_gap_flips": 0, "last_logits_max_abs_diff": 0.0}
+    agg = {
+        "tokens": 0,
+        "top1_agree": 0.0,
+        "max_abs_diff": 0.0,
+        "max_logprob_delta": 0.0,
+        "wide_gap_tokens": 0,
+        "wide_gap_flips": 0,
+        "wide_gap_logprob_failures": 0,
+        "narrow_gap_flips": 0,
+        "last_logits_max_abs_diff": 0.0,
+    }
     differ, fail = [], []
     max_hidden = 0.0
     start = 0
     for i, length in enumerate(lengths):
         end = start + int(length)
-        c = compare_logits(model, hidden_ref[start:end], hidden_test[start:end], last_ref[i : i + 1],
-                           last_test[i : i + 1], gap_threshold, max_logprob_delta)
+        c = compare_logits(
+            model,
+            hidden_ref[start:end],
+            hidden_test[start:end],
+            last_ref[i : i + 1],
+            last_test[i : i + 1],
+            gap_threshold,
+            max_logprob_delta,
+        )
         dh = float((hidden_ref[start:end].float() - hidden_test[start:end].float()).abs().max())
         max_hidden = max(max_hidden, dh)
         if dh > 0 or c["last_logits_max_abs_diff"] > 0 or c["max_abs_diff"] > 0:

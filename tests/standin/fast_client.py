@@ -21,8 +21,9 @@ import urllib.request
 
 
 def one(base, words, max_new, out, lock):
-    body = json.dumps({"text": " ".join(words), "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True},
-                       "stream": True}).encode()
+    body = json.dumps(
+        {"text": " ".join(words), "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}, "stream": True}
+    ).encode()
     req = urllib.request.Request(base + "/generate", data=body, headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
     ttft = None
@@ -93,9 +94,15 @@ def main():
     tot_out = sum(o["n"] for o in ok)
     tpots = [(o["lat"] - o["ttft"]) / (o["n"] - 1) * 1000 for o in ok if o["n"] > 1]
     res = {
-        "backend": a.backend, "dataset_name": a.dataset_name, "max_concurrency": a.max_concurrency,
-        "duration": dur, "completed": len(ok), "total_input_tokens": sum(o["in"] for o in ok),
-        "total_output_tokens": tot_out, "request_throughput": len(ok) / dur, "output_throughput": tot_out / dur,
+        "backend": a.backend,
+        "dataset_name": a.dataset_name,
+        "max_concurrency": a.max_concurrency,
+        "duration": dur,
+        "completed": len(ok),
+        "total_input_tokens": sum(o["in"] for o in ok),
+        "total_output_tokens": tot_out,
+        "request_throughput": len(ok) / dur,
+        "output_throughput": tot_out / dur,
         "mean_ttft_ms": statistics.mean(o["ttft"] for o in ok) * 1000,
         "median_ttft_ms": statistics.median(o["ttft"] for o in ok) * 1000,
         "mean_tpot_ms": statistics.mean(tpots) if tpots else 0.0,

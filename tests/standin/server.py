@@ -340,14 +340,22 @@ class Handler(BaseHTTPRequestHandler):
             return self._json({})
         if path in ("/get_model_info", "/model_info"):
             return self._json(
-                {"model_path": e.args.model_path, "tokenizer_path": e.args.tokenizer_path or e.args.model_path,
-                 "is_generation": True}
+                {
+                    "model_path": e.args.model_path,
+                    "tokenizer_path": e.args.tokenizer_path or e.args.model_path,
+                    "is_generation": True,
+                }
             )
         if path in ("/server_info", "/get_server_info"):
             return self._json(
-                {"model_path": e.args.model_path, "cuda_graph_backend_prefill": e.backend,
-                 "cuda_graph_bs_prefill": e.buckets, "chunked_prefill_size": e.args.chunked_prefill_size,
-                 "internal_states": [{}], "version": "0.5.23-standin"}
+                {
+                    "model_path": e.args.model_path,
+                    "cuda_graph_backend_prefill": e.backend,
+                    "cuda_graph_bs_prefill": e.buckets,
+                    "chunked_prefill_size": e.args.chunked_prefill_size,
+                    "internal_states": [{}],
+                    "version": "0.5.23-standin",
+                }
             )
         if path == "/v1/models":
             name = e.args.served_model_name or e.args.model_path
@@ -375,8 +383,14 @@ class Handler(BaseHTTPRequestHandler):
             sp = body.get("sampling_params") or {}
             imgs = body.get("image_data") or []
             imgs = [imgs] if isinstance(imgs, str) else imgs
-            req = Request(ids, [image_tokens(x) for x in imgs], sp.get("max_new_tokens", 16),
-                          body.get("return_logprob", False), body.get("top_logprobs_num", 0), sp.get("ignore_eos"))
+            req = Request(
+                ids,
+                [image_tokens(x) for x in imgs],
+                sp.get("max_new_tokens", 16),
+                body.get("return_logprob", False),
+                body.get("top_logprobs_num", 0),
+                sp.get("ignore_eos"),
+            )
             e.submit(req)
             if body.get("stream"):
                 return self._stream_native(req)
@@ -410,9 +424,15 @@ class Handler(BaseHTTPRequestHandler):
         out = " ".join(e.tok.decode_one(t) for t in req.out_ids)
         choice = {"index": 0, "finish_reason": "length"}
         choice.update({"message": {"role": "assistant", "content": out}} if chat else {"text": out})
-        return self._json({"id": req.rid, "object": "chat.completion" if chat else "text_completion",
-                           "model": body.get("model", ""), "choices": [choice],
-                           "usage": self._usage(req)})
+        return self._json(
+            {
+                "id": req.rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "model": body.get("model", ""),
+                "choices": [choice],
+                "usage": self._usage(req),
+            }
+        )
 
     def _count_and_maybe_die(self):
         limit = os.environ.get("STANDIN_DIE_AFTER_REQUESTS")
@@ -432,19 +452,26 @@ class Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _usage(req):
-        return {"prompt_tokens": req.prompt_len, "completion_tokens": len(req.out_ids),
-                "total_tokens": req.prompt_len + len(req.out_ids)}
+        return {
+            "prompt_tokens": req.prompt_len,
+            "completion_tokens": len(req.out_ids),
+            "total_tokens": req.prompt_len + len(req.out_ids),
+        }
 
     def _native_obj(self, req):
         e = self.engine
-        meta = {"id": req.rid, "prompt_tokens": req.prompt_len, "completion_tokens": len(req.out_ids),
-                "cached_tokens": 0, "finish_reason": {"type": "length", "length": len(req.out_ids)}}
+        meta = {
+            "id": req.rid,
+            "prompt_tokens": req.prompt_len,
+            "completion_tokens": len(req.out_ids),
+            "cached_tokens": 0,
+            "finish_reason": {"type": "length", "length": len(req.out_ids)},
+        }
         if req.logprobs:
             meta["output_token_logprobs"] = list(req.out_lp)
             if req.top_n:
                 meta["output_top_logprobs"] = list(req.out_top)
-        return {"text": " ".join(e.tok.decode_one(t) for t in req.out_ids), "output_ids": list(req.out_ids),
-                "meta_info": meta}
+        return {"text": " ".join(e.tok.decode_one(t) for t in req.out_ids), "output_ids": list(req.out_ids), "meta_info": meta}
 
     def _start_sse(self):
         self.send_response(200)
@@ -495,8 +522,10 @@ class Handler(BaseHTTPRequestHandler):
 
 def main(argv) -> int:
     args, unknown = parse_flags(argv)
-    log(f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, "
-        f"cuda_graph_backend_prefill={args.cuda_graph_backend_prefill!r}, standin=True, unknown_flags={unknown!r})")
+    log(
+        f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, "
+        f"cuda_graph_backend_prefill={args.cuda_graph_backend_prefill!r}, standin=True, unknown_flags={unknown!r})"
+    )
     fail = os.environ.get("STANDIN_FAIL_AT_START")
     if fail:
         log(f"Scheduler hit an exception: {fail}")
@@ -506,11 +535,12 @@ def main(argv) -> int:
     RANK = " TP0" if args.tp_size > 1 else ""
     if engine.buckets:
         t0 = time.monotonic()
-        log(f"Capture target prefill CUDA graph begin. backend={engine.backend}, "
-            f"num_tokens={engine.buckets}, avail mem=71.23 GB")
+        log(f"Capture target prefill CUDA graph begin. backend={engine.backend}, num_tokens={engine.buckets}, avail mem=71.23 GB")
         time.sleep(0.001 * len(engine.buckets) * engine.scale)
-        log(f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
-            f"mem usage={0.02 * len(engine.buckets):.2f} GB, avail mem={71.23 - 0.02 * len(engine.buckets):.2f} GB.")
+        log(
+            f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
+            f"mem usage={0.02 * len(engine.buckets):.2f} GB, avail mem={71.23 - 0.02 * len(engine.buckets):.2f} GB."
+        )
     Handler.engine = engine
     try:
         httpd = ThreadingHTTPServer((args.host, args.port), Handler)

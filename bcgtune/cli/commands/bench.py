@@ -15,15 +15,45 @@ from bcgtune.cli.render.bench import plot, render_table
 
 def bench_command(
     profile: ProfileRef,
-    arm: Annotated[List[str], typer.Option("--arm", help="NAME:VARIANT, repeatable; the first is the baseline. VARIANT: profile (its list) | disabled (graphs off) | default (SGLang's ladder) | list=256,512,...")],
-    order: Annotated[Optional[str], typer.Option("--order", help="Launch order: letters A,X,Y,Z,W for the arms in --arm order, or arm names. Default A,X,X,A; A,X,Y,Y,X,A for three arms.", show_default=False)] = None,
-    concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="Comma list of concurrency levels. Default 4,16,32,64,128.", show_default=False)] = None,
+    arm: Annotated[
+        List[str],
+        typer.Option(
+            "--arm",
+            help="NAME:VARIANT, repeatable; the first is the baseline. VARIANT: profile (its list) | disabled (graphs off) | default (SGLang's ladder) | list=256,512,...",
+        ),
+    ],
+    order: Annotated[
+        Optional[str],
+        typer.Option(
+            "--order",
+            help="Launch order: letters A,X,Y,Z,W for the arms in --arm order, or arm names. Default A,X,X,A; A,X,Y,Y,X,A for three arms.",
+            show_default=False,
+        ),
+    ] = None,
+    concurrency: Annotated[
+        Optional[str],
+        typer.Option("--concurrency", help="Comma list of concurrency levels. Default 4,16,32,64,128.", show_default=False),
+    ] = None,
     runs: Annotated[int, typer.Option("--runs", min=1, max=1000, help="Measured runs per concurrency per launch.")] = 2,
-    prompts_per_concurrency: Annotated[int, typer.Option("--prompts-per-concurrency", min=1, max=100000, help="Prompts per run = this x concurrency.")] = 10,
+    prompts_per_concurrency: Annotated[
+        int, typer.Option("--prompts-per-concurrency", min=1, max=100000, help="Prompts per run = this x concurrency.")
+    ] = 10,
     no_warmup: Annotated[bool, typer.Option("--no-warmup", help="Skip the warm-up pass of each launch.")] = False,
     workdir: Workdir = None,
-    plot_path: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG: change per concurrency with 2 SE error bars (needs bcgtune[plot]).", show_default=False)] = None,
-    bench_args: Annotated[Optional[List[str]], typer.Argument(help="bench_serving arguments after `--` (dataset, lengths, tokenizer), passed unchanged.", metavar="[-- BENCH_ARGS...]", show_default=False)] = None,
+    plot_path: Annotated[
+        Optional[str],
+        typer.Option(
+            "--plot", help="Write a PNG: change per concurrency with 2 SE error bars (needs bcgtune[plot]).", show_default=False
+        ),
+    ] = None,
+    bench_args: Annotated[
+        Optional[List[str]],
+        typer.Argument(
+            help="bench_serving arguments after `--` (dataset, lengths, tokenizer), passed unchanged.",
+            metavar="[-- BENCH_ARGS...]",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
 ) -> None:
@@ -42,7 +72,9 @@ def bench_command(
         guard.needs("matplotlib", "plot", "--plot")
     if workdir is not None:
         guard.workdir(workdir)
-    plan = make_plan(profile, arm, order, concurrency, runs, prompts_per_concurrency, list(bench_args or []), warmup=not no_warmup)
+    plan = make_plan(
+        profile, arm, order, concurrency, runs, prompts_per_concurrency, list(bench_args or []), warmup=not no_warmup
+    )
     result = run_bench(plan, workdir, say=None if quiet else (lambda m: note(f"bcgtune: {m}")))
     if plot_path:
         plot(result, plot_path)

@@ -15,10 +15,24 @@ from bcgtune.errors import CheckFailed
 
 
 def doctor_command(
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Also check this profile (built-in name or .toml).", show_default=False)] = None,
+    profile: Annotated[
+        Optional[str],
+        typer.Option("--profile", "-p", help="Also check this profile (built-in name or .toml).", show_default=False),
+    ] = None,
     model_path: ModelPath = None,
-    runner_source: Annotated[Optional[str], typer.Option("--runner-source", help="Check this prefill_cuda_graph_runner.py instead of the installed one.", show_default=False)] = None,
-    no_sglang_probe: Annotated[bool, typer.Option("--no-sglang-probe", help="Do not start the installed SGLang to ask it (20-45 s): bcgtune's model of its rules and a reading of the runner's source answer instead.")] = False,
+    runner_source: Annotated[
+        Optional[str],
+        typer.Option(
+            "--runner-source", help="Check this prefill_cuda_graph_runner.py instead of the installed one.", show_default=False
+        ),
+    ] = None,
+    no_sglang_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-sglang-probe",
+            help="Do not start the installed SGLang to ask it (20-45 s): bcgtune's model of its rules and a reading of the runner's source answer instead.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
 ) -> None:
@@ -36,7 +50,10 @@ def doctor_command(
 
     prof = load_profile(profile) if profile is not None else None
     if not no_sglang_probe:
-        note("bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)", quiet)
+        note(
+            "bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)",
+            quiet,
+        )
     report = run_doctor(prof, runner_path=runner_source, model=model_path, ask=partial(ask_sglang, probe=not no_sglang_probe))
     emit(report.to_dict, lambda: render_text(report), as_json=as_json)
     if report.blocking:

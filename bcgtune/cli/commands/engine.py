@@ -18,9 +18,25 @@ from bcgtune.errors import CheckFailed, InputError
 
 _BUCKETS = "Buckets"
 
-Buckets = Annotated[Optional[str], typer.Option("--buckets", help="Token buckets, e.g. '256,512,1024' or '256 512 1024'.", rich_help_panel=_BUCKETS, show_default=False)]
-ProfileBuckets = Annotated[Optional[str], typer.Option("--profile", "-p", help="Take the buckets from a profile's \\[buckets].list (built-in name or .toml).", rich_help_panel=_BUCKETS, show_default=False)]
-ReportOut = Annotated[Optional[str], typer.Option("-o", "--out", help="Also write the report JSON here (atomic).", show_default=False)]
+Buckets = Annotated[
+    Optional[str],
+    typer.Option(
+        "--buckets", help="Token buckets, e.g. '256,512,1024' or '256 512 1024'.", rich_help_panel=_BUCKETS, show_default=False
+    ),
+]
+ProfileBuckets = Annotated[
+    Optional[str],
+    typer.Option(
+        "--profile",
+        "-p",
+        help="Take the buckets from a profile's \\[buckets].list (built-in name or .toml).",
+        rich_help_panel=_BUCKETS,
+        show_default=False,
+    ),
+]
+ReportOut = Annotated[
+    Optional[str], typer.Option("-o", "--out", help="Also write the report JSON here (atomic).", show_default=False)
+]
 
 
 def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
@@ -45,16 +61,34 @@ def _hf_fix(value: str) -> bool:
 
 
 def _engine_kwargs(engine: EngineOptions) -> dict:
-    return dict(model=engine.model, device=engine.device, dtype=engine.dtype, sdpa_backend=engine.sdpa_backend,
-                seed=engine.seed, hf_fix_attention=_hf_fix(engine.hf_attention), random_weights=engine.random_weights,
-                runner=engine.runner, chunked_prefill_size=engine.chunked_prefill_size, graph_impl=engine.graph_impl)
+    return dict(
+        model=engine.model,
+        device=engine.device,
+        dtype=engine.dtype,
+        sdpa_backend=engine.sdpa_backend,
+        seed=engine.seed,
+        hf_fix_attention=_hf_fix(engine.hf_attention),
+        random_weights=engine.random_weights,
+        runner=engine.runner,
+        chunked_prefill_size=engine.chunked_prefill_size,
+        graph_impl=engine.graph_impl,
+    )
 
 
 @options("engine", EngineOptions)
 def capture_command(
     buckets: Buckets = None,
     profile: ProfileBuckets = None,
-    warmup: Annotated[Optional[int], typer.Option("--warmup", min=0, max=1000, help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full.", show_default=False)] = None,
+    warmup: Annotated[
+        Optional[int],
+        typer.Option(
+            "--warmup",
+            min=0,
+            max=1000,
+            help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full.",
+            show_default=False,
+        ),
+    ] = None,
     out_path: ReportOut = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
@@ -83,13 +117,65 @@ def capture_command(
 def validate_command(
     buckets: Buckets = None,
     profile: ProfileBuckets = None,
-    sizes_per_bucket: Annotated[int, typer.Option("--sizes-per-bucket", min=1, max=1000, help="Sizes checked per bucket among those that replay in it (the ends included).")] = 3,
-    requests: Annotated[str, typer.Option("--requests", help="Request counts each size is checked with: a batch of n tokens from r requests (the full runner checks 1).")] = "1,4",
-    images: Annotated[Optional[bool], typer.Option("--images/--no-images", help="Also sweep image-style inputs. Default: on for VL models.", show_default=False)] = None,
-    server: Annotated[bool, typer.Option("--server", help="Validate a live SGLang server launched from --profile (graphs on vs off) instead of the torch engine.", rich_help_panel="Live server (--server)")] = False,
-    prompts: Annotated[Optional[str], typer.Option("--prompts", help="With --server: a prompts file (JSON lines {text, image?} or one prompt per line).", rich_help_panel="Live server (--server)", show_default=False)] = None,
-    min_replay_share: Annotated[Optional[float], typer.Option("--min-replay-share", min=0.0, max=1.0, help="With --server: least share of the batches a captured bucket serves that must replay (default 0.9).", rich_help_panel="Live server (--server)", show_default=False)] = None,
-    workdir: Annotated[Optional[str], typer.Option("--workdir", help="With --server: folder for both servers' logs and the report (default: a new ./bcgtune-validate-<profile>-<time>).", rich_help_panel="Live server (--server)", show_default=False)] = None,
+    sizes_per_bucket: Annotated[
+        int,
+        typer.Option(
+            "--sizes-per-bucket",
+            min=1,
+            max=1000,
+            help="Sizes checked per bucket among those that replay in it (the ends included).",
+        ),
+    ] = 3,
+    requests: Annotated[
+        str,
+        typer.Option(
+            "--requests",
+            help="Request counts each size is checked with: a batch of n tokens from r requests (the full runner checks 1).",
+        ),
+    ] = "1,4",
+    images: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--images/--no-images", help="Also sweep image-style inputs. Default: on for VL models.", show_default=False
+        ),
+    ] = None,
+    server: Annotated[
+        bool,
+        typer.Option(
+            "--server",
+            help="Validate a live SGLang server launched from --profile (graphs on vs off) instead of the torch engine.",
+            rich_help_panel="Live server (--server)",
+        ),
+    ] = False,
+    prompts: Annotated[
+        Optional[str],
+        typer.Option(
+            "--prompts",
+            help="With --server: a prompts file (JSON lines {text, image?} or one prompt per line).",
+            rich_help_panel="Live server (--server)",
+            show_default=False,
+        ),
+    ] = None,
+    min_replay_share: Annotated[
+        Optional[float],
+        typer.Option(
+            "--min-replay-share",
+            min=0.0,
+            max=1.0,
+            help="With --server: least share of the batches a captured bucket serves that must replay (default 0.9).",
+            rich_help_panel="Live server (--server)",
+            show_default=False,
+        ),
+    ] = None,
+    workdir: Annotated[
+        Optional[str],
+        typer.Option(
+            "--workdir",
+            help="With --server: folder for both servers' logs and the report (default: a new ./bcgtune-validate-<profile>-<time>).",
+            rich_help_panel="Live server (--server)",
+            show_default=False,
+        ),
+    ] = None,
     out_path: ReportOut = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
@@ -114,10 +200,16 @@ def validate_command(
 
     bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda e: note(f"  bucket {e['bucket']}: {'ok' if e['ok'] else 'FAIL'}"))
-    rep = run_validate(bl, sizes_per_bucket=sizes_per_bucket, requests=parse_bucket_list(requests, "--requests"),
-                       gap_threshold=accuracy.gap_threshold,
-                       max_logprob_delta=accuracy.max_logprob_delta, images=images, progress=progress,
-                       **_engine_kwargs(engine))
+    rep = run_validate(
+        bl,
+        sizes_per_bucket=sizes_per_bucket,
+        requests=parse_bucket_list(requests, "--requests"),
+        gap_threshold=accuracy.gap_threshold,
+        max_logprob_delta=accuracy.max_logprob_delta,
+        images=images,
+        progress=progress,
+        **_engine_kwargs(engine),
+    )
     emit(rep, lambda: render_validate(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep["ok"]:
         bad = [str(e["bucket"]) for e in rep["per_bucket"] if not e["ok"]]
@@ -130,9 +222,15 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
 
     if not profile:
         raise InputError("--server needs --profile P (the launch to validate)")
-    rep = server_validation(profile, prompts=prompts, min_replay_share=min_replay_share,
-                                gap_threshold=accuracy.gap_threshold, delta_tol=accuracy.max_logprob_delta,
-                                workdir=workdir, say=None if quiet else note)
+    rep = server_validation(
+        profile,
+        prompts=prompts,
+        min_replay_share=min_replay_share,
+        gap_threshold=accuracy.gap_threshold,
+        delta_tol=accuracy.max_logprob_delta,
+        workdir=workdir,
+        say=None if quiet else note,
+    )
     emit(rep, lambda: render_server_validation(rep), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep["ok"]:
         raise CheckFailed("server validation failed: " + "; ".join(rep.get("failures") or ["see the report"]))
@@ -140,16 +238,67 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
 
 @options("engine", EngineOptions)
 def calibrate_command(
-    out_path: Annotated[str, typer.Option("-o", "--out", help="Calibration file to write: versioned JSON, or CSV when the name ends in .csv.", show_default=False)],
-    sizes: Annotated[Optional[str], typer.Option("--sizes", help="Token sizes to measure. Default: 15 sizes from 16 to 8192. With --grid or --sizes-from: measured as well as the grid (the bucket list you run now, say, so suggest-buckets prices it at measured times).", show_default=False)] = None,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, max=2**31 - 1, help="Drop sizes above this.", show_default=False)] = None,
-    grid: Annotated[Optional[int], typer.Option("--grid", min=1, max=2**31 - 1, help="Measure every multiple of this (a bucket grid: suggest-buckets then picks buckets among the measured sizes), up to --max-tokens (default 8192) or the trace's range.", show_default=False)] = None,
-    sizes_from: Annotated[Optional[str], typer.Option("--sizes-from", help="A trace: measure the grid (default --grid 64) over the sizes its batches can replay in, plus its smallest and largest size.", show_default=False)] = None,
-    padding_factor: Annotated[float, typer.Option("--padding-factor", min=1.0, max=1e6, help="With --sizes-from: replay iff bucket <= factor x tokens (SGLang's rule: 2).")] = DEFAULT_PADDING_FACTOR,
+    out_path: Annotated[
+        str,
+        typer.Option(
+            "-o",
+            "--out",
+            help="Calibration file to write: versioned JSON, or CSV when the name ends in .csv.",
+            show_default=False,
+        ),
+    ],
+    sizes: Annotated[
+        Optional[str],
+        typer.Option(
+            "--sizes",
+            help="Token sizes to measure. Default: 15 sizes from 16 to 8192. With --grid or --sizes-from: measured as well as the grid (the bucket list you run now, say, so suggest-buckets prices it at measured times).",
+            show_default=False,
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        Optional[int], typer.Option("--max-tokens", min=1, max=2**31 - 1, help="Drop sizes above this.", show_default=False)
+    ] = None,
+    grid: Annotated[
+        Optional[int],
+        typer.Option(
+            "--grid",
+            min=1,
+            max=2**31 - 1,
+            help="Measure every multiple of this (a bucket grid: suggest-buckets then picks buckets among the measured sizes), up to --max-tokens (default 8192) or the trace's range.",
+            show_default=False,
+        ),
+    ] = None,
+    sizes_from: Annotated[
+        Optional[str],
+        typer.Option(
+            "--sizes-from",
+            help="A trace: measure the grid (default --grid 64) over the sizes its batches can replay in, plus its smallest and largest size.",
+            show_default=False,
+        ),
+    ] = None,
+    padding_factor: Annotated[
+        float,
+        typer.Option(
+            "--padding-factor",
+            min=1.0,
+            max=1e6,
+            help="With --sizes-from: replay iff bucket <= factor x tokens (SGLang's rule: 2).",
+        ),
+    ] = DEFAULT_PADDING_FACTOR,
     warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Untimed runs before each measurement.")] = 3,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=10000, help="Timed runs per size (the median is kept).")] = 10,
-    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Also measure the pool size when each size is the largest graph.")] = True,
-    mix_every: Annotated[int, typer.Option("--mix-every", min=1, max=1_000_000, help="Breakable runner, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (the others interpolated), to save device time on large models.")] = 1,
+    memory: Annotated[
+        bool, typer.Option("--memory/--no-memory", help="Also measure the pool size when each size is the largest graph.")
+    ] = True,
+    mix_every: Annotated[
+        int,
+        typer.Option(
+            "--mix-every",
+            min=1,
+            max=1_000_000,
+            help="Breakable runner, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (the others interpolated), to save device time on large models.",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,
     quiet: Quiet = False,
     engine: EngineOptions = None,  # type: ignore[assignment]
@@ -213,5 +362,6 @@ def _check_count(wanted: list[int]) -> None:
     from bcgtune.engines.ops import MAX_GRID_SIZES
 
     if len(wanted) > MAX_GRID_SIZES:
-        raise InputError(f"{len(wanted):,} sizes to measure (at most {MAX_GRID_SIZES:,}): give fewer sizes or a coarser grid",
-                         "--sizes")
+        raise InputError(
+            f"{len(wanted):,} sizes to measure (at most {MAX_GRID_SIZES:,}): give fewer sizes or a coarser grid", "--sizes"
+        )

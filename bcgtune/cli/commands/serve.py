@@ -19,13 +19,45 @@ from bcgtune.errors import ExternalError, Interrupted
 def serve_command(
     profile: ProfileRef,
     model_path: ModelPath = None,
-    port: Annotated[Optional[int], typer.Option("--port", min=1, max=65535, help="Server port (SGLang's --port). Default: the profile's, else SGLang's.", show_default=False)] = None,
-    log_file: Annotated[Optional[str], typer.Option("--log-file", help="Where the server's output is appended. Default: ./<profile>-<time>.log.", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command and the environment it adds; launch nothing.")] = False,
-    python: Annotated[Optional[str], typer.Option("--python", help="Interpreter that runs SGLang (skips the flag check). Default: bcgtune's own.", show_default=False)] = None,
-    grace: Annotated[float, typer.Option("--grace", min=0.0, max=3600.0, help="Seconds to wait after forwarding Ctrl-C/SIGTERM before SIGKILL.")] = 30.0,
-    no_sglang_probe: Annotated[bool, typer.Option("--no-sglang-probe", help="With --dry-run: do not start the installed SGLang to ask what it will capture (20-45 s); bcgtune's model of its rules answers.")] = False,
-    extra: Annotated[Optional[List[str]], typer.Argument(help="Extra SGLang flags, after `--`.", metavar="[-- EXTRA...]", show_default=False)] = None,
+    port: Annotated[
+        Optional[int],
+        typer.Option(
+            "--port",
+            min=1,
+            max=65535,
+            help="Server port (SGLang's --port). Default: the profile's, else SGLang's.",
+            show_default=False,
+        ),
+    ] = None,
+    log_file: Annotated[
+        Optional[str],
+        typer.Option(
+            "--log-file", help="Where the server's output is appended. Default: ./<profile>-<time>.log.", show_default=False
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the command and the environment it adds; launch nothing.")
+    ] = False,
+    python: Annotated[
+        Optional[str],
+        typer.Option(
+            "--python", help="Interpreter that runs SGLang (skips the flag check). Default: bcgtune's own.", show_default=False
+        ),
+    ] = None,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", min=0.0, max=3600.0, help="Seconds to wait after forwarding Ctrl-C/SIGTERM before SIGKILL."),
+    ] = 30.0,
+    no_sglang_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-sglang-probe",
+            help="With --dry-run: do not start the installed SGLang to ask what it will capture (20-45 s); bcgtune's model of its rules answers.",
+        ),
+    ] = False,
+    extra: Annotated[
+        Optional[List[str]], typer.Argument(help="Extra SGLang flags, after `--`.", metavar="[-- EXTRA...]", show_default=False)
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Launch an SGLang server from a profile, flags checked against SGLang's parser.
@@ -103,5 +135,3 @@ def _launch(cmd, profile_name: str, log_file: Optional[str], grace: float, quiet
     if rc != 0:
         raise ExternalError(f"server {describe_exit(rc)}", f"log: {log_path}")
     note(f"bcgtune: server exited with code 0 (log: {log_path})", quiet)
-
-

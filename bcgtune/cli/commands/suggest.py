@@ -52,23 +52,125 @@ def suggest_buckets_command(
             show_default=False,
         ),
     ] = None,
-    max_buckets: Annotated[int, typer.Option("--max-buckets", "-k", help="At most this many buckets (graphs).", rich_help_panel=_OPT)] = 12,
-    align: Annotated[Optional[int], typer.Option("--align", help="Buckets are multiples of this. Default: the layout's capture alignment (1 unless the layout flags say otherwise).", rich_help_panel=_OPT, show_default=False)] = None,
-    max_bucket: Annotated[Optional[int], typer.Option("--max-bucket", help="No bucket above this many tokens. Default: none.", rich_help_panel=_OPT, show_default=False)] = None,
-    padding_factor: Annotated[float, typer.Option("--padding-factor", help="Replay iff bucket <= factor x tokens (SGLang's rule: 2).", rich_help_panel=_OPT)] = DEFAULT_PADDING_FACTOR,
-    objective: Annotated[str, typer.Option("--objective", help="padding (fewest eager batches, then fewest padded tokens) or time (least predicted prefill time; needs --calibration).", rich_help_panel=_OPT)] = "padding",
-    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration from `bcgtune calibrate` (JSON) or a tokens,eager_ms,graph_ms CSV: prices every row in predicted ms.", rich_help_panel=_OPT, show_default=False)] = None,
-    max_graph_mem_gib: Annotated[Optional[float], typer.Option("--max-graph-mem", help="GiB budget for all graphs (time objective; the calibration's memory model).", rich_help_panel=_OPT, show_default=False)] = None,
-    candidates: Annotated[str, typer.Option("--candidates", help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).", rich_help_panel=_OPT)] = "auto",
-    seed: Annotated[int, typer.Option("--seed", help="Seed for KMeans; for the default simulation, 0 keeps the workload's own seed.", rich_help_panel=_OPT)] = 0,
-    compare: Annotated[Optional[List[str]], typer.Option("--compare", help='A list to compare, e.g. "256 512 1024", optionally "NAME=256 512 1024". Repeatable.', rich_help_panel=_CMP, show_default=False)] = None,
-    chunked_prefill_size: Annotated[Optional[int], typer.Option("--chunked-prefill-size", min=-1, max=2**31 - 1, help="The server's chunked prefill size (-1: off), which sets SGLang's ladder and the largest useful bucket. Default: from the trace, else the smallest SGLang default that covers it.", rich_help_panel=_CMP, show_default=False)] = None,
-    kmeans: Annotated[bool, typer.Option("--kmeans", help="Also compare scikit-learn's KMeans (imports scikit-learn: a few seconds).", rich_help_panel=_CMP)] = False,
-    no_baselines: Annotated[bool, typer.Option("--no-baselines", help="Leave out the quantile (and KMeans) rows.", rich_help_panel=_CMP)] = False,
+    max_buckets: Annotated[
+        int, typer.Option("--max-buckets", "-k", help="At most this many buckets (graphs).", rich_help_panel=_OPT)
+    ] = 12,
+    align: Annotated[
+        Optional[int],
+        typer.Option(
+            "--align",
+            help="Buckets are multiples of this. Default: the layout's capture alignment (1 unless the layout flags say otherwise).",
+            rich_help_panel=_OPT,
+            show_default=False,
+        ),
+    ] = None,
+    max_bucket: Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-bucket", help="No bucket above this many tokens. Default: none.", rich_help_panel=_OPT, show_default=False
+        ),
+    ] = None,
+    padding_factor: Annotated[
+        float,
+        typer.Option("--padding-factor", help="Replay iff bucket <= factor x tokens (SGLang's rule: 2).", rich_help_panel=_OPT),
+    ] = DEFAULT_PADDING_FACTOR,
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            help="padding (fewest eager batches, then fewest padded tokens) or time (least predicted prefill time; needs --calibration).",
+            rich_help_panel=_OPT,
+        ),
+    ] = "padding",
+    calibration: Annotated[
+        Optional[str],
+        typer.Option(
+            "--calibration",
+            help="Calibration from `bcgtune calibrate` (JSON) or a tokens,eager_ms,graph_ms CSV: prices every row in predicted ms.",
+            rich_help_panel=_OPT,
+            show_default=False,
+        ),
+    ] = None,
+    max_graph_mem_gib: Annotated[
+        Optional[float],
+        typer.Option(
+            "--max-graph-mem",
+            help="GiB budget for all graphs (time objective; the calibration's memory model).",
+            rich_help_panel=_OPT,
+            show_default=False,
+        ),
+    ] = None,
+    candidates: Annotated[
+        str,
+        typer.Option(
+            "--candidates",
+            help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
+            rich_help_panel=_OPT,
+        ),
+    ] = "auto",
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", help="Seed for KMeans; for the default simulation, 0 keeps the workload's own seed.", rich_help_panel=_OPT
+        ),
+    ] = 0,
+    compare: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--compare",
+            help='A list to compare, e.g. "256 512 1024", optionally "NAME=256 512 1024". Repeatable.',
+            rich_help_panel=_CMP,
+            show_default=False,
+        ),
+    ] = None,
+    chunked_prefill_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--chunked-prefill-size",
+            min=-1,
+            max=2**31 - 1,
+            help="The server's chunked prefill size (-1: off), which sets SGLang's ladder and the largest useful bucket. Default: from the trace, else the smallest SGLang default that covers it.",
+            rich_help_panel=_CMP,
+            show_default=False,
+        ),
+    ] = None,
+    kmeans: Annotated[
+        bool,
+        typer.Option(
+            "--kmeans", help="Also compare scikit-learn's KMeans (imports scikit-learn: a few seconds).", rich_help_panel=_CMP
+        ),
+    ] = False,
+    no_baselines: Annotated[
+        bool, typer.Option("--no-baselines", help="Leave out the quantile (and KMeans) rows.", rich_help_panel=_CMP)
+    ] = False,
     as_json: JsonFlag = False,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG: the size histogram with the buckets, and waste vs K (needs bcgtune[plot]).", rich_help_panel=_OUT, show_default=False)] = None,
-    write_profile: Annotated[Optional[str], typer.Option("--write-profile", help="Write the list into this profile's \\[buckets] (atomic). A missing file is created from --base-profile, or from the built-in profile of the same name (h200 -> ./h200.toml).", rich_help_panel=_OUT, show_default=False)] = None,
-    base_profile: Annotated[Optional[str], typer.Option("--base-profile", help="Profile (built-in name or path) to create --write-profile from.", rich_help_panel=_OUT, show_default=False)] = None,
+    plot: Annotated[
+        Optional[str],
+        typer.Option(
+            "--plot",
+            help="Write a PNG: the size histogram with the buckets, and waste vs K (needs bcgtune[plot]).",
+            rich_help_panel=_OUT,
+            show_default=False,
+        ),
+    ] = None,
+    write_profile: Annotated[
+        Optional[str],
+        typer.Option(
+            "--write-profile",
+            help="Write the list into this profile's \\[buckets] (atomic). A missing file is created from --base-profile, or from the built-in profile of the same name (h200 -> ./h200.toml).",
+            rich_help_panel=_OUT,
+            show_default=False,
+        ),
+    ] = None,
+    base_profile: Annotated[
+        Optional[str],
+        typer.Option(
+            "--base-profile",
+            help="Profile (built-in name or path) to create --write-profile from.",
+            rich_help_panel=_OUT,
+            show_default=False,
+        ),
+    ] = None,
     quiet: Quiet = False,
     layout: LayoutOptions = None,  # type: ignore[assignment]
 ) -> None:
@@ -101,13 +203,22 @@ def suggest_buckets_command(
 
         cal = load_calibration(calibration)
     req = plan_request(
-        max_buckets=max_buckets, align=capture.alignment if align is None else align, layout_align=capture.alignment,
+        max_buckets=max_buckets,
+        align=capture.alignment if align is None else align,
+        layout_align=capture.alignment,
         max_bucket=_ceiling(trace, capture, layout_align_or(align, capture)) if max_bucket is None else max_bucket,
         padding_factor=padding_factor,
-        objective=objective, sglang_ladder=list(capture.captured) if capture.buckets is None else None,
-        ladder_max=capture.max_bs, compare=compares, calibration=cal,
-        max_graph_mem_gib=max_graph_mem_gib, kmeans=kmeans and not no_baselines, quantiles=not no_baselines,
-        candidates=candidates, seed=seed, attention_dp_size=launch.layout.attn_dp_size,
+        objective=objective,
+        sglang_ladder=list(capture.captured) if capture.buckets is None else None,
+        ladder_max=capture.max_bs,
+        compare=compares,
+        calibration=cal,
+        max_graph_mem_gib=max_graph_mem_gib,
+        kmeans=kmeans and not no_baselines,
+        quantiles=not no_baselines,
+        candidates=candidates,
+        seed=seed,
+        attention_dp_size=launch.layout.attn_dp_size,
     )
     _hint_dp_attention(trace, launch.layout.attn_dp_size, quiet)
     try:
@@ -147,8 +258,11 @@ def _hint_dp_attention(trace: PrefillTrace, ranks: int, quiet: bool) -> None:
     dp = trace.meta.get("dp_attention") if isinstance(trace.meta, dict) else None
     if ranks <= 1 and isinstance(dp, dict) and int(dp.get("ranks") or 1) > 1:
         n = int(dp["ranks"])
-        note(f"note: the trace was simulated with DP attention on {n} ranks; give --dp {n} --dp-attention to price "
-             "its steps (priced per batch now)", quiet)
+        note(
+            f"note: the trace was simulated with DP attention on {n} ranks; give --dp {n} --dp-attention to price "
+            "its steps (priced per batch now)",
+            quiet,
+        )
 
 
 def layout_align_or(align: int | None, capture: PrefillCapture) -> int:

@@ -44,12 +44,16 @@ def render_table(result: dict) -> str:
             continue
         se = m["se_pp"]
         se_txt = f"SE {se:.2f} pp" if se is not None else "SE unknown"
-        src = {"aa-launches": f"from {m['n_base_launches']} A/A launches of {base}",
-               "runs": "from runs inside launches only (one base launch: a floor, launch-to-launch noise missing)",
-               "none": "no A/A data"}[m["noise_source"]]
+        src = {
+            "aa-launches": f"from {m['n_base_launches']} A/A launches of {base}",
+            "runs": "from runs inside launches only (one base launch: a floor, launch-to-launch noise missing)",
+            "none": "no A/A data",
+        }[m["noise_source"]]
         mean = m["mean_change_pct"]
-        out += (f"{a}: mean output throughput change {mean:+.1f}% ({m['mean_verdict']}), {se_txt} {src}; "
-                f"{m['n_arm_launches']} launches vs {m['n_base_launches']}\n")
+        out += (
+            f"{a}: mean output throughput change {mean:+.1f}% ({m['mean_verdict']}), {se_txt} {src}; "
+            f"{m['n_arm_launches']} launches vs {m['n_base_launches']}\n"
+        )
     out += "* beyond 2 SE (significant); no mark: within noise; ? no noise estimate. TTFT/TPOT: lower is better.\n"
     if not result.get("complete"):
         out += "(incomplete: interrupted or failed; partial results)\n"

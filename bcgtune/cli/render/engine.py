@@ -5,12 +5,16 @@ from __future__ import annotations
 
 def env_line(rep: dict) -> str:
     e = rep["environment"]
-    ver = f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
+    ver = (
+        f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
+    )
     gpu = e.get("gpu_name") or "no GPU"
     runner = e.get("runner", "full")
     impl = f" ({e.get('graph_impl')}, attention {e.get('attention')})" if runner == "breakable" else ""
-    return (f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | runner {runner}{impl} | "
-            f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {rep['model'].get('name')}")
+    return (
+        f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | runner {runner}{impl} | "
+        f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {rep['model'].get('name')}"
+    )
 
 
 def render_capture(rep: dict) -> str:
@@ -29,11 +33,15 @@ def render_capture(rep: dict) -> str:
 
 
 def render_validate(rep: dict) -> str:
-    lines = [env_line(rep),
-             (f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}; "
-              f"requests per batch {','.join(map(str, rep.get('requests', [1])))}; "
-              f"{rep.get('bitwise_batches', 0)} of {rep.get('batches_checked', 0)} batches bit for bit"),
-             f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict"]
+    lines = [
+        env_line(rep),
+        (
+            f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}; "
+            f"requests per batch {','.join(map(str, rep.get('requests', [1])))}; "
+            f"{rep.get('bitwise_batches', 0)} of {rep.get('batches_checked', 0)} batches bit for bit"
+        ),
+        f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict",
+    ]
     for e in rep["per_bucket"]:
         if not e["captured"]:
             lines.append(f"{e['bucket']:>7}  capture FAILED: {e['error']}")
@@ -51,12 +59,16 @@ def render_validate(rep: dict) -> str:
         pi = e.get("pad_invariance")
         pis = "-" if pi is None else ("exact" if pi["ok"] else f"{pi['max_abs_diff']:.2g}")
         sizes = ",".join(str(s) for s in e["sizes"])
-        lines.append(f"{e['bucket']:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
-                     f"{'same' if e['attention_match'] else 'DIFF':>5}  {'ok' if e['ok'] else 'FAIL'}")
+        lines.append(
+            f"{e['bucket']:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
+            f"{'same' if e['attention_match'] else 'DIFF':>5}  {'ok' if e['ok'] else 'FAIL'}"
+        )
         for c in cs:
             if c.get("failing_requests") or (c.get("requests", 1) > 1 and c.get("differing_requests")):
-                lines.append(f"         n={c['n']} r={c['requests']}: requests differing {c['differing_requests']}, "
-                             f"failing {c['failing_requests']}")
+                lines.append(
+                    f"         n={c['n']} r={c['requests']}: requests differing {c['differing_requests']}, "
+                    f"failing {c['failing_requests']}"
+                )
         if not e["attention_match"]:
             lines.append(f"         eager:   {'; '.join(e['attention_eager'])}")
             lines.append(f"         capture: {'; '.join(e['attention_capture'])}")
@@ -76,9 +88,11 @@ def render_calibration(cal) -> str:
     g = cal.meta.get("gpu", {})
     s = cal.meta.get("software", {})
     eng = cal.meta.get("engine", {})
-    lines = [f"{g.get('gpu_name') or 'CPU'} | driver {g.get('driver')} | torch {s.get('torch')} | "
-             f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
-             f"model {cal.meta.get('model', {}).get('name')} | runner {cal.runner} | {eng.get('graph_mode')}"]
+    lines = [
+        f"{g.get('gpu_name') or 'CPU'} | driver {g.get('driver')} | torch {s.get('torch')} | "
+        f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
+        f"model {cal.meta.get('model', {}).get('name')} | runner {cal.runner} | {eng.get('graph_mode')}"
+    ]
     if cal.runner == "breakable":
         lines.append(f"{'bucket':>7} {'segments ms':>12}")
         for t, gm in zip(cal.tokens, cal.graph_ms):

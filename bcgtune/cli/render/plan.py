@@ -34,7 +34,11 @@ def _header(plan: BucketPlan) -> list[str]:
     if r.objective == "padding":
         objective = f"padding (fewest eager {_plural(plan.unit)}, then fewest padded tokens)"
     else:
-        objective = "time (predicted prefill time" + ("; buckets only at measured sizes" if plan.candidate_set == "calibration" else "") + ")"
+        objective = (
+            "time (predicted prefill time"
+            + ("; buckets only at measured sizes" if plan.candidate_set == "calibration" else "")
+            + ")"
+        )
     obj = (
         f"objective: {objective}; at most {count(r.max_buckets, 'bucket')}, multiples of {r.align}"
         + (f", none above {r.max_bucket}" if r.max_bucket else "")
@@ -68,8 +72,10 @@ def _dp_lines(plan: BucketPlan) -> list[str]:
         + (f"; {num(d.decode_votes)} votes of ranks decoding during a prefill step" if d.decode_votes else ""),
     ]
     if d.ungrouped:
-        lines.append(f"  {count(d.ungrouped, 'record')} could not be grouped into steps: each is priced as a step of its own "
-                     "(the other ranks idle)")
+        lines.append(
+            f"  {count(d.ungrouped, 'record')} could not be grouped into steps: each is priced as a step of its own "
+            "(the other ranks idle)"
+        )
     if d.always_eager:
         lines.append(f"  {count(d.always_eager, 'step')} cannot replay with any allowed bucket (a rank's count fits none)")
     return lines
@@ -84,11 +90,20 @@ def _comparison(plan: BucketPlan) -> list[str]:
     for r in plan.rows:
         m = r.metrics
         name = r.name + (f" (aligned to {plan.request.layout_align})" if r.aligned_from is not None else "")
-        cells = [name, str(m.graphs), f"{m.hit_rate_pct:.1f}", num(m.eager_batches), f"{m.waste_pct:.2f}",
-                 f"{m.mean_pad:.1f}", num(m.p99_pad)]
+        cells = [
+            name,
+            str(m.graphs),
+            f"{m.hit_rate_pct:.1f}",
+            num(m.eager_batches),
+            f"{m.waste_pct:.2f}",
+            f"{m.mean_pad:.1f}",
+            num(m.p99_pad),
+        ]
         if timed:
-            cells += [f"{r.predicted_ms:,.1f}" if r.predicted_ms is not None else "-",
-                      f"{r.speedup_vs_eager:.3f}x" if r.speedup_vs_eager else "-"]
+            cells += [
+                f"{r.predicted_ms:,.1f}" if r.predicted_ms is not None else "-",
+                f"{r.speedup_vs_eager:.3f}x" if r.speedup_vs_eager else "-",
+            ]
         body.append(cells)
     return table(headers, body)
 
@@ -121,8 +136,13 @@ def _summary(plan: BucketPlan) -> list[str]:
         line += f" ({num(plan.full_replay_batches)} of {count(m.batches, unit)})"
     if not m.graphs:
         r = plan.request
-        why = (f"no bucket that is a multiple of {r.align}" + (f" and at most {r.max_bucket}" if r.max_bucket else "")
-               + f" replays any traced {unit}" if r.objective == "padding" else "no graph is predicted to pay for itself")
+        why = (
+            f"no bucket that is a multiple of {r.align}"
+            + (f" and at most {r.max_bucket}" if r.max_bucket else "")
+            + f" replays any traced {unit}"
+            if r.objective == "padding"
+            else "no graph is predicted to pay for itself"
+        )
         return [line, f"recommended: no graphs ({why}); run prefill eager"]
     return [
         line,
@@ -149,9 +169,7 @@ def _notes(plan: BucketPlan) -> list[str]:
             f"  exact bounding optima, not proven optimal ({d.how})."
         )
     if any(row.aligned_from is not None for row in plan.rows):
-        notes.append(
-            f"note: rows marked 'aligned to {r.layout_align}' are rounded up as SGLang captures them under this layout"
-        )
+        notes.append(f"note: rows marked 'aligned to {r.layout_align}' are rounded up as SGLang captures them under this layout")
     if r.objective == "time" and plan.candidate_set == "trace":
         notes.append(
             "note: buckets may be any size here, priced by interpolating the calibration's rows; replay time\n"

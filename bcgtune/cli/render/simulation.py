@@ -32,12 +32,17 @@ def render_simulation_text(trace, s) -> str:
     head = ["concurrency", "prompts", "batches", "image", "mean fwd", "max fwd", "decode steps", "sim s"]
     rows = []
     for lv in s.levels:
-        rows.append([
-            "inf" if lv.max_concurrency is None else str(lv.max_concurrency),
-            str(lv.num_prompts), str(lv.batches), str(lv.image_batches if lv.image_batches is not None else "-"),
-            "-" if lv.mean_forward_tokens is None else str(lv.mean_forward_tokens),
-            "-" if lv.max_forward_tokens is None else str(lv.max_forward_tokens),
-            str(lv.decode_steps), f"{lv.duration_s:.1f}",
-        ])
+        rows.append(
+            [
+                "inf" if lv.max_concurrency is None else str(lv.max_concurrency),
+                str(lv.num_prompts),
+                str(lv.batches),
+                str(lv.image_batches if lv.image_batches is not None else "-"),
+                "-" if lv.mean_forward_tokens is None else str(lv.mean_forward_tokens),
+                "-" if lv.max_forward_tokens is None else str(lv.max_forward_tokens),
+                str(lv.decode_steps),
+                f"{lv.duration_s:.1f}",
+            ]
+        )
     lines += table(head, rows, right=set(range(len(head))), indent="  ")
     return "\n".join(lines) + "\n"

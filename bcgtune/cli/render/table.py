@@ -13,9 +13,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
     def fmt(cells: Sequence[str]) -> str:
-        return indent + "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ).rstrip()
+        return (
+            indent + "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        )
 
     return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
 
