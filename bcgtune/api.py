@@ -15,9 +15,10 @@ from typing import Any, Sequence
 
 from bcgtune.core.calibration import Calibration, load_calibration
 from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, drift_report
-from bcgtune.core.plan import BucketPlan, make_plan, plan_request
+from bcgtune.core.plan import BucketPlan
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list, parse_bucket_list
 from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+from bcgtune.errors import InputError
 
 __all__ = [
     "PrefillTrace",
@@ -62,38 +63,60 @@ def simulate_workload(workload: str = "mi355x-multimodal-pr", **options: Any) ->
 
 
 def suggest_buckets(
-    trace: PrefillTrace,
+    trace: PrefillTrace | None = None,
     *,
     max_buckets: int = 12,
-    align: int = 1,
+    align: int | None = None,
     max_bucket: int | None = None,
     objective: str = "padding",
     calibration: Calibration | None = None,
     padding_factor: float = DEFAULT_PADDING_FACTOR,
     compare: dict[str, Sequence[int]] | None = None,
     chunked_prefill_size: int | None = None,
-    attention_dp_size: int = 1,
-    **more: Any,
+    attention_dp_size: int | None = None,
+    server_flags: dict[str, Any] | None = None,
+    max_graph_mem_gib: float | None = None,
+    candidates: str = "auto",
+    kmeans: bool = False,
+    baselines: bool = True,
+    seed: int = 0,
 ) -> BucketPlan:
-    """The optimal bucket list for `trace` and its comparison rows (SGLang's default ladder,
-    `compare` lists, the server's captured list, quantiles); see BucketPlan. With
-    `attention_dp_size` > 1 (a DP-attention server with that many attention-DP ranks), the
-    trace's records are grouped into steps across ranks and every list is priced per step
-    (`plan.dp_attention` says how, or why it stayed per batch). `more`: the other
-    PlanRequest fields (max_graph_mem_gib, candidates, kmeans, quantiles, layout_align, seed)."""
-    req = plan_request(
+    """The optimal bucket list for `trace` (None: the built-in workload, simulated) and its
+    comparison rows (SGLang's default ladder, `compare` lists, the server's captured list,
+    quantiles); see BucketPlan. The same decisions as `bcgtune suggest-buckets`: `align` and
+    `max_bucket` default to what SGLang captures for the launch (`server_flags`, SGLang's
+    launch flags in snake case, e.g. {"tp_size": 8, "enable_dp_attention": True, "dp_size":
+    8}; None: the layout the trace records). `attention_dp_size` N is short for a launch with
+    N attention-DP ranks ({"tp_size": N, "attn_dp_size": N}): the trace's records are grouped
+    into steps across ranks and every list is priced per step (`plan.dp_attention` says how,
+    or why it stayed per batch). Raises InputError when the launch runs no prefill graphs."""
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
+    flags = dict(server_flags) if server_flags else {}
+    if attention_dp_size is not None and attention_dp_size > 1:
+        flags.setdefault("attn_dp_size", attention_dp_size)
+        flags.setdefault("tp_size", attention_dp_size)
+    req = SuggestRequest(
+        trace=trace,
         max_buckets=max_buckets,
         align=align,
         max_bucket=max_bucket,
+        padding_factor=padding_factor,
         objective=objective,
         calibration=calibration,
-        padding_factor=padding_factor,
-        chunked_prefill_size=chunked_prefill_size,
-        attention_dp_size=attention_dp_size,
+        max_graph_mem_gib=max_graph_mem_gib,
+        candidates=candidates,
+        seed=seed,
         compare=[(name, parse_bucket_list(list(lst), name)) for name, lst in (compare or {}).items()],
-        **more,
+        chunked_prefill_size=chunked_prefill_size,
+        kmeans=kmeans,
+        baselines=baselines,
+        server_flags=flags or None,
     )
-    return make_plan(trace, req)
+    result = suggest(req)
+    if result.plan is None:
+        raise InputError(f"prefill graphs are off for this launch: {result.capture.reason}", field="server_flags")
+    return result.plan
 
 
 def evaluate(trace: PrefillTrace, buckets: Sequence[int], *, padding_factor: float = DEFAULT_PADDING_FACTOR) -> ListMetrics:
@@ -107,11 +130,17 @@ def drift(
     trace: PrefillTrace,
     deployed: Sequence[int],
     *,
-    align: int = 1,
+    align: int | None = None,
+    server_flags: dict[str, Any] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
 ) -> DriftReport:
-    """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets."""
-    return drift_report(
-        trace, parse_bucket_list(list(deployed), "deployed"), align=align, calibration=calibration, threshold_pct=threshold_pct
-    )
+    """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets,
+    both as SGLang captures them for the launch `server_flags` (snake-case launch flags; None:
+    a plain launch), aligned to its capture alignment unless `align` is given."""
+    from bcgtune.services.launch import capture_for_flags
+
+    buckets = parse_bucket_list(list(deployed), "deployed")
+    if align is None:
+        align = capture_for_flags(dict(server_flags or {}), buckets=buckets).alignment
+    return drift_report(trace, buckets, align=align, calibration=calibration, threshold_pct=threshold_pct)

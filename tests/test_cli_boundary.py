@@ -14,9 +14,9 @@ import pytest
 from cli_helpers import README_EXIT_CODES, assert_one_line_error, cli, digest
 
 import bcgtune.cli.commands.doctor as doctor_cmd
-import bcgtune.cli.commands.drift as drift_cmd
 import bcgtune.cli.commands.engine as engine_cmd
-import bcgtune.cli.commands.suggest as suggest_cmd
+import bcgtune.services.drift as drift_service
+import bcgtune.services.suggest as suggest_service
 from bcgtune.errors import CheckFailed, ExternalError, InputError
 
 TRACE = "size,count\n100,5\n300,2\n700,1\n"
@@ -75,8 +75,8 @@ def _exit_code_cases(tmp_path):
 
     return [
         (["trace", "--log", str(log)], sglang_log, "parse_logs"),
-        (["suggest-buckets", str(t)], suggest_cmd, "make_plan"),
-        (["drift", "--profile", "mi355x", "--trace", str(t)], drift_cmd, "drift_report"),
+        (["suggest-buckets", str(t)], suggest_service, "make_plan"),
+        (["drift", "--profile", "mi355x", "--trace", str(t)], drift_service, "drift_report"),
         (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_capture"),
         (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_validate"),
         (
@@ -125,7 +125,7 @@ def test_success_exit_0(trace_csv, tmp_path):
 
 
 def test_debug_shows_the_traceback(trace_csv, monkeypatch):
-    monkeypatch.setattr(suggest_cmd, "make_plan", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("kaboom")))
+    monkeypatch.setattr(suggest_service, "make_plan", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("kaboom")))
     with pytest.raises(RuntimeError, match="kaboom"):
         cli(["--debug", "suggest-buckets", str(trace_csv)])
     monkeypatch.setenv("BCGTUNE_DEBUG", "1")

@@ -260,7 +260,18 @@ def test_suggest_buckets_says_when_it_prices_batches(tmp_path, dp_trace):
     assert r.code == 0, r.err
     assert "DP attention (4 ranks): priced per batch, not per step: the trace is a size histogram" in r.out
     plain = cli(["suggest-buckets", dp_trace])
-    assert plain.code == 0 and "give --dp 4 --dp-attention to price its steps" in plain.err
+    assert plain.code == 0 and "priced as the launch --tp 4 --dp 4 --dp-attention" in plain.err
+    assert "DP attention (4 ranks): a step replays in the bucket of its largest rank" in plain.out
+
+
+def test_the_dp_attention_hint_runs_as_printed(dp_trace):
+    r = cli(["suggest-buckets", dp_trace, "--tp", "2"])
+    assert r.code == 0, r.err
+    hint = next(line for line in r.err.splitlines() if "to price its steps" in line)
+    flags = hint.split("give ", 1)[1].split(" to price", 1)[0].split()
+    again = cli(["suggest-buckets", dp_trace, *flags])
+    assert again.code == 0, again.err
+    assert "DP attention (4 ranks): a step replays in the bucket of its largest rank" in again.out
 
 
 def test_a_trace_with_more_dp_ranks_than_the_layout_is_one_line_exit_2(tmp_path):
@@ -290,5 +301,8 @@ def test_api_takes_the_attention_dp_size(dp_trace):
     assert plan.dp_attention.unit == "step" and plan.unit == "step"
     assert plan.recommended.metrics.batches == plan.dp_attention.steps
     assert plan.dp_attention.proven in (True, False) and plan.dp_attention.how
-    per_batch = bcgtune.suggest_buckets(t, max_buckets=6, max_bucket=1024)
+    per_batch = bcgtune.suggest_buckets(t, max_buckets=6, max_bucket=1024, server_flags={"tp_size": 1})
     assert per_batch.dp_attention is None and per_batch.unit == "batch"
+    # with no layout given, the API (like the command line) prices the layout the trace records
+    default = bcgtune.suggest_buckets(t, max_buckets=6, max_bucket=1024)
+    assert default.unit == "step" and default.recommended.buckets == plan.recommended.buckets

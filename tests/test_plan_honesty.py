@@ -68,10 +68,12 @@ def test_optimal_row_is_never_beaten_without_a_reason(sizes, k, align, compare, 
 
 def test_sglang_rows_are_what_sglang_captures():
     trace = bcgtune.trace_from_sizes([100, 900, 3000, 7000])
-    plan = bcgtune.suggest_buckets(trace, align=128, layout_align=1, chunked_prefill_size=16384, compare={"mine": [100, 300]})
+    plan = bcgtune.suggest_buckets(trace, align=128, chunked_prefill_size=16384, compare={"mine": [100, 300]})
     ladder = next(r for r in plan.rows if r.kind == "sglang-default")
     assert ladder.buckets == sglang_default_ladder(16384) and len(ladder.buckets) == 74  # not rounded to --align
-    plan = bcgtune.suggest_buckets(trace, layout_align=8, chunked_prefill_size=8192, compare={"mine": [100, 300]})
+    # tp 8 with a dense-layer TP size: SGLang gathers attention output, so buckets align to 8
+    launch = {"tp_size": 8, "moe_dense_tp_size": 1}
+    plan = bcgtune.suggest_buckets(trace, server_flags=launch, chunked_prefill_size=8192, compare={"mine": [100, 300]})
     mine = next(r for r in plan.rows if r.name == "mine")
     assert mine.buckets == [104, 304] and mine.aligned_from == [100, 300]
     ladder = next(r for r in plan.rows if r.kind == "sglang-default")

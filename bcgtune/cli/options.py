@@ -176,21 +176,24 @@ class LayoutOptions:
     ] = None
 
     def flags(self) -> dict[str, Any]:
-        """As SGLang launch flags (snake_case keys), for bcgtune.core.ladder."""
-        out: dict[str, Any] = {
-            "tp_size": self.tp,
-            "dp_size": self.dp,
-            "enable_dp_attention": self.dp_attention,
-            "attn_dp_size": self.attn_dp,
-            "enable_two_batch_overlap": self.two_batch_overlap,
-            "moe_a2a_backend": self.moe_a2a_backend,
-            "attn_cp_size": self.attn_cp_size,
-        }
-        if self.moe_dense_tp_size is not None:
-            out["moe_dense_tp_size"] = self.moe_dense_tp_size
-        if self.backend is not None:
-            out["cuda_graph_backend_prefill"] = self.backend
-        return out
+        """The flags set away from SGLang's defaults, as SGLang launch flags (snake_case
+        keys); {} when none is (the command may then take the layout a trace records)."""
+        mine, default = dataclasses.asdict(self), dataclasses.asdict(LayoutOptions())
+        return {_LAYOUT_FLAG[k]: v for k, v in mine.items() if v != default[k]}
+
+
+# LayoutOptions field -> SGLang's launch flag (snake case)
+_LAYOUT_FLAG = {
+    "tp": "tp_size",
+    "dp": "dp_size",
+    "dp_attention": "enable_dp_attention",
+    "attn_dp": "attn_dp_size",
+    "two_batch_overlap": "enable_two_batch_overlap",
+    "moe_a2a_backend": "moe_a2a_backend",
+    "moe_dense_tp_size": "moe_dense_tp_size",
+    "attn_cp_size": "attn_cp_size",
+    "backend": "cuda_graph_backend_prefill",
+}
 
 
 # ---- the torch engine (capture, validate, calibrate) -----------------------------------

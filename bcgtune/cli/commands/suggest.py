@@ -9,20 +9,12 @@ from typing import Annotated, List, Optional
 import typer
 
 from bcgtune import __version__
-from bcgtune.adapters.sglang_flags import layout_from_server_flags, prefill_launch_from_server_flags
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
 from bcgtune.cli.render.plan import plot_plan, render_plan_text
-from bcgtune.core.ladder import PrefillCapture, PrefillLaunch, ceil_to, resolve_prefill_capture
-from bcgtune.core.plan import (
-    MI355X_PR_HAND_LIST,
-    MI355X_PR_HAND_LIST_NAME,
-    BucketPlan,
-    assumed_chunked_prefill_size,
-    make_plan,
-    plan_request,
-)
+from bcgtune.core.ladder import PrefillCapture
+from bcgtune.core.plan import BucketPlan
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
 from bcgtune.core.trace import PrefillTrace, load_trace
 from bcgtune.errors import InputError
@@ -175,6 +167,8 @@ def suggest_buckets_command(
     layout: LayoutOptions = None,  # type: ignore[assignment]
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
     profile_path = _profile_target(write_profile) if write_profile else None
     guard.outputs({"--plot": plot, "--write-profile": profile_path}, inputs=[trace_path, calibration])
     if plot:
@@ -186,94 +180,48 @@ def suggest_buckets_command(
     compares = [_compare_arg(text, i) for i, text in enumerate(compare or [], start=1)]
     if chunked_prefill_size == 0:
         raise InputError("must be positive, or -1 to turn chunked prefill off", "--chunked-prefill-size")
-    if trace_path is None:
-        trace = _default_trace(seed)
-        if not any(lst == MI355X_PR_HAND_LIST for _, lst in compares):
-            compares.insert(0, (MI355X_PR_HAND_LIST_NAME, list(MI355X_PR_HAND_LIST)))
-    else:
-        trace = load_trace(trace_path)
-    launch = _launch(layout, chunked_prefill_size or _traced_chunk(trace, layout))
-    capture = resolve_prefill_capture(launch)
-    if not capture.graphs_on:
-        _graphs_off(capture, as_json)
-        return
+    trace = None if trace_path is None else load_trace(trace_path)
     cal = None
     if calibration is not None:
         from bcgtune.core.calibration import load_calibration
 
         cal = load_calibration(calibration)
-    req = plan_request(
+    req = SuggestRequest(
+        trace=trace,
         max_buckets=max_buckets,
-        align=capture.alignment if align is None else align,
-        layout_align=capture.alignment,
-        max_bucket=_ceiling(trace, capture, layout_align_or(align, capture)) if max_bucket is None else max_bucket,
+        align=align,
+        max_bucket=max_bucket,
         padding_factor=padding_factor,
         objective=objective,
-        sglang_ladder=list(capture.captured) if capture.buckets is None else None,
-        ladder_max=capture.max_bs,
-        compare=compares,
         calibration=cal,
         max_graph_mem_gib=max_graph_mem_gib,
-        kmeans=kmeans and not no_baselines,
-        quantiles=not no_baselines,
         candidates=candidates,
         seed=seed,
-        attention_dp_size=launch.layout.attn_dp_size,
+        compare=compares,
+        chunked_prefill_size=chunked_prefill_size,
+        kmeans=kmeans,
+        baselines=not no_baselines,
+        server_flags=layout.flags() or None,
     )
-    _hint_dp_attention(trace, launch.layout.attn_dp_size, quiet)
     try:
-        plan = make_plan(trace, req)
+        result = suggest(req)
     except InputError as exc:
         if exc.field == "attention_dp_size":
             raise InputError(exc.what, "--dp / --attn-dp-size") from None
         raise
+    for line in result.notes:
+        note(line, quiet)
+    plan = result.plan
+    if plan is None:
+        _graphs_off(result.capture, as_json)
+        return
     if plot:
-        plot_plan(trace, plan, plot)
+        plot_plan(result.trace, plan, plot)
         note(f"wrote {plot}", quiet)
     if profile_path:
-        _write_profile(profile_path, base, plan, trace)
+        _write_profile(profile_path, base, plan, result.trace)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
     emit(plan.to_json_obj, lambda: render_plan_text(plan), as_json=as_json)
-
-
-def _launch(layout: LayoutOptions, chunked_prefill_size: int) -> PrefillLaunch:
-    """The launch the layout flags describe; resolve_prefill_capture gives what SGLang
-    captures for it (bcgtune's model of its resolution, checked against SGLang's own in the
-    test suite): alignment, the default ladder, the largest useful bucket, or graphs off."""
-    flags = {**layout.flags(), "chunked_prefill_size": chunked_prefill_size}
-    return prefill_launch_from_server_flags(flags, platform="cuda")
-
-
-def _traced_chunk(trace: PrefillTrace, layout: LayoutOptions) -> int:
-    """The launch's --chunked-prefill-size as the trace knows it. A trace knows the chunk
-    of one rank (the server's startup line, a simulation's resolved setting, or the
-    smallest default that covers its batches); under DP attention SGLang divides the
-    launch value by the attention-DP size, so the launch value is that many times it."""
-    ranks = layout_from_server_flags(layout.flags()).attn_dp_size
-    return assumed_chunked_prefill_size(trace, None) * max(1, ranks)
-
-
-def _hint_dp_attention(trace: PrefillTrace, ranks: int, quiet: bool) -> None:
-    """A trace simulated with DP attention, priced without it: say how to price its steps."""
-    dp = trace.meta.get("dp_attention") if isinstance(trace.meta, dict) else None
-    if ranks <= 1 and isinstance(dp, dict) and int(dp.get("ranks") or 1) > 1:
-        n = int(dp["ranks"])
-        note(
-            f"note: the trace was simulated with DP attention on {n} ranks; give --dp {n} --dp-attention to price "
-            "its steps (priced per batch now)",
-            quiet,
-        )
-
-
-def layout_align_or(align: int | None, capture: PrefillCapture) -> int:
-    return capture.alignment if align is None else max(1, align)
-
-
-def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | None:
-    """The largest bucket worth offering: the ladder's maximum for this launch (no batch is
-    larger than the chunk), unless not even the smallest traced batch fits under it."""
-    smallest = ceil_to(int(trace.sizes[0]), align)
-    return capture.max_bs if smallest <= capture.max_bs else None
 
 
 def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
@@ -286,18 +234,6 @@ def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
 def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:
     name, _, lst = text.rpartition("=")
     return (name.strip()[:60] or f"--compare #{i}", parse_bucket_list(lst, f"--compare {text[:60]!r}"))
-
-
-def _default_trace(seed: int) -> PrefillTrace:
-    """The built-in default: the MI355X image benchmark of the Qwen multimodal
-    breakable-prefill PR, simulated."""
-    from dataclasses import replace
-
-    from bcgtune.adapters.simulator import simulate
-    from bcgtune.adapters.workload import default_workload
-
-    wl = default_workload()
-    return simulate(replace(wl, seed=seed) if seed else wl)
 
 
 def _profile_target(value: str) -> str:

@@ -1,0 +1,189 @@
+"""suggest-buckets: the optimal bucket list for a trace, beside the alternatives.
+
+One function, `suggest`, makes every decision the command line and the Python API share:
+which trace (the built-in workload when none is given), which launch (the layout flags given,
+else the layout the trace records), what SGLang captures for it (services/launch.py), and
+from that the defaults of the plan: the capture alignment, the ladder to compare with and the
+largest bucket worth offering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bcgtune.core.calibration import Calibration
+from bcgtune.core.ladder import PrefillCapture, ceil_to
+from bcgtune.core.plan import (
+    MI355X_PR_HAND_LIST,
+    MI355X_PR_HAND_LIST_NAME,
+    BucketPlan,
+    assumed_chunked_prefill_size,
+    make_plan,
+    plan_request,
+)
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.core.trace import PrefillTrace
+from bcgtune.errors import InputError
+
+
+@dataclass
+class SuggestRequest:
+    """What to suggest a list for. `trace` None: the built-in workload (the MI355X image
+    benchmark of the Qwen multimodal breakable-prefill pull request), simulated, with that
+    pull request's hand-tuned list as a comparison row. `server_flags`: the launch's layout
+    flags (snake_case SGLang names); None: the layout the trace records, if any. `align`,
+    `max_bucket` None: the launch's capture alignment and ladder maximum."""
+
+    trace: PrefillTrace | None = None
+    max_buckets: int = 12
+    align: int | None = None
+    max_bucket: int | None = None
+    padding_factor: float = DEFAULT_PADDING_FACTOR
+    objective: str = "padding"
+    calibration: Calibration | None = None
+    max_graph_mem_gib: float | None = None
+    candidates: str = "auto"
+    seed: int = 0
+    compare: list[tuple[str, list[int]]] = field(default_factory=list)
+    chunked_prefill_size: int | None = None
+    kmeans: bool = False
+    baselines: bool = True
+    server_flags: dict[str, Any] | None = None
+
+
+@dataclass
+class Suggestion:
+    """The outcome: the trace priced, what SGLang captures for the launch, and the plan
+    (None when prefill graphs are off for the launch: nothing is priced as if captured).
+    `notes`: what the user should know about how it was priced."""
+
+    trace: PrefillTrace
+    capture: PrefillCapture
+    plan: BucketPlan | None
+    server_flags: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.plan is None:
+            return {"prefill_graphs": "off", "reason": self.capture.reason, "recommended": None}
+        return self.plan.to_json_obj()
+
+
+def default_trace(seed: int = 0) -> PrefillTrace:
+    """The built-in default: the MI355X image benchmark of the Qwen multimodal
+    breakable-prefill pull request, simulated (seed 0: the workload's own seed)."""
+    from dataclasses import replace
+
+    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.workload import default_workload
+
+    wl = default_workload()
+    return simulate(replace(wl, seed=seed) if seed else wl)
+
+
+def trace_layout_flags(trace: PrefillTrace) -> dict[str, Any]:
+    """The DP-attention layout a trace records (a simulated workload's dp size with DP
+    attention), as launch flags; {} when it records none. SGLang needs tp to be a multiple
+    of the attention-DP size: a recorded tp that is not becomes the attention-DP size."""
+    workload = trace.meta.get("workload") if isinstance(trace.meta, dict) else None
+    if not isinstance(workload, dict) or workload.get("enable_dp_attention") is not True:
+        return {}
+    dp, tp = workload.get("dp_size"), workload.get("tp_size") or 1
+    if not isinstance(dp, int) or isinstance(dp, bool) or dp <= 1 or not isinstance(tp, int) or isinstance(tp, bool):
+        return {}
+    return {"tp_size": tp if tp >= 1 and tp % dp == 0 else dp, "dp_size": dp, "enable_dp_attention": True}
+
+
+def _flags_text(flags: dict[str, Any]) -> str:
+    """Layout flags as suggest-buckets takes them."""
+    names = {"tp_size": "--tp", "dp_size": "--dp", "attn_dp_size": "--attn-dp-size"}
+    parts = []
+    for k, v in flags.items():
+        if k == "enable_dp_attention":
+            parts.append("--dp-attention" if v else "")
+        elif k in names:
+            parts.append(f"{names[k]} {v}")
+    return " ".join(p for p in parts if p)
+
+
+def _launch_flags(req: SuggestRequest, trace: PrefillTrace, notes: list[str]) -> dict[str, Any]:
+    """The launch priced: the flags given, else the layout the trace records."""
+    if req.server_flags:
+        flags = dict(req.server_flags)
+        traced = trace_layout_flags(trace)
+        if traced.get("enable_dp_attention") and not _attention_dp(flags) > 1:
+            notes.append(
+                f"note: the trace was simulated with DP attention on {traced['dp_size']} ranks; give "
+                f"{_flags_text(traced)} to price its steps (priced per batch now)"
+            )
+        return flags
+    flags = trace_layout_flags(trace)
+    if flags:
+        notes.append(
+            f"note: the trace was simulated with DP attention on {flags['dp_size']} ranks: priced as the launch "
+            f"{_flags_text(flags)} (give layout flags to price another)"
+        )
+    return flags
+
+
+def _attention_dp(flags: dict[str, Any]) -> int:
+    from bcgtune.adapters.sglang_flags import layout_from_server_flags
+
+    return layout_from_server_flags(flags).attn_dp_size
+
+
+def _traced_chunk(trace: PrefillTrace, flags: dict[str, Any]) -> int:
+    """The launch's --chunked-prefill-size as the trace knows it. A trace knows the chunk
+    of one rank (the server's startup line, a simulation's resolved setting, or the
+    smallest default that covers its batches); under DP attention SGLang divides the
+    launch value by the attention-DP size, so the launch value is that many times it."""
+    return assumed_chunked_prefill_size(trace, None) * max(1, _attention_dp(flags))
+
+
+def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | None:
+    """The largest bucket worth offering: the ladder's maximum for this launch (no batch is
+    larger than the chunk), unless not even the smallest traced batch fits under it."""
+    smallest = ceil_to(int(trace.sizes[0]), align)
+    return capture.max_bs if smallest <= capture.max_bs else None
+
+
+def suggest(req: SuggestRequest) -> Suggestion:
+    """The optimal list for the request's trace and launch, with its comparison rows."""
+    from bcgtune.services.launch import capture_for_flags
+
+    if req.chunked_prefill_size == 0:
+        raise InputError("must be positive, or -1 to turn chunked prefill off", field="chunked_prefill_size")
+    compare = list(req.compare)
+    trace = req.trace
+    if trace is None:
+        trace = default_trace(req.seed)
+        if not any(lst == MI355X_PR_HAND_LIST for _, lst in compare):
+            compare.insert(0, (MI355X_PR_HAND_LIST_NAME, list(MI355X_PR_HAND_LIST)))
+    trace.validate()
+    notes: list[str] = []
+    flags = _launch_flags(req, trace, notes)
+    launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
+    capture = capture_for_flags(launch_flags, platform="cuda")
+    if not capture.graphs_on:
+        return Suggestion(trace, capture, None, flags, notes)
+    align = capture.alignment if req.align is None else req.align
+    plan_req = plan_request(
+        max_buckets=req.max_buckets,
+        align=align,
+        layout_align=capture.alignment,
+        max_bucket=_ceiling(trace, capture, max(1, align)) if req.max_bucket is None else req.max_bucket,
+        padding_factor=req.padding_factor,
+        objective=req.objective,
+        sglang_ladder=list(capture.captured) if capture.buckets is None else None,
+        ladder_max=capture.max_bs,
+        compare=compare,
+        calibration=req.calibration,
+        max_graph_mem_gib=req.max_graph_mem_gib,
+        kmeans=req.kmeans and req.baselines,
+        quantiles=req.baselines,
+        candidates=req.candidates,
+        seed=req.seed,
+        attention_dp_size=_attention_dp(flags),
+    )
+    return Suggestion(trace, capture, make_plan(trace, plan_req), flags, notes)
