@@ -1,4 +1,4 @@
-"""Golden and property tests of the SGLang log parser (bcgtune/adapters/sglang_log.py)."""
+"""Golden and property tests of the SGLang log parser (bcgtune/adapters/sglang_log/)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bcgtune.adapters.sglang_log import (
+    ParseOptions,
     parse_capture_text,
     parse_logs,
     parse_prefill_text,
@@ -389,15 +391,12 @@ def _chunk_cases():
 
 @pytest.mark.parametrize("path", _chunk_cases())
 @pytest.mark.parametrize("chunk_size", [1, 7, 64])
-def test_small_chunks_give_identical_results(path, chunk_size, tmp_path, monkeypatch):
-    import bcgtune.adapters.sglang_log as mod
-
+def test_small_chunks_give_identical_results(path, chunk_size, tmp_path):
     if path is None:
         path = tmp_path / "tricky.log"
         path.write_bytes(_TRICKY)
     default = scan_log(str(path))
-    monkeypatch.setattr(mod, "CHUNK_SIZE", chunk_size)
-    small = scan_log(str(path))
+    small = scan_log(str(path), options=ParseOptions(chunk_size=chunk_size))
     # repr: records hold NaN timestamps, which never compare equal
     assert repr(small) == repr(default)
     assert small.lines == default.lines > 0
@@ -424,17 +423,11 @@ def test_tricky_chunk_content_parsed():
 
 
 # ---- the fast path equals the per-line parser -----------------------------------------
-def _both_paths(path, monkeypatch, chunk_size=None):
+def _both_paths(path, chunk_size=None):
     """scan_log of `path` through the fast path and through the per-line parser only."""
-    import bcgtune.adapters.sglang_log as mod
-
-    if chunk_size is not None:
-        monkeypatch.setattr(mod, "CHUNK_SIZE", chunk_size)
-    monkeypatch.setattr(mod, "_SMALL_PIECE", -1)  # every piece through the fast path
-    fast = scan_log(str(path))
-    monkeypatch.setattr(mod, "_FAST_PATH", False)
-    slow = scan_log(str(path))
-    monkeypatch.setattr(mod, "_FAST_PATH", True)
+    opts = ParseOptions() if chunk_size is None else ParseOptions(chunk_size=chunk_size)
+    fast = scan_log(str(path), options=replace(opts, small_piece=-1))  # every piece through the fast path
+    slow = scan_log(str(path), options=replace(opts, fast_path=False))
     return fast, slow
 
 
@@ -444,14 +437,13 @@ def _all_logs():
 
 
 @pytest.mark.parametrize("path", _all_logs())
-def test_fast_path_equals_per_line_parser_on_every_log(path, monkeypatch):
-    import bcgtune.adapters.sglang_log as mod
+def test_fast_path_equals_per_line_parser_on_every_log(path):
+    from bcgtune.adapters.sglang_log.columns import _parse_file
 
-    fast, slow = _both_paths(path, monkeypatch)
+    fast, slow = _both_paths(path)
     assert repr(fast) == repr(slow)  # repr: NaN timestamps never compare equal
-    a = mod._parse_file(str(path), 0)  # the compact columns parse_logs merges
-    monkeypatch.setattr(mod, "_FAST_PATH", False)
-    b = mod._parse_file(str(path), 0)
+    a = _parse_file(str(path), 0)  # the compact columns parse_logs merges
+    b = _parse_file(str(path), 0, options=ParseOptions(fast_path=False))
     assert a.columns.keys() == b.columns.keys()
     for k in a.columns:
         assert a.columns[k].dtype == b.columns[k].dtype
@@ -564,18 +556,18 @@ def _g_wrapped(draw):
     final_newline=st.booleans(),
     chunk_size=st.sampled_from([None, 7, 64, 333]),
 )
-def test_fast_path_equals_per_line_parser_generated(tmp_path, monkeypatch, lines, glue, crlf, final_newline, chunk_size):
+def test_fast_path_equals_per_line_parser_generated(tmp_path, lines, glue, crlf, final_newline, chunk_size):
     for i in glue:  # two log lines glued together (concurrent writers)
         if i + 1 < len(lines):
             lines[i : i + 2] = [lines[i] + lines[i + 1]]
     nl = "\r\n" if crlf else "\n"
     path = tmp_path / "g.log"
     path.write_bytes((nl.join(lines) + (nl if final_newline else "")).encode("utf-8", "surrogateescape"))
-    fast, slow = _both_paths(path, monkeypatch, chunk_size)
+    fast, slow = _both_paths(path, chunk_size)
     assert repr(fast) == repr(slow)
 
 
-def test_wrapped_record_after_a_fast_layout(tmp_path, monkeypatch):
+def test_wrapped_record_after_a_fast_layout(tmp_path):
     # a record of a layout the fast path reads, ending with `,`: the next line decides
     path = tmp_path / "w.log"
     path.write_bytes(
@@ -587,7 +579,7 @@ def test_wrapped_record_after_a_fast_layout(tmp_path, monkeypatch):
         b"[2026-01-01 00:00:01 TP0] Prefill batch, #new-seq: 5, #new-token: 64,\n"
         b"[2026-01-01 00:00:01 TP0] Decode batch, #running-req: 1\n"
     )
-    fast, slow = _both_paths(path, monkeypatch)
+    fast, slow = _both_paths(path)
     assert repr(fast) == repr(slow)
     assert [(r.line, r.physical_lines, r.running_req) for r in fast.records] == [(1, 3, 3), (4, 2, 4), (6, 1, -1)]
     assert fast.legacy_decode_lines == 0 and fast.decode_lines == 1
@@ -596,7 +588,7 @@ def test_wrapped_record_after_a_fast_layout(tmp_path, monkeypatch):
 # ---- hostile inputs: one-line InputError, bounded memory and time ----------------------
 def _count_reads(monkeypatch) -> list[int]:
     """Sizes of the blocks parse_logs reads from its inputs."""
-    import bcgtune.adapters.sglang_log as mod
+    import bcgtune.adapters.sglang_log.scanner as mod
 
     read = mod._Source.read
     sizes: list[int] = []
@@ -636,7 +628,6 @@ def test_binary_inputs_refused_after_the_first_chunk(tmp_path, monkeypatch):
 def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, fast):
     import bcgtune.adapters.sglang_log as mod
 
-    monkeypatch.setattr(mod, "_FAST_PATH", fast)
     path = tmp_path / "long.log"
     ok = b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5\n"
     with open(path, "wb") as fh:
@@ -645,7 +636,7 @@ def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, 
         fh.write(ok)
         fh.write(b"y" * (mod.MAX_LINE_BYTES + 1))  # the last line, without b"\n"
     reads = _count_reads(monkeypatch)
-    trace = parse_logs([str(path)])
+    trace = parse_logs([str(path)], options=ParseOptions(fast_path=fast))
     assert max(reads) <= mod.CHUNK_SIZE
     assert trace.batches["line"].tolist() == [1, 3]
     ps = trace.parse_stats
@@ -662,22 +653,20 @@ def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, 
 def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path, monkeypatch):
     # the same path as a 100 MB line, at a scale a test can afford: a line 1000 times the
     # line limit is read block by block and never held whole
-    import bcgtune.adapters.sglang_log as mod
+    import bcgtune.adapters.sglang_log.scanner as mod
 
-    monkeypatch.setattr(mod, "MAX_LINE_BYTES", 1024)
-    monkeypatch.setattr(mod, "CHUNK_SIZE", 1024)
     path = tmp_path / "long.log"
     path.write_bytes(b"z" * (1024 * 1000) + b"\n[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 9\n")
     held = []
     chunks = mod._chunks
 
-    def watching(src, size):
-        for item in chunks(src, size):
+    def watching(src, size, max_line_bytes):
+        for item in chunks(src, size, max_line_bytes):
             held.append(len(item.data) if isinstance(item, mod._Piece) else len(item.head))
             yield item
 
     monkeypatch.setattr(mod, "_chunks", watching)
-    trace = parse_logs([str(path)])
+    trace = parse_logs([str(path)], options=ParseOptions(max_line_bytes=1024, chunk_size=1024))
     assert max(held) <= 2 * 1024
     assert trace.batches["line"].tolist() == [2] and trace.parse_stats["overlong_lines"] == 1
 
@@ -700,10 +689,7 @@ def test_truncated_and_corrupt_gz_name_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_counts_outside_int32_are_malformed(tmp_path, monkeypatch, fast):
-    import bcgtune.adapters.sglang_log as mod
-
-    monkeypatch.setattr(mod, "_FAST_PATH", fast)
+def test_counts_outside_int32_are_malformed(tmp_path, fast):
     path = tmp_path / "big.log"
     head = "[2026-01-01 00:00:00 TP0] Prefill batch"
     path.write_text(
@@ -716,7 +702,7 @@ def test_counts_outside_int32_are_malformed(tmp_path, monkeypatch, fast):
         f"{head}, #new-seq: 1, #new-token: 1{'0' * 5000}\n"
         f"{head}, #new-seq: 2, #new-token: 64\n"
     )
-    trace = parse_logs([str(path)])
+    trace = parse_logs([str(path)], options=ParseOptions(fast_path=fast))
     assert trace.batches["line"].tolist() == [1, 8]
     assert trace.batches["new_token"].tolist() == [2147483647, 64]
     ps = trace.parse_stats
@@ -766,6 +752,7 @@ def test_folder_missing_file_and_closed_stdin(tmp_path, monkeypatch):
 _ADVERSARIAL = r"""
 import sys, time
 import bcgtune.adapters.sglang_log as m
+from bcgtune.errors import InputError
 n = m.MAX_LINE_BYTES - 100
 lines = [
     b"[t] Prefill batch, #new-seq: 1, #new-token: 1,", b"a" + b" " * n,  # continuation check
@@ -783,7 +770,7 @@ open(path, "wb").write(b"\n".join(lines) + b"\n")
 t0 = time.perf_counter()
 try:
     m.parse_logs([path])
-except m.InputError:
+except InputError:
     pass
 print(time.perf_counter() - t0)
 """
@@ -849,8 +836,8 @@ def test_ctrl_c_with_workers_running_leaves_no_orphans(tmp_path):
         os.mkfifo(tmp_path / f"f{i}.log")
         paths.append(str(tmp_path / f"f{i}.log"))
     code = (
-        "import bcgtune.adapters.sglang_log as m\nm.PARALLEL_MIN_BYTES = 0\nprint('go', flush=True)\n"
-        f"m.parse_logs({paths!r}, jobs=3)"
+        "import bcgtune.adapters.sglang_log as m\nprint('go', flush=True)\n"
+        f"m.parse_logs({paths!r}, jobs=3, options=m.ParseOptions(parallel_min_bytes=0))"
     )
     rc, err, left = _interrupt(code)
     assert rc in (-signal.SIGINT, 130) and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
@@ -872,9 +859,8 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
     import io
     import sys
 
-    import bcgtune.adapters.sglang_log as mod
+    import bcgtune.adapters.sglang_log.parallel as mod
 
-    monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 0)
     calls = []
     parallel = mod._parse_parallel
     monkeypatch.setattr(mod, "_parse_parallel", lambda *a: calls.append(a[2]) or parallel(*a))
@@ -890,25 +876,23 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
             pass
 
     monkeypatch.setattr(sys, "stdin", FakeStdin())
-    serial = parse_logs(files, jobs=1)
+    eager = ParseOptions(parallel_min_bytes=0)
+    serial = parse_logs(files, jobs=1, options=eager)
     FakeStdin.buffer = io.BytesIO(stdin)
-    both = parse_logs(files, jobs=2)
+    both = parse_logs(files, jobs=2, options=eager)
     assert calls == [2]
     _same_trace(serial, both)
     assert both.batches["source"].max() == len(files) - 1
 
 
-def test_parallel_error_is_the_serial_one(tmp_path, monkeypatch):
-    import bcgtune.adapters.sglang_log as mod
-
-    monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 0)
+def test_parallel_error_is_the_serial_one(tmp_path):
     bad = tmp_path / "bad.log"
     bad.write_bytes(b"\0" * 100)
     files = [str(OUR_LOGS / "e1_npu_forward_iter.log"), str(bad), str(tmp_path / "missing.log")]
     errors = []
     for jobs in (1, 3):
         with pytest.raises(InputError) as ei:
-            parse_logs(files, jobs=jobs)
+            parse_logs(files, jobs=jobs, options=ParseOptions(parallel_min_bytes=0))
         errors.append(str(ei.value))
     assert errors[0] == errors[1] and str(bad) in errors[0]
     for jobs in (0, -1, "2"):
@@ -920,13 +904,11 @@ def test_progress_reports_bytes_read(tmp_path, monkeypatch):
     import io
     import sys
 
-    import bcgtune.adapters.sglang_log as mod
-
-    monkeypatch.setattr(mod, "CHUNK_SIZE", 256)
+    small = ParseOptions(chunk_size=256)
     files = [OUR_LOGS / "e1_npu_forward_iter.log", OUR_LOGS / "e2_pp_attn_cp_ranks.log"]
     total = sum(p.stat().st_size for p in files)
     calls = []
-    parse_logs([str(p) for p in files], progress=lambda done, of: calls.append((done, of)))
+    parse_logs([str(p) for p in files], progress=lambda done, of: calls.append((done, of)), options=small)
     assert len(calls) > 4 and calls[-1] == (total, total)
     assert all(of == total for _, of in calls)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
@@ -936,7 +918,7 @@ def test_progress_reports_bytes_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", FakeStdin())
     calls.clear()
-    parse_logs(["-"], progress=lambda done, of: calls.append((done, of)))
+    parse_logs(["-"], progress=lambda done, of: calls.append((done, of)), options=small)
     assert calls[-1] == (files[0].stat().st_size, None)
 
 
@@ -958,25 +940,24 @@ def test_one_forward_token_rule():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the patched worker travels by fork")
 def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
-    import bcgtune.adapters.sglang_log as mod
+    import bcgtune.adapters.sglang_log.parallel as mod
     from bcgtune.errors import ExternalError
 
-    monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(mod, "_start_method", lambda: "fork")
     real = mod._parse_file
 
-    def dying(path, i, progress=None):
+    def dying(path, i, progress=None, options=None):
         if path.endswith("e2_pp_attn_cp_ranks.log"):
             os._exit(3)  # killed, say, by the kernel's out-of-memory killer
-        return real(path, i, progress)
+        return real(path, i, progress, options)
 
     monkeypatch.setattr(mod, "_parse_file", dying)
     files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]
     with pytest.raises(ExternalError, match="exit code 3"):
-        parse_logs(files, jobs=2)
+        parse_logs(files, jobs=2, options=ParseOptions(parallel_min_bytes=0))
 
 
-def test_layouts_differing_in_digit_counts(tmp_path, monkeypatch):
+def test_layouts_differing_in_digit_counts(tmp_path):
     # one field layout, every count any length (a busy server's log): the fast path reads
     # each line at its own offsets, and a first key whose length decides whether the
     # record is readable (at most 61 characters) is read per line
@@ -995,7 +976,7 @@ def test_layouts_differing_in_digit_counts(tmp_path, monkeypatch):
             lines.append(f"[2026-08-27 03:00:00] Prefill batch, #a{key}: 3, #new-seq: 1, #new-token: 2")
     path = tmp_path / "busy.log"
     path.write_text("\n".join(lines) + "\n")
-    fast, slow = _both_paths(path, monkeypatch)
+    fast, slow = _both_paths(path)
     assert repr(fast) == repr(slow)
     assert len(fast.records) > 2000 and len(fast.malformed) > 10
 
@@ -1005,7 +986,7 @@ def test_layouts_differing_in_digit_counts(tmp_path, monkeypatch):
 def test_digit_runs_match_a_regex(texts):
     import re
 
-    from bcgtune.adapters.sglang_log import _Runs
+    from bcgtune.adapters.sglang_log.fastpath import _Runs
 
     runs = _Runs(texts)
     for i, text in enumerate(texts):
