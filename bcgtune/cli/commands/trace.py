@@ -366,8 +366,9 @@ def _simulate(
     """Options -> Workload -> one simulation -> the trace's outputs plus image and replay shares."""
     from dataclasses import replace
 
-    from bcgtune.adapters.simulator import simulate, simulation_summary
-    from bcgtune.adapters.workload import workload_from_options
+    from bcgtune.adapters.simulator import simulate
+    from bcgtune.core.simulation_summary import simulation_summary
+    from bcgtune.files.workload_file import workload_from_options
 
     bucket_list = parse_bucket_list(buckets, "--buckets") if buckets else None
     wl = workload_from_options(workload=sim.workload, profile=sim.profile, **sim.given())
