@@ -44,8 +44,8 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
-from typing import cast
 from heapq import heappop, heappush
+from typing import cast
 
 import numpy as np
 

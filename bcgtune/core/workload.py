@@ -168,60 +168,84 @@ LongText = Annotated[str, Field(strict=True, max_length=10 * TEXT_MAX)]
 class ClientSettings(schema.StrictDocument):
     """bench_serving's client options, under its own names."""
 
-    dataset_name: DatasetName | None = pydantic.Field(None, description="bench_serving's dataset: random, random-ids or image.")
-    num_prompts: PromptCounts | None = pydantic.Field(
-        None, description="Prompts per run: one value, or one per concurrency level."
+    dataset_name: Annotated[DatasetName | None, schema.CliOption("random (default), random-ids or image.")] = pydantic.Field(
+        None, description="bench_serving's dataset: random, random-ids or image."
     )
-    random_input_len: schema.Tokens | None = pydantic.Field(
+    num_prompts: Annotated[
+        PromptCounts | None, schema.CliOption("Prompts per run (default 1000); a comma list gives one per concurrency level.")
+    ] = pydantic.Field(None, description="Prompts per run: one value, or one per concurrency level.")
+    random_input_len: Annotated[schema.Tokens | None, schema.CliOption("Longest input (default 1024 tokens).")] = pydantic.Field(
         None, description="Longest prompt (tokens); lengths are uniform on [max(floor(L*r), 1), L]."
     )
-    random_output_len: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="Longest output (tokens), drawn like the input."
+    random_output_len: Annotated[schema.NonNegativeInt | None, schema.CliOption("Longest output (default 1024 tokens).")] = (
+        pydantic.Field(None, description="Longest output (tokens), drawn like the input.")
     )
-    random_range_ratio: RangeRatio | None = pydantic.Field(None, description="r in the length rule above.")
-    image_count: ImageCount | None = pydantic.Field(None, description="Images per request (image dataset).")
-    image_resolution: Text | None = pydantic.Field(None, description="4k, 1080p, 720p, 360p, HEIGHTxWIDTH, or random:hxw-HxW.")
-    max_concurrency: Concurrencies | None = pydantic.Field(
-        None, description="Concurrency levels, run one after another (empty: unbounded, one run)."
+    random_range_ratio: Annotated[
+        RangeRatio | None, schema.CliOption("Lengths uniform on \\[max(floor(L*r),1), L] (default 0).")
+    ] = pydantic.Field(None, description="r in the length rule above.")
+    image_count: Annotated[ImageCount | None, schema.CliOption("Images per request for --dataset-name image (default 1).")] = (
+        pydantic.Field(None, description="Images per request (image dataset).")
     )
-    request_rate: RequestRate | None = pydantic.Field(
-        None, description='Requests per second (Poisson arrivals), or "inf" for a closed loop.'
+    image_resolution: Annotated[
+        Text | None, schema.CliOption("4k, 1080p (default), 720p, 360p, HEIGHTxWIDTH or random:hxw-HxW.")
+    ] = pydantic.Field(None, description="4k, 1080p, 720p, 360p, HEIGHTxWIDTH, or random:hxw-HxW.")
+    max_concurrency: Annotated[
+        Concurrencies | None, schema.CliOption("One value or a comma list (a sweep, run one after another). Default: unbounded.")
+    ] = pydantic.Field(None, description="Concurrency levels, run one after another (empty: unbounded, one run).")
+    request_rate: Annotated[
+        RequestRate | None, schema.CliOption("inf (default: closed loop) or Poisson arrivals per second.")
+    ] = pydantic.Field(None, description='Requests per second (Poisson arrivals), or "inf" for a closed loop.')
+    warmup_requests: Annotated[WarmupRequests | None, schema.CliOption("Warm-up requests before each run (default 1).")] = (
+        pydantic.Field(None, description="Warm-up requests before each run.")
     )
-    warmup_requests: WarmupRequests | None = pydantic.Field(None, description="Warm-up requests before each run.")
-    seed: schema.Seed | None = pydantic.Field(
+    seed: Annotated[schema.Seed | None, schema.CliOption("bench_serving's seed (default 42).")] = pydantic.Field(
         None, description="bench_serving's --seed: the lengths are drawn exactly as it draws them."
     )
-    model_family: ModelFamily | None = pydantic.Field(
-        None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl."
-    )
-    tokens_per_image: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="Fixed tokens per image instead of the family's rule."
-    )
-    chat_template_tokens: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="Template tokens per prompt (default: 8 for images, 0 for text)."
-    )
+    model_family: Annotated[
+        ModelFamily | None, schema.CliOption("Image tokens by qwen2-vl, qwen2.5-vl or qwen3-vl (default) resizing.")
+    ] = pydantic.Field(None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl.")
+    tokens_per_image: Annotated[
+        schema.NonNegativeInt | None, schema.CliOption("Fixed tokens per image instead of the family's resize rule.")
+    ] = pydantic.Field(None, description="Fixed tokens per image instead of the family's rule.")
+    chat_template_tokens: Annotated[
+        schema.NonNegativeInt | None, schema.CliOption("Template tokens per prompt (default 8 for image, 0 for text).")
+    ] = pydantic.Field(None, description="Template tokens per prompt (default: 8 for images, 0 for text).")
 
 
 class ServerSettings(schema.StrictDocument):
     """The SGLang launch flags that shape prefill batches, under SGLang's names."""
 
-    chunked_prefill_size: ChunkSize | None = pydantic.Field(
-        None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib."
+    chunked_prefill_size: Annotated[
+        ChunkSize | None, schema.CliOption("Default: SGLang's for the GPU memory (8192 on an H200).")
+    ] = pydantic.Field(None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib.")
+    max_prefill_tokens: Annotated[schema.PositiveInt | None, schema.CliOption("Default 16384.")] = pydantic.Field(
+        None, description="SGLang's --max-prefill-tokens."
     )
-    max_prefill_tokens: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --max-prefill-tokens.")
-    max_running_requests: schema.PositiveInt | None = pydantic.Field(
+    max_running_requests: Annotated[schema.PositiveInt | None, schema.CliOption("Default: no cap by count.")] = pydantic.Field(
         None, description="SGLang's --max-running-requests (unset: no cap by count)."
     )
-    page_size: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --page-size.")
-    enable_mixed_chunk: pydantic.StrictBool | None = pydantic.Field(
-        None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches."
+    page_size: Annotated[schema.PositiveInt | None, schema.CliOption("Default 1.")] = pydantic.Field(
+        None, description="SGLang's --page-size."
     )
-    prefill_decode_interval: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill."
+    enable_mixed_chunk: Annotated[
+        pydantic.StrictBool | None, schema.CliOption("Mix decode rows into prefill batches (default off).")
+    ] = pydantic.Field(None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches.")
+    prefill_decode_interval: Annotated[
+        schema.NonNegativeInt | None, schema.CliOption("Decode steps forced after each prefill (default 0).")
+    ] = pydantic.Field(None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill.")
+    disable_radix_cache: Annotated[pydantic.StrictBool | None, schema.CliOption("As the server flag (default off).")] = (
+        pydantic.Field(None, description="SGLang's --disable-radix-cache.")
     )
-    disable_radix_cache: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --disable-radix-cache.")
-    dp_size: Parallel | None = pydantic.Field(None, description="SGLang's --dp-size: data parallel schedulers.")
-    enable_dp_attention: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --enable-dp-attention.")
+    dp_size: Annotated[Parallel | None, schema.CliOption("Data parallel schedulers (default 1).")] = pydantic.Field(
+        None, description="SGLang's --dp-size: data parallel schedulers."
+    )
+    enable_dp_attention: Annotated[
+        pydantic.StrictBool | None,
+        schema.CliOption(
+            "DP attention: the --dp-size ranks share the chunk and run every iteration together; each batch records its step (default off).",
+            ("--dp-attention",),
+        ),
+    ] = pydantic.Field(None, description="SGLang's --enable-dp-attention.")
     max_total_tokens: schema.PositiveInt | None = pydantic.Field(
         None, description="KV cache room in tokens (unset: never the limit)."
     )
