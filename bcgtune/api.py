@@ -57,7 +57,7 @@ def simulate_workload(workload: str = "mi355x-multimodal-pr", **options: Any) ->
     """Simulate a bench_serving run against SGLang's scheduler: a workload TOML or preset,
     with bench_serving / SGLang options (snake_case names, e.g. num_prompts="40,160")."""
     from bcgtune.adapters.simulator import simulate
-    from bcgtune.adapters.workload import workload_from_options
+    from bcgtune.files.workload_file import workload_from_options
 
     return simulate(workload_from_options(workload=workload, **options))
 

@@ -35,8 +35,10 @@ else:
 import numpy as np
 from _machine import cpu_model
 
-from bcgtune.adapters.simulator import default_workload_trace, simulate
-from bcgtune.adapters.workload import Workload, default_workload
+from bcgtune.adapters.simulator import simulate
+from bcgtune.core.workload import Workload
+from bcgtune.files.workload_file import default_workload
+from bcgtune.services.suggest import default_trace
 
 
 def best_of(fn, repeat: int) -> tuple[float, float, object]:
@@ -79,7 +81,7 @@ def main() -> None:
             f"{name}: {n:,} requests in {wall:.2f} s, cpu {cpu:.2f} s ({n / wall:,.0f} req/s); "
             f"{tr.n_batches:,} prefill batches, {tr.meta['decode_steps']:,} decode steps"
         )
-    wall, cpu, tr = best_of(default_workload_trace, a.repeat)
+    wall, cpu, tr = best_of(default_trace, a.repeat)
     img = float(tr.batches["images"].mean())
     prompts = sum(lv["num_prompts"] for lv in tr.meta["levels"])
     print(

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 import bcgtune
 from bcgtune.adapters.sglang_log import parse_logs
-from bcgtune.adapters.simulator import _lockstep_decode, simulate
-from bcgtune.adapters.workload import Workload
+from bcgtune.adapters.simulator import simulate
 from bcgtune.core.dp_steps import evaluate_steps
+from bcgtune.core.scheduler import lockstep_decode
 from bcgtune.core.step_grouping import RULE_ITERATION, RULE_MS, RULE_SECONDS, RULE_SIMULATED, dp_index, group_steps
 from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+from bcgtune.core.workload import Workload
 from bcgtune.errors import InputError
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -186,7 +187,7 @@ def test_lockstep_is_slower_than_independent_ranks():
 def test_lockstep_decode_jump_against_stepping(lines, k, horizon):
     a = np.array([x for x, _ in lines])
     b = np.array([y for _, y in lines])
-    n, total = _lockstep_decode(a, b, k, horizon)
+    n, total = lockstep_decode(a, b, k, horizon)
     # step i takes the slowest rank's time; run while the step starts before the horizon
     t, steps = 0.0, 0
     while steps < k:

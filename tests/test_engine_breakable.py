@@ -326,8 +326,8 @@ def test_unknown_runner_and_graph_impl():
 
 def test_mix_of_a_simulated_trace_keeps_request_counts():
     from bcgtune.adapters.simulator import simulate
-    from bcgtune.adapters.workload import default_workload
     from bcgtune.core.mix import batch_mix
+    from bcgtune.files.workload_file import default_workload
 
     trace = simulate(default_workload())
     mix = batch_mix(trace)

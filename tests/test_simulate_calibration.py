@@ -8,9 +8,9 @@ import numpy as np
 from typer.testing import CliRunner
 
 from bcgtune.adapters.simulator import simulate
-from bcgtune.adapters.workload import workload_from_options
 from bcgtune.cli.app import app
 from bcgtune.core.calibration import load_calibration
+from bcgtune.files.workload_file import workload_from_options
 
 runner = CliRunner()
 OPTIONS = {"num_prompts": "40", "max_concurrency": "8", "random_input_len": 2048, "random_output_len": 2}

@@ -20,20 +20,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bcgtune.adapters import simulator
-from bcgtune.adapters.simulator import (
+from bcgtune.adapters.simulator import simulate
+from bcgtune.core import scheduler, schema
+from bcgtune.core.ladder import sglang_default_ladder
+from bcgtune.core.simulation_summary import (
     LevelSummary,
     ReplayShare,
     SimulationSummary,
-    default_workload_trace,
     replay_shares,
-    simulate,
     simulation_summary,
 )
-from bcgtune.adapters.workload import StepTimeModel, Workload, default_workload
-from bcgtune.core import schema
-from bcgtune.core.ladder import sglang_default_ladder
 from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.workload import StepTimeModel, Workload
 from bcgtune.errors import InputError
+from bcgtune.files.workload_file import default_workload
+from bcgtune.services.suggest import default_trace
 
 
 def fixed(n=3, L=1000, out=4, conc=1, **kw) -> Workload:
@@ -222,7 +223,7 @@ def test_replay_shares_patched_vs_unpatched():
 
 
 def test_default_workload_trace_is_all_image():
-    tr = default_workload_trace()
+    tr = default_trace()
     assert tr.meta["workload"]["name"] == "mi355x-multimodal-pr"
     assert tr.origin == "simulation" and tr.n_batches > 500
     assert tr.batches["images"].min() == 1
@@ -327,7 +328,7 @@ def test_progress_reports_requests_done_and_changes_nothing():
     assert calls[0] == (0, total) and calls[-1] == (total, total)
     done = [d for d, _ in calls]
     assert done == sorted(set(done)) and {t for _, t in calls} == {total}
-    assert len(calls) <= simulator.PROGRESS_STEPS + 2
+    assert len(calls) <= scheduler.PROGRESS_STEPS + 2
     plain = simulate(w)
     for k in tr.batches:
         assert np.array_equal(tr.batches[k], plain.batches[k])
@@ -379,7 +380,7 @@ _CTRL_C_CHILD = textwrap.dedent(
     import os, sys, time
     from dataclasses import replace
     from bcgtune.adapters.simulator import simulate
-    from bcgtune.adapters.workload import default_workload
+    from bcgtune.files.workload_file import default_workload
 
     w = replace(default_workload(), max_concurrency=[128], num_prompts=[3_000_000])
 

@@ -25,7 +25,8 @@ if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
 from bcgtune.adapters.simulator import simulate
-from bcgtune.adapters.workload import Workload, default_workload, load_workload_file
+from bcgtune.core.workload import Workload
+from bcgtune.files.workload_file import default_workload, load_workload_file
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "simulator_reference.json"
 LEVEL_KEYS = (

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from bcgtune.adapters.layout_flags import LAYOUT_DEFAULTS
 from bcgtune.adapters.profiles import snake
 from bcgtune.core.ladder import PREFILL_BACKENDS, ParallelLayout, PrefillLaunch
 from bcgtune.errors import InputError
@@ -62,17 +63,18 @@ def layout_from_server_flags(flags: Mapping[str, Any], *, is_hip: bool = False) 
     Flags that are absent take SGLang's defaults. `is_hip`: ROCm (context-parallel
     alignment is skipped there)."""
     norm = _norm(flags)
-    a2a = _flag_str(norm, "moe_a2a_backend", "none")
+    d = LAYOUT_DEFAULTS
+    a2a = _flag_str(norm, "moe_a2a_backend", d["moe_a2a_backend"])
     layout = ParallelLayout(
-        tp=_flag_int(norm, "tp_size", 1),
-        dp=_flag_int(norm, "dp_size", 1),
+        tp=_flag_int(norm, "tp_size", d["tp_size"]),
+        dp=_flag_int(norm, "dp_size", d["dp_size"]),
         enable_dp_attention=_flag_bool(norm, "enable_dp_attention"),
         two_batch_overlap=_flag_bool(norm, "enable_two_batch_overlap"),
-        moe_a2a_backend=(a2a or "none"),
-        moe_dense_tp_size=_flag_int(norm, "moe_dense_tp_size", None),
-        attn_cp_size=_flag_int(norm, "attn_cp_size", 1),
+        moe_a2a_backend=(a2a or d["moe_a2a_backend"]),
+        moe_dense_tp_size=_flag_int(norm, "moe_dense_tp_size", d["moe_dense_tp_size"]),
+        attn_cp_size=_flag_int(norm, "attn_cp_size", d["attn_cp_size"]),
         is_hip=is_hip,
-        attn_dp=_flag_int(norm, "attn_dp_size", 1),
+        attn_dp=_flag_int(norm, "attn_dp_size", d["attn_dp_size"]),
         enable_dp_lm_head=_flag_bool(norm, "enable_dp_lm_head"),
         disable_attn_tp_gather=_flag_bool(norm, "disable_attn_tp_gather"),
     )

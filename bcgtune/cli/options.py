@@ -16,6 +16,8 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from bcgtune.adapters.layout_flags import LAYOUT_FLAGS
+from bcgtune.cli.schema_options import OptionSpec, option_set
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 
 
@@ -87,113 +89,37 @@ ModelPath = Annotated[
 ]
 
 
-# ---- parallel layout (suggest-buckets, drift) ------------------------------------------
-@dataclass
-class LayoutOptions:
-    """The launch flags that change how SGLang aligns and caps the captured buckets."""
-
-    tp: Annotated[
-        int,
-        typer.Option(
-            "--tp",
-            "--tp-size",
-            min=1,
-            max=1 << 20,
-            help="Tensor parallel size.",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = 1
-    dp: Annotated[
-        int,
-        typer.Option(
-            "--dp", "--dp-size", min=1, max=1 << 20, help="Data parallel size.", rich_help_panel="Server layout (SGLang's flags)"
-        ),
-    ] = 1
-    dp_attention: Annotated[
-        bool,
-        typer.Option(
-            "--dp-attention",
-            "--enable-dp-attention",
-            help="DP attention: --dp ranks of attention data parallelism.",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = False
-    attn_dp: Annotated[
-        int,
-        typer.Option(
-            "--attn-dp-size",
-            min=1,
-            max=1 << 20,
-            help="Attention data parallel size (the newer spelling of DP attention).",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = 1
-    two_batch_overlap: Annotated[
-        bool,
-        typer.Option(
-            "--enable-two-batch-overlap",
-            "--two-batch-overlap",
-            help="Two-batch overlap (buckets x2).",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = False
-    moe_a2a_backend: Annotated[
-        str,
-        typer.Option(
-            "--moe-a2a-backend",
-            help="MoE all-to-all backend (none, deepep, mooncake, ...).",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = "none"
-    moe_dense_tp_size: Annotated[
-        Optional[int],
-        typer.Option(
-            "--moe-dense-tp-size",
-            min=1,
-            max=1 << 20,
-            help="Dense-layer TP size under MoE (unset: none).",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = None
-    attn_cp_size: Annotated[
-        int,
-        typer.Option(
-            "--attn-cp-size",
-            min=1,
-            max=1 << 20,
-            help="Attention context parallel size.",
-            rich_help_panel="Server layout (SGLang's flags)",
-        ),
-    ] = 1
-    backend: Annotated[
-        Optional[str],
-        typer.Option(
-            "--cuda-graph-backend-prefill",
-            help="The prefill graph backend chosen at launch (breakable, full, disabled). Default: SGLang's (breakable on CUDA).",
-            rich_help_panel="Server layout (SGLang's flags)",
-            show_default=False,
-        ),
-    ] = None
-
-    def flags(self) -> dict[str, Any]:
-        """The flags set away from SGLang's defaults, as SGLang launch flags (snake_case
-        keys); {} when none is (the command may then take the layout a trace records)."""
-        mine, default = dataclasses.asdict(self), dataclasses.asdict(LayoutOptions())
-        return {_LAYOUT_FLAG[k]: v for k, v in mine.items() if v != default[k]}
+# ---- parallel layout (suggest-buckets) -------------------------------------------------
+_LAYOUT_PANEL = "Server layout (SGLang's flags)"
+_PARALLEL_MAX = 1 << 20
 
 
-# LayoutOptions field -> SGLang's launch flag (snake case)
-_LAYOUT_FLAG = {
-    "tp": "tp_size",
-    "dp": "dp_size",
-    "dp_attention": "enable_dp_attention",
-    "attn_dp": "attn_dp_size",
-    "two_batch_overlap": "enable_two_batch_overlap",
-    "moe_a2a_backend": "moe_a2a_backend",
-    "moe_dense_tp_size": "moe_dense_tp_size",
-    "attn_cp_size": "attn_cp_size",
-    "backend": "cuda_graph_backend_prefill",
-}
+def _layout_flags(self: Any) -> dict[str, Any]:
+    """The flags set away from SGLang's defaults, as SGLang launch flags (snake_case
+    keys); {} when none is (the command may then take the layout a trace records)."""
+    return {f.name: getattr(self, f.name) for f in LAYOUT_FLAGS if getattr(self, f.name) != f.default}
+
+
+# The launch flags that change how SGLang aligns and caps the captured buckets, generated
+# from SGLang's flag table (bcgtune/adapters/layout_flags.py); `.flags()` gives those set.
+LayoutOptions: Any = option_set(
+    "LayoutOptions",
+    [
+        OptionSpec(
+            name=f.name,
+            kind=f.kind,
+            default=f.default,
+            flags=f.spellings,
+            help=f.help,
+            panel=_LAYOUT_PANEL,
+            show_default=f.name != "cuda_graph_backend_prefill",
+            minimum=1 if f.kind is int else None,
+            maximum=_PARALLEL_MAX if f.kind is int else None,
+        )
+        for f in LAYOUT_FLAGS
+    ],
+    namespace={"flags": _layout_flags},
+)
 
 
 # ---- the torch engine (capture, validate, calibrate) -----------------------------------

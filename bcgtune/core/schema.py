@@ -11,6 +11,7 @@ SGLang's int32 tensors, times and sizes are finite, seeds fit numpy's legacy gen
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, Iterable
 
@@ -145,6 +146,17 @@ class StrictDocument(pydantic.BaseModel):
     """A hand-written document: an unknown key is an error that names it."""
 
     model_config = pydantic.ConfigDict(extra="forbid", populate_by_name=True, protected_namespaces=())
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """Metadata that makes a schema field a command-line option as well, declared once with
+    the field (`Annotated[int | None, CliOption("...")]`): the command line generates its
+    option from the field's name and type. `help` is the option's help line (the field's
+    description documents the file key); `aliases` are further spellings of the flag."""
+
+    help: str
+    aliases: tuple[str, ...] = ()
 
 
 def parse_int_list(

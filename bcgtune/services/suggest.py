@@ -76,7 +76,7 @@ def default_trace(seed: int = 0) -> PrefillTrace:
     from dataclasses import replace
 
     from bcgtune.adapters.simulator import simulate
-    from bcgtune.adapters.workload import default_workload
+    from bcgtune.files.workload_file import default_workload
 
     wl = default_workload()
     return simulate(replace(wl, seed=seed) if seed else wl)

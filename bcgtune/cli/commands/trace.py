@@ -4,8 +4,8 @@ Parse the options, build the trace in one library call, render."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Annotated, List, Optional
+from dataclasses import asdict
+from typing import Annotated, Any, List, Optional
 
 import typer
 
@@ -14,9 +14,11 @@ from bcgtune.cli.console import Progress, note, out, out_json
 from bcgtune.cli.options import JsonFlag, Quiet, Workdir, options
 from bcgtune.cli.render.simulation import render_simulation_text
 from bcgtune.cli.render.trace import render_trace_text
+from bcgtune.cli.schema_options import OptionSpec, option_set, specs_from_model
 from bcgtune.core.replay import parse_bucket_list
 from bcgtune.core.trace import PrefillTrace, save_trace
 from bcgtune.core.trace_summary import summarize
+from bcgtune.core.workload import ClientSettings, ServerSettings
 from bcgtune.errors import InputError
 
 _SIM = "Simulation (--simulate)"
@@ -35,199 +37,40 @@ EXAMPLES = """Examples:
 """
 
 
-@dataclass
-class SimulateOptions:
-    """bench_serving's client options and SGLang's server flags, as the simulator takes them
-    (None: the workload's or the tool's default). Field names are the simulator's."""
+def _given(self: Any) -> dict[str, Any]:
+    """The simulator's options the user set (workload and profile apart)."""
+    return {k: v for k, v in asdict(self).items() if v is not None and k not in ("workload", "profile")}
 
-    workload: Annotated[
-        Optional[str],
-        typer.Option(
-            "--workload",
-            help="Workload TOML or built-in preset (mi355x-multimodal-pr, chat-text-h200).",
-            rich_help_panel=_SIM,
-            show_default=False,
-        ),
-    ] = None
-    profile: Annotated[
-        Optional[str],
-        typer.Option(
-            "--profile",
-            help="Take the server settings from a profile (built-in name or .toml); with --live, the server to launch.",
-            rich_help_panel=_SIM,
-            show_default=False,
-        ),
-    ] = None
-    dataset_name: Annotated[
-        Optional[str],
-        typer.Option(
-            "--dataset-name", help="random (default), random-ids or image.", rich_help_panel=_CLIENT, show_default=False
-        ),
-    ] = None
-    num_prompts: Annotated[
-        Optional[str],
-        typer.Option(
-            "--num-prompts",
-            help="Prompts per run (default 1000); a comma list gives one per concurrency level.",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    random_input_len: Annotated[
-        Optional[int],
-        typer.Option(
-            "--random-input-len", help="Longest input (default 1024 tokens).", rich_help_panel=_CLIENT, show_default=False
-        ),
-    ] = None
-    random_output_len: Annotated[
-        Optional[int],
-        typer.Option(
-            "--random-output-len", help="Longest output (default 1024 tokens).", rich_help_panel=_CLIENT, show_default=False
-        ),
-    ] = None
-    random_range_ratio: Annotated[
-        Optional[float],
-        typer.Option(
-            "--random-range-ratio",
-            help="Lengths uniform on \\[max(floor(L*r),1), L] (default 0).",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    image_count: Annotated[
-        Optional[int],
-        typer.Option(
-            "--image-count",
-            help="Images per request for --dataset-name image (default 1).",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    image_resolution: Annotated[
-        Optional[str],
-        typer.Option(
-            "--image-resolution",
-            help="4k, 1080p (default), 720p, 360p, HEIGHTxWIDTH or random:hxw-HxW.",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    max_concurrency: Annotated[
-        Optional[str],
-        typer.Option(
-            "--max-concurrency",
-            help="One value or a comma list (a sweep, run one after another). Default: unbounded.",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    request_rate: Annotated[
-        Optional[float],
-        typer.Option(
-            "--request-rate",
-            help="inf (default: closed loop) or Poisson arrivals per second.",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    warmup_requests: Annotated[
-        Optional[int],
-        typer.Option(
-            "--warmup-requests", help="Warm-up requests before each run (default 1).", rich_help_panel=_CLIENT, show_default=False
-        ),
-    ] = None
-    seed: Annotated[
-        Optional[int],
-        typer.Option("--seed", help="bench_serving's seed (default 42).", rich_help_panel=_CLIENT, show_default=False),
-    ] = None
-    model_family: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model-family",
-            help="Image tokens by qwen2-vl, qwen2.5-vl or qwen3-vl (default) resizing.",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    tokens_per_image: Annotated[
-        Optional[int],
-        typer.Option(
-            "--tokens-per-image",
-            help="Fixed tokens per image instead of the family's resize rule.",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    chat_template_tokens: Annotated[
-        Optional[int],
-        typer.Option(
-            "--chat-template-tokens",
-            help="Template tokens per prompt (default 8 for image, 0 for text).",
-            rich_help_panel=_CLIENT,
-            show_default=False,
-        ),
-    ] = None
-    chunked_prefill_size: Annotated[
-        Optional[int],
-        typer.Option(
-            "--chunked-prefill-size",
-            help="Default: SGLang's for the GPU memory (8192 on an H200).",
-            rich_help_panel=_SERVER,
-            show_default=False,
-        ),
-    ] = None
-    max_prefill_tokens: Annotated[
-        Optional[int], typer.Option("--max-prefill-tokens", help="Default 16384.", rich_help_panel=_SERVER, show_default=False)
-    ] = None
-    max_running_requests: Annotated[
-        Optional[int],
-        typer.Option("--max-running-requests", help="Default: no cap by count.", rich_help_panel=_SERVER, show_default=False),
-    ] = None
-    page_size: Annotated[
-        Optional[int], typer.Option("--page-size", help="Default 1.", rich_help_panel=_SERVER, show_default=False)
-    ] = None
-    enable_mixed_chunk: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--enable-mixed-chunk",
-            help="Mix decode rows into prefill batches (default off).",
-            rich_help_panel=_SERVER,
-            show_default=False,
-        ),
-    ] = None
-    prefill_decode_interval: Annotated[
-        Optional[int],
-        typer.Option(
-            "--prefill-decode-interval",
-            help="Decode steps forced after each prefill (default 0).",
-            rich_help_panel=_SERVER,
-            show_default=False,
-        ),
-    ] = None
-    disable_radix_cache: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--disable-radix-cache", help="As the server flag (default off).", rich_help_panel=_SERVER, show_default=False
-        ),
-    ] = None
-    dp_size: Annotated[
-        Optional[int],
-        typer.Option("--dp-size", help="Data parallel schedulers (default 1).", rich_help_panel=_SERVER, show_default=False),
-    ] = None
-    enable_dp_attention: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--enable-dp-attention",
-            "--dp-attention",
-            help="DP attention: the --dp-size ranks share the chunk and run every iteration together; each batch records its step (default off).",
-            rich_help_panel=_SERVER,
-            show_default=False,
-        ),
-    ] = None
 
-    def given(self) -> dict:
-        """The simulator's options the user set (workload and profile apart)."""
-        return {k: v for k, v in asdict(self).items() if v is not None and k not in ("workload", "profile")}
+# bench_serving's client options and SGLang's server flags, as the simulator takes them (None:
+# the workload's or the tool's default): generated from the workload schema's fields that
+# carry a command-line help line (bcgtune/core/workload.py), under the fields' names.
+SimulateOptions: Any = option_set(
+    "SimulateOptions",
+    [
+        OptionSpec(
+            "workload",
+            str,
+            None,
+            ("--workload",),
+            "Workload TOML or built-in preset (mi355x-multimodal-pr, chat-text-h200).",
+            panel=_SIM,
+            show_default=False,
+        ),
+        OptionSpec(
+            "profile",
+            str,
+            None,
+            ("--profile",),
+            "Take the server settings from a profile (built-in name or .toml); with --live, the server to launch.",
+            panel=_SIM,
+            show_default=False,
+        ),
+        *specs_from_model(ClientSettings, _CLIENT),
+        *specs_from_model(ServerSettings, _SERVER),
+    ],
+    namespace={"given": _given},
+)
 
 
 @options("sim", SimulateOptions)
@@ -366,8 +209,9 @@ def _simulate(
     """Options -> Workload -> one simulation -> the trace's outputs plus image and replay shares."""
     from dataclasses import replace
 
-    from bcgtune.adapters.simulator import simulate, simulation_summary
-    from bcgtune.adapters.workload import workload_from_options
+    from bcgtune.adapters.simulator import simulate
+    from bcgtune.core.simulation_summary import simulation_summary
+    from bcgtune.files.workload_file import workload_from_options
 
     bucket_list = parse_bucket_list(buckets, "--buckets") if buckets else None
     wl = workload_from_options(workload=sim.workload, profile=sim.profile, **sim.given())

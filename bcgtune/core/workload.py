@@ -1,49 +1,41 @@
 """Workload: a benchmark client (SGLang's bench_serving) plus the server settings that shape
-its prefill batches, as one validated value the simulator plays.
+its prefill batches, as one validated value the simulator plays, and the schema of every
+value it carries.
 
 Sources, later ones winning: built-in defaults (bench_serving's and SGLang's own) <- a
 workload TOML or shipped preset (`--workload`) <- a profile's `[server]` (`--profile`) <-
-explicit CLI options. Names are bench_serving's / SGLang's, snake_case (kebab-case keys are
-read as their snake_case form).
+explicit CLI options (bcgtune/files/workload_file.py reads the files). Names are
+bench_serving's / SGLang's, snake_case.
 
 Every value is checked by the pydantic models below through `bcgtune.core.schema.validate`
 (the project's one validation mechanism): types, bounds (token counts within SGLang's int32,
 finite non-negative step times, seeds within numpy's legacy range, at most
 `schema.REQUESTS_MAX` simulated requests), unknown keys. A workload file's errors name the
 file and `[table].key`; option errors name the field (`num_prompts`), which the CLI turns
-into its flag.
-
-What is checked against SGLang 0.5.23 source (PyPI wheel):
-  * lengths: sglang/benchmark/datasets/common.py `compute_random_lens`:
-        np.random.randint(max(int(full_len * range_ratio), 1), full_len + 1, size=num)
-    on numpy's legacy global RNG after `np.random.seed(args.seed)` (benchmark/serving.py,
-    ImageDataset.load reseeds the same way); input lengths are drawn first, then outputs.
-    `sample_lengths` replays exactly that with `np.random.RandomState(seed)`.
-  * image resolutions: sglang/benchmark/datasets/image.py `parse_image_resolution`: presets
-    4k/1080p/720p/360p are (width, height); a custom 'AxB' is HEIGHTxWIDTH ('1080x1920' =
-    1080 high, 1920 wide); `random:hxw-HxW` draws width and height uniformly per image.
-  * image tokens: transformers' Qwen2-VL image processor `smart_resize` (SGLang hands Qwen-VL
-    images to the HF processor; its own smart_resize in srt/multimodal/processors/qwen_vl.py
-    is the same rule): round each side to a multiple of patch*merge, rescale into
-    [min_pixels, max_pixels] keeping the aspect ratio; tokens = (H/(p*m)) * (W/(p*m)) + 2
-    (<|vision_start|>, <|vision_end|>).
+into its flag. The command line's simulation options are generated from these models: a
+field with `cli=CliHelp(...)` metadata is an option of `trace --simulate`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import numpy as np
 import pydantic
 from pydantic import BeforeValidator, Field
 
-from bcgtune.adapters.profiles import snake
 from bcgtune.core import schema
+from bcgtune.core.image_tokens import (
+    MODEL_FAMILIES,
+    VISION_EDGE_TOKENS,
+    ModelFamily,
+    image_tokens,
+    parse_random_resolution,
+    parse_resolution,
+)
 from bcgtune.core.ladder import default_chunked_prefill_size
 from bcgtune.errors import InputError
 
@@ -52,25 +44,6 @@ if TYPE_CHECKING:
 
 DatasetName = Literal["random-ids", "random", "image"]
 DATASETS: tuple[str, ...] = get_args(DatasetName)
-
-# (patch, merge, min_pixels, max_pixels) from the models' preprocessor_config.json:
-# Qwen2-VL / Qwen2.5-VL: min_pixels 3136, max_pixels 12845056; Qwen3-VL: size.shortest_edge
-# 65536, size.longest_edge 16777216 (pixel counts, despite the names).
-MODEL_FAMILIES: dict[str, tuple[int, int, int, int]] = {
-    "qwen2-vl": (14, 2, 3136, 12845056),
-    "qwen2.5-vl": (14, 2, 3136, 12845056),
-    "qwen3-vl": (16, 2, 65536, 16777216),
-}
-ModelFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]  # the keys of MODEL_FAMILIES
-VISION_EDGE_TOKENS = 2  # <|vision_start|> + <|vision_end|>
-
-# bench_serving parse_image_resolution presets, (width, height).
-RESOLUTION_PRESETS: dict[str, tuple[int, int]] = {
-    "4k": (3840, 2160),
-    "1080p": (1920, 1080),
-    "720p": (1280, 720),
-    "360p": (640, 360),
-}
 
 # Qwen chat template around one user turn with images, minus the image span:
 # <|im_start|> user \n ... <|im_end|> \n <|im_start|> assistant \n  -> 8 tokens. bench_serving's
@@ -195,60 +168,84 @@ LongText = Annotated[str, Field(strict=True, max_length=10 * TEXT_MAX)]
 class ClientSettings(schema.StrictDocument):
     """bench_serving's client options, under its own names."""
 
-    dataset_name: DatasetName | None = pydantic.Field(None, description="bench_serving's dataset: random, random-ids or image.")
-    num_prompts: PromptCounts | None = pydantic.Field(
-        None, description="Prompts per run: one value, or one per concurrency level."
+    dataset_name: Annotated[DatasetName | None, schema.CliOption("random (default), random-ids or image.")] = pydantic.Field(
+        None, description="bench_serving's dataset: random, random-ids or image."
     )
-    random_input_len: schema.Tokens | None = pydantic.Field(
+    num_prompts: Annotated[
+        PromptCounts | None, schema.CliOption("Prompts per run (default 1000); a comma list gives one per concurrency level.")
+    ] = pydantic.Field(None, description="Prompts per run: one value, or one per concurrency level.")
+    random_input_len: Annotated[schema.Tokens | None, schema.CliOption("Longest input (default 1024 tokens).")] = pydantic.Field(
         None, description="Longest prompt (tokens); lengths are uniform on [max(floor(L*r), 1), L]."
     )
-    random_output_len: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="Longest output (tokens), drawn like the input."
+    random_output_len: Annotated[schema.NonNegativeInt | None, schema.CliOption("Longest output (default 1024 tokens).")] = (
+        pydantic.Field(None, description="Longest output (tokens), drawn like the input.")
     )
-    random_range_ratio: RangeRatio | None = pydantic.Field(None, description="r in the length rule above.")
-    image_count: ImageCount | None = pydantic.Field(None, description="Images per request (image dataset).")
-    image_resolution: Text | None = pydantic.Field(None, description="4k, 1080p, 720p, 360p, HEIGHTxWIDTH, or random:hxw-HxW.")
-    max_concurrency: Concurrencies | None = pydantic.Field(
-        None, description="Concurrency levels, run one after another (empty: unbounded, one run)."
+    random_range_ratio: Annotated[
+        RangeRatio | None, schema.CliOption("Lengths uniform on \\[max(floor(L*r),1), L] (default 0).")
+    ] = pydantic.Field(None, description="r in the length rule above.")
+    image_count: Annotated[ImageCount | None, schema.CliOption("Images per request for --dataset-name image (default 1).")] = (
+        pydantic.Field(None, description="Images per request (image dataset).")
     )
-    request_rate: RequestRate | None = pydantic.Field(
-        None, description='Requests per second (Poisson arrivals), or "inf" for a closed loop.'
+    image_resolution: Annotated[
+        Text | None, schema.CliOption("4k, 1080p (default), 720p, 360p, HEIGHTxWIDTH or random:hxw-HxW.")
+    ] = pydantic.Field(None, description="4k, 1080p, 720p, 360p, HEIGHTxWIDTH, or random:hxw-HxW.")
+    max_concurrency: Annotated[
+        Concurrencies | None, schema.CliOption("One value or a comma list (a sweep, run one after another). Default: unbounded.")
+    ] = pydantic.Field(None, description="Concurrency levels, run one after another (empty: unbounded, one run).")
+    request_rate: Annotated[
+        RequestRate | None, schema.CliOption("inf (default: closed loop) or Poisson arrivals per second.")
+    ] = pydantic.Field(None, description='Requests per second (Poisson arrivals), or "inf" for a closed loop.')
+    warmup_requests: Annotated[WarmupRequests | None, schema.CliOption("Warm-up requests before each run (default 1).")] = (
+        pydantic.Field(None, description="Warm-up requests before each run.")
     )
-    warmup_requests: WarmupRequests | None = pydantic.Field(None, description="Warm-up requests before each run.")
-    seed: schema.Seed | None = pydantic.Field(
+    seed: Annotated[schema.Seed | None, schema.CliOption("bench_serving's seed (default 42).")] = pydantic.Field(
         None, description="bench_serving's --seed: the lengths are drawn exactly as it draws them."
     )
-    model_family: ModelFamily | None = pydantic.Field(
-        None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl."
-    )
-    tokens_per_image: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="Fixed tokens per image instead of the family's rule."
-    )
-    chat_template_tokens: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="Template tokens per prompt (default: 8 for images, 0 for text)."
-    )
+    model_family: Annotated[
+        ModelFamily | None, schema.CliOption("Image tokens by qwen2-vl, qwen2.5-vl or qwen3-vl (default) resizing.")
+    ] = pydantic.Field(None, description="Image tokens by the resize rule of qwen2-vl, qwen2.5-vl or qwen3-vl.")
+    tokens_per_image: Annotated[
+        schema.NonNegativeInt | None, schema.CliOption("Fixed tokens per image instead of the family's resize rule.")
+    ] = pydantic.Field(None, description="Fixed tokens per image instead of the family's rule.")
+    chat_template_tokens: Annotated[
+        schema.NonNegativeInt | None, schema.CliOption("Template tokens per prompt (default 8 for image, 0 for text).")
+    ] = pydantic.Field(None, description="Template tokens per prompt (default: 8 for images, 0 for text).")
 
 
 class ServerSettings(schema.StrictDocument):
     """The SGLang launch flags that shape prefill batches, under SGLang's names."""
 
-    chunked_prefill_size: ChunkSize | None = pydantic.Field(
-        None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib."
+    chunked_prefill_size: Annotated[
+        ChunkSize | None, schema.CliOption("Default: SGLang's for the GPU memory (8192 on an H200).")
+    ] = pydantic.Field(None, description="SGLang's --chunked-prefill-size (-1: off); default: SGLang's for gpu_memory_gib.")
+    max_prefill_tokens: Annotated[schema.PositiveInt | None, schema.CliOption("Default 16384.")] = pydantic.Field(
+        None, description="SGLang's --max-prefill-tokens."
     )
-    max_prefill_tokens: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --max-prefill-tokens.")
-    max_running_requests: schema.PositiveInt | None = pydantic.Field(
+    max_running_requests: Annotated[schema.PositiveInt | None, schema.CliOption("Default: no cap by count.")] = pydantic.Field(
         None, description="SGLang's --max-running-requests (unset: no cap by count)."
     )
-    page_size: schema.PositiveInt | None = pydantic.Field(None, description="SGLang's --page-size.")
-    enable_mixed_chunk: pydantic.StrictBool | None = pydantic.Field(
-        None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches."
+    page_size: Annotated[schema.PositiveInt | None, schema.CliOption("Default 1.")] = pydantic.Field(
+        None, description="SGLang's --page-size."
     )
-    prefill_decode_interval: schema.NonNegativeInt | None = pydantic.Field(
-        None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill."
+    enable_mixed_chunk: Annotated[
+        pydantic.StrictBool | None, schema.CliOption("Mix decode rows into prefill batches (default off).")
+    ] = pydantic.Field(None, description="SGLang's --enable-mixed-chunk: decode rows join prefill batches.")
+    prefill_decode_interval: Annotated[
+        schema.NonNegativeInt | None, schema.CliOption("Decode steps forced after each prefill (default 0).")
+    ] = pydantic.Field(None, description="SGLang's --prefill-decode-interval: decode steps forced after a prefill.")
+    disable_radix_cache: Annotated[pydantic.StrictBool | None, schema.CliOption("As the server flag (default off).")] = (
+        pydantic.Field(None, description="SGLang's --disable-radix-cache.")
     )
-    disable_radix_cache: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --disable-radix-cache.")
-    dp_size: Parallel | None = pydantic.Field(None, description="SGLang's --dp-size: data parallel schedulers.")
-    enable_dp_attention: pydantic.StrictBool | None = pydantic.Field(None, description="SGLang's --enable-dp-attention.")
+    dp_size: Annotated[Parallel | None, schema.CliOption("Data parallel schedulers (default 1).")] = pydantic.Field(
+        None, description="SGLang's --dp-size: data parallel schedulers."
+    )
+    enable_dp_attention: Annotated[
+        pydantic.StrictBool | None,
+        schema.CliOption(
+            "DP attention: the --dp-size ranks share the chunk and run every iteration together; each batch records its step (default off).",
+            ("--dp-attention",),
+        ),
+    ] = pydantic.Field(None, description="SGLang's --enable-dp-attention.")
     max_total_tokens: schema.PositiveInt | None = pydantic.Field(
         None, description="KV cache room in tokens (unset: never the limit)."
     )
@@ -315,8 +312,6 @@ SECTIONS: dict[str, type[schema.StrictDocument]] = {
 _SECTION_OF = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
 _STEP_FIELDS = frozenset(StepTimeSettings.model_fields)
 _LIST_FIELDS = {"num_prompts": Requests, "max_concurrency": Requests}
-# SGLang/profile flags the simulator reads under other names.
-_SERVER_ALIASES = {"tp": "tp_size", "dp": "dp_size", "tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"}
 
 
 def _field_error(what: str, name: str, where: str | None) -> InputError:
@@ -487,161 +482,6 @@ class Workload:
         return d
 
 
-# ---- lengths: bench_serving's rule ---------------------------------------------------------
-
-
-def compute_random_lens(rng: np.random.RandomState, full_len: int, range_ratio: float, num: int) -> np.ndarray:
-    """sglang/benchmark/datasets/common.py compute_random_lens, on a given legacy RNG:
-    uniform integers on [max(int(full_len * range_ratio), 1), full_len]."""
-    if full_len <= 0:
-        return np.zeros(num, dtype=np.int64)
-    return rng.randint(max(int(full_len * range_ratio), 1), full_len + 1, size=num).astype(np.int64)
-
-
-def sample_lengths(w: Workload, num: int) -> tuple[np.ndarray, np.ndarray]:
-    """(input_lens, output_lens) exactly as bench_serving draws them for --seed: a fresh
-    `np.random.seed(seed)` per run, input lengths first, then output lengths."""
-    rng = np.random.RandomState(w.seed)
-    inp = compute_random_lens(rng, w.random_input_len, w.random_range_ratio, num)
-    out = compute_random_lens(rng, w.random_output_len, w.random_range_ratio, num)
-    return inp, out
-
-
-# ---- images --------------------------------------------------------------------------------
-
-_HXW = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
-
-
-def parse_resolution(text: str) -> tuple[int, int]:
-    """bench_serving parse_image_resolution: a preset, or 'HEIGHTxWIDTH'. Returns (width, height)."""
-    if text in RESOLUTION_PRESETS:
-        return RESOLUTION_PRESETS[text]
-    m = _HXW.match(text.strip().lower())
-    if m:
-        height, width = int(m.group(1)), int(m.group(2))
-        if height > 0 and width > 0:
-            return width, height
-    raise InputError(
-        f"bad image resolution {text!r} (use 4k, 1080p, 720p, 360p, HEIGHTxWIDTH such as 1080x1920, or random:HxW-HxW)"
-    )
-
-
-def parse_random_resolution(text: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """`random:<min_h>x<min_w>-<max_h>x<max_w>` -> ((min_w, min_h), (max_w, max_h)); None if fixed."""
-    prefix = "random:"
-    if not text.strip().lower().startswith(prefix):
-        return None
-    bounds = text.strip()[len(prefix) :].split("-", 1)
-    if len(bounds) != 2:
-        raise InputError(f"bad image resolution {text!r} (random form is random:HxW-HxW, e.g. random:256x256-1024x1024)")
-    lo, hi = parse_resolution(bounds[0]), parse_resolution(bounds[1])
-    if lo[0] > hi[0] or lo[1] > hi[1]:
-        raise InputError(f"bad image resolution {text!r}: minimum exceeds maximum")
-    return lo, hi
-
-
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """transformers Qwen2-VL image processor's smart_resize (also used by Qwen2.5-VL and
-    Qwen3-VL): (resized_height, resized_width), multiples of `factor`, pixels within
-    [min_pixels, max_pixels], aspect ratio kept. Python's round (half to even), as there."""
-    if height < 1 or width < 1:
-        raise InputError(f"image size must be positive, got {height}x{width}")
-    if max(height, width) / min(height, width) > 200:
-        raise InputError(f"image aspect ratio must be under 200, got {height}x{width}")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def image_tokens(width: int, height: int, model_family: str) -> int:
-    """Prompt tokens one image adds for a Qwen-VL family: merged patches + start/end."""
-    if model_family not in MODEL_FAMILIES:
-        raise InputError(f"unknown model family {model_family!r} (choose {', '.join(MODEL_FAMILIES)})")
-    patch, merge, lo, hi = MODEL_FAMILIES[model_family]
-    factor = patch * merge
-    h, w = smart_resize(height, width, factor, lo, hi)
-    return (h // factor) * (w // factor) + VISION_EDGE_TOKENS
-
-
-def request_prompt_tokens(w: Workload, input_lens: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Server-side prompt tokens per request (text + chat template + image tokens) and the
-    number of images per request."""
-    n = len(input_lens)
-    tokens = input_lens.astype(np.int64) + w.resolved_chat_template_tokens
-    if not w.has_images:
-        return tokens, np.zeros(n, dtype=np.int64)
-    images = np.full(n, w.image_count, dtype=np.int64)
-    fixed = w.fixed_image_tokens()
-    if fixed is not None:
-        return tokens + fixed * w.image_count, images
-    # random:hxw-HxW — bench_serving draws sizes from the same global RNG as the random
-    # pixel contents, which cannot be replayed without generating the pixels; a separate
-    # seeded generator gives the same distribution (uniform width, then height).
-    (w0, h0), (w1, h1) = parse_random_resolution(w.image_resolution)  # type: ignore[misc]
-    k = n * w.image_count
-    widths = rng.integers(w0, w1 + 1, size=k)
-    heights = rng.integers(h0, h1 + 1, size=k)
-    cache: dict[tuple[int, int], int] = {}
-    per = np.empty(k, dtype=np.int64)
-    for i, (ww, hh) in enumerate(zip(widths.tolist(), heights.tolist())):
-        t = cache.get((ww, hh))
-        if t is None:
-            t = cache[(ww, hh)] = image_tokens(ww, hh, w.model_family)
-        per[i] = t
-    return tokens + per.reshape(n, w.image_count).sum(axis=1), images
-
-
-# ---- building a Workload -------------------------------------------------------------------
-
-PRESET_DIR = "workloads"
-DEFAULT_PRESET = "mi355x-multimodal-pr"
-
-# GPU memory per device by profile `hardware`, for SGLang's chunked_prefill_size default
-# (arg_groups/memory_hook.py thresholds: <160 GiB -> 8192, larger -> 16384).
-HARDWARE_GPU_MEMORY_GIB = {
-    "a100": 80.0,
-    "h100": 80.0,
-    "h200": 141.0,
-    "b200": 180.0,
-    "gb200": 186.0,
-    "mi300x": 192.0,
-    "mi325x": 256.0,
-    "mi350x": 288.0,
-    "mi355x": 288.0,
-}
-
-
-def _setting_name(key: str) -> str:
-    """A key as written (kebab or snake case, an SGLang alias such as `tp`) -> its field name."""
-    name = snake(key)
-    return _SERVER_ALIASES.get(name, name)
-
-
-def _normalize_table(table: Any, known: Mapping[str, Any], where: str, label: str) -> Any:
-    """Keys of one table renamed to their field names; unknown keys stay as written so the
-    schema's refusal names them. Two spellings of one setting are refused."""
-    if not isinstance(table, Mapping):
-        return table  # the schema says it must be a table
-    out: dict[str, Any] = {}
-    written: dict[str, str] = {}
-    for key, value in table.items():
-        name = _setting_name(key)
-        name = name if name in known else key
-        if name in out:
-            raise InputError(f"{label}{key}: same setting as {label}{written[name]}", where)
-        out[name] = value
-        written[name] = key
-    return out
-
-
 def with_settings(w: Workload, settings: Mapping[str, Any]) -> Workload:
     """A copy of `w` with already validated settings (field name -> value) applied."""
     step_changes = {k: v for k, v in settings.items() if k in _STEP_FIELDS}
@@ -649,135 +489,3 @@ def with_settings(w: Workload, settings: Mapping[str, Any]) -> Workload:
     if step_changes:
         changes["step"] = replace(w.step, **step_changes)
     return replace(w, **changes)
-
-
-def _set_values(model: pydantic.BaseModel) -> dict[str, Any]:
-    return model.model_dump(exclude_none=True)
-
-
-def preset_names() -> list[str]:
-    from importlib import resources
-
-    base = resources.files("bcgtune") / "data" / PRESET_DIR
-    try:
-        return sorted(e.name[:-5] for e in base.iterdir() if e.name.endswith(".toml"))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _preset_bytes(name: str) -> bytes | None:
-    from importlib import resources
-
-    if name not in preset_names():
-        return None
-    return (resources.files("bcgtune") / "data" / PRESET_DIR / f"{name}.toml").read_bytes()
-
-
-def _is_path(path_or_name: str) -> bool:
-    return Path(path_or_name).is_file() or path_or_name.endswith(".toml") or "/" in path_or_name
-
-
-def read_workload_document(path_or_name: str) -> tuple[WorkloadFile, str, str]:
-    """A workload TOML (path) or shipped preset (name), validated: (document, where, the
-    name it goes by when it gives none)."""
-    from bcgtune import fileio
-
-    if _is_path(path_or_name):
-        where = fileio.display_path(path_or_name)
-        data = fileio.read_toml(path_or_name, "workload file")
-        default_name = Path(path_or_name).stem
-    else:
-        raw = _preset_bytes(path_or_name)
-        if raw is None:
-            names = ", ".join(preset_names()) or "none"
-            raise InputError(f"no workload file or preset named {path_or_name!r} (presets: {names})")
-        where = f"preset {path_or_name}"
-        data = fileio.parse_toml(raw, where)
-        default_name = path_or_name
-    data = {
-        key: _normalize_table(value, SECTIONS[key].model_fields, where, f"[{key}].") if key in SECTIONS else value
-        for key, value in data.items()
-    }
-    doc = schema.validate(WorkloadFile, data, where, style="toml")
-    return doc, where, default_name
-
-
-def load_workload_file(path_or_name: str, base: Workload | None = None) -> Workload:
-    """A workload TOML (path) or a shipped preset (name) applied over `base`. Layout:
-
-        name = "..."              # optional
-        description = "..."       # optional
-        profile = "mi355x"        # optional: server settings from a profile, then [server] on top
-        [client]  dataset_name, num_prompts, random_input_len, ... (bench_serving's names)
-        [server]  chunked_prefill_size, max_running_requests, ... (SGLang's names)
-        [step_time]  prefill_floor_ms, decode_base_ms, ...
-
-    Strict: an unknown key, a wrong type or a value out of bounds is an error naming the
-    file and `[table].key` (WorkloadFile is the schema)."""
-    doc, where, default_name = read_workload_document(path_or_name)
-    w = base if base is not None else Workload()
-    if doc.profile is not None:
-        w = apply_profile(w, doc.profile)
-    for section in SECTIONS:
-        w = with_settings(w, _set_values(getattr(doc, section)))
-    name = doc.name if doc.name is not None else default_name
-    return replace(w, name=name).validate(where)
-
-
-def profile_server_settings(path_or_name: str) -> dict[str, Any]:
-    """The `[server]` table of a profile (snake_case SGLang flags) plus `gpu_memory_gib` when
-    the profile names known hardware."""
-    from bcgtune.adapters.profiles import load_profile
-
-    prof = load_profile(path_or_name)
-    out = dict(prof.server)
-    hardware = str(prof.hardware or "").lower()
-    if hardware in HARDWARE_GPU_MEMORY_GIB and "gpu_memory_gib" not in out:
-        out["gpu_memory_gib"] = HARDWARE_GPU_MEMORY_GIB[hardware]
-    return out
-
-
-def apply_profile(w: Workload, path_or_name: str) -> Workload:
-    """Server settings the simulator models, from a profile; other flags are not its business."""
-    where = str(path_or_name)
-    server = profile_server_settings(path_or_name)
-    modelled = {k: v for k, v in server.items() if _setting_name(k) in ServerSettings.model_fields}
-    table = _normalize_table(modelled, ServerSettings.model_fields, where, "[server].")
-    return with_settings(w, _set_values(schema.validate(ServerSettings, table, where, style="toml", prefix=("server",))))
-
-
-def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Option values as the CLI parsed them (comma lists as strings; ints, floats, bools
-    otherwise) -> validated settings by field name. Errors name the field."""
-    given: dict[str, Any] = {}
-    for key, value in options.items():
-        name = _setting_name(key)
-        if name in _LIST_FIELDS and isinstance(value, str):
-            value = schema.parse_int_list(value, None, item=_LIST_FIELDS[name], field=name, max_items=LEVELS_MAX)
-        given[name] = value
-    return _set_values(schema.validate(WorkloadSettings, given, None, as_fields=True))
-
-
-def workload_from_options(
-    workload: str | None = None,
-    profile: str | None = None,
-    **options: Any,
-) -> Workload:
-    """The CLI's mapping: defaults <- `workload` (file or preset) <- `profile` <- each option
-    given (None = not given). Option values arrive as the CLI parsed them (strings for the
-    comma lists, floats/ints/bools otherwise); errors name the option's field."""
-    w = Workload()
-    if workload:
-        w = load_workload_file(workload, w)
-    if profile:
-        w = apply_profile(w, profile)
-    given = {k: v for k, v in options.items() if v is not None}
-    if given:
-        w = with_settings(w, check_options(given))
-    return w.validate()
-
-
-def default_workload() -> Workload:
-    """The image benchmark of the Qwen multimodal breakable-prefill pull request (SGLang,
-    MI355X) on the mi355x profile's server settings: the shipped preset of that name."""
-    return load_workload_file(DEFAULT_PRESET)

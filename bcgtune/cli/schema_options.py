@@ -1,0 +1,112 @@
+"""Option sets generated from the declarations they feed, so that each option is declared
+once: a pydantic schema whose fields carry `schema.CliOption` metadata (the workload's
+client and server settings), or a table of SGLang launch flags (the parallel layout).
+
+Each generator returns a dataclass of `Annotated[type, typer.Option(...)]` fields, the
+shape `bcgtune.cli.options.options()` adds to a command. A field keeps the schema's name, so
+an error the library raises about a field (`InputError(field=...)`, from the location of a
+pydantic validation error) names the option that carried it (bcgtune/cli/app.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Optional, Union
+
+import pydantic
+import typer
+
+from bcgtune.core.schema import CliOption
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One generated option: the dataclass field `name` with its type and default, and the
+    typer.Option arguments."""
+
+    name: str
+    kind: type
+    default: Any
+    flags: tuple[str, ...]
+    help: str
+    panel: str | None = None
+    show_default: bool = True
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def annotation(self) -> Any:
+        kw: dict[str, Any] = {"help": self.help, "show_default": self.show_default}
+        if self.panel is not None:
+            kw["rich_help_panel"] = self.panel
+        if self.minimum is not None:
+            kw["min"] = self.minimum
+        if self.maximum is not None:
+            kw["max"] = self.maximum
+        kind = self.kind if self.default is not None else Optional[self.kind]  # noqa: UP045 (typer reads it)
+        return Annotated[kind, typer.Option(*self.flags, **kw)]
+
+
+def flag_of(name: str) -> str:
+    """A field name as a command-line flag: `num_prompts` -> `--num-prompts`."""
+    return "--" + name.replace("_", "-")
+
+
+def _strip(annotation: Any) -> Any:
+    """The value type under Optional[...] and Annotated[...]."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(rest) != 1:
+                raise TypeError(f"no option type for {annotation!r}")
+            annotation = rest[0]
+        else:
+            return annotation
+
+
+def _option_type(annotation: Any) -> type:
+    """The type the command line parses for a schema type: lists arrive as one text (a
+    comma list the schema's parser splits), a closed set of strings as a string."""
+    base = _strip(annotation)
+    origin = typing.get_origin(base)
+    if origin in (list, tuple):
+        return str
+    if origin is Literal:
+        return str
+    if base in (bool, int, float, str):
+        return base
+    raise TypeError(f"no option type for {annotation!r}")
+
+
+def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) -> list[OptionSpec]:
+    """An option (default None: not given) for each field of `model` that carries CliOption
+    metadata, in the model's field order."""
+    out = []
+    for name, info in model.model_fields.items():
+        meta = next((m for m in info.metadata if isinstance(m, CliOption)), None)
+        if meta is None:
+            continue
+        out.append(
+            OptionSpec(
+                name=name,
+                kind=_option_type(info.annotation),
+                default=None,
+                flags=(flag_of(name), *meta.aliases),
+                help=meta.help,
+                panel=panel,
+                show_default=False,
+            )
+        )
+    return out
+
+
+def option_set(class_name: str, specs: Iterable[OptionSpec], namespace: Mapping[str, Callable[..., Any]] | None = None) -> type:
+    """A dataclass with one option field per spec (and the methods in `namespace`)."""
+    fields = [(s.name, s.annotation(), dataclasses.field(default=s.default)) for s in specs]
+    return dataclasses.make_dataclass(class_name, fields, namespace=dict(namespace or {}))

@@ -1,0 +1,1 @@
+"""Artifacts on disk: reading and writing the files bcgtune takes and makes."""
