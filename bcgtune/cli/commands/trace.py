@@ -5,34 +5,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 
 from bcgtune.cli import guard
 from bcgtune.cli.console import Progress, note, out, out_json
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, Quiet, Workdir, options
-from bcgtune.cli.render.simulation import render_simulation_text
-from bcgtune.cli.render.trace import render_trace_text
-from bcgtune.core.replay import parse_bucket_list
-from bcgtune.core.trace import PrefillTrace, save_trace
-from bcgtune.core.trace_summary import summarize
 from bcgtune.errors import InputError
+
+if TYPE_CHECKING:
+    from bcgtune.core.trace import PrefillTrace
 
 _SIM = "Simulation (--simulate)"
 _CLIENT = "Simulated client (bench_serving's names and defaults)"
 _SERVER = "Simulated server (SGLang's names; default: SGLang's own)"
 _LIVE = "Live run (--live)"
-
-EXAMPLES = """Examples:
-
-  bcgtune trace --log server.log -o trace.json
-  bcgtune trace --log rank0.log.gz --log rank1.log.gz -j 2 --json
-  bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json
-  bcgtune trace --simulate --dataset-name random --random-input-len 2048 --max-concurrency 32 --num-prompts 320
-  bcgtune trace --simulate --dp-size 4 --enable-dp-attention -o trace.json
-  bcgtune trace --live --profile h200 -- --dataset-name random --num-prompts 200
-"""
 
 
 @dataclass
@@ -89,7 +78,7 @@ class SimulateOptions:
         Optional[float],
         typer.Option(
             "--random-range-ratio",
-            help="Lengths uniform on \\[max(floor(L*r),1), L] (default 0).",
+            help="Lengths uniform on [max(floor(L*r),1), L] (default 0).",
             rich_help_panel=_CLIENT,
             show_default=False,
         ),
@@ -230,6 +219,15 @@ class SimulateOptions:
         return {k: v for k, v in asdict(self).items() if v is not None and k not in ("workload", "profile")}
 
 
+@examples(
+    "bcgtune trace --log server.log -o trace.json",
+    "bcgtune trace --log rank0.log.gz --log rank1.log.gz -j 2 --json",
+    "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
+    "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
+    "    --max-concurrency 32 --num-prompts 320",
+    "bcgtune trace --simulate --dp-size 4 --enable-dp-attention -o trace.json",
+    "bcgtune trace --live --profile h200 -- --dataset-name random --num-prompts 200",
+)
 @options("sim", SimulateOptions)
 def trace_command(
     log: Annotated[
@@ -350,6 +348,10 @@ def _logs(paths: list[str], mixed_chunk: bool, jobs: int | None, out_path: str |
 
 
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
+    from bcgtune.cli.render.trace import render_trace_text
+    from bcgtune.core.trace import save_trace
+    from bcgtune.core.trace_summary import summarize
+
     if out_path:
         save_trace(trace, out_path)
         note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes)", quiet)
@@ -368,6 +370,10 @@ def _simulate(
 
     from bcgtune.adapters.simulator import simulate, simulation_summary
     from bcgtune.adapters.workload import workload_from_options
+    from bcgtune.cli.render.simulation import render_simulation_text
+    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.trace import save_trace
+    from bcgtune.core.trace_summary import summarize
 
     bucket_list = parse_bucket_list(buckets, "--buckets") if buckets else None
     wl = workload_from_options(workload=sim.workload, profile=sim.profile, **sim.given())
@@ -396,6 +402,3 @@ def _live(
         raise InputError("--live needs --profile (the server to launch)")
     trace = live_trace(profile, bench_args, workdir=workdir, say=None if quiet else note)
     _emit(trace, out_path, as_json, quiet)
-
-
-trace_command.__doc__ = (trace_command.__doc__ or "") + "\n\n" + EXAMPLES
