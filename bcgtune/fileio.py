@@ -283,34 +283,6 @@ def atomic_write_json(path: str | os.PathLike, obj, *, indent: int | None = 1) -
 
 
 # --------------------------------------------------------------------------- hashing
-class HashingReader(io.RawIOBase):
-    """Wraps a binary stream, hashing (sha256) and counting the bytes as they are read,
-    so a source's digest costs no second pass over a large file."""
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self.sha256 = hashlib.sha256()
-        self.nbytes = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        data = self._raw.read(len(b))
-        n = len(data)
-        b[:n] = data
-        self.sha256.update(data)
-        self.nbytes += n
-        return n
-
-    def close(self) -> None:
-        try:
-            if self._raw is not getattr(sys.stdin, "buffer", None):
-                self._raw.close()
-        finally:
-            super().close()
-
-
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

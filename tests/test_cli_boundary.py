@@ -13,8 +13,8 @@ import sys
 import pytest
 from cli_helpers import README_EXIT_CODES, assert_one_line_error, cli, digest
 
-import bcgtune.cli.commands.doctor as doctor_cmd
 import bcgtune.cli.commands.engine as engine_cmd
+import bcgtune.cli.render.doctor as doctor_render
 import bcgtune.services.drift as drift_service
 import bcgtune.services.suggest as suggest_service
 from bcgtune.errors import CheckFailed, ExternalError, InputError
@@ -85,7 +85,7 @@ def _exit_code_cases(tmp_path):
             "run_calibrate",
         ),
         (["serve", "--profile", "mi355x", "--dry-run", "--no-sglang-probe"], launcher, "build_server_command"),
-        (["doctor", "--no-sglang-probe"], doctor_cmd, "render_text"),
+        (["doctor", "--no-sglang-probe"], doctor_render, "render_text"),
         (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], bench_lib, "make_plan"),
     ]
 
@@ -201,7 +201,7 @@ def test_closed_stdin(monkeypatch):
         (["--chunked-prefill-size", "0"], "--chunked-prefill-size"),
         (["--objective", "speed"], "--objective"),
         (["--objective", "time"], "--calibration"),
-        (["--plot", ""], "empty output path"),
+        (["--plot", ""], "empty value: give a value or leave the option out (--plot)"),
         (["--align", "0"], "--align"),
         (["--max-graph-mem", "nan"], "--max-graph-mem"),
     ],
@@ -260,7 +260,7 @@ def test_output_to_a_device_a_folder_or_nowhere(tmp_path, trace_csv):
         ("/dev/null", "not a regular file"),
         (str(tmp_path), "folder"),
         (str(tmp_path / "missing" / "t.json"), "does not exist"),
-        ("", "empty output path"),
+        ("", "empty value: give a value or leave the option out (--out)"),
     ):
         r = cli(["trace", "--log", str(log), "-o", target])
         assert r.code == 2, (target, r.err)

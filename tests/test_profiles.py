@@ -1,6 +1,5 @@
 """Profiles: strict schema (errors name file and key), built-ins, atomic bucket writes."""
 
-import filecmp
 import os
 from pathlib import Path
 
@@ -31,13 +30,11 @@ objective = "time"
 """
 
 
-def test_package_copies_are_the_top_level_profiles():
-    # top-level profiles/ is the source; bcgtune/data/profiles/ ships it as package data
-    top = sorted(p.name for p in (ROOT / "profiles").glob("*.toml"))
-    pkg = sorted(p.name for p in (ROOT / "bcgtune" / "data" / "profiles").glob("*.toml"))
-    assert top == pkg and {"mi355x.toml", "h200.toml"} <= set(top)
-    for name in top:
-        assert filecmp.cmp(ROOT / "profiles" / name, ROOT / "bcgtune" / "data" / "profiles" / name, shallow=False), name
+def test_one_copy_of_the_builtin_profiles():
+    # bcgtune/data/profiles/ ships as package data; the checkout's profiles/ is a link to it
+    top, pkg = ROOT / "profiles", ROOT / "bcgtune" / "data" / "profiles"
+    assert top.is_symlink() and top.resolve() == pkg.resolve()
+    assert {"mi355x.toml", "h200.toml"} <= {p.name for p in pkg.glob("*.toml")}
     assert {"mi355x", "h200"} <= set(builtin_profile_names())
 
 
@@ -217,3 +214,48 @@ def test_serve_accepts_short_flags_and_refuses_other_abbreviations():
     p = parse_profile(GOOD.replace("tp-size = 2", "tp-si = 2"), "x.toml")
     with pytest.raises(InputError, match="abbreviation of --tp-size"):
         check_command_flags(build_server_command(p))
+
+
+# ---------------------------------------------------------------- editing keeps the document
+def test_write_keeps_comments_before_the_next_table_and_drops_the_old_lists_keys(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text(
+        '# mine\n[profile]\nname = "p"\nplatform = "cuda"\n\n[buckets]  # tuned\n# about the old list\n'
+        'list = [4, 8]\nsource = "old"\n\n# the launch environment\n[env]\nA = "1"\n'
+    )
+    write_profile_buckets(f, [16, 32], {"objective": "padding"})
+    text = f.read_text()
+    assert text == (
+        '# mine\n[profile]\nname = "p"\nplatform = "cuda"\n\n[buckets]  # tuned\nlist = [16, 32]\nobjective = "padding"\n'
+        '\n# the launch environment\n[env]\nA = "1"\n'
+    )
+
+
+def test_write_keeps_crlf_line_endings(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_bytes(GOOD.replace("\n", "\r\n").encode())
+    write_profile_buckets(f, [16, 32], {"objective": "padding"})
+    data = f.read_bytes()
+    assert data.count(b"\n") == data.count(b"\r\n") > 5  # no bare LF: one line ending throughout
+    assert load_profile(str(f)).buckets == [16, 32]
+
+
+def test_write_a_profile_whose_description_holds_a_buckets_line(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text('[profile]\nname = "p"\nplatform = "cuda"\ndescription = """tuned:\n[buckets]\nsee below"""\n')
+    assert parse_profile(f.read_text(), "p.toml").description == "tuned:\n[buckets]\nsee below"
+    write_profile_buckets(f, [16, 32])
+    p = load_profile(str(f))
+    assert p.buckets == [16, 32] and p.description == "tuned:\n[buckets]\nsee below"
+    assert f.read_text().count("[buckets]") == 2  # the description's line and the new table
+
+
+def test_a_profile_written_from_a_builtin_claims_nothing_about_its_old_list(tmp_path):
+    """The built-ins' descriptions and comments hold whether or not a list is set."""
+    for base in builtin_profile_names():
+        f = tmp_path / f"{base}-tuned.toml"
+        write_profile_buckets(f, [256, 512], {"objective": "padding"}, base_profile=base)
+        text = f.read_text().lower()
+        assert "no [buckets]" not in text and 'default ladder"' not in text
+        assert load_profile(str(f)).description == load_profile(base).description
+        assert "default ladder" not in load_profile(base).description.lower()

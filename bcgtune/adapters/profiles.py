@@ -19,9 +19,9 @@ one list would drift: it is an error that points to [buckets].list), and a
 (SGLang lets the JSON win silently). A profile without [buckets] launches with SGLang's
 default ladder.
 
-Built-in profiles ship as package data (bcgtune/data/profiles/, copies of the top-level
-profiles/ folder, which is the one source; tests/test_profiles.py asserts the copies are
-identical) so `--profile mi355x` works after `pip install`.
+Built-in profiles live once, as package data in bcgtune/data/profiles/, so `--profile
+mi355x` works after `pip install`; the top-level profiles/ of a checkout is a link to that
+folder, so `--profile profiles/mi355x.toml` works there too.
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ from bcgtune.core.schema import StrictDocument, Tokens, validate
 from bcgtune.errors import InputError
 from bcgtune.fileio import atomic_write_text
 
-SECTIONS = ("profile", "server", "env", "buckets")
-PLATFORMS = ("rocm", "cuda")
 # Flags that a profile may not carry in [server], and where they belong instead.
 _SERVER_FORBIDDEN = {
     "cuda_graph_bs_prefill": "the bucket list lives in [buckets].list",
@@ -333,45 +331,6 @@ def check_provenance(prov: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- writing
-_SECTION_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
-
-
-def _buckets_table_text(buckets: list[int], provenance: Mapping[str, Any]) -> str:
-    import tomli_w
-
-    body = tomli_w.dumps({"buckets": {"list": list(buckets), **dict(provenance)}})
-    return body
-
-
-def _replace_buckets_section(text: str, new_section: str) -> str | None:
-    """Swap the [buckets] table's text, keeping every other byte (comments included).
-    None when the file's layout is not one header + keys (then the caller rewrites)."""
-    lines = text.splitlines(keepends=True)
-    start = end = None
-    for i, line in enumerate(lines):
-        m = _SECTION_RE.match(line.rstrip("\r\n"))
-        if m is None:
-            continue
-        name = m.group(1).strip()
-        if start is None and name == "buckets":
-            start = i
-        elif start is not None:
-            if name.startswith("buckets."):
-                return None
-            end = i
-            break
-    if start is None:
-        sep = "" if not text or text.endswith("\n") else "\n"
-        return text + sep + ("\n" if text.strip() else "") + new_section
-    if end is None:
-        end = len(lines)
-    # keep comment/blank lines that sit just above the next section with that section
-    while end - 1 > start and (lines[end - 1].strip() == "" or lines[end - 1].lstrip().startswith("#")):
-        end -= 1
-    tail = "".join(lines[end:])
-    return "".join(lines[:start]) + new_section + ("\n" if tail else "") + tail
-
-
 def write_profile_buckets(
     path: str | os.PathLike,
     buckets,
@@ -380,59 +339,76 @@ def write_profile_buckets(
 ) -> Profile:
     """Set `path`'s [buckets] (list + provenance) atomically (temp file + rename).
 
-    When `path` exists, only its [buckets] table changes; the other sections, and
-    comments, stay as they were. When it does not, it is created from `base_profile` (a
-    built-in name or a path; required then) with [profile].name set from the new file's
-    stem. The result is re-read with the strict loader before it replaces anything."""
+    The document is edited with tomlkit, which keeps every other table, comment, blank line
+    and key order as written: only [buckets] changes (its old keys go: provenance describes
+    the new list). A file with CRLF line endings stays CRLF. When `path` does not exist, it is
+    created from `base_profile` (a built-in name or a path; required then) with
+    [profile].name set from the new file's stem. The result is re-read with the strict
+    loader before it replaces anything."""
     path = Path(path)
     where = str(path)
     blist = check_bucket_list(list(buckets), "bucket list to write")
     prov = check_provenance(dict(provenance or {}), where)
+    new_name = None
     if path.exists():
         if path.is_dir():
             raise InputError("is a folder, not a profile file", where)
-        old = _read_text(where)
+        source, old = where, _read_text(where)
         parse_profile(old, where, path=path)  # refuse to edit a file that is already wrong
     else:
         if base_profile is None:
             raise InputError("profile does not exist; give a base profile to create it from", where)
         base_path = resolve_profile_path(base_profile)
-        old = _read_text(str(base_path))
-        base = parse_profile(old, str(base_path), path=base_path)
+        source, old = str(base_path), _read_text(str(base_path))
+        base = parse_profile(old, source, path=base_path)
         stem = path.stem if path.suffix == ".toml" else path.name
         if stem != base.name and _NAME_RE.match(stem):
-            old = _set_profile_name(old, base.name, stem)
-    section = _buckets_table_text(blist, prov)
-    new = _replace_buckets_section(old, section)
-    if new is None:
-        from bcgtune.fileio import parse_toml
-
-        data = parse_toml(old, where)
-        data["buckets"] = {"list": blist, **prov}
-        import tomli_w
-
-        new = tomli_w.dumps(data)
+            new_name = stem
+    new = _with_buckets(old, source, blist, prov, new_name)
     result = parse_profile(new, where, path=path)
     atomic_write_text(path, new)
     return result
+
+
+def _with_buckets(text: str, where: str, buckets: list[int], provenance: Mapping[str, Any], name: str | None) -> str:
+    """`text` with its [buckets] table replaced (or added at the end), and [profile].name set
+    to `name` when given; everything else as written."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    crlf = "\r\n" in text and "\n" not in text.replace("\r\n", "")
+    try:
+        doc = tomlkit.parse(text.replace("\r\n", "\n") if crlf else text)
+    except TOMLKitError as exc:  # the strict loader read it: tomlkit should too
+        raise InputError(f"cannot edit this TOML document: {str(exc)[:160]}", where) from None
+    table = tomlkit.table()
+    table.add("list", tomlkit.array(buckets))  # type: ignore[arg-type]
+    for key, value in provenance.items():
+        table.add(key, value)
+    if "buckets" in doc:
+        # comments and blank lines after the old table's last key introduce the next table
+        body = getattr(getattr(doc["buckets"], "value", None), "body", [])
+        tail = []
+        for key, item in reversed(body):
+            if key is not None:
+                break
+            tail.insert(0, item)
+        for item in tail:
+            table.add(item)
+        doc["buckets"] = table
+        if tail and len(table.value.body) > len(tail) + len(provenance) + 1:
+            table.value.body.pop()  # the blank line tomlkit adds after a table ending in a comment
+    else:
+        if doc.body and not doc.as_string().endswith("\n\n"):
+            doc.add(tomlkit.nl())
+        doc.add("buckets", table)
+    if name is not None:
+        doc["profile"]["name"] = name  # type: ignore[index]
+    out = tomlkit.dumps(doc)
+    return out.replace("\n", "\r\n") if crlf else out
 
 
 def _read_text(path: str) -> str:
     from bcgtune.fileio import decode_text, read_input
 
     return decode_text(read_input(path, "profile (TOML)", limit=PROFILE_MAX_BYTES), path, "profile (TOML)")
-
-
-def _set_profile_name(text: str, old_name: str, new_name: str) -> str:
-    """Rename [profile].name in place (first `name = "..."` line of [profile])."""
-    lines = text.splitlines(keepends=True)
-    in_profile = False
-    for i, line in enumerate(lines):
-        m = _SECTION_RE.match(line.rstrip("\r\n"))
-        if m:
-            in_profile = m.group(1).strip() == "profile"
-            continue
-        if in_profile and re.match(r"^\s*name\s*=", line):
-            lines[i] = f'name = "{new_name}"\n'
-            break
-    return "".join(lines)

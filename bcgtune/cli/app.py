@@ -1,58 +1,102 @@
-"""The command line: every command is registered here, in the order `bcgtune --help` lists
-them, and `main()` is the one boundary between the library and the user.
+"""The command line: every command is listed here, in the order `bcgtune --help` lists them,
+and `main()` is the one boundary between the library and the user.
 
 At the boundary every outcome becomes one line on stderr and a documented exit code
 (bcgtune/errors.py): usage errors print the parser's own message (exit 2), library errors
-their `what (where)` with a domain field turned into the flag that carried it, Ctrl-C and
-SIGTERM exit 130, and an unexpected exception prints one line saying how to see its
-traceback (`bcgtune --debug ...` or BCGTUNE_DEBUG=1), exit 4. It works the same on every
-typer version pyproject.toml allows: click's exception classes are found through typer's
-own BadParameter, whichever click (bundled or not) the installed typer uses.
+their `what (where)` with a domain field turned into the flag that carried it, a full disk
+or a failing device exit 3, Ctrl-C and SIGTERM exit 130 (at any moment, start-up imports
+included), and an unexpected exception prints one line saying how to see its traceback
+(`bcgtune --debug ...` or BCGTUNE_DEBUG=1), exit 4. It works the same on every typer version
+pyproject.toml allows: click's exception classes are found through typer's own BadParameter,
+whichever click (bundled or not) the installed typer uses.
 
-Command modules never import this one (no import cycle); heavy libraries (torch, sglang,
-scikit-learn, matplotlib) are imported only inside the functions that need them.
+This module imports only the standard library at load: typer and a command's module are
+imported when a command line is run, inside the boundary, and only the module of the command
+being run (or asked for its help). Command modules never import this one.
 """
 
-from __future__ import annotations
-
+import errno
 import os
 import signal
 import sys
-from typing import Any, Callable
-
-import typer
+from typing import Any, Callable, NamedTuple
 
 from bcgtune import __version__
-from bcgtune.cli.commands import bench, doctor, drift, engine, serve, suggest, trace
 from bcgtune.cli.console import StdoutClosed, err_line
-from bcgtune.cli.options import resolved_callable
-from bcgtune.errors import BcgError, InputError, Interrupted
 
 DEBUG_ENV = "BCGTUNE_DEBUG"
+EXIT_EXTERNAL = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
+# An OSError with one of these is the disk or a device failing, not bcgtune.
+_DEVICE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
 
-# (name, function): the order of `bcgtune --help`.
-COMMANDS: list[tuple[str, Callable]] = [
-    ("trace", trace.trace_command),
-    ("suggest-buckets", suggest.suggest_buckets_command),
-    ("drift", drift.drift_command),
-    ("capture", engine.capture_command),
-    ("validate", engine.validate_command),
-    ("calibrate", engine.calibrate_command),
-    ("serve", serve.serve_command),
-    ("doctor", doctor.doctor_command),
-    ("bench", bench.bench_command),
-]
+
+class CommandEntry(NamedTuple):
+    name: str
+    module: str  # in bcgtune.cli.commands
+    function: str
+    summary: str  # the first line of the function's docstring (a test keeps them equal)
+
+
+# The order of `bcgtune --help`.
+COMMANDS: tuple[CommandEntry, ...] = (
+    CommandEntry(
+        "trace", "trace", "trace_command", "Record a workload's prefill sizes: from server logs, a simulation, or a live run."
+    ),
+    CommandEntry(
+        "suggest-buckets",
+        "suggest",
+        "suggest_buckets_command",
+        "The optimal bucket list for a trace, compared with SGLang's default ladder and yours.",
+    ),
+    CommandEntry(
+        "drift", "drift", "drift_command", "Is a profile's bucket list still right for today's traffic? Exit 1: re-tune."
+    ),
+    CommandEntry(
+        "capture", "engine", "capture_command", "Capture one prefill graph per bucket on the GPU: seconds, memory, errors."
+    ),
+    CommandEntry(
+        "validate",
+        "engine",
+        "validate_command",
+        "Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure.",
+    ),
+    CommandEntry(
+        "calibrate",
+        "engine",
+        "calibrate_command",
+        "Measure eager time, replay time and graph memory: a calibration for the time objective.",
+    ),
+    CommandEntry(
+        "serve", "serve", "serve_command", "Launch an SGLang server from a profile, flags checked against SGLang's parser."
+    ),
+    CommandEntry(
+        "doctor", "doctor", "doctor_command", "Check the installed SGLang and a profile for prefill CUDA-graph problems."
+    ),
+    CommandEntry("bench", "bench", "bench_command", "A/B benchmark of bucket lists on a live server, change beyond A/A noise."),
+)
 # Commands that pass everything after `--` through to another program.
 PASSTHROUGH = {"trace", "serve", "bench"}
 
 _state: dict[str, Any] = {"command": None, "debug": False}
+_built: dict[str, Any] = {}  # name -> click command, built once per process
+_app: Any = None
+
+
+def command_function(name: str) -> Callable:
+    """The function behind a command (imports its module)."""
+    import importlib
+
+    entry = next(c for c in COMMANDS if c.name == name)
+    return getattr(importlib.import_module(f"bcgtune.cli.commands.{entry.module}"), entry.function)
 
 
 def _guard(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Runs a command: turns what typer would otherwise swallow or reword (Ctrl-C, EOF, a
     closed stdout) into bcgtune's own exceptions, which typer passes through untouched."""
+    from bcgtune.errors import InputError, Interrupted
+
     try:
         return func(*args, **kwargs)
     except KeyboardInterrupt:
@@ -63,19 +107,66 @@ def _guard(func: Callable, args: tuple, kwargs: dict) -> Any:
         raise StdoutClosed() from None
 
 
+def _build_command(name: str) -> Any:
+    """The click command for `name`: its module imported, its options typer's."""
+    if name not in _built:
+        import typer
+
+        from bcgtune.cli.command import Command
+        from bcgtune.cli.help import command_examples
+        from bcgtune.cli.options import resolved_callable
+
+        func = command_function(name)
+        one = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+        settings = {"allow_interspersed_args": False} if name in PASSTHROUGH else {}
+        wrapped = resolved_callable(func, _guard)
+        one.command(name, cls=Command, context_settings=settings)(wrapped)
+        cmd = typer.main.get_command(one)
+        cmd.examples = command_examples(func)
+        _keep_argument_help(cmd, wrapped)
+        _built[name] = cmd
+    return _built[name]
+
+
+def _keep_argument_help(cmd: Any, func: Callable) -> None:
+    """typer 0.19 on click >= 8.2 loses an argument's help (click's Argument now takes `help`
+    and resets it): put it back from the declaration."""
+    import inspect
+
+    import typer.models
+
+    for p in cmd.params:
+        if p.param_type_name != "argument" or p.help:
+            continue
+        param = inspect.signature(func).parameters.get(p.name)
+        infos = [param.default] + list(getattr(param.annotation, "__metadata__", ())) if param else []
+        p.help = next((i.help for i in infos if isinstance(i, typer.models.ArgumentInfo)), None)
+
+
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         typer.echo(f"bcgtune {__version__}")
         raise typer.Exit()
 
 
-def build_app() -> typer.Typer:
+def build_app() -> Any:
+    import typer
+
+    from bcgtune.cli.command import LazyGroup
+
+    class Group(LazyGroup):
+        table = tuple((c.name, c.summary) for c in COMMANDS)
+        build = staticmethod(_build_command)
+
     app = typer.Typer(
         name="bcgtune",
         help="Tune and check the prefill CUDA graphs of an LLM server (SGLang breakable prefill graphs).",
+        cls=Group,
         add_completion=False,
         pretty_exceptions_enable=False,
-        rich_markup_mode="rich",
+        rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     )
 
@@ -88,17 +179,27 @@ def build_app() -> typer.Typer:
         _state["command"] = ctx.invoked_subcommand
         _state["debug"] = _state["debug"] or debug
 
-    for name, func in COMMANDS:
-        settings = {"allow_interspersed_args": False} if name in PASSTHROUGH else {}
-        app.command(name, context_settings=settings)(resolved_callable(func, _guard))
     return app
 
 
-app = build_app()
+def get_app() -> Any:
+    """The typer app (built on first use)."""
+    global _app
+    if _app is None:
+        _app = build_app()
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # `from bcgtune.cli.app import app` (tests, typer's CliRunner)
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _click_classes() -> tuple[type, ...]:
     """(ClickException, Abort, Exit) of the click the installed typer runs on."""
+    import typer
+
     click_exc = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
     return click_exc, typer.Abort, typer.Exit
 
@@ -106,25 +207,17 @@ def _click_classes() -> tuple[type, ...]:
 def _flag_for(field: str | None) -> str | None:
     """The flag of the running command whose parameter is named `field` (the library names
     its inputs in domain terms; the parameter names match them)."""
-    if not field:
-        return None
     name = _state.get("command")
-    cmd = None
-    try:
-        group = typer.main.get_command(app)
-        cmd = group.commands.get(name) if name else None  # type: ignore[attr-defined]
-    except Exception:
-        cmd = None
-    if cmd is not None:
-        for p in cmd.params:
-            tail = p.name.split("__")[-1] if p.name else ""
-            if tail == field and getattr(p, "opts", None):
-                longs = [o for o in p.opts if o.startswith("--")]
-                return (longs or p.opts)[0]
+    cmd = _built.get(name) if field and name else None
+    for p in getattr(cmd, "params", ()):
+        tail = p.name.split("__")[-1] if p.name else ""
+        if tail == field and getattr(p, "opts", None):
+            longs = [o for o in p.opts if o.startswith("--")]
+            return (longs or p.opts)[0]
     return None
 
 
-def _message(exc: BcgError) -> str:
+def _message(exc: Any) -> str:
     if exc.field and not exc.where:
         flag = _flag_for(exc.field)
         if flag:
@@ -132,78 +225,135 @@ def _message(exc: BcgError) -> str:
     return str(exc)
 
 
+def flush_stdout() -> None:
+    """Push the result out now, so a failing stdout is reported like any other output."""
+    from bcgtune.errors import ExternalError
+
+    stream = sys.stdout
+    if stream is None:
+        return
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        raise StdoutClosed() from None
+    except ValueError:  # closed
+        return
+    except OSError as exc:
+        raise ExternalError(f"cannot write: {exc.strerror or exc}", "standard output") from None
+
+
+def _device_error(exc: BaseException) -> str | None:
+    """The one-line message of a disk or device failure, None for anything else."""
+    if isinstance(exc, OSError) and exc.errno in _DEVICE_ERRNOS:
+        where = exc.filename if exc.filename is not None else "an output"
+        return f"error: cannot write: {exc.strerror or os.strerror(exc.errno or 0)} ({where})"
+    return None
+
+
 def run(argv: list[str]) -> int:
     """Run one command line; return its exit code (never raises, except SystemExit from a
     command that owns the process, e.g. serve)."""
-    click_exc, abort, typer_exit = _click_classes()
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # before typer was loaded, or while reporting
+        err_line("error: interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _run(argv: list[str]) -> int:
+    from bcgtune.errors import BcgError
+
     _state["command"] = None
     _state["debug"] = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    if not argv:
-        argv = ["--help"]
+    click_exc, abort, typer_exit = _click_classes()
     try:
-        rv = app(args=argv, prog_name="bcgtune", standalone_mode=False)
+        rv = get_app()(args=argv or ["--help"], prog_name="bcgtune", standalone_mode=False)
+        flush_stdout()
         if isinstance(rv, int) and rv == EXIT_INTERRUPTED:
             err_line("error: interrupted")
         return rv if isinstance(rv, int) else 0
     except BcgError as exc:
         err_line(f"error: {_message(exc)}")
         return exc.exit_code
-    except StdoutClosed:
+    except (StdoutClosed, BrokenPipeError):
         return 0
-    except click_exc as exc:
-        msg = " ".join(str(exc.format_message()).split())
+    except typer_exit as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
+    except (click_exc, abort, KeyboardInterrupt, MemoryError) as exc:
+        return _parser_or_stop(exc, click_exc)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        return _unexpected(exc)
+
+
+def _parser_or_stop(exc: BaseException, click_exc: type) -> int:
+    """A usage error (exit 2), the end of stdin (2), Ctrl-C (130), or memory (3)."""
+    if isinstance(exc, click_exc):
+        msg = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
         cmd = _state.get("command")
         hint = f" (bcgtune {cmd} --help)" if cmd else " (bcgtune --help)"
         err_line(f"error: {msg or 'bad usage'}{hint}")
         return 2
-    except typer_exit as exc:
-        return int(getattr(exc, "exit_code", 0) or 0)
-    except abort as exc:
-        if isinstance(exc.__cause__ or exc.__context__, EOFError):
-            err_line("error: unexpected end of input (standard input closed?)")
-            return 2
-        err_line("error: interrupted")
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        err_line("error: interrupted")
-        return EXIT_INTERRUPTED
-    except MemoryError:
+    if isinstance(exc, MemoryError):
         err_line("error: out of memory (the input or an option asked for more than this machine has)")
-        return 3
-    except SystemExit:
-        raise
-    except Exception as exc:
-        if _state["debug"]:
-            raise
-        what = " ".join(str(exc).split())[:160]
-        err_line(
-            f"error: internal error: {type(exc).__name__}{': ' + what if what else ''} "
-            f"(a bug in bcgtune; rerun with `bcgtune --debug ...` or {DEBUG_ENV}=1 to see the traceback)"
-        )
-        return EXIT_INTERNAL
+        return EXIT_EXTERNAL
+    if isinstance(exc.__cause__ or exc.__context__, EOFError):  # typer's Abort on a closed stdin
+        err_line("error: unexpected end of input (standard input closed?)")
+        return 2
+    err_line("error: interrupted")
+    return EXIT_INTERRUPTED
+
+
+def _unexpected(exc: Exception) -> int:
+    """A full disk or failing device (exit 3); anything else is a bug (exit 4)."""
+    device = _device_error(exc)
+    if device:
+        err_line(device)
+        return EXIT_EXTERNAL
+    if _state["debug"]:
+        raise exc
+    what = " ".join(str(exc).split())[:160]
+    err_line(
+        f"error: internal error: {type(exc).__name__}{': ' + what if what else ''} "
+        f"(a bug in bcgtune; rerun with `bcgtune --debug ...` or {DEBUG_ENV}=1 to see the traceback)"
+    )
+    return EXIT_INTERNAL
 
 
 def _sigterm(_signum, _frame) -> None:
     raise KeyboardInterrupt
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that Python's own flush at exit cannot fail again (a
+    reader that went away, a full disk) and print a traceback after our one line."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: exits with the command's code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Console entry point: exits with the command's code. SIGTERM is Ctrl-C from the first
+    line on, so a stop during start-up imports exits 130 like any other."""
     try:
         old = signal.signal(signal.SIGTERM, _sigterm)
     except ValueError:  # not the main thread (in-process tests)
         old = None
     try:
-        code = run(args)
+        code = run(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        err_line("error: interrupted")
+        code = EXIT_INTERRUPTED
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
     try:
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError, OSError):
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        _silence_stdout()
     sys.exit(code)

@@ -12,18 +12,24 @@ import sys
 import time
 from typing import Any
 
-import typer
-
 
 class StdoutClosed(Exception):
     """The reader of stdout went away (`bcgtune ... | head`): stop quietly."""
 
 
 def out(text: str, *, nl: bool = True) -> None:
+    """Result text on stdout. A reader that went away stops the command quietly; a stdout
+    that cannot be written (a full disk) is an outside failure (exit 3)."""
+    import typer
+
     try:
         typer.echo(text, nl=nl)
     except BrokenPipeError:
         raise StdoutClosed() from None
+    except OSError as exc:
+        from bcgtune.errors import ExternalError
+
+        raise ExternalError(f"cannot write: {exc.strerror or exc}", "standard output") from None
 
 
 def out_json(obj: Any) -> None:

@@ -85,7 +85,7 @@ ProfileRef = Annotated[
 ]
 ModelPath = Annotated[
     Optional[str],
-    typer.Option("--model-path", help="The model the server loads (path or hub id); overrides \\[profile].model."),
+    typer.Option("--model-path", help="The model the server loads (path or hub id); overrides [profile].model."),
 ]
 
 

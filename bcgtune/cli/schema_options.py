@@ -2,6 +2,11 @@
 once: a pydantic schema whose fields carry `schema.CliOption` metadata (the workload's
 client and server settings), or a table of SGLang launch flags (the parallel layout).
 
+Generating from a pydantic schema imports pydantic (a quarter of a second), which `bcgtune
+COMMAND --help` must not pay: the workload's option table is generated ahead, into
+bcgtune/cli/simulate_options_table.py (scripts/gen_option_tables.py writes it; a test checks
+it equals what the schema generates now).
+
 Each generator returns a dataclass of `Annotated[type, typer.Option(...)]` fields, the
 shape `bcgtune.cli.options.options()` adds to a command. A field keeps the schema's name, so
 an error the library raises about a field (`InputError(field=...)`, from the location of a
@@ -17,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
-import pydantic
 import typer
 
-from bcgtune.core.schema import CliOption
+if typing.TYPE_CHECKING:
+    import pydantic
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,10 @@ def _option_type(annotation: Any) -> type:
 
 def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) -> list[OptionSpec]:
     """An option (default None: not given) for each field of `model` that carries CliOption
-    metadata, in the model's field order."""
+    metadata, in the model's field order. Imports pydantic through the schema: the command
+    line reads the table generated from this (bcgtune/cli/simulate_options_table.py)."""
+    from bcgtune.core.schema import CliOption
+
     out = []
     for name, info in model.model_fields.items():
         meta = next((m for m in info.metadata if isinstance(m, CliOption)), None)
@@ -104,6 +112,15 @@ def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) 
             )
         )
     return out
+
+
+def spec_source(spec: OptionSpec) -> str:
+    """The Python source of one spec, for a generated table."""
+    args = ", ".join(
+        [repr(spec.name), spec.kind.__name__, repr(spec.default), repr(spec.flags), repr(spec.help)]
+        + [f"{k}={getattr(spec, k)!r}" for k in ("panel", "show_default", "minimum", "maximum")]
+    )
+    return f"    OptionSpec({args}),"
 
 
 def option_set(class_name: str, specs: Iterable[OptionSpec], namespace: Mapping[str, Callable[..., Any]] | None = None) -> type:

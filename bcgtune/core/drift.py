@@ -8,14 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bcgtune.core.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.core.ladder import align_buckets
 from bcgtune.core.optimizer import optimal_buckets, optimal_buckets_time, predicted_time_ms
 from bcgtune.core.plan import resolve_candidates
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
-
-DEFAULT_THRESHOLD_PCT = 2.0
 
 
 @dataclass

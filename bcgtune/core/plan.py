@@ -23,6 +23,7 @@ import numpy as np
 import pydantic
 from pydantic import Field
 
+from bcgtune.core.constants import CANDIDATE_SETS, OBJECTIVES
 from bcgtune.core.dp_steps import (
     DPSteps,
     StepOptimum,
@@ -55,9 +56,6 @@ MAX_BUCKETS_LIMIT = 4096  # no SGLang launch captures more prefill graphs than t
 # matched the +21% throughput of SGLang's 74-graph default ladder with 11 graphs.
 MI355X_PR_HAND_LIST = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
 MI355X_PR_HAND_LIST_NAME = "hand-tuned MI355X list (Qwen multimodal PR)"
-
-OBJECTIVES = ("padding", "time")
-CANDIDATE_SETS = ("auto", "trace", "calibration")
 
 
 class PlanRequest(pydantic.BaseModel):

@@ -12,11 +12,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from bcgtune.core.constants import DEFAULT_PADDING_FACTOR  # prefill_cuda_graph_runner.py
 from bcgtune.core.stats import nearest_rank
 from bcgtune.errors import InputError, quote
-
-# prefill_cuda_graph_runner.py: _MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR
-DEFAULT_PADDING_FACTOR = 2.0
 
 
 def replays(n, bucket, factor: float = DEFAULT_PADDING_FACTOR):

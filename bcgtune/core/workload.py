@@ -181,7 +181,7 @@ class ClientSettings(schema.StrictDocument):
         pydantic.Field(None, description="Longest output (tokens), drawn like the input.")
     )
     random_range_ratio: Annotated[
-        RangeRatio | None, schema.CliOption("Lengths uniform on \\[max(floor(L*r),1), L] (default 0).")
+        RangeRatio | None, schema.CliOption("Lengths uniform on [max(floor(L*r),1), L] (default 0).")
     ] = pydantic.Field(None, description="r in the length rule above.")
     image_count: Annotated[ImageCount | None, schema.CliOption("Images per request for --dataset-name image (default 1).")] = (
         pydantic.Field(None, description="Images per request (image dataset).")

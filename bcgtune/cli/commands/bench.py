@@ -9,10 +9,15 @@ import typer
 
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet, Workdir
-from bcgtune.cli.render.bench import plot, render_table
 
 
+@examples(
+    "bcgtune bench --profile mi355x --arm base:disabled --arm tuned:profile \\",
+    "    --arm ladder:default -- --dataset-name image --random-input-len 1024 \\",
+    "    --random-output-len 128",
+)
 def bench_command(
     profile: ProfileRef,
     arm: Annotated[
@@ -61,11 +66,9 @@ def bench_command(
 
     Interleaved launches; the change against the baseline arm comes with a standard error
     estimated from baseline-vs-baseline launches.
-
-    Example: bcgtune bench --profile mi355x --arm base:disabled --arm tuned:profile --arm ladder:default
-    -- --dataset-name image --random-input-len 1024 --random-output-len 128
     """
     from bcgtune.adapters.bench import make_plan, run_bench
+    from bcgtune.cli.render.bench import plot, render_table
 
     guard.outputs({"--plot": plot_path})
     if plot_path:

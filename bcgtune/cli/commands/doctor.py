@@ -9,11 +9,12 @@ from typing import Annotated, Optional
 import typer
 
 from bcgtune.cli.console import emit, note
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
-from bcgtune.cli.render.doctor import render_text
 from bcgtune.errors import CheckFailed
 
 
+@examples("bcgtune doctor", "bcgtune doctor --profile mi355x --json")
 def doctor_command(
     profile: Annotated[
         Optional[str],
@@ -39,14 +40,13 @@ def doctor_command(
     """Check the installed SGLang and a profile for prefill CUDA-graph problems.
 
     Exit 1 when something blocks.
-
-    Examples: bcgtune doctor; bcgtune doctor --profile mi355x --json
     """
     from functools import partial
 
     from bcgtune.adapters.doctor import run_doctor
     from bcgtune.adapters.profiles import load_profile
     from bcgtune.adapters.sglang_resolve import ask_sglang
+    from bcgtune.cli.render.doctor import render_text
 
     prof = load_profile(profile) if profile is not None else None
     if not no_sglang_probe:

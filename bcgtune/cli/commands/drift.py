@@ -8,12 +8,16 @@ from typing import Annotated, List, Optional
 import typer
 
 from bcgtune.cli.console import emit, note
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet
-from bcgtune.cli.render.drift import render_drift_text
-from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT
+from bcgtune.core.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.errors import CheckFailed, InputError
 
 
+@examples(
+    "bcgtune drift --profile h200.toml --trace trace.json",
+    "bcgtune drift --profile h200.toml --log today.log --threshold 2   # cron",
+)
 def drift_command(
     profile: ProfileRef,
     log: Annotated[
@@ -43,11 +47,10 @@ def drift_command(
     """Is a profile's bucket list still right for today's traffic? Exit 1: re-tune.
 
     Compares the list with today's optimum on today's traffic (same number of graphs, same
-    alignment).
-
-    Example (cron): bcgtune drift --profile h200.toml --log /var/log/sglang/today.log --threshold 2
+    alignment). Exit 0 keeps the list, so a cron job can run it on each day's logs.
     """
     from bcgtune.adapters.profiles import load_profile
+    from bcgtune.cli.render.drift import render_drift_text
     from bcgtune.services.drift import drift_for_profile, load_traffic
 
     if bool(log) == bool(trace_path):

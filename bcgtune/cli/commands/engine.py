@@ -10,9 +10,10 @@ import typer
 
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
 from bcgtune.cli.render.engine import render_calibration, render_capture, render_validate
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
+from bcgtune.core.constants import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
 
@@ -29,7 +30,7 @@ ProfileBuckets = Annotated[
     typer.Option(
         "--profile",
         "-p",
-        help="Take the buckets from a profile's \\[buckets].list (built-in name or .toml).",
+        help="Take the buckets from a profile's [buckets].list (built-in name or .toml).",
         rich_help_panel=_BUCKETS,
         show_default=False,
     ),
@@ -40,6 +41,8 @@ ReportOut = Annotated[
 
 
 def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
+    from bcgtune.core.replay import parse_bucket_list
+
     if buckets and profile:
         raise InputError("give --buckets or --profile, not both")
     if buckets:
@@ -75,6 +78,7 @@ def _engine_kwargs(engine: EngineOptions) -> dict:
     )
 
 
+@examples("bcgtune capture --buckets '256 512 1024 2048' --model qwen3-0.6b -o cap.json")
 @options("engine", EngineOptions)
 def capture_command(
     buckets: Buckets = None,
@@ -97,8 +101,6 @@ def capture_command(
     """Capture one prefill graph per bucket on the GPU: seconds, memory, errors.
 
     Largest bucket first, one shared memory pool, as SGLang captures them.
-
-    Example: bcgtune capture --buckets '256 512 1024 2048' --model qwen3-0.6b -o capture.json
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
     require_torch()
@@ -112,6 +114,10 @@ def capture_command(
         raise CheckFailed(f"{rep['failed']} of {len(rep['buckets'])} captures failed")
 
 
+@examples(
+    "bcgtune validate --buckets '256 512 1024' --model qwen3-0.6b",
+    "bcgtune validate --server --profile h200   # a live server, graphs on vs off",
+)
 @options("accuracy", AccuracyOptions)
 @options("engine", EngineOptions)
 def validate_command(
@@ -182,11 +188,7 @@ def validate_command(
     engine: EngineOptions = None,  # type: ignore[assignment]
     accuracy: AccuracyOptions = None,  # type: ignore[assignment]
 ) -> None:
-    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure.
-
-    Examples: bcgtune validate --buckets '256 512 1024' --model qwen3-0.6b;
-    bcgtune validate --server --profile h200 (a live server, graphs on vs off).
-    """
+    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure."""
     guard.outputs({"-o": out_path}, inputs=[p for p in (profile, prompts) if p])
     if workdir is not None:
         guard.workdir(workdir)
@@ -196,6 +198,7 @@ def validate_command(
     if prompts is not None or min_replay_share is not None or workdir is not None:
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
     require_torch()
+    from bcgtune.core.replay import parse_bucket_list
     from bcgtune.engines.ops import run_validate
 
     bl = _bucket_list(buckets, profile)
@@ -236,6 +239,7 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
         raise CheckFailed("server validation failed: " + "; ".join(rep.get("failures") or ["see the report"]))
 
 
+@examples("bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b \\", "    -o cal.json")
 @options("engine", EngineOptions)
 def calibrate_command(
     out_path: Annotated[
@@ -308,8 +312,6 @@ def calibrate_command(
     On the breakable runner: segment replay time per bucket, and eager and break (attention)
     time per batch of the trace's (tokens, requests) mix; on full: eager and replay time per
     size. The calibration feeds `suggest-buckets --objective time --calibration FILE`.
-
-    Example: bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b -o cal.json
     """
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
     wanted, meta_extra, mix = _calibration_sizes(sizes, max_tokens, grid, sizes_from, padding_factor, mix_every)
@@ -329,6 +331,7 @@ def calibrate_command(
 
 def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):
     """(sizes to measure, meta to record, the trace's batch mix or None)."""
+    from bcgtune.core.replay import parse_bucket_list
     from bcgtune.engines.ops import DEFAULT_CALIBRATION_SIZES, grid_sizes
 
     if sizes_from or grid:

@@ -12,10 +12,15 @@ import typer
 
 from bcgtune.cli import guard
 from bcgtune.cli.console import note, out
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import ModelPath, ProfileRef, Quiet
 from bcgtune.errors import ExternalError, Interrupted
 
 
+@examples(
+    "bcgtune serve --profile mi355x --dry-run",
+    "bcgtune serve -p h200.toml --log-file run.log -- --port 30001",
+)
 def serve_command(
     profile: ProfileRef,
     model_path: ModelPath = None,
@@ -64,8 +69,6 @@ def serve_command(
 
     Exit 3 if the server fails, 130 on Ctrl-C (the server and everything it spawned are
     stopped).
-
-    Examples: bcgtune serve --profile mi355x --dry-run; bcgtune serve -p h200.toml --log-file run.log -- --port 30001
     """
     from bcgtune.adapters.launcher import build_server_command
     from bcgtune.adapters.profiles import load_profile

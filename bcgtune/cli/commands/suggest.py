@@ -3,42 +3,45 @@
 from __future__ import annotations
 
 import datetime as dt
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 
 from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
-from bcgtune.cli.render.plan import plot_plan, render_plan_text
-from bcgtune.core.ladder import PrefillCapture
-from bcgtune.core.plan import BucketPlan
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, parse_bucket_list
-from bcgtune.core.trace import PrefillTrace, load_trace
+from bcgtune.core.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJECTIVES
 from bcgtune.errors import InputError
+
+if TYPE_CHECKING:
+    from bcgtune.core.ladder import PrefillCapture
+    from bcgtune.core.plan import BucketPlan
+    from bcgtune.core.trace import PrefillTrace
 
 _OPT = "Optimizer"
 _CMP = "Comparison rows"
 _OUT = "Output"
 
-EXAMPLES = """
-Examples:
-
-  bcgtune suggest-buckets                              # the built-in MI355X image workload, simulated
-  bcgtune suggest-buckets trace.json -k 8 --align 64
-  bcgtune suggest-buckets trace.json --objective time --calibration cal.json
-  bcgtune suggest-buckets trace.json --write-profile h200.toml   # creates it from the built-in h200
-"""
+Objective = Enum("Objective", {v: v for v in OBJECTIVES}, type=str)  # type: ignore[misc]
+Candidates = Enum("Candidates", {v: v for v in CANDIDATE_SETS}, type=str)  # type: ignore[misc]
 
 
+@examples(
+    "bcgtune suggest-buckets              # the built-in MI355X image workload",
+    "bcgtune suggest-buckets trace.json -k 8 --align 64",
+    "bcgtune suggest-buckets trace.json --objective time --calibration cal.json",
+    "bcgtune suggest-buckets trace.json --write-profile h200.toml  # from h200",
+)
 @options("layout", LayoutOptions)
 def suggest_buckets_command(
     trace_path: Annotated[
         Optional[str],
         typer.Argument(
-            metavar="[TRACE]",
+            metavar="TRACE",
             help="JSON trace (bcgtune trace -o), size,count CSV, JSON array of sizes or one size per line; '-' for stdin. "
             "Default: simulate the built-in workload (the image benchmark of the Qwen multimodal breakable-prefill PR on MI355X).",
             show_default=False,
@@ -67,13 +70,13 @@ def suggest_buckets_command(
         typer.Option("--padding-factor", help="Replay iff bucket <= factor x tokens (SGLang's rule: 2).", rich_help_panel=_OPT),
     ] = DEFAULT_PADDING_FACTOR,
     objective: Annotated[
-        str,
+        Objective,
         typer.Option(
             "--objective",
             help="padding (fewest eager batches, then fewest padded tokens) or time (least predicted prefill time; needs --calibration).",
             rich_help_panel=_OPT,
         ),
-    ] = "padding",
+    ] = Objective.padding,
     calibration: Annotated[
         Optional[str],
         typer.Option(
@@ -93,13 +96,13 @@ def suggest_buckets_command(
         ),
     ] = None,
     candidates: Annotated[
-        str,
+        Candidates,
         typer.Option(
             "--candidates",
             help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
             rich_help_panel=_OPT,
         ),
-    ] = "auto",
+    ] = Candidates.auto,
     seed: Annotated[
         int,
         typer.Option(
@@ -149,7 +152,7 @@ def suggest_buckets_command(
         Optional[str],
         typer.Option(
             "--write-profile",
-            help="Write the list into this profile's \\[buckets] (atomic). A missing file is created from --base-profile, or from the built-in profile of the same name (h200 -> ./h200.toml).",
+            help="Write the list into this profile's [buckets] (atomic). A missing file is created from --base-profile, or from the built-in profile of the same name (h200 -> ./h200.toml).",
             rich_help_panel=_OUT,
             show_default=False,
         ),
@@ -167,13 +170,15 @@ def suggest_buckets_command(
     layout: LayoutOptions = None,  # type: ignore[assignment]
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
+    from bcgtune.cli.render.plan import plot_plan, render_plan_text
+    from bcgtune.core.trace import load_trace
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     profile_path = _profile_target(write_profile) if write_profile else None
     guard.outputs({"--plot": plot, "--write-profile": profile_path}, inputs=[trace_path, calibration])
     if plot:
         guard.needs("matplotlib", "plot", "--plot")
-    if objective == "time" and calibration is None:
+    if objective.value == "time" and calibration is None:
         raise InputError("the time objective needs --calibration FILE", "--objective time")
     base = _base_profile(profile_path, base_profile) if profile_path else None
 
@@ -192,10 +197,10 @@ def suggest_buckets_command(
         align=align,
         max_bucket=max_bucket,
         padding_factor=padding_factor,
-        objective=objective,
+        objective=objective.value,
         calibration=cal,
         max_graph_mem_gib=max_graph_mem_gib,
-        candidates=candidates,
+        candidates=candidates.value,
         seed=seed,
         compare=compares,
         chunked_prefill_size=chunked_prefill_size,
@@ -232,6 +237,8 @@ def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
 
 
 def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:
+    from bcgtune.core.replay import parse_bucket_list
+
     name, _, lst = text.rpartition("=")
     return (name.strip()[:60] or f"--compare #{i}", parse_bucket_list(lst, f"--compare {text[:60]!r}"))
 

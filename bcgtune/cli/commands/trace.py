@@ -5,36 +5,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Annotated, Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 
 import typer
 
 from bcgtune.cli import guard
 from bcgtune.cli.console import Progress, note, out, out_json
+from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, Quiet, Workdir, options
-from bcgtune.cli.render.simulation import render_simulation_text
-from bcgtune.cli.render.trace import render_trace_text
-from bcgtune.cli.schema_options import OptionSpec, option_set, specs_from_model
-from bcgtune.core.replay import parse_bucket_list
-from bcgtune.core.trace import PrefillTrace, save_trace
-from bcgtune.core.trace_summary import summarize
-from bcgtune.core.workload import ClientSettings, ServerSettings
+from bcgtune.cli.schema_options import OptionSpec, option_set
+from bcgtune.cli.simulate_options_table import CLIENT_OPTIONS, SERVER_OPTIONS
 from bcgtune.errors import InputError
 
+if TYPE_CHECKING:
+    from bcgtune.core.trace import PrefillTrace
+
 _SIM = "Simulation (--simulate)"
-_CLIENT = "Simulated client (bench_serving's names and defaults)"
-_SERVER = "Simulated server (SGLang's names; default: SGLang's own)"
 _LIVE = "Live run (--live)"
-
-EXAMPLES = """Examples:
-
-  bcgtune trace --log server.log -o trace.json
-  bcgtune trace --log rank0.log.gz --log rank1.log.gz -j 2 --json
-  bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json
-  bcgtune trace --simulate --dataset-name random --random-input-len 2048 --max-concurrency 32 --num-prompts 320
-  bcgtune trace --simulate --dp-size 4 --enable-dp-attention -o trace.json
-  bcgtune trace --live --profile h200 -- --dataset-name random --num-prompts 200
-"""
 
 
 def _given(self: Any) -> dict[str, Any]:
@@ -44,7 +31,8 @@ def _given(self: Any) -> dict[str, Any]:
 
 # bench_serving's client options and SGLang's server flags, as the simulator takes them (None:
 # the workload's or the tool's default): generated from the workload schema's fields that
-# carry a command-line help line (bcgtune/core/workload.py), under the fields' names.
+# carry a command-line help line (bcgtune/core/workload.py), under the fields' names, into
+# bcgtune/cli/simulate_options_table.py by scripts/gen_option_tables.py.
 SimulateOptions: Any = option_set(
     "SimulateOptions",
     [
@@ -66,13 +54,22 @@ SimulateOptions: Any = option_set(
             panel=_SIM,
             show_default=False,
         ),
-        *specs_from_model(ClientSettings, _CLIENT),
-        *specs_from_model(ServerSettings, _SERVER),
+        *CLIENT_OPTIONS,
+        *SERVER_OPTIONS,
     ],
     namespace={"given": _given},
 )
 
 
+@examples(
+    "bcgtune trace --log server.log -o trace.json",
+    "bcgtune trace --log rank0.log.gz --log rank1.log.gz -j 2 --json",
+    "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
+    "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
+    "    --max-concurrency 32 --num-prompts 320",
+    "bcgtune trace --simulate --dp-size 4 --enable-dp-attention -o trace.json",
+    "bcgtune trace --live --profile h200 -- --dataset-name random --num-prompts 200",
+)
 @options("sim", SimulateOptions)
 def trace_command(
     log: Annotated[
@@ -193,6 +190,10 @@ def _logs(paths: list[str], mixed_chunk: bool, jobs: int | None, out_path: str |
 
 
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
+    from bcgtune.cli.render.trace import render_trace_text
+    from bcgtune.core.trace import save_trace
+    from bcgtune.core.trace_summary import summarize
+
     if out_path:
         save_trace(trace, out_path)
         note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes)", quiet)
@@ -210,7 +211,11 @@ def _simulate(
     from dataclasses import replace
 
     from bcgtune.adapters.simulator import simulate
+    from bcgtune.cli.render.simulation import render_simulation_text
+    from bcgtune.core.replay import parse_bucket_list
     from bcgtune.core.simulation_summary import simulation_summary
+    from bcgtune.core.trace import save_trace
+    from bcgtune.core.trace_summary import summarize
     from bcgtune.files.workload_file import workload_from_options
 
     bucket_list = parse_bucket_list(buckets, "--buckets") if buckets else None
@@ -240,6 +245,3 @@ def _live(
         raise InputError("--live needs --profile (the server to launch)")
     trace = live_trace(profile, bench_args, workdir=workdir, say=None if quiet else note)
     _emit(trace, out_path, as_json, quiet)
-
-
-trace_command.__doc__ = (trace_command.__doc__ or "") + "\n\n" + EXAMPLES
