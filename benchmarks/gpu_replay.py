@@ -166,14 +166,15 @@ class Replayer:
             from bcgtune.engines.breakable import BreakablePrefillEngine
 
             return BreakablePrefillEngine(self.model, self.dev, self.max_tokens, graph_impl=self.args.graph_impl)
-        from bcgtune.engines.torch_graphs import PrefillGraphEngine
+        from bcgtune.engines.full import FullPrefillEngine
 
-        return PrefillGraphEngine(self.model, self.dev, self.max_tokens)
+        return FullPrefillEngine(self.model, self.dev, self.max_tokens)
 
     def time_eager(self, pairs, origin: str, n_batches: int, n_sizes: int) -> tuple[dict, dict]:
         """(inputs per distinct batch, eager median per distinct batch); records the engine
         in the environment."""
-        from bcgtune.engines.torch_graphs import summarize_ms, text_inputs, time_interleaved
+        from bcgtune.engines.inputs import text_inputs
+        from bcgtune.engines.timing import summarize_ms, time_interleaved
 
         args, env = self.args, self.env
         t0 = time.perf_counter()
@@ -189,7 +190,7 @@ class Replayer:
         inputs = {p: text_inputs(self.model, p[0], self.dev, seed=p[0], requests=p[1]) for p in set(pairs)}
         distinct = list(dict.fromkeys(pairs))
         eager_ms = {
-            p: summarize_ms(t[0])["median_ms"]
+            p: summarize_ms(t[0]).median_ms
             for p, t in zip(
                 distinct, time_interleaved([[base.eager_call(inputs[p])] for p in distinct], self.dev, args.warmup, args.repeats)
             )
@@ -204,15 +205,15 @@ class Replayer:
         import torch
 
         from bcgtune.core.replay import assign_buckets
-        from bcgtune.engines.torch_graphs import summarize_ms, time_interleaved
+        from bcgtune.engines.timing import summarize_ms, time_interleaved
 
         args = self.args
         eng = self.new_engine()
-        before = eng._reserved()
+        before = eng.reserved_gib()
         t1 = time.perf_counter()
         recs = eng.capture(bl, record_attention=False)
         cap_s = time.perf_counter() - t1
-        mem = eng._reserved() - before
+        mem = eng.reserved_gib() - before
         bad = [r for r in recs if not r.ok]
         chosen, replay = assign_buckets(np.asarray([n for n, _ in pairs]), bl)
         keys = [(n, r, c) if ok and c in eng.graphs else None for (n, r), c, ok in zip(pairs, chosen.tolist(), replay.tolist())]
@@ -223,7 +224,7 @@ class Replayer:
             [[functools.partial(eng.replay, inputs[(n, r)], c)] for n, r, c in todo], self.dev, args.warmup, args.repeats
         )
         for k, t in zip(todo, times):
-            self.replay_ms[k] = summarize_ms(t[0])["median_ms"]
+            self.replay_ms[k] = summarize_ms(t[0]).median_ms
         per_batch = [self.replay_ms[k] if k is not None else eager_ms[p] for k, p in zip(keys, pairs)]
         total = float((np.asarray(per_batch) * counts).sum())
         log(f"{name:9s} {len(bl):4d} graphs, capture {cap_s:6.2f} s, mem {mem:6.3f} GiB, prefill {total / 1e3:8.3f} s")

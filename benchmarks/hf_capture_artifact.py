@@ -32,9 +32,11 @@ def main() -> int:
     import transformers
 
     from bcgtune.engines import hf
+    from bcgtune.engines.compare import compare_logits
+    from bcgtune.engines.full import FullPrefillEngine
+    from bcgtune.engines.inputs import text_inputs
     from bcgtune.engines.loader import probe_native_gqa
     from bcgtune.engines.runtime import environment
-    from bcgtune.engines.torch_graphs import PrefillGraphEngine, compare_logits, text_inputs
 
     dev = torch.device("cuda")
     cfg = transformers.Qwen3Config(
@@ -62,9 +64,9 @@ def main() -> int:
             model.lm.config._attn_implementation = impl
         model.attention_impl = impl
         for n in sizes:
-            eng = PrefillGraphEngine(model, dev, n, sdpa_backend=pin)
+            eng = FullPrefillEngine(model, dev, n, sdpa_backend=pin)
             x = text_inputs(model, n, dev, seed=n)
-            te = eng.time_eager(x, 2, args.repeats)["median_ms"]
+            te = eng.time_eager(x, 2, args.repeats).median_ms
             rec = eng.capture([n])[0]
             row = {
                 "fix": label,
@@ -79,15 +81,15 @@ def main() -> int:
                 "attention_match": rec.attention_match,
             }
             if rec.ok:
-                row["replay_ms"] = eng.time_replay(x, n, 2, args.repeats)["median_ms"]
+                row["replay_ms"] = eng.time_replay(x, n, 2, args.repeats).median_ms
                 he, le = eng.eager(x)
                 he, le = he.clone(), le.clone()
                 hr, lr, _ = eng.replay(x, n)
                 c = compare_logits(model, he, hr, le, lr)
                 row.update(
-                    max_abs_logit_diff=c["max_abs_diff"],
-                    last_logit_diff=c["last_logits_max_abs_diff"],
-                    top1_agree=c["top1_agree"],
+                    max_abs_logit_diff=c.max_abs_diff,
+                    last_logit_diff=c.last_logits_max_abs_diff,
+                    top1_agree=c.top1_agree,
                 )
             rows.append(row)
             print(

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bcgtune.engines.ops import MAX_POOL_SIZES, _pool_subset, grid_sizes
 from bcgtune.errors import InputError
+from bcgtune.services.calibrate import MAX_POOL_SIZES, grid_sizes, pool_subset
 
 
 def test_plain_grid_runs_to_max_tokens():
@@ -33,6 +33,6 @@ def test_trace_grid_respects_max_tokens_and_factor():
 
 def test_pool_subset_is_bounded_and_keeps_the_largest():
     sizes = list(range(64, 8193, 64))
-    sub = _pool_subset(sizes)
+    sub = pool_subset(sizes)
     assert len(sub) <= MAX_POOL_SIZES and sub[-1] == 8192 and sub[0] == 64
-    assert _pool_subset([8, 16]) == [8, 16]
+    assert pool_subset([8, 16]) == [8, 16]

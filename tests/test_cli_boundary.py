@@ -71,18 +71,20 @@ def _exit_code_cases(tmp_path):
     import bcgtune.adapters.bench as bench_lib
     import bcgtune.adapters.launcher as launcher
     import bcgtune.adapters.sglang_log as sglang_log
-    import bcgtune.engines.ops as ops
+    import bcgtune.services.calibrate as calibrate_service
+    import bcgtune.services.capture as capture_service
+    import bcgtune.services.validate as validate_service
 
     return [
         (["trace", "--log", str(log)], sglang_log, "parse_logs"),
         (["suggest-buckets", str(t)], suggest_service, "make_plan"),
         (["drift", "--profile", "mi355x", "--trace", str(t)], drift_service, "drift_report"),
-        (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_capture"),
-        (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ops, "run_validate"),
+        (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], capture_service, "run_capture"),
+        (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], validate_service, "run_validate"),
         (
             ["calibrate", "-o", str(tmp_path / "cal.json"), "--sizes", "8", "--model", "tiny", "--device", "cpu"],
-            ops,
-            "run_calibrate",
+            calibrate_service,
+            "calibrate",
         ),
         (["serve", "--profile", "mi355x", "--dry-run", "--no-sglang-probe"], launcher, "build_server_command"),
         (["doctor", "--no-sglang-probe"], doctor_render, "render_text"),

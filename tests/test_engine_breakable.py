@@ -18,8 +18,10 @@ from typer.testing import CliRunner  # noqa: E402
 
 from bcgtune.cli.app import app  # noqa: E402
 from bcgtune.engines.breakable import BreakablePrefillEngine  # noqa: E402
+from bcgtune.engines.build import EngineSpec  # noqa: E402
+from bcgtune.engines.compare import check_pad_invariance, compare_batch  # noqa: E402
+from bcgtune.engines.inputs import split_tokens, text_inputs  # noqa: E402
 from bcgtune.engines.models import build_model, preset  # noqa: E402
-from bcgtune.engines.torch_graphs import check_pad_invariance, compare_batch, split_tokens, text_inputs  # noqa: E402
 from bcgtune.errors import ExternalError, InputError  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -52,8 +54,8 @@ def test_multi_request_replay_equals_eager_and_requests_are_independent(tiny):
         hr, lr, b = eng.replay(x)
         assert b == eng.bucket_for(n) and le.shape == (r, tiny.vocab_size)
         c = compare_batch(tiny, he, hr, le, lr, x.lengths)
-        assert c["ok"] and c["requests"] == r and c["failing_requests"] == []
-        assert check_pad_invariance(eng, x, b)["ok"]
+        assert c.ok and c.requests == r and c.failing_requests == []
+        assert check_pad_invariance(eng, x, b).ok
         # attention stays inside each request: the first request alone gives its rows
         first = x.lengths[0]
         alone = text_inputs(tiny, first, CPU)
@@ -69,8 +71,8 @@ def test_compare_batch_names_the_request_that_differs(tiny):
     hr, lr = he.clone(), le.clone()
     hr[12] += 5.0  # a row of the second request (rows 10..19)
     c = compare_batch(tiny, he, hr, le, lr, x.lengths)
-    assert c["differing_requests"] == [1] and not c["bitwise"]
-    assert compare_batch(tiny, he, he.clone(), le, le.clone(), x.lengths)["bitwise"]
+    assert c.differing_requests == [1] and not c.bitwise
+    assert compare_batch(tiny, he, he.clone(), le, le.clone(), x.lengths).bitwise
 
 
 def test_segments_alone_skip_attention(tiny, monkeypatch):
@@ -92,18 +94,23 @@ def test_segments_alone_skip_attention(tiny, monkeypatch):
 def test_capture_report_validate_and_calibrate_breakable(tmp_path):
     from bcgtune.core.calibration import load_calibration
     from bcgtune.core.mix import BatchMix
-    from bcgtune.engines.ops import run_calibrate, run_capture, run_validate
+    from bcgtune.services.calibrate import run_calibrate
+    from bcgtune.services.capture import run_capture
+    from bcgtune.services.validate import run_validate
 
-    rep = run_capture([16, 32], model="tiny", device="cpu")
-    assert rep["runner"] == "breakable" and rep["environment"]["runner"] == "breakable" and rep["graphs"] == 2
-    v = run_validate([16, 32], model="tiny", device="cpu", requests=(1, 3), sizes_per_bucket=2)
-    assert v["ok"] and v["requests"] == [1, 3]
-    assert {c["requests"] for e in v["per_bucket"] for c in e["checks"]} == {1, 3}
-    assert all(e["pad_invariance"]["ok"] and e["pad_invariance"]["requests"] == 3 for e in v["per_bucket"])
-    full = run_validate([16], model="tiny", device="cpu", requests=(1, 3), runner="full", sizes_per_bucket=1)
-    assert full["requests"] == [1] and full["runner"] == "full"
+    tiny_cpu = EngineSpec(model="tiny", device="cpu")
+    rep = run_capture([16, 32], tiny_cpu)
+    assert rep.runner == "breakable" and rep.environment["runner"] == "breakable" and rep.graphs == 2
+    assert rep.to_json()["graphs"] == 2 and rep.to_json()["kind"] == "bcgtune.capture-report"
+    v = run_validate([16, 32], tiny_cpu, requests=(1, 3), sizes_per_bucket=2)
+    assert v.ok and v.requests == [1, 3]
+    assert {c.comparison.requests for e in v.per_bucket for c in e.checks} == {1, 3}
+    assert all(e.pad_invariance is not None and e.pad_invariance.ok and e.pad_invariance.requests == 3 for e in v.per_bucket)
+    full = run_validate([16], EngineSpec(model="tiny", device="cpu", runner="full"), requests=(1, 3), sizes_per_bucket=1)
+    assert full.requests == [1] and full.runner == "full"
     mix = BatchMix.from_batches([20, 20, 40, 70], [1, 2, 3, 3])
-    cal = run_calibrate([32, 64], model="tiny", device="cpu", mix=mix, warmup=0, repeats=1)
+    result = run_calibrate([32, 64], tiny_cpu, mix=mix, warmup=0, repeats=1)
+    cal = result.calibration
     assert cal.runner == "breakable" and cal.tokens.tolist() == [32, 64, 70]  # the largest batch gets a bucket
     assert cal.batches.tokens.tolist() == [20, 20, 40, 70] and cal.batches.requests.tolist() == [1, 2, 3, 3]
     assert (cal.batches.breaks_ms >= 0).all() and cal.meta["engine"]["runner"] == "breakable"
@@ -288,17 +295,17 @@ def test_hf_checkpoint_under_the_breakable_runner(tmp_path):
     he, le = eng.eager(x)
     he, le = he.clone(), le.clone()
     hr, lr, _ = eng.replay(x)
-    assert compare_batch(model, he, hr, le, lr, x.lengths)["ok"]
+    assert compare_batch(model, he, hr, le, lr, x.lengths).ok
     # the registered attention keeps requests apart: the last request alone gives its rows
     last = x.lengths[-1]
     alone = text_inputs(model, last, CPU)
     alone.inp.copy_(x.inp[-last:])
     h1, _ = eng.eager(alone)
     assert torch.allclose(h1, he[-last:], atol=1e-5)
-    from bcgtune.engines.ops import run_capture
+    from bcgtune.services.capture import run_capture
 
     with pytest.raises(InputError, match="hf-attention causal"):
-        run_capture([16], model=str(tmp_path), device="cpu", random_weights=True, hf_fix_attention=False)
+        run_capture([16], EngineSpec(model=str(tmp_path), device="cpu", random_weights=True, hf_fix_attention=False))
 
 
 def test_weak_ref_view_shares_memory():
@@ -312,7 +319,7 @@ def test_weak_ref_view_shares_memory():
 
 
 def test_unknown_runner_and_graph_impl():
-    from bcgtune.engines.ops import check_runner
+    from bcgtune.engines.build import check_runner
     from bcgtune.engines.segmented import resolve_impl
 
     with pytest.raises(InputError, match="unknown runner"):
@@ -376,7 +383,7 @@ def test_cli_calibrate_adds_sizes_to_the_grid(tmp_path):
 
 
 def test_interleaved_timing_runs_every_group_each_round_in_shuffled_order():
-    from bcgtune.engines.torch_graphs import summarize_ms, time_interleaved
+    from bcgtune.engines.timing import summarize_ms, time_interleaved
 
     calls = []
     groups = [[(lambda g=g, i=i: calls.append((g, i))) for i in range(2)] for g in range(6)]
@@ -390,15 +397,15 @@ def test_interleaved_timing_runs_every_group_each_round_in_shuffled_order():
     rounds = [[g for g, i in calls[k : k + 12] if i == 0] for k in range(0, len(calls), 12)]
     assert all(sorted(r) == list(range(6)) for r in rounds) and len({tuple(r) for r in rounds}) > 1
     s = summarize_ms([3.0, 1.0, 2.0, 10.0])
-    assert s["median_ms"] == 2.5 and s["repeats"] == 4 and s["p90_ms"] == 10.0 and s["p10_ms"] == 1.0
+    assert s.median_ms == 2.5 and s.repeats == 4 and s.p90_ms == 10.0 and s.p10_ms == 1.0
 
 
 def test_break_time_is_the_median_of_paired_differences(monkeypatch):
     """breaks(n, r) = median over rounds of (replay - segments alone) measured back to back,
     not median(replay) - median(segments): a drifting clock moves both of a pair alike."""
-    import bcgtune.engines.torch_graphs as tg
+    import bcgtune.engines.timing as tg
     from bcgtune.core.mix import BatchMix
-    from bcgtune.engines.ops import run_calibrate
+    from bcgtune.services.calibrate import run_calibrate
 
     real = tg.time_interleaved
 
@@ -411,9 +418,18 @@ def test_break_time_is_the_median_of_paired_differences(monkeypatch):
         return out
 
     monkeypatch.setattr(tg, "time_interleaved", fake)
-    cal = run_calibrate(
-        [32, 64], model="tiny", device="cpu", mix=BatchMix.from_batches([20, 40], [1, 2]), warmup=0, repeats=3, memory=False
+    result = run_calibrate(
+        [32, 64],
+        EngineSpec(model="tiny", device="cpu"),
+        mix=BatchMix.from_batches([20, 40], [1, 2]),
+        warmup=0,
+        repeats=3,
+        memory=False,
     )
+    cal = result.calibration
     assert cal.graph_ms.tolist() == [6.0, 6.0]
     assert cal.batches.eager_ms.tolist() == [51.0, 51.0]
     assert cal.batches.breaks_ms.tolist() == [2.0, 2.0]  # median(2, 3, 1); medians apart: 23 - 20 = 3
+    # every round's value stays reachable: the paired differences behind each median
+    assert result.rounds.breaks_ms == [[2.0, 3.0, 1.0], [2.0, 3.0, 1.0]] and result.rounds.eager_ms[0] == [50.0, 51.0, 52.0]
+    assert result.rounds.rows == [32, 64] and result.rounds.graph_ms[0] == [5.0, 6.0, 7.0]

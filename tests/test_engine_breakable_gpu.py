@@ -38,7 +38,8 @@ def _report(name, obj):
 
 def test_breakable_capture_and_multi_request_replay(small):
     from bcgtune.engines.breakable import BreakablePrefillEngine
-    from bcgtune.engines.torch_graphs import check_pad_invariance, compare_batch, text_inputs
+    from bcgtune.engines.compare import check_pad_invariance, compare_batch
+    from bcgtune.engines.inputs import text_inputs
 
     model, dev = small
     eng = BreakablePrefillEngine(model, dev, 1024, graph_impl="bcgtune")
@@ -61,22 +62,22 @@ def test_breakable_capture_and_multi_request_replay(small):
                 "n": n,
                 "requests": r,
                 "bucket": b,
-                "bitwise": c["bitwise"],
-                "max_abs_diff": c["max_abs_diff"],
-                "differing_requests": c["differing_requests"],
-                "pad_invariant": pad["ok"],
+                "bitwise": c.bitwise,
+                "max_abs_diff": c.max_abs_diff,
+                "differing_requests": c.differing_requests,
+                "pad_invariant": pad.ok,
             }
         )
-        assert c["ok"], c
-        assert pad["ok"], pad
+        assert c.ok, c
+        assert pad.ok, pad
         if n == b:  # same shapes, same kernels: bit for bit
-            assert c["bitwise"], c
+            assert c.bitwise, c
     _report("breakable_replay_vs_eager", {"rows": rows, "pool_growth_gib": [r.pool_growth_gib for r in recs]})
 
 
 def test_replay_never_syncs_the_host(small):
     from bcgtune.engines.breakable import BreakablePrefillEngine
-    from bcgtune.engines.torch_graphs import text_inputs
+    from bcgtune.engines.inputs import text_inputs
 
     model, dev = small
     eng = BreakablePrefillEngine(model, dev, 512, graph_impl="bcgtune")
@@ -97,8 +98,8 @@ def test_sglang_capture_classes_give_the_same_outputs(small):
     import sglang_breakable_loader as loader
 
     from bcgtune.engines.breakable import BreakablePrefillEngine
+    from bcgtune.engines.inputs import text_inputs
     from bcgtune.engines.segmented import sglang_impl_from
-    from bcgtune.engines.torch_graphs import text_inputs
 
     module, how, plain_error = loader.load()
     if module is None:
@@ -122,8 +123,8 @@ def test_sglang_capture_classes_give_the_same_outputs(small):
                     "n": n,
                     "requests": r,
                     "bucket": b1,
-                    "bcgtune_ms": ours.time_replay(x, b1, 3, 20)["median_ms"],
-                    "sglang_ms": theirs.time_replay(x, b2, 3, 20)["median_ms"],
+                    "bcgtune_ms": ours.time_replay(x, b1, 3, 20).median_ms,
+                    "sglang_ms": theirs.time_replay(x, b2, 3, 20).median_ms,
                 }
             )
         mem = {"bcgtune_gib": [r.pool_growth_gib for r in r_ours], "sglang_gib": [r.pool_growth_gib for r in r_theirs]}

@@ -12,15 +12,11 @@ torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
 from bcgtune.cli.app import app  # noqa: E402
+from bcgtune.engines.compare import check_pad_invariance, compare_logits  # noqa: E402
+from bcgtune.engines.full import FullPrefillEngine  # noqa: E402
+from bcgtune.engines.inputs import image_inputs, text_inputs  # noqa: E402
 from bcgtune.engines.models import build_model, image_token_count, mrope_positions, preset  # noqa: E402
-from bcgtune.engines.torch_graphs import (  # noqa: E402
-    PrefillGraphEngine,
-    SdpaRecorder,
-    check_pad_invariance,
-    compare_logits,
-    image_inputs,
-    text_inputs,
-)
+from bcgtune.engines.sdpa import SdpaRecorder  # noqa: E402
 from bcgtune.errors import InputError  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -49,7 +45,7 @@ def test_build_is_seeded(tiny):
 
 
 def test_padded_replay_matches_eager_and_pads_are_invisible(tiny):
-    eng = PrefillGraphEngine(tiny, CPU, 64)
+    eng = FullPrefillEngine(tiny, CPU, 64)
     recs = eng.capture([16, 32, 64])
     assert [r.bucket for r in recs] == [64, 32, 16]  # largest first
     assert all(r.ok and r.attention_match for r in recs)
@@ -59,13 +55,13 @@ def test_padded_replay_matches_eager_and_pads_are_invisible(tiny):
         hr, lr, b = eng.replay(x)
         assert b == {9: 16, 16: 16, 17: 32, 33: 64, 64: 64}[n]
         c = compare_logits(tiny, he, hr, le, lr)
-        assert c["ok"] and c["top1_agree"] == 1.0 and c["max_abs_diff"] < 1e-4
+        assert c.ok and c.top1_agree == 1.0 and c.max_abs_diff < 1e-4
         pi = check_pad_invariance(eng, x, b)
-        assert pi["ok"] and pi["max_abs_diff"] == 0.0
+        assert pi.ok and pi.max_abs_diff == 0.0
 
 
 def test_replay_rule_sends_small_batches_eager(tiny):
-    eng = PrefillGraphEngine(tiny, CPU, 64)
+    eng = FullPrefillEngine(tiny, CPU, 64)
     eng.capture([64])
     assert eng.bucket_for(40) == 64 and eng.bucket_for(31) is None and eng.bucket_for(65) is None
     with pytest.raises(InputError):
@@ -73,7 +69,7 @@ def test_replay_rule_sends_small_batches_eager(tiny):
 
 
 def test_capture_rejects_bucket_above_static_buffers(tiny):
-    eng = PrefillGraphEngine(tiny, CPU, 32)
+    eng = FullPrefillEngine(tiny, CPU, 32)
     with pytest.raises(InputError, match="static buffers"):
         eng.capture([64])
 
@@ -86,10 +82,10 @@ def test_compare_counts_wide_gap_flips_only():
     ref = torch.tensor([[5.0, 1.0, 0.0], [1.0, 0.9, 0.0]])
     test = torch.tensor([[1.0, 5.0, 0.0], [0.9, 1.0, 0.0]])  # wide-gap flip, then a narrow one
     c = compare_logits(Ident(), ref, test, ref[-1:], test[-1:], gap_threshold=0.7)
-    assert c["wide_gap_tokens"] == 1 and c["wide_gap_flips"] == 1 and c["narrow_gap_flips"] == 1
-    assert not c["ok"]
+    assert c.wide_gap_tokens == 1 and c.wide_gap_flips == 1 and c.narrow_gap_flips == 1
+    assert not c.ok
     c2 = compare_logits(Ident(), ref[1:], test[1:], ref[-1:], test[-1:], gap_threshold=0.7)
-    assert c2["ok"] and c2["top1_agree"] == 0.0
+    assert c2.ok and c2.top1_agree == 0.0
 
 
 def test_sdpa_recorder_sees_mask_vs_causal():
@@ -111,12 +107,12 @@ def test_image_inputs_and_mrope(tiny_vl):
     assert image_inputs(tiny_vl, 10, 128, CPU) is None  # 16 visual tokens do not fit
     x = image_inputs(tiny_vl, 80, 256, CPU, seed=3)
     assert x.n == 80 and x.visual_tokens == 64 and x.positions.shape == (3, 80)
-    eng = PrefillGraphEngine(tiny_vl, CPU, 128)
+    eng = FullPrefillEngine(tiny_vl, CPU, 128)
     eng.capture([128])
     x = image_inputs(tiny_vl, 100, 256, CPU, seed=3)
     he, le = eng.eager(x)
     hr, lr, b = eng.replay(x)
-    assert b == 128 and compare_logits(tiny_vl, he, hr, le, lr)["ok"]
+    assert b == 128 and compare_logits(tiny_vl, he, hr, le, lr).ok
 
 
 def test_cli_validate_json_and_exit_codes(tmp_path):
@@ -186,13 +182,13 @@ def test_hf_tiny_random_checkpoint_cpu(tmp_path):
 
     model, desc = load_model(str(tmp_path), CPU, torch.float32, random_weights=True)
     assert desc["attention_implementation"] == "bcgtune_causal_sdpa"
-    eng = PrefillGraphEngine(model, CPU, 32)
+    eng = FullPrefillEngine(model, CPU, 32)
     recs = eng.capture([32])
     assert recs[0].ok and recs[0].attention_match
     x = text_inputs(model, 20, CPU)
     he, le = eng.eager(x)
     hr, lr, _ = eng.replay(x)
-    assert compare_logits(model, he, hr, le, lr)["ok"]
+    assert compare_logits(model, he, hr, le, lr).ok
 
 
 def test_cli_calibrate_grid_from_trace_feeds_suggest_buckets(tmp_path):

@@ -20,10 +20,12 @@ def small():
 
 
 def test_capture_largest_first_shared_pool_and_exact_replay(small):
-    from bcgtune.engines.torch_graphs import PrefillGraphEngine, check_pad_invariance, compare_logits, text_inputs
+    from bcgtune.engines.compare import check_pad_invariance, compare_logits
+    from bcgtune.engines.full import FullPrefillEngine
+    from bcgtune.engines.inputs import text_inputs
 
     model, dev = small
-    eng = PrefillGraphEngine(model, dev, 1024)
+    eng = FullPrefillEngine(model, dev, 1024)
     recs = eng.capture([128, 256, 512, 1024])
     assert [r.bucket for r in recs] == [1024, 512, 256, 128]
     assert all(r.ok for r in recs), [r.error for r in recs]
@@ -38,27 +40,29 @@ def test_capture_largest_first_shared_pool_and_exact_replay(small):
         hr, lr, b = eng.replay(x)
         c = compare_logits(model, he, hr, le, lr)
         # random weights leave many near-ties at the top: only wide-gap flips count (compare_logits)
-        assert c["ok"] and c["wide_gap_flips"] == 0, c
+        assert c.ok and c.wide_gap_flips == 0, c
         if n == b:  # same shapes, same kernels: bit for bit
-            assert c["max_abs_diff"] == 0.0
-        assert check_pad_invariance(eng, x, b)["ok"]
+            assert c.max_abs_diff == 0.0
+        assert check_pad_invariance(eng, x, b).ok
 
 
 def test_replay_is_not_slower_than_eager_at_small_n(small):
-    from bcgtune.engines.torch_graphs import PrefillGraphEngine, text_inputs
+    from bcgtune.engines.full import FullPrefillEngine
+    from bcgtune.engines.inputs import text_inputs
 
     model, dev = small
-    eng = PrefillGraphEngine(model, dev, 64)
+    eng = FullPrefillEngine(model, dev, 64)
     eng.capture([64])
     x = text_inputs(model, 64, dev)
-    te = eng.time_eager(x, warmup=3, repeats=10)["median_ms"]
-    tg = eng.time_replay(x, 64, warmup=3, repeats=10)["median_ms"]
+    te = eng.time_eager(x, warmup=3, repeats=10).median_ms
+    tg = eng.time_replay(x, 64, warmup=3, repeats=10).median_ms
     assert tg < te
 
 
 def test_vl_image_sweep_no_new_captures():
-    from bcgtune.engines.ops import run_validate
+    from bcgtune.engines.build import EngineSpec
+    from bcgtune.services.validate import run_validate
 
-    rep = run_validate([256, 512], model="qwen3-vl-tiny", device="cuda", sizes_per_bucket=2)
-    assert rep["ok"], rep
-    assert rep["image_sweep"]["new_captures"] == 0 and rep["image_sweep"]["dynamo_recompiles"] == 0
+    rep = run_validate([256, 512], EngineSpec(model="qwen3-vl-tiny", device="cuda"), sizes_per_bucket=2)
+    assert rep.ok, rep.to_json()
+    assert rep.image_sweep is not None and rep.image_sweep.new_captures == 0 and rep.image_sweep.dynamo_recompiles == 0

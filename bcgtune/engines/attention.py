@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # fn(q [T, q_heads, head_dim], k [T, kv_heads, head_dim], v [T, kv_heads, head_dim]) -> [T, q_heads, head_dim]
-VarlenAttention = Callable[..., object]
+VarlenAttention = Callable[..., "torch.Tensor"]
 
 _CURRENT: ContextVar[VarlenAttention | None] = ContextVar("bcgtune_varlen_attention", default=None)
 

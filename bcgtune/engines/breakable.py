@@ -33,13 +33,16 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.attention import varlen_attention
-from bcgtune.engines.torch_graphs import CaptureRecord, PrefillInputs, StaticPrefillEngine, sdpa_context
+from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
+from bcgtune.engines.inputs import PrefillInputs
+from bcgtune.engines.sdpa import sdpa_context
 from bcgtune.errors import InputError
 
 RUNNER_NAME = "breakable"
@@ -72,6 +75,15 @@ def _flash_varlen_works(device: torch.device, dtype, heads: int, kv_heads: int, 
         return False
 
 
+def _config_int(cfg: Any, names: tuple[str, ...], default: int) -> int:
+    """The first of `names` the model config sets (built-in or Hugging Face spelling)."""
+    for name in names:
+        value = getattr(cfg, name, None)
+        if value:
+            return int(value)
+    return default
+
+
 class BreakablePrefillEngine(StaticPrefillEngine):
     runner = RUNNER_NAME
 
@@ -102,9 +114,9 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         self.meta: BatchMeta | None = None
         self._skip_breaks = False
         cfg = getattr(model, "cfg", None)
-        heads = getattr(cfg, "num_heads", None) or getattr(cfg, "num_attention_heads", 1)
-        kv = getattr(cfg, "num_kv_heads", None) or getattr(cfg, "num_key_value_heads", None) or heads
-        hd = getattr(cfg, "head_dim", None) or model.hidden_size // heads
+        heads = _config_int(cfg, ("num_heads", "num_attention_heads"), 1)
+        kv = _config_int(cfg, ("num_kv_heads", "num_key_value_heads"), heads)
+        hd = _config_int(cfg, ("head_dim",), model.hidden_size // heads)
         self.attention_kind = "flash-varlen" if _flash_varlen_works(device, self.dtype, heads, kv, hd) else "sdpa-per-request"
         with torch.no_grad():
             # one output buffer for every bucket, as SGLang's breakable backend keeps
@@ -176,6 +188,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
 
     def _tail(self, hidden: torch.Tensor) -> torch.Tensor:
         """The eager logits tail: each request's last row through the LM head."""
+        assert self.meta is not None  # set by eager / replay before the forward
         return self.model.logits(hidden.index_select(0, self.meta.last_rows))
 
     # ---- eager ----------------------------------------------------------------------
@@ -196,11 +209,12 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         (breaks at every attention); padded-eager: the warm-up alone."""
         with self.attention():
             if self.graphs_enabled:
-                side = self.capture_stream
+                side, impl = self.capture_stream, self.impl
+                assert side is not None and impl is not None  # both exist where graphs are enabled
                 self._warm_up_on(side, self._body, b)
                 t1 = time.perf_counter()
-                graph = self.impl.new_graph()
-                with self.impl.capture(graph, self.pool, side):
+                graph = impl.new_graph()
+                with impl.capture(graph, self.pool, side):
                     self._body(b)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 self.sync()
@@ -242,7 +256,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         in padded-eager mode."""
         if bucket not in self.graphs:
             raise InputError(f"bucket {bucket} is not captured")
-        if self.graphs_enabled:
+        if self.impl is not None:  # graphs enabled
             for seg in self.impl.segments(self.graphs[bucket]):
                 seg.replay()
         else:

@@ -77,6 +77,7 @@ class HFPrefillModel(nn.Module):
     """transformers causal LM behind the engine's signature forward(ids, positions, last_index)."""
 
     input_kind = "ids"
+    transformers_version: str | None = None
 
     def __init__(self, lm, name: str, attention: str):
         super().__init__()
@@ -169,7 +170,7 @@ def load_hf_model(
                 lm = AutoModelForCausalLM.from_pretrained(
                     str(p), config=config, local_files_only=True, torch_dtype=dtype, attn_implementation=attn
                 )
-            lm = lm.to(device)
+            lm = lm.to(device)  # type: ignore[arg-type]  # transformers' stub of `to`
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"transformers could not load it: {' '.join(str(exc).split())[:300]}", path) from None
     lm = lm.to(dtype=dtype)

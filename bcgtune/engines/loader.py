@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ def parse_dtype(name: str, device: torch.device):
 def probe_native_gqa(device: torch.device, dtype, sdpa_backend: str) -> bool:
     """Does the pinned SDPA backend take enable_gqa? (flash does on recent torch; if not,
     the models repeat K/V heads themselves, identically in eager and capture.)"""
-    from bcgtune.engines.torch_graphs import sdpa_context
+    from bcgtune.engines.sdpa import sdpa_context
 
     q = torch.randn(1, 4, 8, 64, device=device, dtype=dtype)
     k = torch.randn(1, 2, 8, 64, device=device, dtype=dtype)
@@ -49,9 +50,11 @@ def load_model(
     seed: int = 0,
     hf_fix_attention: bool = True,
     random_weights: bool = False,
-):
-    """Returns (model, description dict)."""
+) -> tuple[Any, dict[str, Any]]:
+    """Returns (model, description dict): a built-in DecoderLM or a checkpoint's HFPrefillModel."""
     from bcgtune.engines import models as M
+
+    model: Any
 
     native = probe_native_gqa(device, dtype, sdpa_backend)
     if spec.startswith("hf:") or os.path.isdir(spec):

@@ -143,6 +143,9 @@ class VisionStub(nn.Module):
 
 
 class DecoderLM(nn.Module):
+    inv_freq: torch.Tensor  # buffers (register_buffer), declared for the type checker
+    mrope_axis: torch.Tensor
+
     def __init__(self, cfg: DecoderConfig, device=None, dtype=torch.bfloat16):
         super().__init__()
         fk = {"device": device, "dtype": dtype}
@@ -205,7 +208,7 @@ class DecoderLM(nn.Module):
         return hidden, self.logits(hidden.index_select(0, last_index))
 
 
-def init_random_(model: nn.Module, seed: int, std: float = 0.02) -> None:
+def init_random_(model: DecoderLM, seed: int, std: float = 0.02) -> None:
     """Deterministic random weights (normal, std 0.02 like HF's initializer_range); norms at 1."""
     gen_device = next(model.parameters()).device
     g = torch.Generator(device=gen_device)
@@ -221,8 +224,7 @@ def init_random_(model: nn.Module, seed: int, std: float = 0.02) -> None:
         # Sharper output distribution than std 0.02 gives (logit sd ~4 instead of ~1.3 at
         # hidden 4096), so top-1/top-2 gaps are often wide, as in trained models, and the
         # gap-gated checks of `validate` have tokens to bite on.
-        head = getattr(model, "lm_head", None)
-        weight = head.weight if head is not None else model.embed_tokens.weight
+        weight = model.lm_weight()
         weight.normal_(0.0, 4.0 / weight.shape[1] ** 0.5, generator=g)
 
 
@@ -237,6 +239,8 @@ def build_model(cfg: DecoderConfig, device: torch.device, dtype=torch.bfloat16, 
 def image_token_count(model_or_cfg, height: int, width: int) -> int:
     """Visual tokens (without the 2 start/end markers) of an image of height x width pixels."""
     vc = model_or_cfg.vision if isinstance(model_or_cfg, DecoderConfig) else model_or_cfg.cfg.vision
+    if vc is None:
+        raise InputError("image inputs need a VL model (e.g. --model qwen3-vl-8b)")
     unit = vc.patch_size * vc.merge_size
     return max(1, round(height / unit)) * max(1, round(width / unit))
 
@@ -253,11 +257,3 @@ def mrope_positions(n_before: int, grid: tuple[int, int], n_after: int) -> torch
     start = int(img.max()) + 1 if gh * gw else n_before
     after = (torch.arange(n_after) + start).expand(3, -1)
     return torch.cat((before, img, after), dim=1).contiguous()
-
-
-def forward_flops_per_token(cfg: DecoderConfig, n: int) -> float:
-    """Forward FLOPs per token at sequence length n (matmuls + causal attention), for reports."""
-    h = cfg.hidden_size
-    dense = 2 * (h * cfg.head_dim * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 3 * h * cfg.intermediate_size)
-    attn = 2 * 2 * cfg.num_heads * cfg.head_dim * (n / 2)
-    return cfg.num_layers * (dense + attn) + 2 * h * cfg.vocab_size / max(n, 1)

@@ -43,7 +43,7 @@ def resolve_device(spec: str = "auto") -> torch.device:
 def _driver_version(backend: str) -> str | None:
     if backend == "cuda":
         try:
-            import pynvml  # nvidia-ml-py
+            import pynvml  # type: ignore[import-not-found]  # nvidia-ml-py, optional
 
             pynvml.nvmlInit()
             v = pynvml.nvmlSystemGetDriverVersion()
@@ -110,3 +110,14 @@ def environment(device: torch.device | None = None) -> dict:
         info.update(gpu_name=None, driver=None, cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
     info["visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES")
     return info
+
+
+def dynamo_counters() -> dict[str, int]:
+    """Snapshot of torch._dynamo's frame/recompile counters (0s when nothing is compiled)."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return {"unique_graphs": 0, "recompiles": 0}
+    stats: dict = counters.get("stats", {})
+    recompiles = sum(counters.get("recompiles", {}).values()) if "recompiles" in counters else 0
+    return {"unique_graphs": int(stats.get("unique_graphs", 0)), "recompiles": int(recompiles)}

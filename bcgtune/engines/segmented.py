@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,8 +105,8 @@ class SegmentedCapture:
         self.graph = graph
         self.pool = pool
         self.stream = stream
-        self._stream_ctx = None
-        self._token = None
+        self._stream_ctx: Any = None
+        self._token: Token[SegmentedCapture | None] | None = None
         self._seg: torch.cuda.CUDAGraph | None = None
 
     def __enter__(self):
@@ -128,7 +128,8 @@ class SegmentedCapture:
                     pass
                 self._seg = None
         finally:
-            _current.reset(self._token)
+            if self._token is not None:
+                _current.reset(self._token)
             if self._stream_ctx is not None:
                 self._stream_ctx.__exit__(exc_type, exc, tb)
         return False

@@ -4,7 +4,7 @@ commands, after a check that torch is installed at all."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -12,10 +12,12 @@ from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
-from bcgtune.cli.render.engine import render_calibration, render_capture, render_validate
 from bcgtune.core.constants import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
+
+if TYPE_CHECKING:
+    from bcgtune.engines.build import EngineSpec
 
 _BUCKETS = "Buckets"
 
@@ -63,8 +65,10 @@ def _hf_fix(value: str) -> bool:
     return value == "causal"
 
 
-def _engine_kwargs(engine: EngineOptions) -> dict:
-    return dict(
+def _spec(engine: EngineOptions) -> EngineSpec:
+    from bcgtune.engines.build import EngineSpec, check_runner
+
+    return EngineSpec(
         model=engine.model,
         device=engine.device,
         dtype=engine.dtype,
@@ -72,7 +76,7 @@ def _engine_kwargs(engine: EngineOptions) -> dict:
         seed=engine.seed,
         hf_fix_attention=_hf_fix(engine.hf_attention),
         random_weights=engine.random_weights,
-        runner=engine.runner,
+        runner=check_runner(engine.runner),
         chunked_prefill_size=engine.chunked_prefill_size,
         graph_impl=engine.graph_impl,
     )
@@ -104,14 +108,15 @@ def capture_command(
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
     require_torch()
-    from bcgtune.engines.ops import run_capture
+    from bcgtune.cli.render.engine import format_capture, text
+    from bcgtune.services import capture
 
     bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
-    rep = run_capture(bl, warmup=warmup, progress=progress, **_engine_kwargs(engine))
-    emit(rep, lambda: render_capture(rep), as_json=as_json, out_path=out_path, quiet=quiet)
-    if rep["failed"]:
-        raise CheckFailed(f"{rep['failed']} of {len(rep['buckets'])} captures failed")
+    rep = capture.run_capture(bl, _spec(engine), warmup=warmup, progress=progress)
+    emit(rep.to_json, lambda: text(format_capture(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
+    if rep.failed:
+        raise CheckFailed(f"{rep.failed} of {len(rep.buckets)} captures failed")
 
 
 @examples(
@@ -198,24 +203,25 @@ def validate_command(
     if prompts is not None or min_replay_share is not None or workdir is not None:
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
     require_torch()
+    from bcgtune.cli.render.engine import format_validation, text
     from bcgtune.core.replay import parse_bucket_list
-    from bcgtune.engines.ops import run_validate
+    from bcgtune.services import validate
 
     bl = _bucket_list(buckets, profile)
-    progress = None if quiet else (lambda e: note(f"  bucket {e['bucket']}: {'ok' if e['ok'] else 'FAIL'}"))
-    rep = run_validate(
+    progress = None if quiet else (lambda e: note(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"))
+    rep = validate.run_validate(
         bl,
+        _spec(engine),
         sizes_per_bucket=sizes_per_bucket,
         requests=parse_bucket_list(requests, "--requests"),
         gap_threshold=accuracy.gap_threshold,
         max_logprob_delta=accuracy.max_logprob_delta,
         images=images,
         progress=progress,
-        **_engine_kwargs(engine),
     )
-    emit(rep, lambda: render_validate(rep), as_json=as_json, out_path=out_path, quiet=quiet)
-    if not rep["ok"]:
-        bad = [str(e["bucket"]) for e in rep["per_bucket"] if not e["ok"]]
+    emit(rep.to_json, lambda: text(format_validation(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
+    if not rep.ok:
+        bad = [str(b) for b in rep.failed_buckets]
         raise CheckFailed(f"validation failed: {'buckets ' + ', '.join(bad) if bad else 'image sweep'} failed")
 
 
@@ -314,57 +320,18 @@ def calibrate_command(
     size. The calibration feeds `suggest-buckets --objective time --calibration FILE`.
     """
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
-    wanted, meta_extra, mix = _calibration_sizes(sizes, max_tokens, grid, sizes_from, padding_factor, mix_every)
+    from bcgtune.cli.render.engine import format_calibration, text
+    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.services import calibrate
+
+    plan = calibrate.calibration_sizes(
+        parse_bucket_list(sizes, "--sizes") if sizes else None, max_tokens, grid, sizes_from, padding_factor, mix_every
+    )
     require_torch()
     from bcgtune.core.calibration import save_calibration
-    from bcgtune.engines.ops import run_calibrate
 
     say = None if quiet else (lambda m: note("  " + m))
-    if say:
-        say(f"{len(wanted)} sizes: {wanted[0]} ... {wanted[-1]}")
-    cal = run_calibrate(wanted, warmup=warmup, repeats=repeats, memory=memory, progress=say, mix=mix, **_engine_kwargs(engine))
-    cal.meta.update(meta_extra)
-    save_calibration(cal, out_path)
+    result = calibrate.calibrate(plan, _spec(engine), warmup=warmup, repeats=repeats, memory=memory, progress=say)
+    save_calibration(result.calibration, out_path)
     note(f"wrote {out_path}", quiet)
-    emit(cal.to_json_obj, lambda: render_calibration(cal), as_json=as_json)
-
-
-def _calibration_sizes(sizes, max_tokens, grid, sizes_from, factor, mix_every):
-    """(sizes to measure, meta to record, the trace's batch mix or None)."""
-    from bcgtune.core.replay import parse_bucket_list
-    from bcgtune.engines.ops import DEFAULT_CALIBRATION_SIZES, grid_sizes
-
-    if sizes_from or grid:
-        trace_sizes = mix = None
-        meta: dict = {"bucket_grid": grid or 64, "sizes_from": sizes_from}
-        if sizes_from:
-            from bcgtune.core.mix import batch_mix
-            from bcgtune.core.trace import load_trace
-
-            trace = load_trace(sizes_from)
-            trace_sizes = trace.sizes
-            mix = batch_mix(trace).sample(mix_every)
-            meta["mix_every"] = mix_every
-        wanted = grid_sizes(grid or 64, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor)
-        if sizes:
-            extra = [s for s in parse_bucket_list(sizes, "--sizes") if max_tokens is None or s <= max_tokens]
-            meta["sizes_added"] = sorted(set(extra) - set(wanted))
-            wanted = sorted(set(wanted) | set(extra))
-            _check_count(wanted)
-        return wanted, meta, mix
-    wanted = parse_bucket_list(sizes, "--sizes") if sizes else list(DEFAULT_CALIBRATION_SIZES)
-    if max_tokens is not None:
-        wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
-    _check_count(wanted)
-    return wanted, {}, None
-
-
-def _check_count(wanted: list[int]) -> None:
-    """Refuse more sizes than a calibration can measure in reasonable time (each costs a
-    capture and timed replays: seconds on a GPU)."""
-    from bcgtune.engines.ops import MAX_GRID_SIZES
-
-    if len(wanted) > MAX_GRID_SIZES:
-        raise InputError(
-            f"{len(wanted):,} sizes to measure (at most {MAX_GRID_SIZES:,}): give fewer sizes or a coarser grid", "--sizes"
-        )
+    emit(result.to_json, lambda: text(format_calibration(result.calibration)), as_json=as_json)

@@ -1,10 +1,19 @@
-"""Rendering of the torch engine's reports: capture, validate and calibrate."""
+"""Rendering of the torch engine's results: capture, validate and calibrate. Pure functions
+of the typed results (bcgtune/services/capture.py, validate.py, calibrate.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 
-def env_line(rep: dict) -> str:
-    e = rep["environment"]
+if TYPE_CHECKING:
+    from bcgtune.core.calibration import Calibration
+    from bcgtune.services.capture import CaptureReport
+    from bcgtune.services.validate import BucketValidation, ValidationReport
+
+
+def format_environment(environment: dict[str, Any], model: dict[str, Any]) -> str:
+    """One line: GPU, CUDA or HIP, driver, torch, runner, mode, SDPA backend, model."""
+    e = environment
     ver = (
         f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
     )
@@ -13,78 +22,81 @@ def env_line(rep: dict) -> str:
     impl = f" ({e.get('graph_impl')}, attention {e.get('attention')})" if runner == "breakable" else ""
     return (
         f"{gpu} | {ver} | driver {e.get('driver')} | torch {e.get('torch')} | runner {runner}{impl} | "
-        f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {rep['model'].get('name')}"
+        f"mode {e.get('graph_mode')} | sdpa {e.get('sdpa_backend')} | model {model.get('name')}"
     )
 
 
-def render_capture(rep: dict) -> str:
-    lines = [env_line(rep), f"{'bucket':>8} {'capture s':>10} {'pool GiB':>9}  result"]
-    for r in rep["per_bucket"]:
-        pool = "-" if r["pool_growth_gib"] is None else f"{r['pool_growth_gib']:.4f}"
-        res = "ok" if r["ok"] else f"FAILED: {r['error']}"
-        if r["ok"] and r.get("segments"):
-            res += f" ({r['segments']} segments)"
-        if r["ok"] and not r["attention_match"]:
-            res += "  (attention differs from eager: " + "; ".join(r["attention_capture"]) + ")"
-        lines.append(f"{r['bucket']:>8} {r['capture_s']:>10.3f} {pool:>9}  {res}")
-    pool = "-" if rep["pool_gib_total"] is None else f"{rep['pool_gib_total']:.3f} GiB"
-    lines.append(f"{rep['graphs']} graphs in {rep['capture_s_total']:.2f} s, pool {pool}")
-    return "\n".join(lines) + "\n"
+def format_capture(rep: CaptureReport) -> list[str]:
+    lines = [format_environment(rep.environment, rep.model), f"{'bucket':>8} {'capture s':>10} {'pool GiB':>9}  result"]
+    for r in rep.per_bucket:
+        pool = "-" if r.pool_growth_gib is None else f"{r.pool_growth_gib:.4f}"
+        res = "ok" if r.ok else f"FAILED: {r.error}"
+        if r.ok and r.segments:
+            res += f" ({r.segments} segments)"
+        if r.ok and not r.attention_match:
+            res += "  (attention differs from eager: " + "; ".join(r.attention_capture) + ")"
+        lines.append(f"{r.bucket:>8} {r.capture_s:>10.3f} {pool:>9}  {res}")
+    pool = "-" if rep.pool_gib_total is None else f"{rep.pool_gib_total:.3f} GiB"
+    lines.append(f"{rep.graphs} graphs in {rep.capture_s_total:.2f} s, pool {pool}")
+    return lines
 
 
-def render_validate(rep: dict) -> str:
+def format_validation(rep: ValidationReport) -> list[str]:
     lines = [
-        env_line(rep),
+        format_environment(rep.environment, rep.model),
         (
-            f"gap threshold {rep['gap_threshold']}, max logprob delta {rep['max_logprob_delta']}; "
-            f"requests per batch {','.join(map(str, rep.get('requests', [1])))}; "
-            f"{rep.get('bitwise_batches', 0)} of {rep.get('batches_checked', 0)} batches bit for bit"
+            f"gap threshold {rep.gap_threshold}, max logprob delta {rep.max_logprob_delta}; "
+            f"requests per batch {','.join(map(str, rep.requests))}; "
+            f"{rep.bitwise_batches} of {rep.batches_checked} batches bit for bit"
         ),
         f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict",
     ]
-    for e in rep["per_bucket"]:
-        if not e["captured"]:
-            lines.append(f"{e['bucket']:>7}  capture FAILED: {e['error']}")
-            continue
-        cs = e["checks"]
-        if not cs:
-            lines.append(f"{e['bucket']:>7}  no size replays in it (all of (b/2, b] go to a smaller bucket)   ok")
-            continue
-        top1 = min(c["top1_agree"] for c in cs)
-        mad = max(c["max_abs_diff"] for c in cs)
-        mlp = max(c["max_logprob_delta"] for c in cs)
-        wide = sum(c["wide_gap_tokens"] for c in cs)
-        fw = sum(c["wide_gap_flips"] for c in cs)
-        fn = sum(c["narrow_gap_flips"] for c in cs)
-        pi = e.get("pad_invariance")
-        pis = "-" if pi is None else ("exact" if pi["ok"] else f"{pi['max_abs_diff']:.2g}")
-        sizes = ",".join(str(s) for s in e["sizes"])
-        lines.append(
-            f"{e['bucket']:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
-            f"{'same' if e['attention_match'] else 'DIFF':>5}  {'ok' if e['ok'] else 'FAIL'}"
-        )
-        for c in cs:
-            if c.get("failing_requests") or (c.get("requests", 1) > 1 and c.get("differing_requests")):
-                lines.append(
-                    f"         n={c['n']} r={c['requests']}: requests differing {c['differing_requests']}, "
-                    f"failing {c['failing_requests']}"
-                )
-        if not e["attention_match"]:
-            lines.append(f"         eager:   {'; '.join(e['attention_eager'])}")
-            lines.append(f"         capture: {'; '.join(e['attention_capture'])}")
-    sw = rep.get("image_sweep")
+    for e in rep.per_bucket:
+        lines += _bucket_lines(e)
+    sw = rep.image_sweep
     if sw:
-        done = [r for r in sw["checks"] if "skipped" not in r]
+        done = sw.done
         lines.append(
-            f"image sweep {sw['image_px']} px: {len(done)} prefills, new captures {sw['new_captures']}, "
-            f"dynamo recompiles {sw['dynamo_recompiles']} (torch.compile not used), "
-            f"min top1 {min((r['top1_agree'] for r in done), default=1.0):.4f}: {'ok' if sw['ok'] else 'FAIL'}"
+            f"image sweep {sw.image_px} px: {len(done)} prefills, new captures {sw.new_captures}, "
+            f"dynamo recompiles {sw.dynamo_recompiles} (torch.compile not used), "
+            f"min top1 {min((r.comparison.top1_agree for r in done), default=1.0):.4f}: {'ok' if sw.ok else 'FAIL'}"
         )
-    lines.append("PASS" if rep["ok"] else "FAIL")
-    return "\n".join(lines) + "\n"
+    lines.append("PASS" if rep.ok else "FAIL")
+    return lines
 
 
-def render_calibration(cal) -> str:
+def _bucket_lines(e: BucketValidation) -> list[str]:
+    if not e.captured:
+        return [f"{e.bucket:>7}  capture FAILED: {e.error}"]
+    cs = [c.comparison for c in e.checks]
+    if not cs:
+        return [f"{e.bucket:>7}  no size replays in it (all of (b/2, b] go to a smaller bucket)   ok"]
+    top1 = min(c.top1_agree for c in cs)
+    mad = max(c.max_abs_diff for c in cs)
+    mlp = max(c.max_logprob_delta for c in cs)
+    wide = sum(c.wide_gap_tokens for c in cs)
+    fw = sum(c.wide_gap_flips for c in cs)
+    fn = sum(c.narrow_gap_flips for c in cs)
+    pi = e.pad_invariance
+    pis = "-" if pi is None else ("exact" if pi.ok else f"{pi.max_abs_diff:.2g}")
+    sizes = ",".join(str(s) for s in e.sizes or [])
+    lines = [
+        f"{e.bucket:>7} {sizes[-20:]:>20} {top1:>7.4f} {mad:>11.4g} {mlp:>10.4g} {wide:>6} {fw:>4}/{fn:<4} {pis:>7} "
+        f"{'same' if e.attention_match else 'DIFF':>5}  {'ok' if e.ok else 'FAIL'}"
+    ]
+    for check in e.checks:
+        c = check.comparison
+        if c.failing_requests or (c.requests > 1 and c.differing_requests):
+            lines.append(
+                f"         n={check.n} r={c.requests}: requests differing {c.differing_requests}, failing {c.failing_requests}"
+            )
+    if not e.attention_match:
+        lines.append(f"         eager:   {'; '.join(e.attention_eager)}")
+        lines.append(f"         capture: {'; '.join(e.attention_capture)}")
+    return lines
+
+
+def format_calibration(cal: Calibration) -> list[str]:
     g = cal.meta.get("gpu", {})
     s = cal.meta.get("software", {})
     eng = cal.meta.get("engine", {})
@@ -93,7 +105,7 @@ def render_calibration(cal) -> str:
         f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
         f"model {cal.meta.get('model', {}).get('name')} | runner {cal.runner} | {eng.get('graph_mode')}"
     ]
-    if cal.runner == "breakable":
+    if cal.runner == "breakable" and cal.batches is not None:
         lines.append(f"{'bucket':>7} {'segments ms':>12}")
         for t, gm in zip(cal.tokens, cal.graph_ms):
             lines.append(f"{int(t):>7} {gm:>12.3f}")
@@ -101,10 +113,15 @@ def render_calibration(cal) -> str:
         lines.append(f"{'tokens':>7} {'requests':>8} {'eager ms':>10} {'breaks ms':>10}")
         for t, r, e, b in zip(bt.tokens, bt.requests, bt.eager_ms, bt.breaks_ms):
             lines.append(f"{int(t):>7} {int(r):>8} {e:>10.3f} {b:>10.3f}")
-    else:
+    elif cal.eager_ms is not None:
         lines.append(f"{'tokens':>7} {'eager ms':>10} {'graph ms':>10} {'speed-up':>8}")
         for t, e, gm in zip(cal.tokens, cal.eager_ms, cal.graph_ms):
             lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
     if cal.pool_gib is not None:
         lines.append(f"pool of the largest graph {cal.pool_gib:.3f} GiB, per further graph {cal.per_graph_gib or 0:.4f} GiB")
+    return lines
+
+
+def text(lines: list[str]) -> str:
+    """Lines as the command prints them: one per line, a newline after the last."""
     return "\n".join(lines) + "\n"

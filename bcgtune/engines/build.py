@@ -1,0 +1,103 @@
+"""From a description of the run (`EngineSpec`: model, device, dtype, runner, ...) to a
+ready engine: the device resolved, the model built or loaded, the runner's engine made,
+and the run's self-description (hardware, software, engine) for its report."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from bcgtune.core.calibration import Runner
+from bcgtune.errors import InputError
+
+RUNNERS: tuple[str, ...] = get_args(Runner)
+RUNNER_HELP: dict[str, str] = {
+    "breakable": "SGLang's breakable prefill runner (its default on CUDA): captured segments, attention eager between them",
+    "full": "SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket",
+}
+GraphImplChoice = Literal["auto", "sglang", "bcgtune"]
+DtypeName = Literal["auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"]
+HfAttention = Literal["causal", "sdpa"]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which model the torch engine builds and how it runs."""
+
+    model: str = "qwen3-8b"  # a built-in shape or a Hugging Face checkpoint folder (hf:PATH or PATH)
+    device: str = "auto"  # auto, cuda, cuda:N, cpu
+    dtype: str = "auto"
+    sdpa_backend: str = "auto"
+    seed: int = 0
+    hf_fix_attention: bool = True  # checkpoint folders: bcgtune's causal SDPA (True) or transformers' own
+    random_weights: bool = False
+    runner: Runner = "breakable"
+    chunked_prefill_size: int | None = None
+    graph_impl: str = "auto"
+
+
+def check_runner(runner: str) -> Runner:
+    if runner not in RUNNERS:
+        raise InputError(f"unknown runner {runner!r} ({', '.join(RUNNERS)})", "--runner")
+    return runner  # type: ignore[return-value]
+
+
+@dataclass
+class EngineSession:
+    """A built engine with what its reports say about it."""
+
+    engine: Any  # BreakablePrefillEngine | FullPrefillEngine
+    model: dict[str, Any]  # the model's description (shape, source, dtype)
+    environment: dict[str, Any]  # hardware, software and engine settings
+
+
+def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | None = None) -> EngineSession:
+    """The engine of `spec` with static buffers for `max_tokens` (the model built on the
+    resolved device); `shape` is preflight's ModelShape (a large model on the CPU is refused
+    here, before it is built)."""
+    import torch
+
+    from bcgtune.engines.loader import load_model, parse_dtype
+    from bcgtune.engines.preflight import refuse_cpu_for_large
+    from bcgtune.engines.runtime import environment, resolve_device
+    from bcgtune.engines.sdpa import resolved_sdpa_backend
+
+    runner = check_runner(spec.runner)
+    device = resolve_device(spec.device)
+    refuse_cpu_for_large(shape, device.type)
+    is_hf = spec.model.startswith("hf:") or os.path.isdir(spec.model)
+    if runner == "breakable" and is_hf and not spec.hf_fix_attention:
+        raise InputError("the breakable runner needs --hf-attention causal (its attention runs per request)", "--hf-attention")
+    dtype = parse_dtype(spec.dtype, device)
+    torch.manual_seed(spec.seed)
+    model, desc = load_model(spec.model, device, dtype, spec.sdpa_backend, spec.seed, spec.hf_fix_attention, spec.random_weights)
+    engine: Any
+    if runner == "breakable":
+        from bcgtune.engines.breakable import BreakablePrefillEngine
+
+        engine = BreakablePrefillEngine(
+            model,
+            device,
+            max_tokens,
+            sdpa_backend=spec.sdpa_backend,
+            warmup=2 if warmup is None else warmup,
+            graph_impl=spec.graph_impl,
+        )
+    else:
+        from bcgtune.engines.full import FullPrefillEngine
+
+        engine = FullPrefillEngine(
+            model, device, max_tokens, sdpa_backend=spec.sdpa_backend, warmup=1 if warmup is None else warmup
+        )
+    env = environment(device)
+    env["graph_mode"] = engine.mode
+    env["runner"] = runner
+    env["runner_matches"] = RUNNER_HELP[runner]
+    env["graph_impl"] = engine.graph_impl
+    if runner == "breakable":
+        env["attention"] = engine.attention_kind
+        if engine.impl is not None and engine.impl.note:
+            env["graph_impl_note"] = engine.impl.note
+    env["sdpa_backend"] = resolved_sdpa_backend(spec.sdpa_backend, device)
+    return EngineSession(engine, desc, env)

@@ -1,0 +1,112 @@
+"""SDPA (torch's scaled_dot_product_attention): pinning one backend around eager runs,
+warm-up and capture alike, and recording which backend each call would take, so a graph
+whose attention calls differ from eager's is flagged rather than timed blindly."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Literal, get_args
+
+import torch
+import torch.nn.functional as F
+
+from bcgtune.errors import InputError
+
+SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math", "none"]
+SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
+
+
+def resolved_sdpa_backend(name: str, device: torch.device) -> str:
+    """The backend 'auto' stands for on this device: flash on a GPU, math on CPU."""
+    if name == "auto":
+        return "flash" if device.type == "cuda" else "math"
+    return name
+
+
+def sdpa_context(name: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Context pinning SDPA to one backend (resolved_sdpa_backend for 'auto'). 'none': no
+    pin (torch picks per call, as a plain transformers model does)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if name not in SDPA_BACKENDS:
+        raise InputError(f"unknown SDPA backend {name!r} ({', '.join(SDPA_BACKENDS)})", "--sdpa-backend")
+    if name == "none":
+        return contextlib.nullcontext()
+    table = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    return sdpa_kernel([table[resolved_sdpa_backend(name, device)]])
+
+
+_BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+class SdpaRecorder:
+    """Records each scaled_dot_product_attention call's signature: mask kind, is_causal,
+    GQA, shapes and the backend torch would choose under the current flags. Patches
+    torch.nn.functional for the duration (models look the function up at call time)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self._orig: Any = None
+
+    def __enter__(self) -> SdpaRecorder:
+        self._orig = F.scaled_dot_product_attention
+        orig = self._orig
+        calls = self.calls
+
+        def recorded(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            calls.append(_signature(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa))
+            return orig(
+                query,
+                key,
+                value,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
+
+        F.scaled_dot_product_attention = recorded
+        torch.nn.functional.scaled_dot_product_attention = recorded
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        F.scaled_dot_product_attention = self._orig
+        torch.nn.functional.scaled_dot_product_attention = self._orig
+
+    def summary(self) -> list[str]:
+        """Distinct call signatures with counts, shape-free (masks differ by size only)."""
+        out: dict[str, int] = {}
+        for c in self.calls:
+            key = " ".join(x if not x.startswith("mask=") or x == "mask=none" else x.split("[")[0] for x in c)
+            out[key] = out.get(key, 0) + 1
+        return [f"{k} x{v}" for k, v in sorted(out.items())]
+
+
+def _signature(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> tuple[str, ...]:
+    choice: str | None = None
+    try:
+        if query.is_cuda:
+            code = torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+            choice = _BACKEND_NAMES.get(int(code), "?")
+    except Exception:
+        choice = "?"
+    mask = None if attn_mask is None else f"{str(attn_mask.dtype).replace('torch.', '')}{list(attn_mask.shape)}"
+    return (
+        "mask=" + (mask or "none"),
+        f"is_causal={bool(is_causal)}",
+        f"enable_gqa={bool(enable_gqa)}",
+        f"q_heads={query.shape[-3]}",
+        f"kv_heads={key.shape[-3]}",
+        f"backend={choice}",
+    )
+
+
+def maybe(ctx: contextlib.AbstractContextManager[Any] | None) -> contextlib.AbstractContextManager[Any]:
+    """`ctx`, or a context that does nothing when it is None."""
+    return ctx if ctx is not None else contextlib.nullcontext()

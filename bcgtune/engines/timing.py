@@ -1,0 +1,151 @@
+"""Timing of engine calls: back-to-back repeats (`time_calls`) and interleaved rounds over
+many calls (`time_interleaved`), CUDA events on a GPU and perf_counter on CPU, Python's
+garbage collector paused while timing (a launch-bound forward is Python work, and a
+collection inside one is noise, not cost)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+Call = Callable[[], object]
+# times[group][call][round] in ms: every call of every group, one value per timed round
+RoundTimes = list[list[list[float]]]
+
+
+@dataclass(frozen=True)
+class TimeSummary:
+    """Median, p10 and p90 (ms) of a list of times."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    repeats: int
+
+
+def summarize_ms(times: Sequence[float]) -> TimeSummary:
+    """Median, p10 and p90 (ms) of a list of times (nearest-rank quantiles)."""
+    ordered = sorted(float(t) for t in times)
+
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
+
+    return TimeSummary(statistics.median(ordered), q(0.1), q(0.9), len(ordered))
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's garbage collector off while timing (and back on after, if it was on)."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def time_calls(fn: Call, device: torch.device, warmup: int, repeats: int) -> TimeSummary:
+    """Median, p10 and p90 (ms) of `repeats` back-to-back calls after `warmup` untimed ones:
+    CUDA events on a GPU (host-side launch gaps included when the GPU waits for them),
+    perf_counter on CPU."""
+    for _ in range(max(0, warmup)):
+        fn()
+    with gc_paused():
+        return summarize_ms(_back_to_back(fn, device, repeats))
+
+
+def _back_to_back(fn: Call, device: torch.device, repeats: int) -> list[float]:
+    if device.type != "cuda":
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
+    stream = torch.cuda.current_stream(device)
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    torch.cuda.synchronize(device)
+    for s, e in evs:
+        s.record(stream)
+        fn()
+        e.record(stream)
+    torch.cuda.synchronize(device)
+    return [s.elapsed_time(e) for s, e in evs]
+
+
+def time_interleaved(
+    groups: Sequence[Sequence[Call]],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    seed: int = 0,
+    on_round: Callable[[int, int], None] | None = None,
+) -> RoundTimes:
+    """Times (ms) of every call in `groups`, measured in rounds: each round runs every group
+    once, the groups in a fresh shuffled order, the calls of a group back to back (a pair
+    such as segments-alone and the full replay of the same bucket lands in the same moment
+    of the GPU's clock and power state, so their difference is free of drift). `warmup`
+    untimed rounds first; `on_round(done, total)` after each round, warm-up included.
+    Returns times[group][call][round]: every round's value, in round order.
+
+    Each call starts on an idle GPU (a synchronization before it, none inside it), as a
+    server's prefill step does (its scheduler waits for every step's output): the time is
+    then the call's own, host launch gaps included. Without it a launch-bound call that
+    follows queued work hides its launches behind that work and measures shorter, by how
+    much depending on its neighbour (seen on the H200: eager forwards of a 0.6B-shaped model
+    16% shorter between graph replays than between other eager forwards).
+
+    Measuring every size in rounds instead of in blocks (all repeats of one size, then the
+    next) gives every size the same mix of GPU states: on a long run a block measured while
+    the GPU is cool or warm shifts that size alone, which no later average undoes."""
+    rng = random.Random(seed)
+    report = on_round or (lambda done, total: None)
+    order = list(range(len(groups)))
+    total = max(0, warmup) + repeats
+    with torch.no_grad():
+        for w in range(max(0, warmup)):
+            rng.shuffle(order)
+            for g in order:
+                for fn in groups[g]:
+                    fn()
+            report(w + 1, total)
+        out: RoundTimes = [[[] for _ in grp] for grp in groups]
+        with gc_paused():
+            for rnd in range(repeats):
+                rng.shuffle(order)
+                _one_round(groups, order, device, out)
+                report(max(0, warmup) + rnd + 1, total)
+    return out
+
+
+def _one_round(groups: Sequence[Sequence[Call]], order: list[int], device: torch.device, out: RoundTimes) -> None:
+    """Every call once, groups in `order`, each call's time appended to out[group][call]."""
+    if device.type != "cuda":
+        for g in order:
+            for i, fn in enumerate(groups[g]):
+                t0 = time.perf_counter()
+                fn()
+                out[g][i].append((time.perf_counter() - t0) * 1e3)
+        return
+    stream = torch.cuda.current_stream(device)
+    marks = []
+    for g in order:
+        for i, fn in enumerate(groups[g]):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(device)  # between calls, never inside one
+            s.record(stream)
+            fn()
+            e.record(stream)
+            marks.append((g, i, s, e))
+    torch.cuda.synchronize(device)
+    for g, i, s, e in marks:
+        out[g][i].append(s.elapsed_time(e))
