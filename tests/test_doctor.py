@@ -9,26 +9,19 @@ from pathlib import Path
 import pytest
 from proc_helpers import run_cli
 
-from bcgtune.adapters.doctor import (
-    GateReport,
-    classify_gate,
-    find_runner_source,
-    gate_report,
-    model_is_qwen4_exp,
-    profile_findings,
-    run_doctor,
-    runner_gate_state,
-    sglang_info,
-)
+from bcgtune.adapters.environment import sglang_info
+from bcgtune.adapters.model_config import model_is_qwen4_exp
 from bcgtune.adapters.profiles import load_profile, parse_profile
+from bcgtune.adapters.runner_source import GateReport, find_runner_source, runner_gate_state
 from bcgtune.adapters.sglang_resolve import (
-    _PROBE_CONFIG_DIR,
+    PROBE_CONFIG_DIR,
     FlagCheck,
-    ResolvedPrefill,
     RunnerAnswers,
     run_probe,
     sglang_installed,
 )
+from bcgtune.core.ladder import CaptureSource, PrefillCapture
+from bcgtune.services.doctor import classify_gate, gate_report, profile_findings, run_doctor
 
 RUNNERS = Path(__file__).parent / "data" / "runner"
 EXPECTED = {
@@ -58,7 +51,7 @@ def runner_answers():
     result = run_probe(
         {
             "device": H200,
-            "runners": {"config_dir": str(_PROBE_CONFIG_DIR), "sources": [str(RUNNERS / n) for n in names] + [None]},
+            "runners": {"config_dir": str(PROBE_CONFIG_DIR), "sources": [str(RUNNERS / n) for n in names] + [None]},
         },
         timeout=600,
     )
@@ -79,7 +72,7 @@ def test_copies_classified_by_behaviour(runner_answers, name):
 
 @pytest.mark.sglang
 def test_installed_0_5_23_runner_is_unpatched_by_behaviour(runner_answers):
-    if sglang_info().get("version") != "0.5.23":
+    if sglang_info().version != "0.5.23":
         pytest.skip("needs sglang 0.5.23")
     r = runner_answers["installed"]
     assert r["ok"] and r["answers"] == {
@@ -165,7 +158,17 @@ def _profile(server="", buckets="", platform="cuda", model="amd/Qwen3.8-Flash-Ne
 
 
 def _resolved(backend="breakable", buckets=(256, 512), alignment=1, notes=(), chunk=8192, reason="x"):
-    return ResolvedPrefill(backend, reason, tuple(buckets), 8192, alignment, chunk, "sglang 0.5.23", notes=tuple(notes))
+    return PrefillCapture(
+        backend,
+        reason,
+        tuple(buckets),
+        8192,
+        alignment,
+        tuple(buckets),
+        chunk,
+        notes=tuple(notes),
+        source=CaptureSource("sglang", "0.5.23"),
+    )
 
 
 def test_mi355x_findings_by_gate():
@@ -259,16 +262,17 @@ def test_model_detection(tmp_path, monkeypatch):
 
 
 def test_doctor_without_sglang_falls_back(monkeypatch):
-    import bcgtune.adapters.doctor as doc
     import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.services.doctor as doc
+    from bcgtune.adapters.environment import SglangInfo
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
-    monkeypatch.setattr(doc, "sglang_info", lambda: {"installed": False})
+    monkeypatch.setattr(doc, "sglang_info", lambda: SglangInfo(installed=False))
     report = run_doctor(load_profile("mi355x"), runner_path=RUNNERS / "unpatched_0.5.23.py")
     g = report.prefill_runner_gate
     assert (g.state, g.method) == ("unpatched", "source reading") and "sglang is not installed" in g.detail
-    assert report.resolved_prefill.source == "bcgtune model"
-    assert report.resolved_prefill.buckets == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
+    assert report.resolved_prefill.source.label == "bcgtune model"
+    assert report.resolved_prefill.captured == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
     found = {f.code: f for f in report.findings}
     assert "qwen-mm-unpatched-runner" in found
     assert found["flags-unchecked"].severity == "info" and "sglang is not installed" in found["flags-unchecked"].message
@@ -309,7 +313,7 @@ def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys):
     prof = tmp_path / "abbrev.toml"
     prof.write_text(
         '[profile]\nname = "abbrev"\nplatform = "cuda"\nhardware = "h200"\n'
-        f'model = "{_PROBE_CONFIG_DIR}"\n[server]\ntp = 2\nmem-frac = 0.8\n[buckets]\nlist = [256, 512]\n'
+        f'model = "{PROBE_CONFIG_DIR}"\n[server]\ntp = 2\nmem-frac = 0.8\n[buckets]\nlist = [256, 512]\n'
     )
     code, out, err = run_cli(["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "patched_nested_if.py")], capsys)
     assert code == 1 and "flag-refused" in err
@@ -323,17 +327,18 @@ def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys):
 
 def test_find_runner_source_path():
     info = sglang_info()
-    if info.get("installed"):
-        assert find_runner_source(info["path"]).name == "prefill_cuda_graph_runner.py"
+    if info.installed:
+        assert find_runner_source(info.path).name == "prefill_cuda_graph_runner.py"
     assert find_runner_source("") is None
 
 
 def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatch):
-    import bcgtune.adapters.doctor as doc
     import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.services.doctor as doc
+    from bcgtune.adapters.environment import SglangInfo
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
-    monkeypatch.setattr(doc, "sglang_info", lambda: {"installed": False})
+    monkeypatch.setattr(doc, "sglang_info", lambda: SglangInfo(installed=False))
     prof = _profile('tp-size = "two"')
     report = run_doctor(prof, runner_path=RUNNERS / "unpatched_0.5.23.py")
     found = {f.code: f for f in report.findings}
@@ -342,7 +347,7 @@ def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatc
 
 
 def test_effective_prefill_backend_follows_the_model():
-    from bcgtune.adapters.doctor import effective_prefill_backend
+    from bcgtune.adapters.sglang_flags import effective_prefill_backend
 
     assert effective_prefill_backend({}, "cuda") == ("breakable", False)
     assert effective_prefill_backend({}, "rocm") == ("disabled", False)

@@ -20,20 +20,14 @@ import pytest
 
 from bcgtune.adapters.hardware import gpu_for
 from bcgtune.adapters.launcher import build_server_command
+from bcgtune.adapters.model_config import is_mla, locate_model_config, read_model_config
 from bcgtune.adapters.profiles import Profile
 from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
-from bcgtune.adapters.sglang_resolve import (
-    _PROBE_CONFIG_DIR,
-    _is_mla,
-    _read_config,
-    locate_model_config,
-    resolve_prefill,
-    resolve_with_model,
-    run_probe,
-    sglang_installed,
-)
+from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
 from bcgtune.cli.render.doctor import render_resolved_prefill
 from bcgtune.core.ladder import resolve_prefill_capture
+from bcgtune.services.launch import capture_for_profile as resolve_prefill
+from bcgtune.services.launch import model_capture
 
 DATA = Path(__file__).parent / "data"
 MLA_CONFIG = DATA / "models" / "deepseek-v2-mla-tiny"
@@ -117,7 +111,7 @@ SPECIAL = [
 
 
 def _grid(tmp: Path) -> list[tuple[str, Profile]]:
-    plain = _PROBE_CONFIG_DIR
+    plain = PROBE_CONFIG_DIR
     llama2 = tmp / "Llama-2-7b-shaped"
     llama2.mkdir(exist_ok=True)
     shutil.copy(plain / "config.json", llama2 / "config.json")
@@ -174,7 +168,7 @@ def _ours(p: Profile):
         gpu_memory_gib=spec.memory_gib,
         buckets=p.buckets,
         model_path=p.model,
-        mla=_is_mla(_read_config(Path(p.model))),
+        mla=is_mla(read_model_config(Path(p.model))),
     )
     return resolve_prefill_capture(launch)
 
@@ -231,11 +225,11 @@ def test_fallback_when_sglang_absent(monkeypatch, tmp_path):
         None,
         "cuda",
         "h200",
-        _PROBE_CONFIG_DIR,
+        PROBE_CONFIG_DIR,
     )
     r = resolve_prefill(prof)
-    assert r.source == "bcgtune model" and r.fallback_reason == "sglang is not installed"
-    assert (r.backend, len(r.buckets), r.buckets[-1], r.max_bs, r.chunked_prefill_size) == ("breakable", 38, 1024, 1024, 1024)
+    assert r.source.label == "bcgtune model" and r.source.not_asked == "sglang is not installed"
+    assert (r.backend, len(r.captured), r.captured[-1], r.max_bs, r.chunked_prefill_size) == ("breakable", 38, 1024, 1024, 1024)
     text = "\n".join(render_resolved_prefill(r))
     assert "SGLang not asked: sglang is not installed" in text and "38 graphs, 4..1024" in text
 
@@ -244,9 +238,9 @@ def test_fallback_chunk_off_says_graphs_off(monkeypatch):
     import bcgtune.adapters.sglang_resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
-    prof = _profile({"chunked-prefill-size": -1}, None, "cuda", "h200", _PROBE_CONFIG_DIR)
+    prof = _profile({"chunked-prefill-size": -1}, None, "cuda", "h200", PROBE_CONFIG_DIR)
     r = resolve_prefill(prof)
-    assert r.backend == "disabled" and r.buckets == () and "--chunked-prefill-size -1" in r.reason
+    assert r.backend == "disabled" and r.captured == () and "--chunked-prefill-size -1" in r.reason
     assert "captures   nothing" in "\n".join(render_resolved_prefill(r))
 
 
@@ -267,20 +261,20 @@ def test_model_config_lookup(tmp_path, monkeypatch):
 
 def test_resolve_with_model_reads_mla_from_config():
     prof = _profile({"cuda-graph-backend-prefill": "breakable"}, None, "rocm", "mi355x", MLA_CONFIG)
-    r = resolve_with_model(prof, config_dir=MLA_CONFIG)
-    assert (r.max_bs, r.buckets[-1], r.chunked_prefill_size) == (8192, 8192, 16384)
-    prof = _profile({"cuda-graph-backend-prefill": "breakable"}, None, "rocm", "mi355x", _PROBE_CONFIG_DIR)
-    assert resolve_with_model(prof, config_dir=_PROBE_CONFIG_DIR).max_bs == 16384
+    r = model_capture(prof, config_dir=MLA_CONFIG)
+    assert (r.max_bs, r.captured[-1], r.chunked_prefill_size) == (8192, 8192, 16384)
+    prof = _profile({"cuda-graph-backend-prefill": "breakable"}, None, "rocm", "mi355x", PROBE_CONFIG_DIR)
+    assert model_capture(prof, config_dir=PROBE_CONFIG_DIR).max_bs == 16384
 
 
 @pytest.mark.sglang
 def test_resolve_prefill_asks_sglang(tmp_path):
     if not sglang_installed():
         pytest.skip("sglang not installed")
-    prof = _profile({"tp": 2, "moe-a2a-backend": "deepep"}, [100, 300, 1000], "cuda", "h200", _PROBE_CONFIG_DIR)
+    prof = _profile({"tp": 2, "moe-a2a-backend": "deepep"}, [100, 300, 1000], "cuda", "h200", PROBE_CONFIG_DIR)
     r = resolve_prefill(prof)
-    assert r.source == "sglang 0.5.23" and r.fallback_reason is None
-    assert (r.backend, r.buckets, r.alignment) == ("breakable", (104, 304, 1000), 2)
+    assert r.source.label == "sglang 0.5.23" and r.source.not_asked is None
+    assert (r.backend, r.captured, r.alignment) == ("breakable", (104, 304, 1000), 2)
     assert any("divisible by 8" in n for n in r.notes)
 
 
@@ -288,8 +282,8 @@ def test_serve_dry_run_lines(monkeypatch):
     import bcgtune.adapters.sglang_resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
-    prof = _profile({"tp": 2, "enable-two-batch-overlap": True}, [256, 512], "cuda", "h200", _PROBE_CONFIG_DIR)
-    lines = render_resolved_prefill(sr.resolve_prefill(prof))
+    prof = _profile({"tp": 2, "enable-two-batch-overlap": True}, [256, 512], "cuda", "h200", PROBE_CONFIG_DIR)
+    lines = render_resolved_prefill(resolve_prefill(prof))
     assert lines[0] == "prefill graphs (bcgtune model; SGLang not asked: sglang is not installed):"
     assert "backend    disabled: SGLang turns breakable prefill graphs off with two-batch overlap" in lines[1]
     assert lines[2] == "  captures   nothing"

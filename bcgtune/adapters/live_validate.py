@@ -306,7 +306,7 @@ def replay_shares(log_path: str, phases: dict) -> dict:
 
 def gate_crosscheck() -> dict:
     try:
-        from bcgtune.adapters.doctor import find_runner_source, runner_gate_state
+        from bcgtune.adapters.runner_source import find_runner_source, runner_gate_state
     except ImportError:
         return {"state": "unknown", "detail": "doctor not available"}
     g = runner_gate_state(find_runner_source())
@@ -345,8 +345,9 @@ def server_validation(
     """Run both launches and return the report (ok + reasons; also written to
     <workdir>/validation.json). `min_replay_share` None: DEFAULT_MIN_REPLAY_SHARE. `say`:
     progress callback (one line each)."""
-    from bcgtune.adapters.doctor import effective_prefill_backend, model_is_qwen4_exp
+    from bcgtune.adapters.model_config import model_is_qwen4_exp
     from bcgtune.adapters.profiles import load_profile
+    from bcgtune.adapters.sglang_flags import effective_prefill_backend
 
     if min_replay_share is None:
         min_replay_share = DEFAULT_MIN_REPLAY_SHARE

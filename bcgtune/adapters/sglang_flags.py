@@ -39,6 +39,12 @@ def _flag_int(flags: Mapping[str, Any], key: str, default: int | None, *, minimu
     return n
 
 
+def _flag_count(flags: Mapping[str, Any], key: str, default: int = 1) -> int:
+    """A size flag that always has a value (SGLang's default when absent)."""
+    n = _flag_int(flags, key, default)
+    return default if n is None else n
+
+
 def _flag_bool(flags: Mapping[str, Any], key: str) -> bool:
     v = flags.get(key, False)
     if isinstance(v, str):
@@ -66,15 +72,15 @@ def layout_from_server_flags(flags: Mapping[str, Any], *, is_hip: bool = False) 
     d = LAYOUT_DEFAULTS
     a2a = _flag_str(norm, "moe_a2a_backend", d["moe_a2a_backend"])
     layout = ParallelLayout(
-        tp=_flag_int(norm, "tp_size", d["tp_size"]),
-        dp=_flag_int(norm, "dp_size", d["dp_size"]),
+        tp=_flag_count(norm, "tp_size", d["tp_size"]),
+        dp=_flag_count(norm, "dp_size", d["dp_size"]),
         enable_dp_attention=_flag_bool(norm, "enable_dp_attention"),
         two_batch_overlap=_flag_bool(norm, "enable_two_batch_overlap"),
         moe_a2a_backend=(a2a or d["moe_a2a_backend"]),
         moe_dense_tp_size=_flag_int(norm, "moe_dense_tp_size", d["moe_dense_tp_size"]),
-        attn_cp_size=_flag_int(norm, "attn_cp_size", d["attn_cp_size"]),
+        attn_cp_size=_flag_count(norm, "attn_cp_size", d["attn_cp_size"]),
         is_hip=is_hip,
-        attn_dp=_flag_int(norm, "attn_dp_size", d["attn_dp_size"]),
+        attn_dp=_flag_count(norm, "attn_dp_size", d["attn_dp_size"]),
         enable_dp_lm_head=_flag_bool(norm, "enable_dp_lm_head"),
         disable_attn_tp_gather=_flag_bool(norm, "disable_attn_tp_gather"),
     )
@@ -160,12 +166,23 @@ def prefill_launch_from_server_flags(
         max_bs=max_bs,
         chunked_prefill_size=chunk,
         gpu_memory_gib=gpu_memory_gib,
-        pp_size=_flag_int(norm, "pp_size", 1),
+        pp_size=_flag_count(norm, "pp_size"),
         mla=mla,
         model_path=model_path,
         max_total_tokens=_flag_int(norm, "max_total_tokens", None),
         deepep_mode=_flag_str(norm, "deepep_mode", "auto") or "auto",
         disaggregation_mode=_flag_str(norm, "disaggregation_mode", "null") or "null",
-        dcp_size=_flag_int(norm, "dcp_size", 1),
+        dcp_size=_flag_count(norm, "dcp_size"),
         enable_prefill_cp=_flag_bool(norm, "enable_prefill_cp"),
     )
+
+
+def effective_prefill_backend(server: Mapping[str, Any], platform_name: str) -> tuple[str, bool]:
+    """(backend, explicit) for a [server] table, by bcgtune's model of SGLang's resolution
+    (no SGLang needed): "disabled" whenever nothing would be captured. `explicit`: the
+    launch chose the backend or switched graphs off."""
+    from bcgtune.core.ladder import resolve_prefill_capture
+
+    launch = prefill_launch_from_server_flags(server, platform=platform_name)
+    cap = resolve_prefill_capture(launch)
+    return (cap.backend if cap.graphs_on else "disabled"), (launch.backend is not None or launch.backend_forced_off)

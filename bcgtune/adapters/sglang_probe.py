@@ -132,7 +132,7 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        mod = _PlaceholderModule(spec.name)
+        mod: Any = _PlaceholderModule(spec.name)
         mod.__path__ = []
         mod.__version__ = _PLACEHOLDER_VERSION
         return mod
@@ -161,21 +161,23 @@ def fake_device(device: dict) -> None:
         is_integrated=False,
         warp_size=64 if device["platform"] == "rocm" else 32,
     )
-    cuda = torch.cuda
-    cuda.is_available = lambda: True
-    cuda.device_count = lambda: int(device.get("count", 8))
-    cuda.current_device = lambda: 0
-    cuda.get_device_capability = lambda d=None: (major, minor)
-    cuda.get_device_properties = lambda d=None: props
-    cuda.get_device_name = lambda d=None: props.name
-    cuda.mem_get_info = lambda d=None: (mem_bytes, mem_bytes)
-    cuda.set_device = lambda d=None: None
-    if device["platform"] == "rocm":
-        torch.version.hip = str(device.get("hip_version", "7.2.0"))
-        torch.version.cuda = None
-    else:
-        torch.version.cuda = str(device.get("cuda_version", "12.9"))
-        torch.version.hip = None
+    count = int(device.get("count", 8))
+    answers: dict[str, Any] = {
+        "is_available": lambda: True,
+        "device_count": lambda: count,
+        "current_device": lambda: 0,
+        "get_device_capability": lambda d=None: (major, minor),
+        "get_device_properties": lambda d=None: props,
+        "get_device_name": lambda d=None: props.name,
+        "mem_get_info": lambda d=None: (mem_bytes, mem_bytes),
+        "set_device": lambda d=None: None,
+    }
+    for name, fn in answers.items():
+        setattr(torch.cuda, name, fn)
+    rocm = device["platform"] == "rocm"
+    version: Any = torch.version
+    version.hip = str(device.get("hip_version", "7.2.0")) if rocm else None
+    version.cuda = None if rocm else str(device.get("cuda_version", "12.9"))
 
 
 def _answer_memory_queries(device: dict) -> None:
@@ -414,15 +416,15 @@ def _build_runner(module, server_args, spec_name: str):
     probe_cls = type("PrefillCudaGraphRunnerProbe", (cls,), {"capture": lambda self: None})
     saved = {}
     for mod_name in (module.__name__, "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend"):
-        mod = sys.modules.get(mod_name)
+        mod: Any = sys.modules.get(mod_name)
         if mod is not None and hasattr(mod, "get_parallel"):
             saved[mod] = mod.get_parallel
             mod.get_parallel = lambda: _Parallel(real_get_parallel())
     try:
         return probe_cls(_fake_model_runner(server_args, spec_name))
     finally:
-        for mod, fn in saved.items():
-            mod.get_parallel = fn
+        for patched, fn in saved.items():
+            patched.get_parallel = fn
 
 
 def _ask(runner, *, image: bool) -> bool:

@@ -1,17 +1,11 @@
-"""What the installed SGLang will do with a profile's launch, asked of SGLang itself.
+"""Ask the installed SGLang itself what it will do with a profile's launch.
 
 `ask_sglang` runs `bcgtune.adapters.sglang_probe` in a child process (its own session,
 a deadline, its output kept away from ours) and returns typed answers: the prefill
 graphs SGLang's resolution pipeline settles on, whether `serve`'s flag check accepts the
-launch, and how the prefill runner's multimodal gate behaves. When SGLang cannot be
-asked (not installed, a missing import, the model's config not on this machine, a
-crash or the deadline), the resolution falls back to bcgtune's model of SGLang's rules
-(`bcgtune.core.ladder.resolve_prefill_capture`) and says why.
-
-Library API:
-    resolve_prefill(profile, model=None) -> ResolvedPrefill
-    ask_sglang(profile, model=None, runner_sources=(...), check_flags=True) -> SglangAnswers
-(rendered by bcgtune/cli/render/doctor.py)
+launch, and how the prefill runner's multimodal gate behaves. It never substitutes a
+model for an answer: when SGLang cannot answer, the answer says why, and the caller
+(bcgtune.services.launch) decides what to say instead.
 """
 
 from __future__ import annotations
@@ -24,64 +18,23 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bcgtune.adapters.hardware import GpuSpec, gpu_for
 from bcgtune.adapters.launcher import ServerCommand, build_server_command
+from bcgtune.adapters.model_config import locate_model_config
+from bcgtune.core.ladder import CaptureSource, PrefillBackend, PrefillCapture
 from bcgtune.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0
-FALLBACK_SOURCE = "bcgtune model"
 # A small public model config (Qwen/Qwen3-0.6B's config.json) that the runner check
 # resolves a launch with: the gate under test keys on the model the stand-in model
 # runner reports, not on this one.
-_PROBE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "sglang_probe"
+PROBE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "sglang_probe"
 _INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class ResolvedPrefill:
-    """What the server will do with prefill CUDA graphs.
-
-    `backend`: breakable | full | disabled (disabled also when the list is empty);
-    `reason`: why; `buckets`: exactly the buckets it captures (empty when off);
-    `max_bs`: the ladder maximum SGLang resolves for this launch; `alignment`: the
-    multiple buckets are rounded up to at capture; `chunked_prefill_size`: per
-    attention-DP rank; `source`: "sglang <version>" or "bcgtune model";
-    `fallback_reason`: why SGLang itself was not asked (None when it was);
-    `requested`: the profile's list (None: SGLang's default ladder); `notes`: changes
-    SGLang makes to what was asked, and what could not be checked."""
-
-    backend: str
-    reason: str
-    buckets: tuple[int, ...]
-    max_bs: int | None
-    alignment: int
-    chunked_prefill_size: int | None
-    source: str
-    fallback_reason: str | None = None
-    requested: tuple[int, ...] | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def graphs_on(self) -> bool:
-        return self.backend != "disabled" and bool(self.buckets)
-
-    def to_dict(self) -> dict:
-        return {
-            "backend": self.backend,
-            "reason": self.reason,
-            "buckets": list(self.buckets),
-            "max_bs": self.max_bs,
-            "alignment": self.alignment,
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "source": self.source,
-            "fallback_reason": self.fallback_reason,
-            "requested": None if self.requested is None else list(self.requested),
-            "notes": list(self.notes),
-        }
+_BACKENDS: tuple[PrefillBackend, ...] = ("breakable", "full", "disabled")
 
 
 @dataclass(frozen=True)
@@ -107,79 +60,27 @@ class FlagCheck:
 
 @dataclass(frozen=True)
 class SglangAnswers:
+    """What one child process answered. `capture`: SGLang's own resolution of the launch
+    (None: see `capture_error`); `runners`: one answer per runner asked about; `flags`:
+    serve's flag check (None: not asked); `error`: why SGLang could not be asked at all;
+    `notes`: what building the question found (the profile's GPU); `config_dir`: the
+    model's config folder on this machine, if found."""
+
     sglang_version: str | None
-    resolved: ResolvedPrefill | None
+    capture: PrefillCapture | None
     runners: tuple[RunnerAnswers, ...]
     flags: FlagCheck | None
-    error: str | None = None  # why SGLang could not be asked at all
+    error: str | None = None
+    capture_error: str | None = None
     placeholders: tuple[str, ...] = ()
-
-
-# --------------------------------------------------------------------------- the model's config
-def hf_cache_dir() -> Path:
-    """Where huggingface_hub keeps downloads (HF_HUB_CACHE, else HF_HOME/hub, else
-    ~/.cache/huggingface/hub), without importing it."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "huggingface" / "hub"
-
-
-def locate_model_config(model: str | None) -> tuple[Path | None, str | None]:
-    """(folder holding config.json, None) for a local model folder or a hub id present
-    in the local Hugging Face cache; (None, why) otherwise. Never downloads."""
-    if not model:
-        return None, "the profile names no model ([profile].model or --model)"
-    local = Path(model).expanduser()
-    try:
-        if local.is_dir():
-            if (local / "config.json").is_file():
-                return local, None
-            return None, f"no config.json in {local}"
-    except OSError:
-        pass
-    parts = model.strip("/").split("/")
-    if len(parts) != 2 or not all(parts):
-        return None, f"{model!r} is neither a local model folder nor a Hugging Face hub id"
-    repo = hf_cache_dir() / ("models--" + "--".join(parts))
-    snapshots = repo / "snapshots"
-    try:
-        ref = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
-    except OSError:
-        ref = ""
-    candidates = [snapshots / ref] if ref else []
-    try:
-        candidates += sorted(p for p in snapshots.iterdir() if p.is_dir())
-    except OSError:
-        pass
-    for snap in candidates:
-        if (snap / "config.json").is_file():
-            return snap, None
-    return None, f"{model} is not in the local Hugging Face cache ({hf_cache_dir()})"
-
-
-def _read_config(folder: Path | None) -> dict:
-    if folder is None:
-        return {}
-    try:
-        data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _is_mla(config: dict) -> bool:
-    """Multi-head latent attention models (DeepSeek-V2/V3 family, Kimi, ...) carry
-    kv_lora_rank in their config (SGLang: ModelConfig.attention_arch == MLA)."""
-    for cfg in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else {}):
-        if cfg.get("kv_lora_rank"):
-            return True
-    return False
+    notes: tuple[str, ...] = ()
+    config_dir: Path | None = None
 
 
 # --------------------------------------------------------------------------- the child
-def _device(profile) -> tuple[dict, list[str]]:
+def device_for(profile) -> tuple[dict, list[str]]:
+    """The GPU SGLang is told it runs on (the profile's [profile].hardware), and notes on
+    what is unknown about it."""
     notes: list[str] = []
     spec: GpuSpec | None = gpu_for(getattr(profile, "hardware", None))
     platform = profile.platform
@@ -299,64 +200,33 @@ def _reason_from_sglang(launch: dict, backend: str, explicit: bool, platform: st
     return f"{backend}, SGLang's default on {platform.upper()}"
 
 
-def _resolved_from_sglang(launch: dict, version: str, requested, platform: str, explicit: bool) -> ResolvedPrefill | None:
+def capture_from_sglang(
+    launch: dict, version: str, requested: tuple[int, ...] | None, platform: str, explicit: bool
+) -> PrefillCapture | None:
+    """SGLang's answer for one launch as a PrefillCapture; None when it is incomplete."""
+    from bcgtune.core.ladder import sglang_default_ladder
+
     backend = launch.get("backend")
     captured = _int_list(launch.get("captured"))
+    listed = _int_list(launch.get("bs"))
     align = _opt_int(launch.get("alignment"))
-    if not isinstance(backend, str) or captured is None or align is None or align < 1:
+    if backend not in _BACKENDS or captured is None or listed is None or align is None or align < 1:
         return None
-    effective = backend if captured else "disabled"
+    effective: PrefillBackend = backend if captured else "disabled"
+    max_bs = _opt_int(launch.get("max_bs"))
+    is_ladder = requested is None and max_bs is not None and max_bs >= 1 and list(listed) == sglang_default_ladder(max_bs)
     notes = [m for m in launch.get("messages", []) if isinstance(m, str) and "aligning" in m]
-    return ResolvedPrefill(
+    return PrefillCapture(
         backend=effective,
         reason=_reason_from_sglang(launch, effective, explicit, platform),
-        buckets=captured,
-        max_bs=_opt_int(launch.get("max_bs")),
+        buckets=None if is_ladder else listed,
+        max_bs=max_bs,
         alignment=align,
+        captured=captured,
         chunked_prefill_size=_opt_int(launch.get("chunked_prefill_size")),
-        source=f"sglang {version}",
-        requested=requested,
         notes=tuple(n[:300] for n in notes),
-    )
-
-
-def resolve_with_model(
-    profile,
-    model: str | None = None,
-    *,
-    fallback_reason: str | None = None,
-    config_dir: Path | None = None,
-    extra_notes: Sequence[str] = (),
-) -> ResolvedPrefill:
-    """bcgtune's model of SGLang's rules for the profile (no SGLang needed)."""
-    from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
-    from bcgtune.core.ladder import resolve_prefill_capture
-
-    model = model or profile.model or ""
-    spec = gpu_for(getattr(profile, "hardware", None))
-    launch = prefill_launch_from_server_flags(
-        profile.server,
-        platform=profile.platform,
-        gpu_memory_gib=spec.memory_gib if spec is not None else None,
-        buckets=profile.buckets,
-        model_path=model,
-        mla=_is_mla(_read_config(config_dir)),
-    )
-    cap = resolve_prefill_capture(launch)
-    notes = list(extra_notes) + list(cap.notes)
-    if config_dir is None:
-        notes.append("rules that depend on the model's architecture were not checked (its config is not on this machine)")
-    return ResolvedPrefill(
-        backend=cap.backend if cap.captured else "disabled",
-        reason=cap.reason,
-        buckets=cap.captured,
-        max_bs=cap.max_bs,
-        alignment=cap.alignment,
-        chunked_prefill_size=cap.chunked_prefill_size,
-        source=FALLBACK_SOURCE,
-        fallback_reason=fallback_reason,
-        requested=tuple(profile.buckets) if profile.buckets is not None else None,
-        notes=tuple(notes),
+        source=CaptureSource("sglang", sglang_version=version),
+        requested=requested,
     )
 
 
@@ -397,7 +267,7 @@ def _build_request(
     request: dict[str, Any] = {}
     notes: list[str] = []
     if profile is not None:
-        request["device"], notes = _device(profile)
+        request["device"], notes = device_for(profile)
     else:
         request["device"] = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
     config_dir, config_why = locate_model_config(model) if (resolve and profile is not None) else (None, None)
@@ -422,36 +292,32 @@ def _build_request(
         }
     if runner_sources:
         request["runners"] = {
-            "config_dir": str(_PROBE_CONFIG_DIR),
+            "config_dir": str(PROBE_CONFIG_DIR),
             "sources": [None if s is None else str(Path(s).resolve()) for s in runner_sources],
         }
     return _ProbeRequest(request, tuple(notes), config_dir, config_why, cmd, refused)
 
 
-def _resolved_answer(
-    result: dict, asked: _ProbeRequest, profile, model: str | None, version: str | None, error: str | None
-) -> ResolvedPrefill | None:
-    """SGLang's resolution of the launch from the child's answer; else the fallback
-    model's, with why SGLang's answer could not be used."""
+def _capture_answer(
+    result: dict, asked: _ProbeRequest, profile, version: str | None, error: str | None
+) -> tuple[PrefillCapture | None, str | None]:
+    """SGLang's resolution of the launch from the child's answer, or why there is none."""
     launches = result.get("launches")
     launch = launches[0] if isinstance(launches, list) and launches and isinstance(launches[0], dict) else None
-    why = error or asked.config_why
     if launch is not None and launch.get("ok") is True:
-        resolved = _resolved_from_sglang(
+        capture = capture_from_sglang(
             launch,
             version or "unknown version",
             tuple(profile.buckets) if profile.buckets is not None else None,
             profile.platform,
             _backend_explicit(profile),
         )
-        if resolved is not None:
-            return replace(resolved, notes=asked.notes + resolved.notes) if asked.notes else resolved
-        why = "SGLang's answer was incomplete"
-    elif launch is not None:
-        why = f"SGLang refused the launch: {launch.get('error')}"
-    elif why is None:
-        why = "the launch could not be built from the profile"
-    return _model_or_none(profile, model, why, asked.config_dir, list(asked.notes))
+        if capture is None:
+            return None, "SGLang's answer was incomplete"
+        return capture, None
+    if launch is not None:
+        return None, f"SGLang refused the launch: {launch.get('error')}"
+    return None, error or asked.config_why or "the launch could not be built from the profile"
 
 
 def _runner_answers(raw: Any, runner_sources: Sequence[str | None], error: str | None) -> tuple[RunnerAnswers, ...]:
@@ -488,6 +354,18 @@ def _flag_answer(raw: Any, asked: _ProbeRequest, error: str | None) -> FlagCheck
     return FlagCheck(None, error or (str(raw.get("error")) if isinstance(raw, dict) else "no answer"))
 
 
+def unasked(profile, model: str | None, why: str, runner_sources: Sequence[str | None], check_flags: bool) -> SglangAnswers:
+    """The answers when SGLang is not asked: each says why."""
+    notes: list[str] = []
+    config_dir = None
+    if profile is not None:
+        _, notes = device_for(profile)
+        config_dir, _ = locate_model_config(model)
+    runners = tuple(RunnerAnswers(False, False, {}, why) for _ in runner_sources)
+    flags = FlagCheck(None, why) if check_flags and profile is not None else None
+    return SglangAnswers(None, None, runners, flags, why, capture_error=why, notes=tuple(notes), config_dir=config_dir)
+
+
 def ask_sglang(
     profile,
     model: str | None = None,
@@ -496,40 +374,49 @@ def ask_sglang(
     check_flags: bool = False,
     resolve: bool = True,
     timeout: float = DEFAULT_TIMEOUT_S,
-    probe: bool = True,
 ) -> SglangAnswers:
     """One child process answers everything asked: the resolved prefill capture of the
     profile's launch (`resolve`), serve's flag check (`check_flags`), and the runner gate
-    of each of `runner_sources` (None: the installed runner; a path: a copy). `probe`
-    False: ask nothing (bcgtune's model of the rules answers, and says so)."""
+    of each of `runner_sources` (None: the installed runner; a path: a copy)."""
     model = model or (profile.model if profile is not None else None)
-    if not probe:
-        return _unasked(profile, model, "--no-sglang-probe", resolve, runner_sources, check_flags)
     if not sglang_installed():
-        return _unasked(profile, model, "sglang is not installed", resolve, runner_sources, check_flags)
+        return unasked(profile, model, "sglang is not installed", runner_sources, check_flags)
     asked = _build_request(profile, model, resolve=resolve, check_flags=check_flags, runner_sources=runner_sources)
     if not asked.asks_anything:
-        answers = _unasked(profile, model, asked.config_why or "nothing to ask", resolve, runner_sources, False)
+        answers = unasked(profile, model, asked.config_why or "nothing to ask", runner_sources, False)
         if check_flags and asked.refused is not None:
-            answers = replace(answers, flags=_flag_answer(None, asked, None))
+            return SglangAnswers(
+                None,
+                None,
+                answers.runners,
+                _flag_answer(None, asked, None),
+                answers.error,
+                answers.capture_error,
+                notes=answers.notes,
+                config_dir=answers.config_dir,
+            )
         return answers
     result = run_probe(asked.request, timeout=timeout)
     version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
     error = result.get("error") if isinstance(result.get("error"), str) else None
-    resolved = _resolved_answer(result, asked, profile, model, version, error) if resolve and profile is not None else None
+    capture, capture_error = (None, None)
+    if resolve and profile is not None:
+        capture, capture_error = _capture_answer(result, asked, profile, version, error)
     runners = _runner_answers(result.get("runners"), runner_sources, error)
     flags = _flag_answer(result.get("flags"), asked, error) if check_flags else None
-    placeholders = result.get("placeholders") if isinstance(result.get("placeholders"), list) else []
-    return SglangAnswers(version, resolved, runners, flags, error, tuple(str(p) for p in placeholders))
-
-
-def _model_or_none(profile, model, why, config_dir, notes) -> ResolvedPrefill | None:
-    """The fallback model's answer; None when the launch's own values are invalid (the
-    caller reports that, e.g. doctor as a blocking finding)."""
-    try:
-        return resolve_with_model(profile, model, fallback_reason=why, config_dir=config_dir, extra_notes=notes)
-    except InputError:
-        return None
+    raw_placeholders = result.get("placeholders")
+    placeholders = raw_placeholders if isinstance(raw_placeholders, list) else []
+    return SglangAnswers(
+        version,
+        capture,
+        runners,
+        flags,
+        error,
+        capture_error,
+        tuple(str(p) for p in placeholders),
+        asked.notes,
+        asked.config_dir,
+    )
 
 
 def _jsonable(v):
@@ -538,24 +425,3 @@ def _jsonable(v):
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     return str(v)
-
-
-def _unasked(profile, model, why: str, resolve: bool, runner_sources, check_flags: bool = False) -> SglangAnswers:
-    resolved = None
-    if resolve and profile is not None:
-        config_dir, _ = locate_model_config(model)
-        _, notes = _device(profile)
-        resolved = _model_or_none(profile, model, why, config_dir, notes)
-    runners = tuple(RunnerAnswers(False, False, {}, why) for _ in runner_sources)
-    flags = FlagCheck(None, why) if check_flags and profile is not None else None
-    return SglangAnswers(None, resolved, runners, flags, why)
-
-
-def resolve_prefill(profile, model: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> ResolvedPrefill:
-    """The prefill graphs the server will capture for `profile` (model: overrides
-    [profile].model): SGLang's own resolution when it can be asked, else bcgtune's model
-    of its rules with the reason."""
-    answers = ask_sglang(profile, model, resolve=True, timeout=timeout)
-    if answers.resolved is None:  # the launch's values are invalid: say which
-        return resolve_with_model(profile, model, fallback_reason=answers.error)
-    return answers.resolved

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal, cast
 
 from bcgtune.errors import InputError
 
@@ -189,6 +190,7 @@ def align_buckets(buckets, align: int) -> list[int]:
 # Prefill graph backends SGLang accepts (model_executor/cuda_graph_config.py,
 # ALLOWED_BACKENDS_PER_PHASE); "disabled" captures nothing.
 PREFILL_BACKENDS = ("breakable", "full", "disabled")
+PrefillBackend = Literal["breakable", "full", "disabled"]
 # disable_breakable_cudagraph_if_incompatible: MoE all-to-all backends validated with
 # breakable prefill graphs; any other one turns them off unless the backend was chosen.
 BREAKABLE_VALIDATED_A2A = ("none", "deepep", "megamoe", "flashinfer")
@@ -239,6 +241,27 @@ class PrefillLaunch:
     enable_prefill_cp: bool = False
 
 
+MODEL_SOURCE = "bcgtune model"
+
+
+@dataclass(frozen=True)
+class CaptureSource:
+    """Who answered what a launch captures: SGLang's own resolution (`kind` "sglang", its
+    version, and when the answer was cached if it came from the answer cache) or bcgtune's
+    model of its rules (`kind` "model", with why SGLang's own answer was not used)."""
+
+    kind: Literal["sglang", "model"] = "model"
+    sglang_version: str | None = None
+    cached_at: str | None = None
+    not_asked: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "sglang":
+            return f"sglang {self.sglang_version or 'unknown version'}"
+        return MODEL_SOURCE
+
+
 @dataclass(frozen=True)
 class PrefillCapture:
     """What SGLang will do with prefill CUDA graphs for one launch.
@@ -249,21 +272,46 @@ class PrefillCapture:
     bucket worth offering an optimizer). `alignment`: the multiple every bucket is rounded
     up to at capture. `captured`: exactly the buckets captured (empty when graphs are off).
     `chunked_prefill_size`: per attention-DP rank. `notes`: changes SGLang makes to what
-    was asked (a rounded list, a regenerated ladder, a rule this model cannot check).
+    was asked (a rounded list, a regenerated ladder). `unchecked`: SGLang's rules that
+    could change this answer and that were not checked (empty when the answer is SGLang's
+    own, or when the model checked every rule that applies). `source`: who answered.
+    `requested`: the launch's own bucket list (None: SGLang's default ladder). `refused`:
+    SGLang refuses the launch (the server would not start) and why; nothing is captured.
     """
 
-    backend: str
+    backend: PrefillBackend
     reason: str
     buckets: tuple[int, ...] | None
-    max_bs: int
+    max_bs: int | None
     alignment: int
     captured: tuple[int, ...]
-    chunked_prefill_size: int
+    chunked_prefill_size: int | None
     notes: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+    source: CaptureSource = field(default_factory=CaptureSource)
+    requested: tuple[int, ...] | None = None
+    refused: str | None = None
 
     @property
     def graphs_on(self) -> bool:
-        return self.backend != "disabled" and bool(self.captured)
+        return self.backend != "disabled" and bool(self.captured) and self.refused is None
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend if self.graphs_on else "disabled",
+            "reason": self.reason,
+            "buckets": list(self.captured),
+            "max_bs": self.max_bs,
+            "alignment": self.alignment,
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "source": self.source.label,
+            "cached_at": self.source.cached_at,
+            "fallback_reason": self.source.not_asked,
+            "requested": None if self.requested is None else list(self.requested),
+            "notes": list(self.notes),
+            "unchecked": list(self.unchecked),
+            "refused": self.refused,
+        }
 
 
 @dataclass
@@ -276,7 +324,7 @@ class _Resolution:
     """
 
     launch: PrefillLaunch
-    backend: str
+    backend: PrefillBackend
     reason: str
     locked_backend: bool
     buckets: list[int] | None
@@ -309,6 +357,7 @@ class _Resolution:
 def _parse_cuda_graph_config(launch: PrefillLaunch) -> _Resolution:
     """cuda_graph_hook.py, parse_cuda_graph_config: the backend, list and maximum from the
     launch or the platform's default; explicit choices are locked against automatic rules."""
+    backend: str
     if launch.backend is not None:
         backend = launch.backend
         reason = f"{backend}, chosen at launch"
@@ -325,7 +374,7 @@ def _parse_cuda_graph_config(launch: PrefillLaunch) -> _Resolution:
         raise InputError(f"prefill backend must be one of {', '.join(PREFILL_BACKENDS)}, got {backend!r}", "backend")
     return _Resolution(
         launch=launch,
-        backend=backend,
+        backend=cast(PrefillBackend, backend),
         reason=reason,
         locked_backend=launch.backend is not None or launch.backend_forced_off,
         buckets=list(launch.buckets) if launch.buckets is not None else None,

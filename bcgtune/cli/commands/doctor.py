@@ -1,6 +1,5 @@
-"""`bcgtune doctor`: Python / torch / sglang, the platform's default prefill backend, the
-installed prefill runner's multimodal gate, and (with a profile) what would disappoint at
-launch. Exit 0 when nothing blocks, 1 when something does (CI can gate on it)."""
+"""`bcgtune doctor`: options, one call into bcgtune.services.doctor, the report rendered.
+Exit 0 when nothing blocks, 1 when something does (CI can gate on it)."""
 
 from __future__ import annotations
 
@@ -41,12 +40,9 @@ def doctor_command(
 
     Exit 1 when something blocks.
     """
-    from functools import partial
-
-    from bcgtune.adapters.doctor import run_doctor
     from bcgtune.adapters.profiles import load_profile
-    from bcgtune.adapters.sglang_resolve import ask_sglang
     from bcgtune.cli.render.doctor import render_text
+    from bcgtune.services.doctor import run_doctor
 
     prof = load_profile(profile) if profile is not None else None
     if not no_sglang_probe:
@@ -54,8 +50,8 @@ def doctor_command(
             "bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)",
             quiet,
         )
-    report = run_doctor(prof, runner_path=runner_source, model=model_path, ask=partial(ask_sglang, probe=not no_sglang_probe))
-    emit(report.to_dict, lambda: render_text(report), as_json=as_json)
+    report = run_doctor(prof, runner_path=runner_source, model=model_path, probe=not no_sglang_probe)
+    emit(report.to_json, lambda: render_text(report), as_json=as_json)
     if report.blocking:
         n = len(report.blocking)
         raise CheckFailed(f"{n} blocking finding{'s' if n > 1 else ''}: {', '.join(f.code for f in report.blocking)}", "doctor")

@@ -1,23 +1,23 @@
-"""Rendering of a DoctorReport (bcgtune.adapters.doctor) and of a resolved prefill capture
-(bcgtune.adapters.sglang_resolve), which `serve --dry-run` prints too."""
+"""Rendering of a DoctorReport (bcgtune.services.doctor) and of what a launch captures
+(bcgtune.core.ladder.PrefillCapture), which `serve --dry-run` prints too."""
 
 from __future__ import annotations
 
-from bcgtune.adapters.doctor import DoctorReport
-from bcgtune.adapters.sglang_resolve import ResolvedPrefill
+from bcgtune.core.ladder import PrefillCapture
+from bcgtune.services.doctor import DoctorReport
 
 
 def render_text(report: DoctorReport) -> str:
     t, s, g = report.torch, report.sglang, report.prefill_runner_gate
-    lines = [f"python   {report.python['version']} ({report.python['executable']})"]
-    if t.get("installed"):
-        rt = f"HIP {t['hip']}" if t.get("hip") else (f"CUDA {t['cuda']}" if t.get("cuda") else "CPU build")
-        gpus = ", ".join(f"{x['name']} ({x['memory_gib']} GiB)" for x in t.get("gpus", [])) or "no GPU visible"
-        lines.append(f"torch    {t['version']} ({rt}); {gpus}")
+    lines = [f"python   {report.python.version} ({report.python.executable})"]
+    if t.installed:
+        rt = f"HIP {t.hip}" if t.hip else (f"CUDA {t.cuda}" if t.cuda else "CPU build")
+        gpus = ", ".join(f"{x.name} ({x.memory_gib} GiB)" for x in t.gpus) or "no GPU visible"
+        lines.append(f"torch    {t.version} ({rt}); {gpus}")
     else:
         lines.append("torch    not installed")
-    if s.get("installed"):
-        lines.append(f"sglang   {s.get('version') or 'unknown version'} ({s['path']})")
+    if s.installed:
+        lines.append(f"sglang   {s.version or 'unknown version'} ({s.path})")
     else:
         lines.append("sglang   not installed")
     lines.append(f"default prefill backend here: {report.default_prefill_backend or 'unknown (no torch)'}")
@@ -45,13 +45,14 @@ def _answers_text(answers: dict[str, bool]) -> str:
     )
 
 
-def render_resolved_prefill(r: ResolvedPrefill) -> list[str]:
+def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     """Lines describing what the server will do (doctor and serve --dry-run print them)."""
-    src = r.source if r.fallback_reason is None else f"{r.source}; SGLang not asked: {r.fallback_reason}"
+    src = r.source.label if r.source.not_asked is None else f"{r.source.label}; SGLang not asked: {r.source.not_asked}"
     lines = [f"prefill graphs ({src}):"]
-    lines.append(f"  backend    {r.backend}: {r.reason}")
+    lines.append(f"  backend    {r.backend if r.graphs_on else 'disabled'}: {r.reason}")
     if r.graphs_on:
-        lines.append(f"  captures   {len(r.buckets)} graphs, {r.buckets[0]}..{r.buckets[-1]}: {' '.join(map(str, r.buckets))}")
+        c = r.captured
+        lines.append(f"  captures   {len(c)} graphs, {c[0]}..{c[-1]}: {' '.join(map(str, c))}")
     else:
         lines.append("  captures   nothing")
     extra = [f"alignment {r.alignment}"]

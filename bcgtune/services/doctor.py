@@ -1,0 +1,369 @@
+"""`bcgtune doctor`: what the installed stack will do with prefill CUDA graphs, before a
+10-minute server start-up.
+
+SGLang is asked itself, in a child process (bcgtune.services.launch, through
+bcgtune.adapters.sglang_resolve): its argument resolution says which prefill graphs a
+profile's launch captures, `serve`'s flag check says whether it would launch at all, and
+the prefill runner's own `can_replay_locally`
+(srt/model_executor/runner/prefill_cuda_graph_runner.py, built on the CPU with stand-ins
+for the GPU) says whether a Qwen4-Exp (Qwen3.8-Flash-Next) image batch and a text batch
+replay, with speculative decoding off and on. The gate is classified by those answers:
+
+  patched          images replay without speculative decoding, stay eager with it
+                   (the multimodal breakable-prefill patch)
+  unpatched        every image batch runs eager
+  refusal-removed  images replay even under speculative decoding, which the patch
+                   exists to prevent (the draft runner still refuses them)
+  inverted         images replay only under speculative decoding
+  unknown          the runner could not be built or asked
+
+When the runner module cannot be imported (SGLang absent, or a copy that does not import
+here), its source is read with `ast` instead (bcgtune.adapters.runner_source), and the
+report says it is a reading.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bcgtune.adapters.environment import (
+    PythonInfo,
+    SglangInfo,
+    TorchInfo,
+    default_prefill_backend,
+    python_info,
+    sglang_info,
+    torch_info,
+)
+from bcgtune.adapters.model_config import model_is_qwen4_exp
+from bcgtune.adapters.runner_source import GateReport, GateState, find_runner_source, runner_gate_state
+from bcgtune.adapters.sglang_resolve import FlagCheck, RunnerAnswers
+from bcgtune.core.ladder import PrefillCapture
+from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, smallest_replaying_size
+from bcgtune.errors import InputError
+
+Severity = Literal["blocking", "warning", "info"]
+BLOCKING: Severity = "blocking"
+WARNING: Severity = "warning"
+INFO: Severity = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"severity": self.severity, "code": self.code, "message": self.message}
+
+
+@dataclass
+class DoctorReport:
+    python: PythonInfo
+    torch: TorchInfo
+    sglang: SglangInfo
+    default_prefill_backend: str | None
+    prefill_runner_gate: GateReport
+    profile: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    resolved_prefill: PrefillCapture | None = None
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == BLOCKING]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "python": self.python.to_json(),
+            "torch": self.torch.to_json(),
+            "sglang": self.sglang.to_json(),
+            "default_prefill_backend": self.default_prefill_backend,
+            "prefill_runner_gate": self.prefill_runner_gate.to_json(),
+            "profile": self.profile,
+            "findings": [f.to_json() for f in self.findings],
+            "resolved_prefill": None if self.resolved_prefill is None else self.resolved_prefill.to_json(),
+            "ok": not self.blocking,
+        }
+
+
+# --------------------------------------------------------------------------- the gate, by behaviour
+GATE_QUESTIONS = ("image_spec_off", "image_spec_on", "text_spec_off", "text_spec_on")
+
+
+def classify_gate(answers: dict[str, bool]) -> tuple[GateState, str]:
+    """(state, detail) from the runner's own answers for a Qwen4-Exp image batch and a
+    text batch, with speculative decoding off and on."""
+    if any(q not in answers for q in GATE_QUESTIONS):
+        return "unknown", "the runner did not answer every question"
+    if not (answers["text_spec_off"] and answers["text_spec_on"]):
+        return "unknown", "a text batch did not replay either, so the answers say nothing about images"
+    img_off, img_on = answers["image_spec_off"], answers["image_spec_on"]
+    if img_off and not img_on:
+        return "patched", "image batches replay unless speculative decoding is on"
+    if not img_off and not img_on:
+        return "unpatched", "every Qwen4-Exp image batch runs eager under breakable graphs"
+    if img_off and img_on:
+        return (
+            "refusal-removed",
+            "image batches replay even under speculative decoding, where the draft runner refuses them "
+            "(ranks can split between replay and eager)",
+        )
+    return "inverted", "image batches replay only under speculative decoding"
+
+
+def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateReport:
+    """The gate by behaviour when the runner ran; a source reading when its module could
+    not be imported; unknown when it imported but could not be run."""
+    where = str(path) if path is not None else None
+    if runner is not None and runner.ok:
+        state, detail = classify_gate(runner.answers)
+        return GateReport(state, detail, where, method="behaviour", answers=dict(runner.answers))
+    if runner is not None and runner.imported:
+        return GateReport(
+            "unknown",
+            f"the runner imports but could not be run: {runner.error}",
+            where,
+            method="behaviour",
+            answers=dict(runner.answers) or None,
+        )
+    reading = runner_gate_state(path)
+    why = runner.error if runner is not None and runner.error else "the runner was not run"
+    reading.detail = f"{reading.detail} (read from the source, not run: {why})"
+    return reading
+
+
+# --------------------------------------------------------------------------- profile checks
+def _moved(requested: list[int], captured: tuple[int, ...]) -> list[str]:
+    cap = sorted(captured)
+    out = []
+    for b in sorted(set(requested)):
+        i = bisect.bisect_left(cap, b)
+        if i < len(cap) and cap[i] != b:
+            out.append(f"{b}->{cap[i]}")
+    return out
+
+
+def _flag_findings(flags: FlagCheck | None) -> list[Finding]:
+    """serve's flag check: a refusal blocks; a check that could not run is said."""
+    if flags is not None and flags.ok is False:
+        where = f" ({flags.where})" if flags.where else ""
+        return [Finding(BLOCKING, "flag-refused", f"serve refuses this launch: {flags.message}{where}")]
+    if flags is not None and flags.ok is None:
+        return [Finding(INFO, "flags-unchecked", f"flags not checked against SGLang's parser: {flags.message}")]
+    return []
+
+
+def _prefill_json(server: dict) -> dict:
+    from bcgtune.adapters.sglang_flags import prefill_graph_json
+
+    return prefill_graph_json(server)
+
+
+def _graphs_off_findings(profile, resolved: PrefillCapture) -> list[Finding]:
+    """Prefill graphs off: ROCm's default when the backend was not chosen, or a bucket
+    list that is never captured."""
+    if resolved.graphs_on:
+        return []
+    server = profile.server
+    explicit = any(
+        k in server for k in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph", "disable_cuda_graph")
+    ) or "backend" in (_prefill_json(server))
+    has_list = profile.buckets is not None
+    if profile.platform == "rocm" and not explicit:
+        return [
+            Finding(
+                BLOCKING if has_list else WARNING,
+                "rocm-prefill-backend-unset",
+                "ROCm: the prefill CUDA-graph backend defaults to disabled (breakable is opt-in); "
+                'set cuda-graph-backend-prefill = "breakable" in [server]'
+                + (", or the bucket list is never captured" if has_list else ""),
+            )
+        ]
+    if has_list:
+        return [
+            Finding(BLOCKING, "buckets-dead", f"[buckets].list is never captured: prefill graphs are off ({resolved.reason})")
+        ]
+    return []
+
+
+def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Finding]:
+    """With prefill graphs on: whether a Qwen4-Exp model's image prefills replay on this
+    runner (`qwen` None: the model could not be identified; `spec`: the speculative
+    algorithm in [server])."""
+    if qwen is None:
+        if gate.state != "unpatched":
+            return []
+        return [
+            Finding(
+                INFO,
+                "model-unknown",
+                "cannot tell whether the model is Qwen4-Exp (its image prefills would run eager on this runner)",
+            )
+        ]
+    if not qwen:
+        return []
+    out = []
+    if gate.state == "unpatched":
+        out.append(
+            Finding(
+                BLOCKING,
+                "qwen-mm-unpatched-runner",
+                "Qwen4-Exp (Qwen3.8-Flash-Next) multimodal model on an unpatched prefill runner: "
+                "every image prefill runs eager (apply the multimodal breakable-prefill patch)",
+            )
+        )
+    elif gate.state in ("refusal-removed", "inverted"):
+        out.append(
+            Finding(BLOCKING, f"qwen-mm-gate-{gate.state}", f"the prefill runner's multimodal gate is wrong: {gate.detail}")
+        )
+    elif gate.state == "unknown":
+        out.append(Finding(WARNING, "qwen-mm-gate-unknown", f"cannot tell whether image prefills replay: {gate.detail}"))
+    if bool(spec) and str(spec).upper() not in ("NONE", "FALSE"):
+        out.append(
+            Finding(
+                WARNING,
+                "speculative-mm-eager",
+                f"speculative decoding ({spec}) is on: Qwen4-Exp image batches stay eager even on a patched runner",
+            )
+        )
+    return out
+
+
+def _gap_finding(buckets: list[int]) -> list[Finding]:
+    """Neighbouring buckets so far apart that the sizes between them replay in neither
+    (SGLang's replay rule: bcgtune.core.replay)."""
+    gaps = [(x, y, smallest_replaying_size(y)) for x, y in zip(buckets, buckets[1:])]
+    spans = ", ".join(f"{x}->{y} (sizes {x + 1}..{lo - 1} run eager)" for x, y, lo in gaps if lo > x + 1)
+    if not spans:
+        return []
+    return [Finding(WARNING, "bucket-gap", f"neighbouring buckets more than {DEFAULT_PADDING_FACTOR:g}x apart: {spans}")]
+
+
+def _above_chunk_finding(buckets: list[int], resolved: PrefillCapture, server: dict) -> list[Finding]:
+    """Buckets above the chunk per attention-DP rank: a prefill batch holds at most that
+    (schedule_policy.py), plus one token per running request with --enable-mixed-chunk."""
+    chunk = resolved.chunked_prefill_size
+    if chunk is None or chunk <= 0 or buckets[-1] <= chunk or server.get("enable_mixed_chunk"):
+        return []
+    over = [x for x in buckets if x > chunk]
+    return [
+        Finding(
+            WARNING,
+            "bucket-above-chunk",
+            f"buckets {over} exceed the chunked prefill size per rank ({chunk}): "
+            "no prefill batch is that large, so they cost capture time and memory for nothing",
+        )
+    ]
+
+
+def _rounded_finding(requested: list[int] | None, buckets: list[int], resolved: PrefillCapture) -> list[Finding]:
+    """A bucket list that SGLang changes before capture (alignment, DeepEP rounding)."""
+    if requested is None or sorted(set(requested)) == buckets:
+        return []
+    why = []
+    if resolved.alignment > 1:
+        why.append(f"this layout rounds buckets up to multiples of {resolved.alignment}")
+    why += [n for n in resolved.notes if "multiple of 8" in n or "divisible by 8" in n]
+    moved = _moved(requested, resolved.captured)
+    return [
+        Finding(
+            WARNING,
+            "bucket-rounded",
+            f"buckets {', '.join(moved) or 'changed'}: SGLang captures {buckets}" + (f" ({'; '.join(why)})" if why else ""),
+        )
+    ]
+
+
+def profile_findings(
+    profile,
+    gate: GateReport,
+    model: str | None = None,
+    resolved: PrefillCapture | None = None,
+    flags: FlagCheck | None = None,
+) -> list[Finding]:
+    """What in a profile would disappoint at launch. `resolved`: what the server will do
+    (bcgtune's model of SGLang's rules when None); `flags`: serve's flag check on the
+    launch (None: not run)."""
+    from bcgtune.services.launch import model_capture
+
+    out = _flag_findings(flags)
+    model = model or profile.model
+    if resolved is None:
+        try:
+            resolved = model_capture(profile, model, not_asked="not asked")
+        except InputError as exc:
+            out.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {exc}"))
+            return out
+    qwen = model_is_qwen4_exp(model)
+    out += _graphs_off_findings(profile, resolved)
+    if resolved.graphs_on:
+        buckets = list(resolved.captured)
+        out += _qwen_gate_findings(gate, qwen, profile.server.get("speculative_algorithm"))
+        out += _gap_finding(buckets)
+        out += _above_chunk_finding(buckets, resolved, profile.server)
+        out += _rounded_finding(profile.buckets, buckets, resolved)
+    return out
+
+
+def _platform_findings(profile, tor: TorchInfo) -> list[Finding]:
+    if not tor.installed or not tor.gpu_available:
+        return []
+    hip = bool(tor.hip)
+    if hip == (profile.platform == "rocm"):
+        return []
+    here = "ROCm" if hip else "CUDA"
+    return [Finding(INFO, "platform-mismatch", f"profile is for {profile.platform}, this machine runs {here} torch")]
+
+
+def run_doctor(
+    profile=None,
+    *,
+    runner_path: str | Path | None = None,
+    model: str | None = None,
+    probe: bool = True,
+    ask=None,
+) -> DoctorReport:
+    """Everything doctor reports. `probe` False: SGLang is not started (bcgtune's model and
+    a reading of the runner's source answer). `ask`: how SGLang is asked
+    (sglang_resolve.ask_sglang; one child process answers the resolution, the flag check
+    and the runner gate)."""
+    from bcgtune.services.launch import answers_for_profile
+
+    sg = sglang_info()
+    installed_runner = find_runner_source(sg.path) if sg.installed else None
+    path = runner_path if runner_path is not None else installed_runner
+    answers = answers_for_profile(
+        profile,
+        model,
+        probe=probe,
+        runner_sources=[None if runner_path is None else str(runner_path)],
+        check_flags=profile is not None,
+        resolve=profile is not None,
+        ask=ask,
+    )
+    runner = answers.runners[0] if answers.runners else None
+    if runner_path is None and not sg.installed:
+        runner = None
+    gate = gate_report(runner, path)
+    tor = torch_info()
+    report = DoctorReport(
+        python=python_info(),
+        torch=tor,
+        sglang=sg,
+        default_prefill_backend=default_prefill_backend(tor),
+        prefill_runner_gate=gate,
+        profile=profile.name if profile is not None else None,
+        resolved_prefill=answers.capture,
+    )
+    if profile is not None:
+        findings = _flag_findings(answers.flags)
+        if answers.invalid is not None:
+            findings.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {answers.invalid}"))
+        else:
+            findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
+        report.findings = findings + _platform_findings(profile, tor)
+    return report
