@@ -190,9 +190,9 @@ def workload_from_options(
     given (None = not given). Option values arrive as the CLI parsed them (strings for the
     comma lists, floats/ints/bools otherwise); errors name the option's field."""
     w = Workload()
-    if workload:
+    if workload is not None:
         w = load_workload_file(workload, w)
-    if profile:
+    if profile is not None:
         w = apply_profile(w, profile)
     given = {k: v for k, v in options.items() if v is not None}
     if given:
