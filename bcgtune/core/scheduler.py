@@ -292,24 +292,42 @@ class Simulation:
 # ---- the scheduler: one bench_serving run ----------------------------------------------------
 
 
-def _decode_steps_before(horizon: float, a: float, b: float) -> int:
-    """Decode steps to run until the next event, `horizon` seconds away. Step i (from 0)
-    takes a + b i seconds (the context grows), so step j starts at S(j) = a j + b j (j-1)/2;
-    the count is 1 plus the steps j >= 1 with S(j) < horizon."""
+def _decode_steps_before(horizon: float, a: float, b: float, cap: int) -> int:
+    """Decode steps to run until the next event, `horizon` seconds away, at most `cap` (>= 1).
+    Step i (from 0) takes a + b i seconds (the context grows), so step j starts at
+    S(j) = a j + b j (j-1)/2; the count is 1 plus the steps j >= 1 with S(j) < horizon. S is
+    non-decreasing (a > 0, b >= 0), so those steps are j = 1..j*, and the count is found
+    exactly: a closed-form guess checked against S, or, when the guess is far off (extreme
+    step times), a bisection; never more than ~64 evaluations of S."""
     if horizon <= 0:
         return 1
-    if b > 0:
-        p = a - b / 2.0
-        j = math.ceil((-p + math.sqrt(p * p + 2.0 * b * horizon)) / b) - 1
-    else:
-        j = math.ceil(horizon / a) - 1
-    j = max(j, 0)
+    if a * cap + b * cap * (cap - 1) / 2.0 < horizon:  # j* >= cap: the count exceeds cap
+        return cap
+    try:
+        if b > 0:
+            p = a - b / 2.0
+            j = math.ceil((-p + math.sqrt(p * p + 2.0 * b * horizon)) / b) - 1
+        else:
+            j = math.ceil(horizon / a) - 1
+    except (OverflowError, ValueError):  # inf or nan: far outside [0, cap)
+        j = 0
+    j = min(max(j, 0), cap - 1)
     # the closed form can be off by one in floating point
-    while a * (j + 1) + b * (j + 1) * j / 2.0 < horizon:
-        j += 1
-    while j > 0 and a * j + b * j * (j - 1) / 2.0 >= horizon:
-        j -= 1
-    return j + 1
+    for _ in range(4):
+        if a * (j + 1) + b * (j + 1) * j / 2.0 < horizon:
+            j += 1
+        elif j > 0 and a * j + b * j * (j - 1) / 2.0 >= horizon:
+            j -= 1
+        else:
+            return j + 1
+    lo, hi = 0, cap - 1  # S(lo) < horizon <= S(hi + 1): the largest j with S(j) < horizon
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a * mid + b * mid * (mid - 1) / 2.0 < horizon:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo + 1
 
 
 class Phase:
@@ -596,7 +614,7 @@ class Phase:
         a_s = s.dec_base + s.dec_row * n_run + s.dec_kv * r.ctx
         b_s = s.dec_kv * n_run
         if (deferred or not (r.waiting or r.chunked >= 0)) and self.heap:  # empty: nothing else can happen
-            k = min(k, _decode_steps_before(self.heap[0][0] - t, a_s, b_s))
+            k = _decode_steps_before(self.heap[0][0] - t, a_s, b_s, k)
         if deferred and k > 1:
             r.pdi -= k - 1
         dur = a_s * k + b_s * k * (k - 1) / 2.0
@@ -670,7 +688,7 @@ def lockstep_decode(a: np.ndarray, b: np.ndarray, k: int, horizon: float | None)
         start = 0.0  # time of the steps before the segment
         for i0, i1, ac, bc in _envelope_segments(a, b, k):
             a0 = ac + bc * i0
-            c = _decode_steps_before(horizon - start, a0, bc)
+            c = _decode_steps_before(horizon - start, a0, bc, i1 - i0 + 1)
             if i0 + c <= i1:
                 n = i0 + c
                 break

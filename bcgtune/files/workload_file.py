@@ -176,7 +176,9 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         name = _setting_name(key)
         if name in _LIST_FIELDS and isinstance(value, str):
-            value = schema.parse_int_list(value, None, item=_LIST_FIELDS[name], field=name, max_items=LEVELS_MAX)
+            value = schema.parse_int_list(
+                value, None, item=_LIST_FIELDS[name], field=name, max_items=LEVELS_MAX, empty_items=False
+            )
         given[name] = value
     return _set_values(schema.validate(WorkloadSettings, given, None, as_fields=True))
 
