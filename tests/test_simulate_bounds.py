@@ -102,14 +102,14 @@ def _stepped(horizon: float, a: float, b: float, cap: int) -> int:
     cap=st.integers(min_value=1, max_value=2000),
 )
 def test_decode_steps_before_is_the_stepped_count(horizon, a, b, cap):
-    assert scheduler._decode_steps_before(horizon, a, b, cap) == _stepped(horizon, a, b, cap)
+    assert scheduler.decode_steps_before(horizon, a, b, cap) == _stepped(horizon, a, b, cap)
 
 
 def test_decode_steps_before_is_bounded_for_extreme_step_times():
     # a decode step of 1e-300 s before an event a day away: the count is capped, not stepped
-    assert scheduler._decode_steps_before(86_400.0, 1e-300, 0.0, 2**31) == 2**31
-    assert scheduler._decode_steps_before(86_400.0, 1e-300, 1e-300, 7) == 7
-    assert scheduler._decode_steps_before(1e-299, 1e-300, 0.0, 2**31) == 10
+    assert scheduler.decode_steps_before(86_400.0, 1e-300, 0.0, 2**31) == 2**31
+    assert scheduler.decode_steps_before(86_400.0, 1e-300, 1e-300, 7) == 7
+    assert scheduler.decode_steps_before(1e-299, 1e-300, 0.0, 2**31) == 10
 
 
 def test_extreme_step_times_simulate_in_bounded_time():

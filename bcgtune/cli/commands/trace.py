@@ -149,7 +149,7 @@ def trace_command(
     ] = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
-    sim: SimulateOptions = None,  # type: ignore[assignment]
+    sim: SimulateOptions = None,
 ) -> None:
     """Record a workload's prefill sizes: from server logs, a simulation, or a live run."""
     modes = [m for m, on in (("--log", bool(log)), ("--simulate", simulate), ("--live", live)) if on]
