@@ -337,7 +337,7 @@ def _field_error(what: str, name: str, where: str | None) -> InputError:
 @dataclass
 class Workload:
     # ---- client: bench_serving ----------------------------------------------------
-    dataset_name: str = "random"
+    dataset_name: DatasetName = "random"
     num_prompts: list[int] = field(default_factory=lambda: [1000])  # one value, or one per concurrency level
     random_input_len: int = 1024
     random_output_len: int = 1024
@@ -348,7 +348,7 @@ class Workload:
     request_rate: float = math.inf  # inf = closed loop; else Poisson arrivals (req/s)
     warmup_requests: int = 1
     seed: int = BENCH_DEFAULT_SEED
-    model_family: str = "qwen3-vl"
+    model_family: ModelFamily = "qwen3-vl"
     tokens_per_image: int | None = None  # overrides the family's resize rule
     chat_template_tokens: int | None = None  # None: 8 for the image dataset (Qwen template), else 0
     # ---- server: SGLang flags ------------------------------------------------------
