@@ -68,9 +68,9 @@ def _exit_code_cases(tmp_path):
     t.write_text(TRACE)
     log = tmp_path / "s.log"
     log.write_text("[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, #cached-token: 0, cuda graph: True\n")
-    import bcgtune.adapters.bench as bench_lib
     import bcgtune.adapters.launcher as launcher
     import bcgtune.adapters.sglang_log as sglang_log
+    import bcgtune.services.bench as bench_service
     import bcgtune.services.calibrate as calibrate_service
     import bcgtune.services.capture as capture_service
     import bcgtune.services.validate as validate_service
@@ -88,7 +88,7 @@ def _exit_code_cases(tmp_path):
         ),
         (["serve", "--profile", "mi355x", "--dry-run", "--no-sglang-probe"], launcher, "build_server_command"),
         (["doctor", "--no-sglang-probe"], doctor_render, "render_text"),
-        (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], bench_lib, "make_plan"),
+        (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], bench_service, "plan_bench"),
     ]
 
 

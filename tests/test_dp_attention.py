@@ -15,7 +15,7 @@ import bcgtune
 from bcgtune.adapters.sglang_log import parse_logs
 from bcgtune.adapters.simulator import simulate
 from bcgtune.core.dp_steps import evaluate_steps
-from bcgtune.core.scheduler import lockstep_decode
+from bcgtune.core.scheduler_lockstep import lockstep_decode
 from bcgtune.core.step_grouping import RULE_ITERATION, RULE_MS, RULE_SECONDS, RULE_SIMULATED, dp_index, group_steps
 from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
 from bcgtune.core.workload import Workload

@@ -1,8 +1,8 @@
 """Live runs against a real SGLang server: launch from a profile, wait until healthy, drive
 SGLang's own benchmark client, stop, and read the server's log.
 
-Shared by `trace --live` (this module), `validate --server` (live_validate.py) and `bench`
-(bench.py). Everything here talks to 127.0.0.1 only.
+Shared by `trace --live`, `validate --server` and `bench` (their pipelines are in
+bcgtune/services/). Everything here talks to 127.0.0.1 only.
 
 Two environment variables exist for wrappers and tests:
   BCGTUNE_SERVER_CMD   replaces `python -m sglang.launch_server` (shell-split), e.g. a
@@ -32,9 +32,16 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from bcgtune.core.bench_result import VariantKind
 from bcgtune.errors import ExternalError, InputError
+
+if TYPE_CHECKING:
+    from bcgtune.adapters.launcher import ServerProcess
+    from bcgtune.adapters.profiles import Profile
+
+Say = Callable[[str], None]
 
 DEFAULT_CLIENT_MODULE = "sglang.benchmark.serving"
 HEALTH_TIMEOUT_S = 1800.0  # a large MoE model with many graphs can take many minutes
@@ -49,11 +56,10 @@ def _quiet(msg: str) -> None:
 # --------------------------------------------------------------------------- variants
 @dataclasses.dataclass
 class Variant:
-    """A profile variant: how one arm's server is launched. kind: profile | disabled |
-    default | list."""
+    """A profile variant: how one arm's server is launched."""
 
     name: str
-    kind: str
+    kind: VariantKind
     buckets: list[int] | None = None
 
     def describe(self) -> str:
@@ -78,16 +84,18 @@ def parse_variant(spec: str) -> Variant:
         raise InputError(f"arm {spec!r} is not NAME:VARIANT; VARIANT is {VARIANT_SYNTAX}", "--arm")
     if not all(c.isalnum() or c in "-_." for c in name):
         raise InputError(f"arm name {name!r} may hold letters, digits, '-', '_' and '.' only", "--arm")
-    if what in ("profile", "disabled", "default"):
-        return Variant(name, what)
-    if what in ("ladder", "ladder:default"):
+    if what == "profile":
+        return Variant(name, "profile")
+    if what == "disabled":
+        return Variant(name, "disabled")
+    if what in ("default", "ladder", "ladder:default"):
         return Variant(name, "default")
     if what.startswith("list="):
         return Variant(name, "list", parse_bucket_list(what[5:], where=f"--arm {spec}"))
     raise InputError(f"unknown variant {what!r} in arm {spec!r}; use {VARIANT_SYNTAX}", "--arm")
 
 
-def apply_variant(profile, variant: Variant):
+def apply_variant(profile: Profile, variant: Variant) -> Profile:
     """A copy of `profile` launched as `variant` says (the file is never changed)."""
     server = dict(profile.server)
     if variant.kind == "profile":
@@ -107,7 +115,7 @@ def apply_variant(profile, variant: Variant):
     return dataclasses.replace(profile, server=server, buckets=list(variant.buckets or []))
 
 
-def graphs_off(profile):
+def graphs_off(profile: Profile) -> Profile:
     return apply_variant(profile, Variant("eager", "disabled"))
 
 
@@ -130,7 +138,9 @@ class Launch:
         return shlex.join(self.argv)
 
 
-def build_launch(profile, log_path: str | os.PathLike, *, port: int | None = None, extra: Sequence[str] = ()) -> Launch:
+def build_launch(
+    profile: Profile, log_path: str | os.PathLike[str], *, port: int | None = None, extra: Sequence[str] = ()
+) -> Launch:
     """The launch command for `profile`: SGLang's launcher (or BCGTUNE_SERVER_CMD) with the
     profile's flags. The port is the profile's [server].port, else a free local one."""
     from bcgtune.adapters.launcher import build_server_command, check_command_flags, sglang_check_available
@@ -185,7 +195,9 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
-def running_server(launch: Launch, *, label: str = "server", timeout: float = HEALTH_TIMEOUT_S, grace_s: float = 30.0, say=None):
+def running_server(
+    launch: Launch, *, label: str = "server", timeout: float = HEALTH_TIMEOUT_S, grace_s: float = 30.0, say: Say | None = None
+) -> Iterator[ServerProcess]:
     """Start the server, report progress through `say` until /health answers, yield the
     ServerProcess, always stop it (and its whole process group) on the way out."""
     note = say or _quiet
@@ -236,7 +248,7 @@ def last_error_hint(log_path: Path) -> str:
     return ""
 
 
-def ensure_alive(server, launch: Launch, what: str) -> None:
+def ensure_alive(server: ServerProcess, launch: Launch, what: str) -> None:
     from bcgtune.adapters.launcher import describe_exit
 
     rc = server.returncode
@@ -247,7 +259,7 @@ def ensure_alive(server, launch: Launch, what: str) -> None:
 
 
 # --------------------------------------------------------------------------- the client
-def client_command(user_args: Sequence[str], base_url: str, output_file: str | os.PathLike) -> list[str]:
+def client_command(user_args: Sequence[str], base_url: str, output_file: str | os.PathLike[str]) -> list[str]:
     """[python, -m, client, *user args, (--base-url URL), --output-file F]. The user's
     arguments pass unchanged; --base-url is added only when they name no server."""
     client = os.environ.get("BCGTUNE_BENCH_CLIENT", "").strip() or DEFAULT_CLIENT_MODULE
@@ -266,7 +278,7 @@ def client_command(user_args: Sequence[str], base_url: str, output_file: str | o
 def run_client(
     argv: list[str],
     *,
-    server,
+    server: ServerProcess,
     launch: Launch,
     log_path: Path,
     echo: bool = True,
@@ -297,7 +309,7 @@ def run_client(
         raise ExternalError(f"benchmark client {describe_exit(rc)}{last_error_hint(log_path)}", f"log: {log_path}")
 
 
-def read_result_line(path: str | os.PathLike, client_log: Path) -> dict:
+def read_result_line(path: str | os.PathLike[str], client_log: Path) -> dict[str, Any]:
     """The last JSON line the client appended to --output-file."""
     p = Path(path)
     try:
@@ -332,59 +344,3 @@ def images_rule(dataset: str) -> tuple[int, str]:
     if dataset in TEXT_DATASETS:
         return 0, f"dataset {dataset!r} is text-only, so no batch carries images"
     return -1, f"dataset {dataset!r}: unknown whether batches carry images (the log does not say)"
-
-
-# --------------------------------------------------------------------------- trace --live
-def live_trace(
-    profile_ref: str,
-    bench_args: Sequence[str],
-    *,
-    workdir: str | os.PathLike | None = None,
-    health_timeout: float = HEALTH_TIMEOUT_S,
-    say=None,
-):
-    """Launch the profile's server, run the benchmark client with `bench_args`, stop the
-    server, and return the PrefillTrace parsed from its log, with the launch command,
-    profile sha256 and the benchmark's result line in trace.meta. `say`: progress callback."""
-    note = say or _quiet
-    import numpy as np
-
-    from bcgtune.adapters.profiles import load_profile, resolve_profile_path
-    from bcgtune.adapters.sglang_log import parse_logs
-    from bcgtune.fileio import sha256_file
-
-    profile = load_profile(profile_ref)
-    profile_path = resolve_profile_path(profile_ref)
-    folder = Path(workdir) if workdir else Path.cwd() / f"bcgtune-live-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    folder.mkdir(parents=True, exist_ok=True)
-    launch = build_launch(profile, folder / "server.log")
-    result_file = folder / "bench.jsonl"
-    argv = client_command(bench_args, launch.base_url, result_file)
-    t0 = time.time()
-    with terminate_as_interrupt():
-        with running_server(launch, timeout=health_timeout, say=say) as server:
-            note(f"running benchmark: {shlex.join(argv[1:])}")
-            run_client(argv, server=server, launch=launch, log_path=folder / "client.log", echo=say is not None)
-            result = read_result_line(result_file, folder / "client.log")
-            note("benchmark done; stopping server")
-    trace = parse_logs([str(launch.log_path)])
-    n = len(trace.batches["forward_tokens"])
-    flag, rule = images_rule(dataset_of(bench_args))
-    trace.batches["images"] = np.full(n, flag, dtype=np.int8)
-    trace.origin = "sglang-live"
-    trace.meta["live"] = {
-        "launch_command": launch.argv,
-        "launch_shell": launch.shell_line(),
-        "launch_env": launch.env,
-        "profile": profile.name,
-        "profile_path": str(profile_path),
-        "profile_sha256": sha256_file(str(profile_path)),
-        "bench_command": argv,
-        "bench_args": list(bench_args),
-        "bench_result": result,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t0)),
-        "wall_s": round(time.time() - t0, 3),
-        "workdir": str(folder),
-    }
-    trace.meta["images_rule"] = rule
-    return trace

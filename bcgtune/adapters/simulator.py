@@ -19,7 +19,6 @@ from bcgtune.adapters.bench_serving import request_prompt_tokens, sample_lengths
 from bcgtune.core.scheduler import (
     BATCHES_MAX,
     CLIP_MAX_NEW_TOKENS,
-    LockstepPhase,
     Phase,
     PhaseRequests,
     ProgressFn,
@@ -27,6 +26,7 @@ from bcgtune.core.scheduler import (
     Simulation,
     StepRecorder,
 )
+from bcgtune.core.scheduler_lockstep import LockstepPhase
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.core.workload import StepTimeModel, Workload
 from bcgtune.errors import InputError

@@ -259,4 +259,15 @@ SERVER_OPTIONS = (
         minimum=None,
         maximum=None,
     ),
+    OptionSpec(
+        "tp_size",
+        int,
+        None,
+        ("--tp-size",),
+        "Tensor parallel size (default: --dp-size under DP attention, else 1).",
+        panel="Simulated server (SGLang's names; default: SGLang's own)",
+        show_default=False,
+        minimum=None,
+        maximum=None,
+    ),
 )

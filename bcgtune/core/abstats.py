@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 SIGNIFICANCE_SE = 2.0
+NoiseSource = Literal["aa-launches", "runs", "none"]
+Verdict = Literal["significant", "within noise", "no noise estimate"]
 
 
 def pct_change(x: float, base: float) -> float:
@@ -54,7 +56,7 @@ class Noise:
     """Launch-level noise of one metric, in percentage points squared."""
 
     var_pp2: float | None  # None when it cannot be estimated
-    source: str  # "aa-launches" | "runs" | "none"
+    source: NoiseSource
     dof: int
 
     @property
@@ -104,7 +106,7 @@ def change_se(noise: Noise, n_arm: int, n_base: int) -> float | None:
     return math.sqrt(noise.var_pp2 * (1.0 / n_arm + 1.0 / n_base))
 
 
-def verdict(change: float, se: float | None) -> str:
+def verdict(change: float, se: float | None) -> Verdict:
     if se is None or math.isnan(change):
         return "no noise estimate"
     if se == 0:
@@ -119,7 +121,7 @@ class RowStat:
     arm: float
     change_pct: float
     se_pp: float | None
-    verdict: str
+    verdict: Verdict
 
 
 @dataclass
@@ -129,12 +131,12 @@ class MetricComparison:
     base_arm: str
     n_arm_launches: int
     n_base_launches: int
-    noise_source: str
+    noise_source: NoiseSource
     noise_sd_pp: float | None
     se_pp: float | None
     rows: list[RowStat] = field(default_factory=list)
     mean_change_pct: float | None = None
-    mean_verdict: str = "no noise estimate"
+    mean_verdict: Verdict = "no noise estimate"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -24,7 +24,7 @@ Scheduler rules (sglang 0.5.23, srt/managers/scheduler.py `get_next_batch_to_run
     batch's multimodal inputs list every request in the batch).
   * --dp-size N: N schedulers fed round-robin in arrival order, stepping independently; under
     DP attention each gets chunked_prefill_size / N and max_running_requests / N and the
-    ranks run every iteration together, as SGLang's MLP sync makes them (LockstepPhase:
+    ranks run every iteration together, as SGLang's MLP sync makes them (scheduler_lockstep.py:
     idle ranks run an idle batch, an iteration lasts as long as its slowest rank, and each
     batch records its step).
 The loop also plays the client's side that interleaves with the server's events
@@ -60,7 +60,7 @@ PROGRESS_STEPS = 1000  # progress reports per simulation, at most (plus the firs
 
 ProgressFn = Callable[[int, int], None]
 
-_ARRIVE, _STEP, _DONE, _RELEASE = 0, 1, 2, 3
+EVENT_ARRIVE, EVENT_STEP, EVENT_DONE, EVENT_RELEASE = 0, 1, 2, 3
 
 
 # ---- state -----------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ class _Server:
         return float(self.step.prefill_ms(np.array([tokens]))[0]) / 1000.0
 
 
-class _Rank:
+class Rank:
     """One scheduler (DP rank): its queue, its running requests and its decode clock."""
 
     __slots__ = (
@@ -264,7 +264,7 @@ class Simulation:
 
     def __init__(self, w: Workload, prefill_s: list[float], progress: ProgressFn | None):
         self.server = _Server(w, prefill_s)
-        self.ranks = [_Rank(i) for i in range(w.dp_size)]
+        self.ranks = [Rank(i) for i in range(w.dp_size)]
         self.next_rank = 0
         # DP attention: the ranks run every scheduler iteration together
         self.lockstep = w.enable_dp_attention and w.dp_size > 1
@@ -292,24 +292,42 @@ class Simulation:
 # ---- the scheduler: one bench_serving run ----------------------------------------------------
 
 
-def _decode_steps_before(horizon: float, a: float, b: float) -> int:
-    """Decode steps to run until the next event, `horizon` seconds away. Step i (from 0)
-    takes a + b i seconds (the context grows), so step j starts at S(j) = a j + b j (j-1)/2;
-    the count is 1 plus the steps j >= 1 with S(j) < horizon."""
+def decode_steps_before(horizon: float, a: float, b: float, cap: int) -> int:
+    """Decode steps to run until the next event, `horizon` seconds away, at most `cap` (>= 1).
+    Step i (from 0) takes a + b i seconds (the context grows), so step j starts at
+    S(j) = a j + b j (j-1)/2; the count is 1 plus the steps j >= 1 with S(j) < horizon. S is
+    non-decreasing (a > 0, b >= 0), so those steps are j = 1..j*, and the count is found
+    exactly: a closed-form guess checked against S, or, when the guess is far off (extreme
+    step times), a bisection; never more than ~64 evaluations of S."""
     if horizon <= 0:
         return 1
-    if b > 0:
-        p = a - b / 2.0
-        j = math.ceil((-p + math.sqrt(p * p + 2.0 * b * horizon)) / b) - 1
-    else:
-        j = math.ceil(horizon / a) - 1
-    j = max(j, 0)
+    if a * cap + b * cap * (cap - 1) / 2.0 < horizon:  # j* >= cap: the count exceeds cap
+        return cap
+    try:
+        if b > 0:
+            p = a - b / 2.0
+            j = math.ceil((-p + math.sqrt(p * p + 2.0 * b * horizon)) / b) - 1
+        else:
+            j = math.ceil(horizon / a) - 1
+    except (OverflowError, ValueError):  # inf or nan: far outside [0, cap)
+        j = 0
+    j = min(max(j, 0), cap - 1)
     # the closed form can be off by one in floating point
-    while a * (j + 1) + b * (j + 1) * j / 2.0 < horizon:
-        j += 1
-    while j > 0 and a * j + b * j * (j - 1) / 2.0 >= horizon:
-        j -= 1
-    return j + 1
+    for _ in range(4):
+        if a * (j + 1) + b * (j + 1) * j / 2.0 < horizon:
+            j += 1
+        elif j > 0 and a * j + b * j * (j - 1) / 2.0 >= horizon:
+            j -= 1
+        else:
+            return j + 1
+    lo, hi = 0, cap - 1  # S(lo) < horizon <= S(hi + 1): the largest j with S(j) < horizon
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a * mid + b * mid * (mid - 1) / 2.0 < horizon:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo + 1
 
 
 class Phase:
@@ -385,7 +403,7 @@ class Phase:
     # ---- client -------------------------------------------------------------------------
     def _queue_release(self, rid: int) -> None:
         assert self.release is not None
-        heappush(self.heap, (self.t0 + float(self.release[rid]), rid, _RELEASE, rid))
+        heappush(self.heap, (self.t0 + float(self.release[rid]), rid, EVENT_RELEASE, rid))
 
     def _send_ready(self, t: float) -> None:
         """The client sends released requests while fewer than its concurrency are in flight."""
@@ -397,7 +415,7 @@ class Phase:
         pre_s = self.server.pre_s
         while sent < released and in_flight < limit:
             in_flight += 1
-            heappush(heap, (t_out + n_img[sent] * pre_s, next(seq), _ARRIVE, sent))
+            heappush(heap, (t_out + n_img[sent] * pre_s, next(seq), EVENT_ARRIVE, sent))
             sent += 1
         self.sent, self.in_flight = sent, in_flight
         if in_flight > self.max_in_flight:  # noqa: PLR1730 (hot path: no builtin call)
@@ -429,7 +447,7 @@ class Phase:
         r.waiting.append(rid)
         if not r.busy:
             r.busy = True
-            heappush(self.heap, (t, next(self.seq), _STEP, r.idx))
+            heappush(self.heap, (t, next(self.seq), EVENT_STEP, r.idx))
 
     def _on_step(self, t: float, idx: int) -> None:
         """One scheduler iteration of rank `idx`: a prefill batch if one can be admitted,
@@ -457,7 +475,7 @@ class Phase:
             )
         r.busy = False
 
-    def _prefill(self, r: _Rank, t: float) -> bool:
+    def _prefill(self, r: Rank, t: float) -> bool:
         """Admit and record one prefill batch (PrefillAdder: the continuing chunked request
         first, then waiting requests FCFS); False when nothing could be admitted."""
         batch = self._form_batch(r, t)
@@ -467,7 +485,7 @@ class Phase:
         self._after_prefill(r, finishing, rows, t + d)
         return True
 
-    def _form_batch(self, r: _Rank, t: float, step: int = -1) -> tuple[float, list[int], int] | None:
+    def _form_batch(self, r: Rank, t: float, step: int = -1) -> tuple[float, list[int], int] | None:
         """Admit and record one prefill batch (in DP-attention step `step`, when >= 0).
         Returns its forward time, the requests whose prefill it completes and its mixed
         decode rows; None when nothing could be admitted."""
@@ -506,7 +524,7 @@ class Phase:
             cast(StepRecorder, self.rec).batch_step(step, forward, count, ext_total, n_run, len(r.waiting), img_flag, t, r.idx)
         return d, finishing, rows
 
-    def _after_prefill(self, r: _Rank, finishing: list[int], rows: int, te: float, wake: bool = True) -> None:
+    def _after_prefill(self, r: Rank, finishing: list[int], rows: int, te: float, wake: bool = True) -> None:
         """A prefill batch ended at `te`: its mixed decode rows advanced one token, its
         completed prompts start decoding; the rank's next step is due (`wake`)."""
         s = self.server
@@ -518,9 +536,9 @@ class Phase:
         if s.pdi:
             r.pdi = s.pdi
         if wake:
-            heappush(self.heap, (te, next(self.seq), _STEP, r.idx))
+            heappush(self.heap, (te, next(self.seq), EVENT_STEP, r.idx))
 
-    def _continue_chunked(self, r: _Rank, rem_chunk: int, finishing: list[int]) -> tuple[int, int, int]:
+    def _continue_chunked(self, r: Rank, rem_chunk: int, finishing: list[int]) -> tuple[int, int, int]:
         """The chunked request's next chunk (at least one token). Returns (tokens, tokens
         charged to the budgets, image flag)."""
         rid = r.chunked
@@ -537,7 +555,7 @@ class Phase:
 
     def _admit_waiting(
         self,
-        r: _Rank,
+        r: Rank,
         rem_chunk: int,
         rem_input: int,
         slots: int,
@@ -585,7 +603,7 @@ class Phase:
                 vision += n_img[rid]
         return count, ext_total, img_flag, vision
 
-    def _decode(self, r: _Rank, t: float, deferred: bool) -> None:
+    def _decode(self, r: Rank, t: float, deferred: bool) -> None:
         """Decode steps until something can change: a request finishes, the deferral ends,
         or (when a new arrival could start a prefill) the next event of anyone."""
         s = self.server
@@ -596,7 +614,7 @@ class Phase:
         a_s = s.dec_base + s.dec_row * n_run + s.dec_kv * r.ctx
         b_s = s.dec_kv * n_run
         if (deferred or not (r.waiting or r.chunked >= 0)) and self.heap:  # empty: nothing else can happen
-            k = min(k, _decode_steps_before(self.heap[0][0] - t, a_s, b_s))
+            k = decode_steps_before(self.heap[0][0] - t, a_s, b_s, k)
         if deferred and k > 1:
             r.pdi -= k - 1
         dur = a_s * k + b_s * k * (k - 1) / 2.0
@@ -605,9 +623,9 @@ class Phase:
         self.rec.decode_steps += k
         te = t + dur
         self._finish_due(r, te)
-        heappush(self.heap, (te, next(self.seq), _STEP, r.idx))
+        heappush(self.heap, (te, next(self.seq), EVENT_STEP, r.idx))
 
-    def _finish_due(self, r: _Rank, t: float) -> None:
+    def _finish_due(self, r: Rank, t: float) -> None:
         """Requests whose last token came with the rank's latest decode tick leave it."""
         fin = r.fin
         if not fin or fin[0][0] > r.tick:
@@ -621,9 +639,9 @@ class Phase:
             r.ctx -= prompt[rid] + out[rid]
             r.committed -= kv_need[rid]
             r.img_run -= 1 if n_img[rid] else 0
-            heappush(heap, (t_done, next(seq), _DONE, rid))
+            heappush(heap, (t_done, next(seq), EVENT_DONE, rid))
 
-    def _start_decoding(self, r: _Rank, rids: list[int], t: float) -> None:
+    def _start_decoding(self, r: Rank, rids: list[int], t: float) -> None:
         """Requests whose prefill completed at `t` start decoding (or are done: the prefill
         produced their only output token)."""
         prompt, out, n_img = self.prompt, self.out, self.n_img
@@ -631,144 +649,9 @@ class Phase:
             o = out[rid]
             if o <= 1:
                 r.committed -= self.kv_need[rid]
-                heappush(self.heap, (t + self.server.half_rtt, next(self.seq), _DONE, rid))
+                heappush(self.heap, (t + self.server.half_rtt, next(self.seq), EVENT_DONE, rid))
                 continue
             r.n_run += 1
             r.ctx += prompt[rid] + 1
             r.img_run += 1 if n_img[rid] else 0
             heappush(r.fin, (r.tick + o - 1, rid))
-
-
-def _envelope_segments(a: np.ndarray, b: np.ndarray, k: int) -> list[tuple[int, int, float, float]]:
-    """Step i (0 <= i < k) of lockstep decoding takes max over ranks of a_r + b_r i: the
-    upper envelope of lines of non-negative slope, as segments (i0, i1, a, b) of the line
-    that is highest on [i0, i1)."""
-    segs = []
-    i0 = 0
-    while i0 < k:
-        vals = a + b * i0
-        top = vals.max()
-        cur = int(np.flatnonzero(vals == top)[np.argmax(b[vals == top])])
-        ac, bc = float(a[cur]), float(b[cur])
-        steeper = b > bc
-        i1 = k
-        if steeper.any():
-            # the first integer i > i0 where a steeper line rises above the current one
-            x = np.minimum((ac - a[steeper]) / (b[steeper] - bc), float(k))  # beyond k: never within the jump
-            cross = np.floor(x).astype(np.int64) + 1
-            i1 = int(min(k, max(i0 + 1, int(cross.min()))))
-        segs.append((i0, i1, ac, bc))
-        i0 = i1
-    return segs
-
-
-def lockstep_decode(a: np.ndarray, b: np.ndarray, k: int, horizon: float | None) -> tuple[int, float]:
-    """Decode steps to run together (at most k; with a `horizon`, until the first step that
-    starts at or after it, as _decode_steps_before) and their total time."""
-    n = k
-    if horizon is not None:
-        start = 0.0  # time of the steps before the segment
-        for i0, i1, ac, bc in _envelope_segments(a, b, k):
-            a0 = ac + bc * i0
-            c = _decode_steps_before(horizon - start, a0, bc)
-            if i0 + c <= i1:
-                n = i0 + c
-                break
-            m = i1 - i0
-            start += a0 * m + bc * m * (m - 1) / 2.0
-    total = 0.0
-    for i0, i1, ac, bc in _envelope_segments(a, b, n):
-        m = i1 - i0
-        total += (ac + bc * i0) * m + bc * m * (m - 1) / 2.0
-    return n, total
-
-
-class LockstepPhase(Phase):
-    """The phase under DP attention (dp_size > 1): as SGLang's ranks do
-    (srt/managers/scheduler_components/dp_attn.py, prepare_mlp_sync_batch_raw), every rank
-    runs each scheduler iteration together: a rank with a prefill batch runs it, a rank with
-    running requests decodes one step, and the others run an idle batch; the iteration lasts
-    as long as its slowest rank. Iterations in which no rank prefills are jumped in closed
-    form, each decode step as long as the slowest rank's. Each batch records its iteration
-    (`step`), and the ranks that decode in a prefill iteration are recorded as decode votes
-    (SGLang views their rows as one-token extends that vote on the step's graph and pad to
-    its bucket, dp_attn.py `_local_prefill_cuda_graph_vote`)."""
-
-    __slots__ = ()
-
-    def _prefills(self, t: float, step: int) -> tuple[list[bool], list[tuple[_Rank, tuple]]]:
-        """Each rank's part of the iteration: whether it owes a decode step (prefill-decode
-        interval), and the prefill batches formed (rank, (time, completed, mixed rows))."""
-        deferred = []
-        prefills = []
-        for r in self.ranks:
-            d = False
-            if r.pdi > 0:
-                if r.n_run > 0:
-                    r.pdi -= 1
-                    d = True
-                else:
-                    r.pdi = 0
-            deferred.append(d)
-            if not d and (r.waiting or r.chunked >= 0):
-                batch = self._form_batch(r, t, step)
-                if batch is not None:
-                    prefills.append((r, batch))
-        return deferred, prefills
-
-    def _check_room(self) -> None:
-        """Nothing runs anywhere, yet a rank has work: only a KV pool too small for one request."""
-        for r in self.ranks:
-            if r.waiting or r.chunked >= 0:
-                rid = r.waiting[0] if r.waiting else r.chunked
-                raise InputError(
-                    f"a KV pool of {self.server.kv_cap} tokens leaves no room for a waiting request of "
-                    f"{self.prompt[rid]} prompt tokens",
-                    field="max_total_tokens",
-                )
-
-    def _on_arrival(self, t: float, rid: int) -> None:
-        """Round-robin to a rank; start an iteration if none is pending."""
-        sim = self.sim
-        r = self.ranks[sim.next_rank % len(self.ranks)]
-        sim.next_rank += 1
-        r.waiting.append(rid)
-        if not sim.busy:
-            sim.busy = True
-            heappush(self.heap, (t, next(self.seq), _STEP, -1))
-
-    def _on_step(self, t: float, _idx: int) -> None:
-        """One iteration of every rank (or a jump of decode-only iterations)."""
-        sim, s = self.sim, self.server
-        step = sim.iteration
-        deferred, prefills = self._prefills(t, step)
-        decoding = [r for r in self.ranks if r.n_run > 0 and not any(p[0] is r for p in prefills)]
-        if not prefills and not decoding:
-            self._check_room()
-            sim.busy = False
-            return
-        a = np.array([s.dec_base + s.dec_row * r.n_run + s.dec_kv * r.ctx for r in decoding])
-        b = np.array([s.dec_kv * r.n_run for r in decoding])
-        if prefills:
-            k = 1
-            dur = max([batch[0] for _, batch in prefills] + ([float(a.max())] if decoding else []))
-            for r in decoding:
-                cast(StepRecorder, self.rec).decode_vote(step, r.idx, r.n_run)
-        else:
-            k = min(r.fin[0][0] - r.tick for r in decoding)
-            for r in decoding:
-                if deferred[r.idx]:
-                    k = min(k, 1 + r.pdi)
-            k, dur = lockstep_decode(a, b, k, (self.heap[0][0] - t) if self.heap else None)
-        te = t + dur
-        for r, (_, finishing, rows) in prefills:
-            self._after_prefill(r, finishing, rows, te, wake=False)
-        for r in decoding:
-            if deferred[r.idx] and k > 1:
-                r.pdi -= k - 1
-            r.tick += k
-            r.ctx += r.n_run * k
-            self.rec.decode_steps += k
-            self._finish_due(r, te)
-        sim.iteration += k
-        heappush(self.heap, (te, next(self.seq), _STEP, -1))

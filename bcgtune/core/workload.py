@@ -60,6 +60,13 @@ LEVELS_MAX = 1000
 IMAGES_PER_REQUEST_MAX = 1024
 PARALLEL_MAX = 1024
 SECONDS_MAX = schema.MS_MAX / 1000.0
+# Poisson arrivals of one run may span this much simulated time: about three years. A
+# tinier rate describes no benchmark, and at ~1e16 s float64 seconds no longer resolve a
+# decode step.
+ARRIVAL_SPAN_MAX_S = 1e8
+# Image sizes drawn for `random:` resolutions over a whole simulation (each costs a resize
+# rule evaluation and 16 bytes): far beyond what bench_serving generates in a run.
+RANDOM_IMAGES_MAX = 1_000_000
 TEXT_MAX = 200  # characters of a name, a resolution or a preset description line
 
 
@@ -252,7 +259,12 @@ class ServerSettings(schema.StrictDocument):
     context_length: schema.PositiveInt | None = pydantic.Field(
         None, description="SGLang's --context-length: longer requests are refused."
     )
-    tp_size: Parallel | None = pydantic.Field(None, description="SGLang's --tp-size.")
+    tp_size: Annotated[
+        Parallel | None, schema.CliOption("Tensor parallel size (default: --dp-size under DP attention, else 1).")
+    ] = pydantic.Field(
+        None,
+        description="SGLang's --tp-size (default: the least SGLang accepts, dp_size under DP attention, else 1).",
+    )
     gpu_memory_gib: PositiveGiB | None = pydantic.Field(
         None, description="GPU memory, which picks SGLang's default chunked prefill size."
     )
@@ -325,7 +337,7 @@ def _field_error(what: str, name: str, where: str | None) -> InputError:
 @dataclass
 class Workload:
     # ---- client: bench_serving ----------------------------------------------------
-    dataset_name: str = "random"
+    dataset_name: DatasetName = "random"
     num_prompts: list[int] = field(default_factory=lambda: [1000])  # one value, or one per concurrency level
     random_input_len: int = 1024
     random_output_len: int = 1024
@@ -336,7 +348,7 @@ class Workload:
     request_rate: float = math.inf  # inf = closed loop; else Poisson arrivals (req/s)
     warmup_requests: int = 1
     seed: int = BENCH_DEFAULT_SEED
-    model_family: str = "qwen3-vl"
+    model_family: ModelFamily = "qwen3-vl"
     tokens_per_image: int | None = None  # overrides the family's resize rule
     chat_template_tokens: int | None = None  # None: 8 for the image dataset (Qwen template), else 0
     # ---- server: SGLang flags ------------------------------------------------------
@@ -351,7 +363,7 @@ class Workload:
     enable_dp_attention: bool = False
     max_total_tokens: int | None = None  # KV room in tokens; None: never the limit
     context_length: int | None = None
-    tp_size: int = 1
+    tp_size: int | None = None  # None: the least SGLang accepts (resolved_tp_size)
     gpu_memory_gib: float = 141.0  # H200; picks the chunked_prefill_size default
     # ---- step-time model ------------------------------------------------------------
     step: StepTimeModel = field(default_factory=StepTimeModel)
@@ -390,6 +402,15 @@ class Workload:
         if self.enable_dp_attention and self.dp_size > 1:
             m = max(1, m // self.dp_size)
         return m
+
+    @property
+    def resolved_tp_size(self) -> int:
+        """The tensor parallel size of the simulated launch: as set, else the least SGLang
+        accepts. Under DP attention SGLang splits tp into attention-DP groups of tp / dp
+        ranks (runtime_context.py, derive_attn_tp_size), so tp is at least dp_size there."""
+        if self.tp_size is not None:
+            return self.tp_size
+        return self.dp_size if self.enable_dp_attention and self.dp_size > 1 else 1
 
     @property
     def resolved_chat_template_tokens(self) -> int:
@@ -460,7 +481,50 @@ class Workload:
                 "random_input_len",
                 where,
             )
+        self._check_layout(where)
+        self._check_work(where)
         return self
+
+    def _check_layout(self, where: str | None) -> None:
+        """The launch must be one SGLang accepts: under DP attention, tp a multiple of dp."""
+        from bcgtune.core.ladder import ParallelLayout
+
+        tp = self.resolved_tp_size
+        layout = ParallelLayout(tp=tp, dp=self.dp_size, enable_dp_attention=self.enable_dp_attention)
+        try:
+            _ = layout.attn_tp_size
+        except InputError:
+            dp = self.dp_size
+            raise _field_error(
+                f"tensor parallel size {tp} is not a multiple of the DP-attention size {dp}, which SGLang refuses "
+                f"(attention runs on groups of tp / dp ranks): use tp_size {dp * max(1, -(-tp // dp))}",
+                "tp_size",
+                where,
+            ) from None
+
+    def _check_work(self, where: str | None) -> None:
+        """Inputs that would make the simulation run away: arrivals spread over more simulated
+        time than float seconds resolve, or more random image sizes than memory holds."""
+        if not math.isinf(self.request_rate):
+            n = max(self.num_prompts)
+            span = n / self.request_rate
+            if span > ARRIVAL_SPAN_MAX_S:
+                raise _field_error(
+                    f"{n:,} prompts at {self.request_rate:.3g} requests/s arrive over about {span:.3g} s of simulated "
+                    f"time, above {ARRIVAL_SPAN_MAX_S:.0e} s (about 3 years): give at least "
+                    f"{n / ARRIVAL_SPAN_MAX_S:.3g} requests/s",
+                    "request_rate",
+                    where,
+                )
+        if self.has_images and self.tokens_per_image is None and parse_random_resolution(self.image_resolution) is not None:
+            drawn = self.image_count * sum(self.prompts_for_level(i) for i in range(len(self.levels)))
+            if drawn > RANDOM_IMAGES_MAX:
+                raise _field_error(
+                    f"{drawn:,} random image sizes to draw (images per request x prompts), above the limit of "
+                    f"{RANDOM_IMAGES_MAX:,}: fewer images or prompts, or a fixed resolution",
+                    "image_count",
+                    where,
+                )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -468,6 +532,8 @@ class Workload:
             v = getattr(self, f.name)
             if f.name == "step":
                 d["step"] = v.to_dict()
+            elif f.name == "tp_size":
+                d["tp_size"] = self.resolved_tp_size  # the launch simulated
             elif isinstance(v, float) and math.isinf(v):
                 d[f.name] = "inf"
             elif isinstance(v, list):

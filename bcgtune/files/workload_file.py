@@ -176,7 +176,9 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         name = _setting_name(key)
         if name in _LIST_FIELDS and isinstance(value, str):
-            value = schema.parse_int_list(value, None, item=_LIST_FIELDS[name], field=name, max_items=LEVELS_MAX)
+            value = schema.parse_int_list(
+                value, None, item=_LIST_FIELDS[name], field=name, max_items=LEVELS_MAX, empty_items=False
+            )
         given[name] = value
     return _set_values(schema.validate(WorkloadSettings, given, None, as_fields=True))
 
@@ -190,9 +192,9 @@ def workload_from_options(
     given (None = not given). Option values arrive as the CLI parsed them (strings for the
     comma lists, floats/ints/bools otherwise); errors name the option's field."""
     w = Workload()
-    if workload:
+    if workload is not None:
         w = load_workload_file(workload, w)
-    if profile:
+    if profile is not None:
         w = apply_profile(w, profile)
     given = {k: v for k, v in options.items() if v is not None}
     if given:

@@ -1,5 +1,5 @@
 """`bcgtune bench`: interleaved A/B launches of profile variants, change vs the baseline with
-an A/A noise band (bcgtune/adapters/bench.py, bcgtune/core/abstats.py)."""
+an A/A noise band (bcgtune/services/bench.py, bcgtune/core/abstats.py)."""
 
 from __future__ import annotations
 
@@ -67,19 +67,21 @@ def bench_command(
     Interleaved launches; the change against the baseline arm comes with a standard error
     estimated from baseline-vs-baseline launches.
     """
-    from bcgtune.adapters.bench import make_plan, run_bench
-    from bcgtune.cli.render.bench import plot, render_table
+    import os
 
-    guard.outputs({"--plot": plot_path})
+    from bcgtune.cli.render.bench import plot, render_table
+    from bcgtune.services.bench import plan_bench, run_bench
+
+    guard.outputs({"--plot": plot_path}, inputs=[profile] if os.path.exists(profile) else [])
     if plot_path:
         guard.needs("matplotlib", "plot", "--plot")
     if workdir is not None:
         guard.workdir(workdir)
-    plan = make_plan(
+    plan = plan_bench(
         profile, arm, order, concurrency, runs, prompts_per_concurrency, list(bench_args or []), warmup=not no_warmup
     )
     result = run_bench(plan, workdir, say=None if quiet else (lambda m: note(f"bcgtune: {m}")))
     if plot_path:
         plot(result, plot_path)
         note(f"wrote {plot_path}", quiet)
-    emit(result, lambda: render_table(result), as_json=as_json)
+    emit(result.to_json, lambda: render_table(result), as_json=as_json)

@@ -226,8 +226,8 @@ def validate_command(
 
 
 def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy) -> None:
-    from bcgtune.adapters.live_validate import server_validation
     from bcgtune.cli.render.server_validation import render_server_validation
+    from bcgtune.services.server_validation import server_validation
 
     if not profile:
         raise InputError("--server needs --profile P (the launch to validate)")
@@ -240,9 +240,9 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
         workdir=workdir,
         say=None if quiet else note,
     )
-    emit(rep, lambda: render_server_validation(rep), as_json=as_json, out_path=out_path, quiet=quiet)
-    if not rep["ok"]:
-        raise CheckFailed("server validation failed: " + "; ".join(rep.get("failures") or ["see the report"]))
+    emit(rep.to_json, lambda: render_server_validation(rep), as_json=as_json, out_path=out_path, quiet=quiet)
+    if not rep.ok:
+        raise CheckFailed("server validation failed: " + "; ".join(rep.failures or ["see the report"]))
 
 
 @examples("bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b \\", "    -o cal.json")

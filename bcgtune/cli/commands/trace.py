@@ -149,7 +149,7 @@ def trace_command(
     ] = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
-    sim: SimulateOptions = None,  # type: ignore[assignment]
+    sim: SimulateOptions = None,
 ) -> None:
     """Record a workload's prefill sizes: from server logs, a simulation, or a live run."""
     modes = [m for m, on in (("--log", bool(log)), ("--simulate", simulate), ("--live", live)) if on]
@@ -163,7 +163,7 @@ def trace_command(
         raise InputError("give --log FILE (an SGLang server log), --simulate or --live")
     if bench_args and not live:
         raise InputError(f"unexpected argument {bench_args[0][:60]!r} (arguments after `--` go with --live)")
-    if not simulate and (sim.given() or sim.workload or buckets or calibration):
+    if not simulate and (sim.given() or sim.workload is not None or buckets is not None or calibration is not None):
         raise InputError(
             "simulation options (workload, client and server settings, --buckets, --calibration) apply with --simulate"
         )
@@ -204,44 +204,38 @@ def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool)
         out(render_trace_text(summary), nl=False)
 
 
-def _simulate(
-    sim: SimulateOptions, buckets: str | None, calibration: str | None, out_path: str | None, as_json: bool, quiet: bool
-) -> None:
-    """Options -> Workload -> one simulation -> the trace's outputs plus image and replay shares."""
-    from dataclasses import replace
-
-    from bcgtune.adapters.simulator import simulate
+def _simulate(sim: Any, buckets: str | None, calibration: str | None, out_path: str | None, as_json: bool, quiet: bool) -> None:
+    """Options -> one simulation -> the trace's outputs plus image and replay shares."""
     from bcgtune.cli.render.simulation import render_simulation_text
     from bcgtune.core.replay import parse_bucket_list
-    from bcgtune.core.simulation_summary import simulation_summary
     from bcgtune.core.trace import save_trace
-    from bcgtune.core.trace_summary import summarize
-    from bcgtune.files.workload_file import workload_from_options
+    from bcgtune.services.simulate import SimulationRequest, simulate_trace
 
-    bucket_list = parse_bucket_list(buckets, "--buckets") if buckets else None
-    wl = workload_from_options(workload=sim.workload, profile=sim.profile, **sim.given())
-    if calibration:
-        from bcgtune.core.calibration import load_calibration
-
-        wl = replace(wl, step=wl.step.calibrated(load_calibration(calibration)))
+    req = SimulationRequest(
+        workload=sim.workload,
+        profile=sim.profile,
+        options=sim.given(),
+        calibration=calibration,
+        buckets=parse_bucket_list(buckets, "--buckets") if buckets is not None else None,
+    )
     with Progress("simulating", unit=" requests, warm-up included", quiet=quiet) as bar:
-        trace = simulate(wl, progress=bar.update)
-    summary = simulation_summary(trace, bucket_list)
+        result = simulate_trace(req, progress=bar.update)
+    trace = result.trace
     if out_path:
         save_trace(trace, out_path)
         note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes)", quiet)
     if as_json:
-        out_json({**summarize(trace).to_dict(), "simulation": summary.to_dict()})
+        out_json(result.to_json())
     else:
-        out(render_simulation_text(trace, summary), nl=False)
+        out(render_simulation_text(trace, result.simulation), nl=False)
 
 
 def _live(
     profile: str | None, bench_args: list[str], workdir: str | None, out_path: str | None, as_json: bool, quiet: bool
 ) -> None:
-    from bcgtune.adapters.live import live_trace
+    from bcgtune.services.live_trace import live_trace
 
-    if not profile:
+    if profile is None:
         raise InputError("--live needs --profile (the server to launch)")
-    trace = live_trace(profile, bench_args, workdir=workdir, say=None if quiet else note)
-    _emit(trace, out_path, as_json, quiet)
+    result = live_trace(profile, bench_args, workdir=workdir, say=None if quiet else note)
+    _emit(result.trace, out_path, as_json, quiet)

@@ -1,12 +1,14 @@
 """Rendering of `trace --simulate`: the trace's sizes, image and replay shares, and the
-per-concurrency-level breakdown (bcgtune.adapters.simulator.SimulationSummary)."""
+per-concurrency-level breakdown (bcgtune.core.simulation_summary.SimulationSummary)."""
 
 from __future__ import annotations
 
 from bcgtune.cli.render.table import num, table
+from bcgtune.core.simulation_summary import SimulationSummary
+from bcgtune.core.trace import PrefillTrace
 
 
-def render_simulation_text(trace, s) -> str:
+def render_simulation_text(trace: PrefillTrace, s: SimulationSummary) -> str:
     p = [trace.percentile(q) for q in (50, 90, 99)]
     lines = [
         f"simulated workload  {s.workload or 'from options (bench_serving and SGLang defaults otherwise)'}",

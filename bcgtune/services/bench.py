@@ -8,7 +8,7 @@ work too); the first arm is the baseline. Each launch runs a warm-up pass (one c
 the first concurrency, discarded), then `runs` measured client runs per concurrency with
 prompts = prompts_per_concurrency x concurrency, `--request-rate inf --max-concurrency C`
 (closed loop). The statistics (change vs the baseline, SE from A/A launches) are in
-bcgtune/core/abstats.py.
+bcgtune/core/abstats.py; the result type in bcgtune/core/bench_result.py.
 
 Everything a run produced lands in the work folder: one server log per launch, the client's
 output, its result lines, and bench.json (rewritten atomically after every run, so an
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
 
 from bcgtune.adapters.live import (
     Variant,
@@ -34,20 +34,19 @@ from bcgtune.adapters.live import (
     running_server,
     terminate_as_interrupt,
 )
-from bcgtune.core.document import document_header
+from bcgtune.core.bench_result import BenchArm, BenchLaunch, BenchResult, BenchRun
 from bcgtune.core.schema import parse_int_list
-from bcgtune.errors import InputError
+from bcgtune.errors import ExternalError, InputError
 
-FORMAT_VERSION = 1
-KIND = "bcgtune.bench"
 LETTERS = "AXYZW"
-METRICS = {  # result-line key -> (label, higher is better)
-    "output_throughput": ("output tok/s", True),
-    "mean_ttft_ms": ("TTFT ms", False),
-    "mean_tpot_ms": ("TPOT ms", False),
-}
 _CONTROLLED = {"--max-concurrency", "--num-prompts", "--request-rate", "--output-file"}
 DEFAULT_CONCURRENCY = (4, 16, 32, 64, 128)
+# Launches one bench may make: each takes minutes (a server start), so more is a typo.
+LAUNCHES_MAX = 100
+# Client runs in one launch (concurrency levels x runs): each takes seconds to minutes.
+RUNS_PER_LAUNCH_MAX = 10_000
+
+Say = Callable[[str], None]
 
 
 @dataclass
@@ -74,7 +73,10 @@ def default_order(n_arms: int) -> str:
 def parse_order(text: str, arms: Sequence[Variant]) -> list[str]:
     names = [a.name for a in arms]
     out = []
-    for tok in (t.strip() for t in text.split(",")):
+    toks = [t.strip() for t in text.split(",")]
+    if len(toks) > LAUNCHES_MAX:
+        raise InputError(f"{len(toks):,} launches in the order, at most {LAUNCHES_MAX}", "--order")
+    for tok in toks:
         if not tok:
             raise InputError(f"empty entry in order {text!r}", "--order")
         if tok in names:
@@ -90,7 +92,7 @@ def parse_order(text: str, arms: Sequence[Variant]) -> list[str]:
     return out
 
 
-def make_plan(
+def plan_bench(
     profile: str,
     arms: Sequence[str],
     order: str | None,
@@ -100,6 +102,8 @@ def make_plan(
     bench_args: Sequence[str],
     warmup: bool = True,
 ) -> BenchPlan:
+    """The plan from the command's values: arms, launch order, concurrency levels (None: the
+    default sweep; an empty list or an empty item is refused)."""
     if len(arms) < 2:
         raise InputError("give at least two --arm (the first is the baseline)", "--arm")
     variants = [parse_variant(a) for a in arms]
@@ -115,8 +119,18 @@ def make_plan(
             raise InputError(
                 f"{a.split('=', 1)[0]} is set by bench per run; leave it out of the bench_serving args", "bench args"
             )
-    seq = parse_order(order or default_order(len(variants)), variants)
-    concs = parse_int_list(concurrency, "--concurrency") if concurrency else list(DEFAULT_CONCURRENCY)
+    seq = parse_order(order if order is not None else default_order(len(variants)), variants)
+    concs = (
+        parse_int_list(concurrency, "--concurrency", empty_items=False, max_items=RUNS_PER_LAUNCH_MAX)
+        if concurrency is not None
+        else list(DEFAULT_CONCURRENCY)
+    )
+    if len(concs) * runs > RUNS_PER_LAUNCH_MAX:
+        raise InputError(
+            f"{len(concs):,} concurrency levels x {runs:,} runs is {len(concs) * runs:,} client runs a launch, "
+            f"at most {RUNS_PER_LAUNCH_MAX:,}",
+            "--runs",
+        )
     return BenchPlan(profile, variants, seq, concs, runs, prompts_per_concurrency, warmup, list(bench_args))
 
 
@@ -132,9 +146,17 @@ def _run_args(plan: BenchPlan, c: int) -> list[str]:
     ]
 
 
-def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_timeout: float = 1800.0, say=None) -> dict:
-    """Run every launch of the plan; return the result object (also written to
-    <workdir>/bench.json). `say`: progress callback (one line each)."""
+def _steps(plan: BenchPlan) -> list[tuple[int, int]]:
+    """(concurrency, run) of one launch in order; run -1 is the warm-up."""
+    steps = [(plan.concurrency[0], -1)] if plan.warmup else []
+    return steps + [(c, r) for c in plan.concurrency for r in range(plan.runs)]
+
+
+def run_bench(
+    plan: BenchPlan, workdir: str | os.PathLike[str] | None = None, health_timeout: float = 1800.0, say: Say | None = None
+) -> BenchResult:
+    """Run every launch of the plan; return the result (also written to <workdir>/bench.json
+    after every run). `say`: progress callback (one line each)."""
 
     def note(msg: str) -> None:
         if say is not None:
@@ -148,43 +170,31 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
     folder = Path(workdir) if workdir else Path.cwd() / f"bcgtune-bench-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     variants = {v.name: v for v in plan.arms}
-    result: dict[str, Any] = {
-        **document_header(KIND, FORMAT_VERSION),
-        "complete": False,
-        "profile": profile.name,
-        "profile_path": str(ppath),
-        "profile_sha256": sha256_file(str(ppath)),
-        "arms": [{"name": v.name, "variant": v.kind, "buckets": v.buckets} for v in plan.arms],
-        "base_arm": plan.arms[0].name,
-        "order": plan.order,
-        "concurrency": plan.concurrency,
-        "runs": plan.runs,
-        "prompts_per_concurrency": plan.prompts_per_concurrency,
-        "warmup": plan.warmup,
-        "bench_args": plan.bench_args,
-        "workdir": str(folder),
-        "launches": [],
-        "comparisons": {},
-    }
+    result = BenchResult.start(
+        profile=profile.name,
+        profile_path=str(ppath),
+        profile_sha256=sha256_file(str(ppath)),
+        arms=[BenchArm(name=v.name, variant=v.kind, buckets=v.buckets) for v in plan.arms],
+        order=plan.order,
+        concurrency=plan.concurrency,
+        runs=plan.runs,
+        prompts_per_concurrency=plan.prompts_per_concurrency,
+        warmup=plan.warmup,
+        bench_args=plan.bench_args,
+        workdir=str(folder),
+    )
     out_json = folder / "bench.json"
     total = len(plan.order)
     with terminate_as_interrupt():
         for i, arm in enumerate(plan.order):
             tag = f"{i + 1:02d}-{arm}"
             launch = build_launch(apply_variant(profile, variants[arm]), folder / f"{tag}.server.log")
-            entry = {
-                "index": i,
-                "arm": arm,
-                "launch_command": launch.argv,
-                "launch_env": launch.env,
-                "server_log": str(launch.log_path),
-                "runs": [],
-            }
-            result["launches"].append(entry)
+            entry = BenchLaunch(
+                index=i, arm=arm, launch_command=launch.argv, launch_env=launch.env, server_log=str(launch.log_path)
+            )
+            result.launches.append(entry)
             with running_server(launch, label=f"launch {i + 1}/{total} ({arm})", timeout=health_timeout, say=say) as server:
-                steps = [(plan.concurrency[0], -1)] if plan.warmup else []
-                steps += [(c, r) for c in plan.concurrency for r in range(plan.runs)]
-                for c, r in steps:
+                for c, r in _steps(plan):
                     what = "warm-up" if r < 0 else f"run {r + 1}/{plan.runs}"
                     note(f"launch {i + 1}/{total} ({arm}): concurrency {c}, {what}")
                     name = f"{tag}.c{c}.{'warmup' if r < 0 else f'r{r + 1}'}"
@@ -194,56 +204,12 @@ def run_bench(plan: BenchPlan, workdir: str | os.PathLike | None = None, health_
                     if r < 0:
                         continue
                     line = read_result_line(res_file, folder / f"{name}.client.log")
-                    row = {"concurrency": c, "run": r + 1}
-                    for key in (
-                        *METRICS,
-                        "median_ttft_ms",
-                        "median_tpot_ms",
-                        "completed",
-                        "duration",
-                        "total_input_tokens",
-                        "total_output_tokens",
-                        "request_throughput",
-                    ):
-                        row[key] = line.get(key)
                     if not line.get("completed"):
-                        from bcgtune.errors import ExternalError
-
                         raise ExternalError(f"benchmark run completed no request (concurrency {c})", str(res_file))
-                    entry["runs"].append(row)
-                    result["comparisons"] = compare(result)
-                    atomic_write_json(out_json, result)
-    result["complete"] = True
-    result["comparisons"] = compare(result)
-    atomic_write_json(out_json, result)
+                    entry.runs.append(BenchRun.from_result_line(c, r + 1, line))
+                    result.compare()
+                    atomic_write_json(out_json, result.to_json())
+    result.complete = True
+    result.compare()
+    atomic_write_json(out_json, result.to_json())
     return result
-
-
-def arm_launch_values(result: dict, arm: str, metric: str) -> list[dict[int, list[float]]]:
-    out = []
-    for entry in result["launches"]:
-        if entry["arm"] != arm:
-            continue
-        d: dict[int, list[float]] = {}
-        for row in entry["runs"]:
-            v = row.get(metric)
-            if isinstance(v, (int, float)):
-                d.setdefault(int(row["concurrency"]), []).append(float(v))
-        if d:
-            out.append(d)
-    return out
-
-
-def compare(result: dict) -> dict:
-    from bcgtune.core.abstats import compare_arm
-
-    base = result["base_arm"]
-    out: dict[str, dict] = {}
-    for arm in (a["name"] for a in result["arms"][1:]):
-        out[arm] = {}
-        for metric in METRICS:
-            a = arm_launch_values(result, arm, metric)
-            b = arm_launch_values(result, base, metric)
-            if a and b:
-                out[arm][metric] = compare_arm(metric, arm, a, base, b).to_dict()
-    return out
