@@ -42,6 +42,7 @@ GiB = Annotated[float, Field(strict=True, ge=0, le=GIB_MAX, allow_inf_nan=False)
 Seed = Annotated[int, Field(strict=True, ge=0, le=SEED_MAX)]
 PositiveInt = Annotated[int, Field(strict=True, ge=1, le=TOKENS_MAX)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0, le=TOKENS_MAX)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 
 
 @lru_cache(maxsize=256)
