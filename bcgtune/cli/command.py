@@ -22,8 +22,10 @@ from bcgtune.errors import InputError
 
 
 def _flag(param: Any) -> str:
+    if param.param_type_name == "argument":
+        return str(param.metavar or param.name.upper()).strip("[]")
     longs = [o for o in param.opts if o.startswith("--")]
-    return (longs or param.opts or [param.human_readable_name])[0]
+    return (longs or param.opts)[0]
 
 
 def refuse_empty_values(params: list[Any], values: dict[str, Any]) -> None:

@@ -168,12 +168,12 @@ def parse_int_list(
     sort_unique: bool = False,
     field: str | None = None,
     max_items: int = 100_000,
-    empty_items: bool = True,
+    empty_items: bool = False,
 ) -> list[int]:
     """'256 512 1024', '256,512,1024', 256 or [256, 512] -> a list of ints, each checked
     against `item`. `sort_unique`: ascending without duplicates (a bucket list: SGLang sorts
     and deduplicates what it captures); otherwise the order is kept (a sweep).
-    `empty_items` False: a comma list with an empty item ('4,,8', '4,') is refused."""
+    A comma list with an empty item ('4,,8', '4,') is refused unless `empty_items`."""
     if isinstance(value, str):
         if not empty_items and "," in value and any(not t.strip() for t in value.split(",")):
             raise InputError(f"empty item in the list {quote(value)}", where, field=field)

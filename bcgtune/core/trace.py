@@ -219,10 +219,11 @@ def _column_to_json(arr: np.ndarray) -> list:
 
 
 def save_trace(trace: PrefillTrace, path: str) -> None:
-    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON."""
+    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON
+    (gzip-compressed when it ends in .gz: .csv.gz, .json.gz)."""
     from bcgtune.fileio import atomic_write_text
 
-    if str(path).lower().endswith(".csv"):
+    if str(path).lower().removesuffix(".gz").endswith(".csv"):
         atomic_write_text(path, trace.to_csv())
     else:
         atomic_write_text(path, json.dumps(trace.to_json_obj(), separators=(",", ":")) + "\n")

@@ -83,7 +83,7 @@ def trace_command(
         typer.Option(
             "-o",
             "--out",
-            help="Write the trace: versioned JSON, or size,count CSV when the name ends in .csv.",
+            help="Write the trace: versioned JSON, or size,count CSV when the name ends in .csv (.gz: compressed).",
             show_default=False,
         ),
     ] = None,
