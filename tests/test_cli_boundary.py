@@ -453,3 +453,79 @@ def test_an_empty_list_item_is_an_error(tmp_path, trace_csv, args, flag):
     assert r.code == 2, r.err
     assert_one_line_error(r)
     assert "empty item" in r.err and flag in r.err
+
+
+# ---- every command's outputs refuse every file its command line names --------------------
+_OUTPUTS = {
+    "trace": (["trace", "--log", "{log}"], ["-o"]),
+    "suggest-buckets": (["suggest-buckets", "{t}"], ["--plot", "--write-profile"]),
+    "capture": (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ["-o"]),
+    "validate": (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ["-o"]),
+    "calibrate": (["calibrate", "--sizes", "16", "--model", "tiny", "--device", "cpu"], ["-o"]),
+    "serve": (["serve", "--profile", "mi355x", "--python", "/bin/false"], ["--log-file"]),
+    "bench": (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], ["--plot"]),
+}
+
+
+def _string_params(name):
+    """(how to give a value, the parameter) for each parameter of a command that takes text."""
+    from bcgtune.cli.app import _build_command
+
+    for p in _build_command(name).params:
+        if getattr(p, "is_flag", False) or p.name == "help":
+            continue
+        if p.param_type_name == "argument":
+            yield ("--" if p.nargs == -1 else "arg"), p
+        elif not ({"--buckets", "--sizes", "--model", "--device"} & set(p.opts)):
+            yield p.opts[0], p
+
+
+def test_no_output_can_overwrite_a_file_the_command_line_names(tmp_path, trace_csv, monkeypatch):
+    """Each output option of each command, against every other text-valued parameter given
+    the same file: nothing is written, and the run stops before any work."""
+    import bcgtune.adapters.bench as bench_lib
+    import bcgtune.engines.ops as ops
+
+    def reached_work(*a, **k):
+        raise AssertionError("the command started working")
+
+    for mod, fn in ((ops, "run_capture"), (ops, "run_validate"), (ops, "run_calibrate"), (bench_lib, "run_bench")):
+        monkeypatch.setattr(mod, fn, reached_work)
+    monkeypatch.setattr(engine_cmd, "require_torch", lambda: None)
+    log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
+    refused = set()
+    for command, (base, outs) in _OUTPUTS.items():
+        for out in outs:
+            for how, p in _string_params(command):
+                if out in p.opts:
+                    continue
+                f = tmp_path / "shared.toml"
+                f.write_text(MI355X_TEXT)
+                before = digest([f])
+                args = [a.format(t=trace_csv, log=log) for a in base] + [out, str(f)]
+                if how == "arg":  # suggest-buckets' TRACE
+                    args[1] = str(f)
+                elif how == "--":
+                    args += ["--", "--some-file", str(f)]
+                else:
+                    args += [how, str(f)]
+                r = cli(args)
+                assert digest([f]) == before, (args, r.err)
+                assert r.code != 0 and r.code in README_EXIT_CODES and "started working" not in r.err, (args, r.err)
+                if "input of this run" in r.err:
+                    refused.add((command, out, p.name))
+    for case in (
+        ("serve", "--log-file", "profile"),
+        ("bench", "--plot", "profile"),
+        ("bench", "--plot", "bench_args"),
+        ("suggest-buckets", "--plot", "trace_path"),
+        ("suggest-buckets", "--write-profile", "calibration"),
+        ("trace", "-o", "log"),
+        ("calibrate", "-o", "sizes_from"),
+        ("validate", "-o", "prompts"),
+        ("capture", "-o", "profile"),
+    ):
+        assert case in refused, (case, sorted(refused))
+
+
+MI355X_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "bcgtune", "data", "profiles", "mi355x.toml")).read()

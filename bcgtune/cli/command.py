@@ -17,6 +17,7 @@ from typing import Any
 
 from typer.core import TyperCommand, TyperGroup
 
+from bcgtune.cli import guard
 from bcgtune.cli.help import format_command_help, format_group_help
 from bcgtune.errors import InputError
 
@@ -26,6 +27,18 @@ def _flag(param: Any) -> str:
         return str(param.metavar or param.name.upper()).strip("[]")
     longs = [o for o in param.opts if o.startswith("--")]
     return (longs or param.opts)[0]
+
+
+def command_line_values(params: list[Any], values: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """(the parameter's names, a string value) for every value given or defaulted."""
+    out = []
+    for p in params:
+        value = values.get(p.name)
+        names = tuple(getattr(p, "opts", ())) + tuple(getattr(p, "secondary_opts", ())) or (_flag(p),)
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, str):
+                out.append((names, v))
+    return out
 
 
 def refuse_empty_values(params: list[Any], values: dict[str, Any]) -> None:
@@ -56,7 +69,9 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
-        refuse_empty_values(self.get_params(ctx), ctx.params)
+        params = self.get_params(ctx)
+        refuse_empty_values(params, ctx.params)
+        guard.record_command_line(command_line_values(params, ctx.params))
         return rest
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

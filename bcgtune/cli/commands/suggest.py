@@ -175,7 +175,7 @@ def suggest_buckets_command(
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     profile_path = _profile_target(write_profile) if write_profile else None
-    guard.outputs({"--plot": plot, "--write-profile": profile_path}, inputs=[trace_path, calibration])
+    guard.outputs({"--plot": plot, "--write-profile": profile_path})
     if plot:
         guard.needs("matplotlib", "plot", "--plot")
     if objective.value == "time" and calibration is None:
