@@ -153,7 +153,8 @@ def _write(tmp_path, name, data):
         ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "sources": 5}', "sources"),
         ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": [1, 2]}', "meta"),
         (
-            '{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "batches": {"forward_tokens": [1], "timestamp": ["x"]}}',
+            '{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, '
+            '"batches": {"forward_tokens": [1], "timestamp": ["x"]}}',
             "timestamp",
         ),
         (
