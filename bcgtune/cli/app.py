@@ -121,7 +121,7 @@ def _build_command(name: str) -> Any:
         settings = {"allow_interspersed_args": False} if name in PASSTHROUGH else {}
         wrapped = resolved_callable(func, _guard)
         one.command(name, cls=Command, context_settings=settings)(wrapped)
-        cmd = typer.main.get_command(one)
+        cmd: Any = typer.main.get_command(one)
         cmd.examples = command_examples(func)
         _keep_argument_help(cmd, wrapped)
         _built[name] = cmd
@@ -196,7 +196,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _click_classes() -> tuple[type, ...]:
+def _click_classes() -> tuple[type[BaseException], type[BaseException], type[BaseException]]:
     """(ClickException, Abort, Exit) of the click the installed typer runs on."""
     import typer
 

@@ -137,5 +137,6 @@ class LazyGroup(TyperGroup):
             if isinstance(message, str) and args and "Did you mean" not in message:
                 close = get_close_matches(args[0], list(self.commands), n=2)
                 if close:
-                    exc.message = message.rstrip(".") + ". Did you mean " + ", ".join(repr(c) for c in close) + "?"
+                    hint = ". Did you mean " + ", ".join(repr(c) for c in close) + "?"
+                    setattr(exc, "message", message.rstrip(".") + hint)
             raise

@@ -79,7 +79,7 @@ def suggest_buckets_command(
             "--calibration).",
             rich_help_panel=_OPT,
         ),
-    ] = Objective.padding,
+    ] = Objective("padding"),
     calibration: Annotated[
         Optional[str],
         typer.Option(
@@ -107,7 +107,7 @@ def suggest_buckets_command(
             "their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
             rich_help_panel=_OPT,
         ),
-    ] = Candidates.auto,
+    ] = Candidates("auto"),
     seed: Annotated[
         int,
         typer.Option(
@@ -174,7 +174,7 @@ def suggest_buckets_command(
         ),
     ] = None,
     quiet: Quiet = False,
-    layout: LayoutOptions = None,  # type: ignore[assignment]
+    layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
