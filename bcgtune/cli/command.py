@@ -132,11 +132,12 @@ class LazyGroup(TyperGroup):
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         try:
             return super().resolve_command(ctx, args)
-        except Exception as exc:  # click's UsageError, whichever click typer runs on
+        except Exception as error:  # click's UsageError, whichever click typer runs on
+            exc: Any = error
             message = getattr(exc, "message", None)
             if isinstance(message, str) and args and "Did you mean" not in message:
                 close = get_close_matches(args[0], list(self.commands), n=2)
                 if close:
                     hint = ". Did you mean " + ", ".join(repr(c) for c in close) + "?"
-                    setattr(exc, "message", message.rstrip(".") + hint)
+                    exc.message = message.rstrip(".") + hint
             raise
