@@ -530,3 +530,9 @@ def test_no_output_can_overwrite_a_file_the_command_line_names(tmp_path, trace_c
 
 
 MI355X_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "bcgtune", "data", "profiles", "mi355x.toml")).read()
+
+
+def test_a_mistyped_command_gets_one_suggestion():
+    r = cli(["suggest-bucket", "t.csv"])
+    assert r.code == 2 and r.err.count("Did you mean 'suggest-buckets'?") == 1, r.err
+    assert_one_line_error(r)

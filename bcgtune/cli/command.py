@@ -135,7 +135,8 @@ class LazyGroup(TyperGroup):
         except Exception as error:  # click's UsageError, whichever click typer runs on
             exc: Any = error
             message = getattr(exc, "message", None)
-            if isinstance(message, str) and args and "Did you mean" not in message:
+            shown = str(exc.format_message()) if hasattr(exc, "format_message") else ""
+            if isinstance(message, str) and args and "Did you mean" not in message + shown:
                 close = get_close_matches(args[0], list(self.commands), n=2)
                 if close:
                     hint = ". Did you mean " + ", ".join(repr(c) for c in close) + "?"
