@@ -207,6 +207,8 @@ def test_closed_stdin(monkeypatch):
         (["--plot", ""], "empty value: give a value or leave the option out (--plot)"),
         (["--align", "0"], "--align"),
         (["--max-graph-mem", "nan"], "--max-graph-mem"),
+        (["--candidates", "bogus"], "--candidates"),
+        (["--cuda-graph-backend-prefill", "bogus"], "--cuda-graph-backend-prefill"),
     ],
 )
 def test_nonsense_options_are_refused(trace_csv, extra, needle):

@@ -115,6 +115,7 @@ LayoutOptions: Any = option_set(
             show_default=f.name != "cuda_graph_backend_prefill",
             minimum=1 if f.kind is int else None,
             maximum=_PARALLEL_MAX if f.kind is int else None,
+            choices=f.choices,
         )
         for f in LAYOUT_FLAGS
     ],

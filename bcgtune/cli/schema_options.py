@@ -42,9 +42,13 @@ class OptionSpec:
     show_default: bool = True
     minimum: int | None = None
     maximum: int | None = None
+    choices: tuple[str, ...] | None = None  # a closed set of strings, checked at parse time
 
     def annotation(self) -> Any:
         kw: dict[str, Any] = {"help": self.help, "show_default": self.show_default}
+        if self.choices:
+            kw["metavar"] = "[" + "|".join(self.choices) + "]"
+            kw["callback"] = one_of(self.choices)
         if self.panel is not None:
             kw["rich_help_panel"] = self.panel
         if self.minimum is not None:
@@ -53,6 +57,18 @@ class OptionSpec:
             kw["max"] = self.maximum
         kind = self.kind if self.default is not None else Optional[self.kind]  # noqa: UP045 (typer reads it)
         return Annotated[kind, typer.Option(*self.flags, **kw)]
+
+
+def one_of(values: tuple[str, ...]) -> Callable[[Optional[str]], Optional[str]]:
+    """A parse-time check that a text option holds one of `values` (the command still
+    receives the string)."""
+
+    def check(value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in values:
+            raise typer.BadParameter(f"must be one of {', '.join(values)}, got {value[:60]!r}")
+        return value
+
+    return check
 
 
 def flag_of(name: str) -> str:
