@@ -36,6 +36,16 @@ SNIFF_BYTES = 64 << 10
 _READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)
 
 
+def path_kind(path: str | os.PathLike) -> str | None:
+    """'file', 'folder' or 'other' for what `path` names, None when nothing is there or the
+    name cannot be one (too long, a NUL byte): never raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
+
+
 def display_path(path: str) -> str:
     return "<stdin>" if path == "-" else str(path)
 

@@ -487,12 +487,19 @@ def test_no_output_can_overwrite_a_file_the_command_line_names(tmp_path, trace_c
     """Each output option of each command, against every other text-valued parameter given
     the same file: nothing is written, and the run stops before any work."""
     import bcgtune.adapters.bench as bench_lib
-    import bcgtune.engines.ops as ops
+    import bcgtune.services.calibrate as calibrate_service
+    import bcgtune.services.capture as capture_service
+    import bcgtune.services.validate as validate_service
 
     def reached_work(*a, **k):
         raise AssertionError("the command started working")
 
-    for mod, fn in ((ops, "run_capture"), (ops, "run_validate"), (ops, "run_calibrate"), (bench_lib, "run_bench")):
+    for mod, fn in (
+        (capture_service, "run_capture"),
+        (validate_service, "run_validate"),
+        (calibrate_service, "calibrate"),
+        (bench_lib, "run_bench"),
+    ):
         monkeypatch.setattr(mod, fn, reached_work)
     monkeypatch.setattr(engine_cmd, "require_torch", lambda: None)
     log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
@@ -538,3 +545,17 @@ def test_a_mistyped_command_gets_one_suggestion():
     r = cli(["suggest-bucket", "t.csv"])
     assert r.code == 2 and r.err.count("Did you mean 'suggest-buckets'?") == 1, r.err
     assert_one_line_error(r)
+
+
+def test_a_file_name_too_long_for_the_file_system(trace_csv):
+    long = "x" * 300
+    for args in (
+        ["doctor", "--no-sglang-probe", "--profile", long],
+        ["drift", "--profile", long, "--trace", str(trace_csv)],
+        ["suggest-buckets", str(trace_csv), "--write-profile", long],
+        ["suggest-buckets", long],
+        ["trace", "--log", long],
+    ):
+        r = cli(args)
+        assert r.code == 2, (args[0], r.err)
+        assert_one_line_error(r)

@@ -306,11 +306,16 @@ def _parser_or_stop(exc: BaseException, click_exc: type) -> int:
 
 
 def _unexpected(exc: Exception) -> int:
-    """A full disk or failing device (exit 3); anything else is a bug (exit 4)."""
+    """A full disk or failing device (exit 3), a file name no file system takes (exit 2);
+    anything else is a bug (exit 4)."""
     device = _device_error(exc)
     if device:
         err_line(device)
         return EXIT_EXTERNAL
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        name = str(exc.filename or "")
+        err_line(f"error: file name too long ({name[:60] + '...' if len(name) > 60 else name})")
+        return 2
     if _state["debug"]:
         raise exc
     what = " ".join(str(exc).split())[:160]

@@ -252,7 +252,9 @@ def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:
 
 def _profile_target(value: str) -> str:
     """`--write-profile h200` means ./h200.toml; anything with a folder or a suffix is a path."""
-    if "/" in value or value.endswith(".toml") or Path(value).exists():
+    from bcgtune.fileio import path_kind
+
+    if "/" in value or value.endswith(".toml") or path_kind(value) is not None:
         return value
     return value + ".toml"
 
@@ -261,8 +263,9 @@ def _base_profile(path: str, base: str | None) -> str | None:
     """The profile a missing --write-profile file is created from: --base-profile, else the
     built-in profile named like the file."""
     from bcgtune.adapters.profiles import builtin_profile_names
+    from bcgtune.fileio import path_kind
 
-    if Path(path).exists():
+    if path_kind(path) is not None:
         return base
     if base is not None:
         return base
