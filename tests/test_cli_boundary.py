@@ -559,3 +559,20 @@ def test_a_file_name_too_long_for_the_file_system(trace_csv):
         r = cli(args)
         assert r.code == 2, (args[0], r.err)
         assert_one_line_error(r)
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["trace", "--simulate", "--dataset-name", "bogus"], "--dataset-name"),
+        (["trace", "--simulate", "--model-family", "qwen9"], "--model-family"),
+        (["suggest-buckets", "--objective", "speed"], "--objective"),
+        (["suggest-buckets", "--candidates", "all"], "--candidates"),
+        (["suggest-buckets", "--cuda-graph-backend-prefill", "bogus"], "--cuda-graph-backend-prefill"),
+    ],
+)
+def test_closed_sets_are_choices_at_parse_time(args, flag):
+    r = cli(args)
+    assert r.code == 2 and r.seconds < 2, r.err
+    assert_one_line_error(r)
+    assert f"Invalid value for '{flag}'" in r.err

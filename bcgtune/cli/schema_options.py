@@ -116,6 +116,7 @@ def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) 
         meta = next((m for m in info.metadata if isinstance(m, CliOption)), None)
         if meta is None:
             continue
+        base = _strip(info.annotation)
         out.append(
             OptionSpec(
                 name=name,
@@ -125,6 +126,7 @@ def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) 
                 help=meta.help,
                 panel=panel,
                 show_default=False,
+                choices=tuple(typing.get_args(base)) if typing.get_origin(base) is Literal else None,
             )
         )
     return out
@@ -134,7 +136,7 @@ def spec_source(spec: OptionSpec) -> str:
     """The Python source of one spec, for a generated table."""
     args = ", ".join(
         [repr(spec.name), spec.kind.__name__, repr(spec.default), repr(spec.flags), repr(spec.help)]
-        + [f"{k}={getattr(spec, k)!r}" for k in ("panel", "show_default", "minimum", "maximum")]
+        + [f"{k}={getattr(spec, k)!r}" for k in ("panel", "show_default", "minimum", "maximum", "choices")]
     )
     return f"    OptionSpec({args}),"
 
