@@ -103,6 +103,14 @@ SETTINGS = dict(
     max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 SECONDS = 20.0
+MEMORY_MIB = 1024  # no call may raise the process's peak memory by more than this
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
 
 _scalars = st.one_of(
     st.none(),
@@ -179,7 +187,8 @@ CALLS = _calls()
 @given(data=st.data())
 @pytest.mark.parametrize("function", sorted(CALLS))
 def test_api_with_hostile_arguments(function, data):
-    """Whatever an argument holds: a result or a bcgtune error, quickly; never another exception."""
+    """Whatever an argument holds: a result or a bcgtune error, in bounded time and memory; never another
+    exception."""
     call, names = CALLS[function]
     name = data.draw(st.sampled_from(names), label="argument")
     value = data.draw(hostile, label="value")
@@ -188,7 +197,7 @@ def test_api_with_hostile_arguments(function, data):
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as d:
         os.chdir(d)  # hostile paths land in a scratch folder
-        t0 = time.monotonic()
+        t0, peak = time.monotonic(), _peak_rss_mib()
         try:
             call(**{name: value})
         except BcgError:
@@ -196,6 +205,7 @@ def test_api_with_hostile_arguments(function, data):
         finally:
             os.chdir(cwd)
         assert time.monotonic() - t0 < SECONDS
+        assert _peak_rss_mib() - peak < MEMORY_MIB
 
 
 def test_hostile_values_do_reach_the_checks():

@@ -1,7 +1,7 @@
 """Hostile-input suite: the real CLI driven with generated garbage (bytes, JSON, TOML, option
 values, output paths). Whatever comes in: no traceback, an exit code from the README's list
 other than 4 (a bug), at most one `error:` line, the run's input files byte-identical
-afterwards, and bounded time."""
+afterwards, and bounded time and memory (the peak resident size may not grow by 1 GiB in one run)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ SETTINGS = dict(
     max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 SECONDS = 20.0
+MEMORY_MIB = 1024  # no run may raise the process's peak memory by more than this
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
 
 GOOD_TRACE = "size,count\n100,5\n300,2\n700,1\n2000,3\n"
 
@@ -42,7 +50,9 @@ def _run_with_file(data: bytes, args_for):
             # (args, the run's inputs), or args alone: both files are inputs
             args, inputs = item if isinstance(item, tuple) else (item, [p, t])
             before = digest(inputs)
+            peak = _peak_rss_mib()
             _check(cli(args), before, inputs)
+            assert _peak_rss_mib() - peak < MEMORY_MIB, (args, _peak_rss_mib() - peak)
 
 
 # ---- generated values -----------------------------------------------------------------
