@@ -292,5 +292,6 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
 )
