@@ -272,7 +272,7 @@ def test_bench_with_hostile_values(opts, arms):
     """Everything up to the first launch: what is refused, is refused with one line."""
     from unittest import mock
 
-    import bcgtune.adapters.bench as bench_lib
+    import bcgtune.services.bench as bench_service
     from bcgtune.errors import ExternalError
 
     def no_launch(*a, **k):
@@ -283,7 +283,7 @@ def test_bench_with_hostile_values(opts, arms):
         arm_args = _flatten(("--arm", a) for a in arms) or ["--arm", "a:disabled", "--arm", "b:profile"]
         yield ["bench", "--profile", prof, *arm_args, *_flatten(opts)], [p, t, prof]
 
-    with mock.patch.object(bench_lib, "run_bench", no_launch):
+    with mock.patch.object(bench_service, "run_bench", no_launch):
         _run_with_file(GOOD_TRACE.encode(), args_for)
 
 

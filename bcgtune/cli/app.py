@@ -290,6 +290,15 @@ def _run(argv: list[str]) -> int:
 def _parser_or_stop(exc: BaseException, click_exc: type) -> int:
     """A usage error (exit 2), the end of stdin (2), Ctrl-C (130), or memory (3)."""
     if isinstance(exc, click_exc):
+        param, what = getattr(exc, "param", None), getattr(exc, "message", None)
+        if param is not None and getattr(param, "opts", None) and isinstance(what, str) and what.strip():
+            from bcgtune.cli.command import flag_of_param
+
+            what = " ".join(what.split()).removeprefix("Value error, ")  # typer 0.29 words pydantic's errors
+            if what.startswith("Input should be "):
+                what = "must be " + what.removeprefix("Input should be ")
+            err_line(f"error: {what} ({flag_of_param(param)})")  # a bad value: what (where)
+            return 2
         msg = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
         cmd = _state.get("command")
         hint = f" (bcgtune {cmd} --help)" if cmd else " (bcgtune --help)"

@@ -22,6 +22,11 @@ from bcgtune.cli.help import format_command_help, format_group_help
 from bcgtune.errors import InputError
 
 
+def flag_of_param(param: Any) -> str:
+    """The name an error shows for a parameter: its long option, or an argument's metavar."""
+    return _flag(param)
+
+
 def _flag(param: Any) -> str:
     if param.param_type_name == "argument":
         return str(param.metavar or param.name.upper()).strip("[]")
