@@ -7,59 +7,167 @@ the field or file) rather than printing.
     plan = bcgtune.suggest_buckets(trace, max_buckets=8, align=64)
     print(plan.recommended.buckets, plan.recommended.metrics.hit_rate_pct)
     print(bcgtune.evaluate(trace, [256, 512, 1024]).waste_pct)
+
+Every argument is checked at this door as the command line checks its options: a value of
+the wrong type or out of bounds (a path where a trace is expected, None, NaN, a string of
+digits where a list is expected) is an InputError naming the argument, never a TypeError
+from deep inside. Lists of integers may be lists, tuples, ranges or numpy integer arrays;
+numpy scalars count as the Python numbers they hold.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import os
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Sequence
 
-from bcgtune.core.calibration import Calibration, load_calibration
-from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, drift_report
+from pydantic import Field
+
+from bcgtune import _API
+from bcgtune.core import trace as _trace_file
+from bcgtune.core.calibration import Calibration
+from bcgtune.core.calibration import load_calibration as _load_calibration
+from bcgtune.core.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
+from bcgtune.core.drift import DriftReport, drift_report
 from bcgtune.core.plan import BucketPlan
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list, parse_bucket_list
-from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
-from bcgtune.errors import InputError
+from bcgtune.core.replay import ListMetrics, evaluate_list, parse_bucket_list
+from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
+from bcgtune.core.trace import PrefillTrace
+from bcgtune.errors import InputError, quote
 
-__all__ = [
-    "PrefillTrace",
-    "BucketPlan",
-    "ListMetrics",
-    "DriftReport",
-    "Calibration",
-    "load_trace",
-    "save_trace",
-    "trace_from_logs",
-    "trace_from_sizes",
-    "simulate_workload",
-    "suggest_buckets",
-    "evaluate",
-    "drift",
-    "load_calibration",
-]
+__all__ = list(_API)
+
+_Factor = Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)]
+_Align = Annotated[int, Field(ge=1, le=TOKENS_MAX)]
+_Ranks = Annotated[int, Field(ge=1, le=DP_RANKS_MAX)]
+_Threshold = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 
 
-def trace_from_logs(paths: Sequence[str], *, mixed_chunk: bool = False) -> PrefillTrace:
-    """A trace from SGLang server logs (one per rank or replica; .gz and '-' work)."""
+# ---- the checks at the door -------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as the Python numbers and lists they hold."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _check(schema: Any, value: Any, name: str) -> Any:
+    return validate(schema, _plain(value), field=name)
+
+
+def _optional(schema: Any, value: Any, name: str) -> Any:
+    return None if value is None else _check(schema, value, name)
+
+
+def _int_list(value: Any, name: str) -> list[Any]:
+    """A list of integers from a list, tuple, range, set or numpy array (each item then
+    checked by the caller's schema); a string, bytes, a mapping or a scalar is refused."""
+    value = _plain(value)
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise InputError(f"must be a list of integers (a list, tuple or numpy array), got {_kind(value)}", field=name)
+    items = [_plain(v) for v in value]
+    if any(isinstance(v, (list, tuple, dict)) for v in items):
+        raise InputError("must be a flat list of integers, got a nested list", field=name)
+    return items
+
+
+def _buckets(value: Any, name: str) -> list[int]:
+    return parse_bucket_list(_int_list(value, name), name, field=name)
+
+
+def _trace(value: Any, name: str = "trace") -> PrefillTrace:
+    if not isinstance(value, PrefillTrace):
+        hint = " (bcgtune.load_trace(path) reads a trace file)" if isinstance(value, (str, os.PathLike)) else ""
+        raise InputError(f"must be a PrefillTrace, got {_kind(value)}{hint}", field=name)
+    return value
+
+
+def _calibration(value: Any) -> Calibration | None:
+    if value is not None and not isinstance(value, Calibration):
+        hint = " (bcgtune.load_calibration(path) reads one)" if isinstance(value, (str, os.PathLike)) else ""
+        raise InputError(f"must be a Calibration or None, got {_kind(value)}{hint}", field="calibration")
+    return value
+
+
+def _flags(value: Any, name: str = "server_flags") -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InputError(f"must be a mapping of SGLang flag names to values, got {_kind(value)}", field=name)
+    return {k: _plain(v) for k, v in value.items()}
+
+
+def _path(value: Any, name: str) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"must be a file path (str or os.PathLike), got {_kind(value)}", field=name)
+    path = os.fspath(value)
+    if not isinstance(path, str):
+        raise InputError("must be a text path, not bytes", field=name)
+    return path
+
+
+def _flag(value: Any, name: str) -> bool:
+    value = _plain(value)
+    if not isinstance(value, bool):
+        raise InputError(f"must be True or False, got {quote(value)}", field=name)
+    return value
+
+
+# ---- the API ----------------------------------------------------------------------------
+def load_trace(path: str | os.PathLike) -> PrefillTrace:
+    """A trace file: JSON from `bcgtune trace -o`, a size,count CSV, a JSON array of sizes or
+    one size per line ('-' for stdin, .gz ok)."""
+    return _trace_file.load_trace(_path(path, "path"))
+
+
+def save_trace(trace: PrefillTrace, path: str | os.PathLike) -> None:
+    """Write a trace (versioned JSON, or size,count CSV for a .csv name), atomically."""
+    _trace_file.save_trace(_trace(trace), _path(path, "path"))
+
+
+def load_calibration(path: str | os.PathLike) -> Calibration:
+    """A calibration from `bcgtune calibrate` (JSON) or a tokens,eager_ms,graph_ms CSV."""
+    return _load_calibration(_path(path, "path"))
+
+
+def trace_from_logs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, mixed_chunk: bool = False) -> PrefillTrace:
+    """A trace from SGLang server logs (one per rank or replica; .gz and '-' work); one path
+    or a list of them."""
     from bcgtune.adapters.sglang_log import parse_logs
 
-    return parse_logs(list(paths), mixed_chunk=mixed_chunk)
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    elif isinstance(paths, (bytes, Mapping)) or not isinstance(paths, Iterable):
+        raise InputError(f"must be a log path or a list of them, got {_kind(paths)}", field="paths")
+    files = [_path(p, "paths") for p in paths]
+    if not files:
+        raise InputError("no log given", field="paths")
+    return parse_logs(files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"))
 
 
 def trace_from_sizes(sizes: Sequence[int]) -> PrefillTrace:
     """A trace from per-batch forward sizes (token counts, one per prefill batch)."""
-    from bcgtune.core.schema import Tokens, validate
-
-    values = validate(list[Tokens], list(sizes), "sizes")
+    values = validate(list[Tokens], _int_list(sizes, "sizes"), "sizes")
     return PrefillTrace.from_sizes(values, origin="sizes").validate("sizes")
 
 
-def simulate_workload(workload: str = "mi355x-multimodal-pr", **options: Any) -> PrefillTrace:
+def simulate_workload(workload: str | os.PathLike | None = "mi355x-multimodal-pr", **options: Any) -> PrefillTrace:
     """Simulate a bench_serving run against SGLang's scheduler: a workload TOML or preset,
     with bench_serving / SGLang options (snake_case names, e.g. num_prompts="40,160")."""
     from bcgtune.adapters.simulator import simulate
     from bcgtune.files.workload_file import workload_from_options
 
-    return simulate(workload_from_options(workload=workload, **options))
+    if workload is not None:
+        workload = _path(workload, "workload")
+    return simulate(workload_from_options(workload=workload, **{k: _plain(v) for k, v in options.items()}))
 
 
 def suggest_buckets(
@@ -71,10 +179,10 @@ def suggest_buckets(
     objective: str = "padding",
     calibration: Calibration | None = None,
     padding_factor: float = DEFAULT_PADDING_FACTOR,
-    compare: dict[str, Sequence[int]] | None = None,
+    compare: Mapping[str, Sequence[int]] | None = None,
     chunked_prefill_size: int | None = None,
     attention_dp_size: int | None = None,
-    server_flags: dict[str, Any] | None = None,
+    server_flags: Mapping[str, Any] | None = None,
     max_graph_mem_gib: float | None = None,
     candidates: str = "auto",
     kmeans: bool = False,
@@ -92,25 +200,29 @@ def suggest_buckets(
     or why it stayed per batch). Raises InputError when the launch runs no prefill graphs."""
     from bcgtune.services.suggest import SuggestRequest, suggest
 
-    flags = dict(server_flags) if server_flags else {}
-    if attention_dp_size is not None and attention_dp_size > 1:
-        flags.setdefault("attn_dp_size", attention_dp_size)
-        flags.setdefault("tp_size", attention_dp_size)
+    if compare is not None and not isinstance(compare, Mapping):
+        raise InputError(f"must be a mapping of names to bucket lists, got {_kind(compare)}", field="compare")
+    flags = _flags(server_flags) or {}
+    if attention_dp_size is not None:
+        ranks = _check(_Ranks, attention_dp_size, "attention_dp_size")
+        if ranks > 1:
+            flags.setdefault("attn_dp_size", ranks)
+            flags.setdefault("tp_size", ranks)
     req = SuggestRequest(
-        trace=trace,
-        max_buckets=max_buckets,
-        align=align,
-        max_bucket=max_bucket,
-        padding_factor=padding_factor,
-        objective=objective,
-        calibration=calibration,
-        max_graph_mem_gib=max_graph_mem_gib,
-        candidates=candidates,
-        seed=seed,
-        compare=[(name, parse_bucket_list(list(lst), name)) for name, lst in (compare or {}).items()],
-        chunked_prefill_size=chunked_prefill_size,
-        kmeans=kmeans,
-        baselines=baselines,
+        trace=None if trace is None else _trace(trace),
+        max_buckets=_plain(max_buckets),
+        align=_optional(_Align, align, "align"),
+        max_bucket=_optional(_Align, max_bucket, "max_bucket"),
+        padding_factor=_plain(padding_factor),
+        objective=_plain(objective),
+        calibration=_calibration(calibration),
+        max_graph_mem_gib=_plain(max_graph_mem_gib),
+        candidates=_plain(candidates),
+        seed=_check(Seed, seed, "seed"),
+        compare=[(str(name), _buckets(lst, str(name))) for name, lst in (compare or {}).items()],
+        chunked_prefill_size=_plain(chunked_prefill_size),
+        kmeans=_flag(kmeans, "kmeans"),
+        baselines=_flag(baselines, "baselines"),
         server_flags=flags or None,
     )
     result = suggest(req)
@@ -122,8 +234,9 @@ def suggest_buckets(
 def evaluate(trace: PrefillTrace, buckets: Sequence[int], *, padding_factor: float = DEFAULT_PADDING_FACTOR) -> ListMetrics:
     """How a bucket list does on a trace under SGLang's replay rule: replay share, eager
     batches, padding."""
-    bl = parse_bucket_list(list(buckets), "buckets")
-    return evaluate_list(trace.sizes, trace.counts, bl, name="buckets", factor=padding_factor)
+    t = _trace(trace)
+    factor = _check(_Factor, padding_factor, "padding_factor")
+    return evaluate_list(t.sizes, t.counts, _buckets(buckets, "buckets"), name="buckets", factor=factor)
 
 
 def drift(
@@ -131,7 +244,7 @@ def drift(
     deployed: Sequence[int],
     *,
     align: int | None = None,
-    server_flags: dict[str, Any] | None = None,
+    server_flags: Mapping[str, Any] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
 ) -> DriftReport:
@@ -140,7 +253,13 @@ def drift(
     a plain launch), aligned to its capture alignment unless `align` is given."""
     from bcgtune.services.launch import capture_for_flags
 
-    buckets = parse_bucket_list(list(deployed), "deployed")
+    t = _trace(trace)
+    buckets = _buckets(deployed, "deployed")
+    flags = _flags(server_flags) or {}
+    cal = _calibration(calibration)
+    threshold = _check(_Threshold, threshold_pct, "threshold_pct")
     if align is None:
-        align = capture_for_flags(dict(server_flags or {}), buckets=buckets).alignment
-    return drift_report(trace, buckets, align=align, calibration=calibration, threshold_pct=threshold_pct)
+        align = capture_for_flags(flags, buckets=buckets).alignment
+    else:
+        align = _check(_Align, align, "align")
+    return drift_report(t, buckets, align=align, calibration=cal, threshold_pct=threshold)

@@ -2,6 +2,9 @@
 oversized files refused with one line), JSON and TOML decoding that cannot crash, the
 output-path guard that runs before any work, and atomic writes.
 
+Every reader decompresses a `.gz` input and every writer compresses a `.gz` output, so what
+bcgtune writes as `t.json.gz` it reads back.
+
 Outputs never hurt inputs: `check_outputs` refuses, before a command starts working, an
 output path that is empty, a folder, a device or other non-regular file, in a folder that
 does not exist or cannot be written, or that resolves to one of the run's inputs. Writes go
@@ -31,6 +34,16 @@ from bcgtune.errors import ExternalError, InputError
 MAX_DOCUMENT_BYTES = 1 << 30
 SNIFF_BYTES = 64 << 10
 _READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def path_kind(path: str | os.PathLike) -> str | None:
+    """'file', 'folder' or 'other' for what `path` names, None when nothing is there or the
+    name cannot be one (too long, a NUL byte): never raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
 
 
 def display_path(path: str) -> str:
@@ -238,9 +251,12 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Iterable[str] = ())
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` via a temp file in the target's folder + fsync + rename. A symbolic link is
-    followed (its target is replaced, the link stays); anything but a regular file is refused."""
+    """Write `data` via a temp file in the target's folder + fsync + rename (gzip-compressed
+    when the name ends in .gz). A symbolic link is followed (its target is replaced, the link
+    stays); anything but a regular file is refused."""
     where = str(path)
+    if where.lower().endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
     real = os.path.realpath(path)
     existed = _regular_or_absent(real, where)
     parent = os.path.dirname(real) or "."

@@ -300,7 +300,8 @@ def print_table(results: dict, lists: dict, tuned: list[int], targets: dict, pre
         pred = f" {r['predicted_ms'] / 1e3:9.3f}" if "predicted_ms" in r else ""
         print(
             f"{name:18s} {r['graphs']:>6d} {r['capture_s']:>9.2f} {r['graph_mem_gib']:>8.3f} "
-            f"{r['replayed_batches']:>4d}/{r['batches']:<4d} {r['prefill_ms'] / 1e3:>10.3f} {r['prefill_ms'] / ref['prefill_ms']:>9.4f}{pred}"
+            f"{r['replayed_batches']:>4d}/{r['batches']:<4d} {r['prefill_ms'] / 1e3:>10.3f} "
+            f"{r['prefill_ms'] / ref['prefill_ms']:>9.4f}{pred}"
         )
     print("tuned:", tuned)
     for k, v in targets.items():

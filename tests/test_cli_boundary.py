@@ -153,7 +153,8 @@ def _write(tmp_path, name, data):
         ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "sources": 5}', "sources"),
         ('{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "meta": [1, 2]}', "meta"),
         (
-            '{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, "batches": {"forward_tokens": [1], "timestamp": ["x"]}}',
+            '{"format_version": 1, "histogram": {"sizes": [1], "counts": [1]}, '
+            '"batches": {"forward_tokens": [1], "timestamp": ["x"]}}',
             "timestamp",
         ),
         (
@@ -206,6 +207,8 @@ def test_closed_stdin(monkeypatch):
         (["--plot", ""], "empty value: give a value or leave the option out (--plot)"),
         (["--align", "0"], "--align"),
         (["--max-graph-mem", "nan"], "--max-graph-mem"),
+        (["--candidates", "bogus"], "--candidates"),
+        (["--cuda-graph-backend-prefill", "bogus"], "--cuda-graph-backend-prefill"),
     ],
 )
 def test_nonsense_options_are_refused(trace_csv, extra, needle):
@@ -292,3 +295,283 @@ def test_gpu_commands_without_torch(monkeypatch):
         r = cli(cmd)
         assert r.code == 2, r.err
         assert "needs torch: pip install 'bcgtune[gpu]'" in r.err
+
+
+# ---- exit codes of the outside world: a full disk, a closed stdout, a stop at start-up ----
+def _bcgtune(args, **kw):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_a_full_disk_is_an_outside_failure(tmp_path, trace_csv, monkeypatch):
+    import errno
+    import subprocess
+
+    # stdout on a full disk: the result cannot be delivered (exit 3), one line, no traceback
+    for args in (["suggest-buckets", str(trace_csv)], ["suggest-buckets", str(trace_csv), "--json"], ["--help"]):
+        p = subprocess.run(
+            f'"{sys.executable}" -m bcgtune {" ".join(args)} > /dev/full', shell=True, capture_output=True, text=True, timeout=60
+        )
+        assert p.returncode == 3, (args, p.stderr)
+        assert p.stderr.count("error:") == 1 and "No space left on device" in p.stderr and "Traceback" not in p.stderr
+    # an output file on a full disk (the atomic write's fsync fails)
+    import bcgtune.fileio as fileio
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
+    with monkeypatch.context() as m:
+        m.setattr(fileio.os, "fsync", full)
+        r = cli(["trace", "--log", str(log), "-o", str(tmp_path / "t.json")])
+    assert r.code == 3 and "No space left on device" in r.err, r.err
+    assert_one_line_error(r)
+    assert sorted(os.listdir(tmp_path)) == ["t.csv", "x.log"]  # no temp file left behind
+    # a plot (matplotlib's own write) on a full disk
+    import bcgtune.cli.render.plan as plan_render
+
+    def full_plot(trace, plan, path):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    with monkeypatch.context() as m:
+        m.setattr(plan_render, "plot_plan", full_plot)
+        r = cli(["suggest-buckets", str(trace_csv), "--plot", str(tmp_path / "p.png")])
+    assert r.code == 3 and "p.png" in r.err, r.err
+    assert_one_line_error(r)
+
+
+def test_a_closed_or_vanishing_stdout_is_no_traceback(tmp_path, trace_csv):
+    import subprocess
+
+    prof = tmp_path / "tuned.toml"
+    cmd = f'"{sys.executable}" -m bcgtune suggest-buckets {trace_csv} --write-profile {prof} --base-profile h200 >&-'
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "Traceback" not in p.stderr and "error" not in p.stderr, p.stderr
+    assert prof.exists()  # the work is done; only the printed result had nowhere to go
+    for args in ("suggest-buckets {t}", "suggest-buckets {t} --json", "--help", "suggest-buckets --help"):
+        cmd = f'"{sys.executable}" -m bcgtune {args.format(t=trace_csv)} | head -c 1'
+        p = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and not p.stderr, (args, p.stderr)
+
+
+@pytest.mark.parametrize("module", ["typer", "numpy", "bcgtune.cli.commands.suggest"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stop_during_start_up_imports_exits_130(trace_csv, module, sig):
+    """Ctrl-C or SIGTERM while bcgtune is still importing: exit 130 and one line, as at any
+    other moment (not a traceback, not 143)."""
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r}:\n"
+        f"            os.kill(os.getpid(), signal.{sig})\n"
+        "            time.sleep(2)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from bcgtune.cli.app import main\n"
+        f"main(['suggest-buckets', {str(trace_csv)!r}])\n"
+    )
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130, (p.returncode, p.stderr)
+    assert p.stderr == "error: interrupted\n" and not p.stdout
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"\xff\xfeprompt\n", "not UTF-8"),
+        (b"\x00\x01binary", "binary"),
+        (b'{"text": 5}\n', "'text'"),
+        (b'{"text": "a", "max_new_tokens": true}\n', "max_new_tokens"),
+        (b'{"text": "a", "max_new_tokens": 1e9}\n', "max_new_tokens"),
+        (b'{"text": "a", "image": {"x": 1}}\n', "image"),
+        (b'{"text": "a"' + b"[" * 100000 + b"\n", "invalid JSON"),
+        (b"# only a comment\n", "holds no prompt"),
+    ],
+)
+def test_hostile_prompts_files_are_input_errors(tmp_path, content, needle):
+    p = _write(tmp_path, "prompts.txt", content)
+    before = digest([p])
+    r = cli(["validate", "--server", "--profile", "mi355x", "--prompts", str(p), "--workdir", str(tmp_path / "w")])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert needle in r.err and "prompts.txt" in r.err
+    assert digest([p]) == before
+
+
+@pytest.mark.parametrize("name", ["t.json.gz", "t.csv.gz", "T.JSON.GZ"])
+def test_gz_outputs_are_gzip_and_read_back(tmp_path, name):
+    log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n" * 3)
+    out = tmp_path / name
+    assert cli(["trace", "--log", str(log), "-o", str(out)]).code == 0
+    data = gzip.decompress(out.read_bytes())
+    assert data.startswith(b"size,count") if ".csv" in name else json.loads(data)["histogram"]["sizes"] == [100]
+    r = cli(["suggest-buckets", str(out), "--json"])
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["recommended"]["buckets"] == [100]
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["suggest-buckets", "{t}", "--write-profile", ""], "--write-profile"),
+        (["suggest-buckets", "{t}", "--write-profile", "  "], "--write-profile"),
+        (["suggest-buckets", "{t}", "--calibration", ""], "--calibration"),
+        (["suggest-buckets", "{t}", "--compare", ""], "--compare"),
+        (["suggest-buckets", ""], "TRACE"),
+        (["drift", "--profile", "", "--trace", "{t}"], "--profile"),
+        (["serve", "--profile", "mi355x", "--dry-run", "--log-file", ""], "--log-file"),
+        (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "", "--concurrency", "4"], "--arm"),
+        (["trace", "--simulate", "--workload", ""], "--workload"),
+        (["doctor", "--runner-source", ""], "--runner-source"),
+        (["calibrate", "-o", "", "--model", "tiny"], "--out"),
+        (["calibrate", "-o", "{d}/c.json", "--sizes", "", "--model", "tiny"], "--sizes"),
+    ],
+)
+def test_an_empty_value_is_an_error_for_every_option(tmp_path, trace_csv, args, flag):
+    r = cli([a.format(t=trace_csv, d=tmp_path) for a in args])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert "empty value" in r.err and f"({flag})" in r.err
+    assert list(tmp_path.iterdir()) == [trace_csv]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile", "--concurrency", "4,,8"], "--concurrency"),
+        (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile", "--concurrency", "4,8,"], "--concurrency"),
+        (["suggest-buckets", "{t}", "--compare", "256,,512"], "--compare"),
+        (["trace", "--simulate", "--num-prompts", "4,,8"], "--num-prompts"),
+        (["calibrate", "-o", "{d}/c.json", "--sizes", "64,,128", "--model", "tiny"], "--sizes"),
+    ],
+)
+def test_an_empty_list_item_is_an_error(tmp_path, trace_csv, args, flag):
+    r = cli([a.format(t=trace_csv, d=tmp_path) for a in args])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert "empty item" in r.err and flag in r.err
+
+
+# ---- every command's outputs refuse every file its command line names --------------------
+_OUTPUTS = {
+    "trace": (["trace", "--log", "{log}"], ["-o"]),
+    "suggest-buckets": (["suggest-buckets", "{t}"], ["--plot", "--write-profile"]),
+    "capture": (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ["-o"]),
+    "validate": (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], ["-o"]),
+    "calibrate": (["calibrate", "--sizes", "16", "--model", "tiny", "--device", "cpu"], ["-o"]),
+    "serve": (["serve", "--profile", "mi355x", "--python", "/bin/false"], ["--log-file"]),
+    "bench": (["bench", "--profile", "mi355x", "--arm", "a:disabled", "--arm", "b:profile"], ["--plot"]),
+}
+
+
+def _string_params(name):
+    """(how to give a value, the parameter) for each parameter of a command that takes text."""
+    from bcgtune.cli.app import _build_command
+
+    for p in _build_command(name).params:
+        if getattr(p, "is_flag", False) or p.name == "help":
+            continue
+        if p.param_type_name == "argument":
+            yield ("--" if p.nargs == -1 else "arg"), p
+        elif not ({"--buckets", "--sizes", "--model", "--device"} & set(p.opts)):
+            yield p.opts[0], p
+
+
+def test_no_output_can_overwrite_a_file_the_command_line_names(tmp_path, trace_csv, monkeypatch):
+    """Each output option of each command, against every other text-valued parameter given
+    the same file: nothing is written, and the run stops before any work."""
+    import bcgtune.services.bench as bench_lib
+    import bcgtune.services.calibrate as calibrate_service
+    import bcgtune.services.capture as capture_service
+    import bcgtune.services.validate as validate_service
+
+    def reached_work(*a, **k):
+        raise AssertionError("the command started working")
+
+    for mod, fn in (
+        (capture_service, "run_capture"),
+        (validate_service, "run_validate"),
+        (calibrate_service, "calibrate"),
+        (bench_lib, "run_bench"),
+    ):
+        monkeypatch.setattr(mod, fn, reached_work)
+    monkeypatch.setattr(engine_cmd, "require_torch", lambda: None)
+    log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
+    refused = set()
+    for command, (base, outs) in _OUTPUTS.items():
+        for out in outs:
+            for how, p in _string_params(command):
+                if out in p.opts:
+                    continue
+                f = tmp_path / "shared.toml"
+                f.write_text(MI355X_TEXT)
+                before = digest([f])
+                args = [a.format(t=trace_csv, log=log) for a in base] + [out, str(f)]
+                if how == "arg":  # suggest-buckets' TRACE
+                    args[1] = str(f)
+                elif how == "--":
+                    args += ["--", "--some-file", str(f)]
+                else:
+                    args += [how, str(f)]
+                r = cli(args)
+                assert digest([f]) == before, (args, r.err)
+                assert r.code != 0 and r.code in README_EXIT_CODES and "started working" not in r.err, (args, r.err)
+                if "input of this run" in r.err:
+                    refused.add((command, out, p.name))
+    for case in (
+        ("serve", "--log-file", "profile"),
+        ("bench", "--plot", "profile"),
+        ("bench", "--plot", "bench_args"),
+        ("suggest-buckets", "--plot", "trace_path"),
+        ("suggest-buckets", "--write-profile", "calibration"),
+        ("trace", "-o", "log"),
+        ("calibrate", "-o", "sizes_from"),
+        ("validate", "-o", "prompts"),
+        ("capture", "-o", "profile"),
+    ):
+        assert case in refused, (case, sorted(refused))
+
+
+MI355X_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "bcgtune", "data", "profiles", "mi355x.toml")).read()
+
+
+def test_a_mistyped_command_gets_one_suggestion():
+    r = cli(["suggest-bucket", "t.csv"])
+    assert r.code == 2 and r.err.count("Did you mean 'suggest-buckets'?") == 1, r.err
+    assert_one_line_error(r)
+
+
+def test_a_file_name_too_long_for_the_file_system(trace_csv):
+    long = "x" * 300
+    for args in (
+        ["doctor", "--no-sglang-probe", "--profile", long],
+        ["drift", "--profile", long, "--trace", str(trace_csv)],
+        ["suggest-buckets", str(trace_csv), "--write-profile", long],
+        ["suggest-buckets", long],
+        ["trace", "--log", long],
+    ):
+        r = cli(args)
+        assert r.code == 2, (args[0], r.err)
+        assert_one_line_error(r)
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["trace", "--simulate", "--dataset-name", "bogus"], "--dataset-name"),
+        (["trace", "--simulate", "--model-family", "qwen9"], "--model-family"),
+        (["suggest-buckets", "--objective", "speed"], "--objective"),
+        (["suggest-buckets", "--candidates", "all"], "--candidates"),
+        (["suggest-buckets", "--cuda-graph-backend-prefill", "bogus"], "--cuda-graph-backend-prefill"),
+    ],
+)
+def test_closed_sets_are_choices_at_parse_time(args, flag):
+    r = cli(args)
+    assert r.code == 2 and r.seconds < 2, r.err
+    assert_one_line_error(r)
+    assert r.err.rstrip().endswith(f"({flag})") and ("must be one of" in r.err or "is not one of" in r.err), r.err

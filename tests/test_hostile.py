@@ -1,7 +1,7 @@
 """Hostile-input suite: the real CLI driven with generated garbage (bytes, JSON, TOML, option
 values, output paths). Whatever comes in: no traceback, an exit code from the README's list
 other than 4 (a bug), at most one `error:` line, the run's input files byte-identical
-afterwards, and bounded time."""
+afterwards, and bounded time and memory (the peak resident size may not grow by 1 GiB in one run)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ SETTINGS = dict(
     max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 SECONDS = 20.0
+MEMORY_MIB = 1024  # no run may raise the process's peak memory by more than this
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
 
 GOOD_TRACE = "size,count\n100,5\n300,2\n700,1\n2000,3\n"
 
@@ -42,7 +50,9 @@ def _run_with_file(data: bytes, args_for):
             # (args, the run's inputs), or args alone: both files are inputs
             args, inputs = item if isinstance(item, tuple) else (item, [p, t])
             before = digest(inputs)
+            peak = _peak_rss_mib()
             _check(cli(args), before, inputs)
+            assert _peak_rss_mib() - peak < MEMORY_MIB, (args, _peak_rss_mib() - peak)
 
 
 # ---- generated values -----------------------------------------------------------------
@@ -211,3 +221,89 @@ def test_hostile_output_paths(kind, flag):
 
     log = b"[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, cuda graph: True\n"
     _run_with_file(GOOD_TRACE.encode() if kind != "self" else log, args_for)
+
+
+# ---- the server commands and drift: hostile option values --------------------------------
+_texts = st.one_of(
+    numbers.map(_num_text),
+    st.text(max_size=16),
+    st.sampled_from(["", " ", "-", "/dev/zero", "/dev/null", "/", ".", "..", "x" * 300, "a:b", "a:list=", "A,X"]),
+)
+
+
+def _options(names):
+    return st.lists(st.tuples(st.sampled_from(names), _texts), max_size=3)
+
+
+def _flatten(pairs):
+    return [x for name, value in pairs for x in (name, value)]
+
+
+def _profile_copy(d):
+    import shutil
+
+    from bcgtune.adapters.profiles import builtin_profile_path
+
+    p = os.path.join(d, "p.toml")
+    shutil.copy(builtin_profile_path("mi355x"), p)
+    return p
+
+
+@settings(**SETTINGS)
+@given(
+    opts=_options(["--port", "--model-path", "--log-file", "--grace", "--profile"]),
+    extra=st.lists(_texts, max_size=3),
+)
+def test_serve_dry_run_with_hostile_values(opts, extra):
+    def args_for(p, t, d):
+        prof = _profile_copy(d)
+        args = ["serve", "--profile", prof, "--dry-run", "--no-sglang-probe", "--python", "/bin/false", *_flatten(opts)]
+        yield (args + (["--", *extra] if extra else [])), [p, t, prof]
+
+    _run_with_file(GOOD_TRACE.encode(), args_for)
+
+
+@settings(**SETTINGS)
+@given(
+    opts=_options(["--arm", "--order", "--concurrency", "--runs", "--prompts-per-concurrency", "--plot", "--profile"]),
+    arms=st.lists(_texts, min_size=0, max_size=3),
+)
+def test_bench_with_hostile_values(opts, arms):
+    """Everything up to the first launch: what is refused, is refused with one line."""
+    from unittest import mock
+
+    import bcgtune.services.bench as bench_service
+    from bcgtune.errors import ExternalError
+
+    def no_launch(*a, **k):
+        raise ExternalError("stopped before the first launch (test)")
+
+    def args_for(p, t, d):
+        prof = _profile_copy(d)
+        arm_args = _flatten(("--arm", a) for a in arms) or ["--arm", "a:disabled", "--arm", "b:profile"]
+        yield ["bench", "--profile", prof, *arm_args, *_flatten(opts)], [p, t, prof]
+
+    with mock.patch.object(bench_service, "run_bench", no_launch):
+        _run_with_file(GOOD_TRACE.encode(), args_for)
+
+
+@settings(**SETTINGS)
+@given(opts=_options(["--profile", "--model-path", "--runner-source"]))
+def test_doctor_with_hostile_values(opts):
+    def args_for(p, t, d):
+        yield ["doctor", "--no-sglang-probe", *_flatten(opts)], [p, t]
+        yield ["doctor", "--no-sglang-probe", "--json", "--runner-source", p, *_flatten(opts)], [p, t]
+
+    _run_with_file(b"def can_replay_locally(self): return True\n", args_for)
+
+
+@settings(**SETTINGS)
+@given(opts=_options(["--threshold", "--log", "--trace", "--calibration", "--profile"]), data=st.binary(max_size=300))
+def test_drift_with_hostile_values(opts, data):
+    def args_for(p, t, d):
+        prof = _profile_copy(d)
+        yield ["drift", "--profile", prof, "--trace", t, *_flatten(opts)], [p, t, prof]
+        yield ["drift", "--profile", prof, "--log", p, *_flatten(opts)], [p, t, prof]
+        yield ["drift", "--profile", prof, "--trace", t, "--calibration", p], [p, t, prof]
+
+    _run_with_file(data, args_for)

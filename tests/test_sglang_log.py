@@ -485,7 +485,8 @@ _G_OTHER = st.sampled_from(
         "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 5, cuda graph: True, gen throughput (token/s): 1.0",
         '[2026-01-01 00:00:00] INFO:     127.0.0.1:40004 - "POST /v1/completions HTTP/1.1" 200 OK',
         "[2026-01-01 00:00:00 TP0] Capture cuda graph bs [1, 2, 4, 8]",
-        "[2026-01-01 00:00:00 TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[256, 512] (2), avail mem=10.0 GB",
+        "[2026-01-01 00:00:00 TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[256, 512] (2), "
+        "avail mem=10.0 GB",
         "[2026-01-01 00:00:00 TP0] max_total_num_tokens=1000, chunked_prefill_size=8192, context_len=4096",
         "[2026-01-01 00:00:00] Disable prefill CUDA graph because LoRA is enabled.",
         "[gpu=0] #running-req: 1, #token: 2, token usage: 0.00, gen throughput (token/s): 3.1, #queue-req: 0",

@@ -147,7 +147,8 @@ def test_help_imports_no_torch_sglang_or_sklearn():
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "for cmd in ['trace', 'suggest-buckets']:\n"
         "    try:\n        main([cmd, '--help'])\n    except SystemExit:\n        pass\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'sglang', 'sklearn', 'matplotlib', 'transformers'))\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'sglang', 'sklearn', 'matplotlib', "
+        "'transformers'))\n"
         "print('HEAVY', bad)\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -21,7 +21,8 @@ OUR_LOGS = Path(__file__).resolve().parent / "data" / "logs"
 REPO = Path(__file__).resolve().parents[1]
 
 LOAD_LOG = (
-    "[2026-08-27 03:45:55] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, 16, 32, 64], avail mem=12.59 GB\n"
+    "[2026-08-27 03:45:55] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, 16, 32, 64], avail "
+    "mem=12.59 GB\n"
     "[2026-08-27 03:46:18] Capture target prefill CUDA graph end. elapsed=22.96 s, mem usage=1.71 GB, avail mem=10.88 GB.\n"
     "[2026-08-27 03:46:31] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, cuda graph: True\n"
     "[2026-08-27 03:46:32] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, cuda graph: False\n"

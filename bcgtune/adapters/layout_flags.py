@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bcgtune.core.ladder import PREFILL_BACKENDS
+
 
 @dataclass(frozen=True)
 class LayoutFlag:
@@ -20,6 +22,7 @@ class LayoutFlag:
     default: Any
     spellings: tuple[str, ...]  # command-line spellings, the one shown first first
     help: str
+    choices: tuple[str, ...] | None = None  # SGLang's closed set of values, if it has one
 
 
 LAYOUT_FLAGS: tuple[LayoutFlag, ...] = (
@@ -49,6 +52,7 @@ LAYOUT_FLAGS: tuple[LayoutFlag, ...] = (
         None,
         ("--cuda-graph-backend-prefill",),
         "The prefill graph backend chosen at launch (breakable, full, disabled). Default: SGLang's (breakable on CUDA).",
+        PREFILL_BACKENDS,
     ),
 )
 

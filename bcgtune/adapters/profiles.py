@@ -38,7 +38,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from bcgtune.core.replay import check_bucket_list
 from bcgtune.core.schema import StrictDocument, Tokens, validate
-from bcgtune.errors import InputError
+from bcgtune.errors import InputError, quote
 from bcgtune.fileio import atomic_write_text
 
 # Flags that a profile may not carry in [server], and where they belong instead.
@@ -143,18 +143,21 @@ def builtin_profile_path(name: str) -> Path:
 def resolve_profile_path(name_or_path: str | os.PathLike) -> Path:
     """A path (anything with a folder separator or a .toml suffix, or an existing file)
     is used as is; otherwise a built-in name."""
+    from bcgtune.fileio import path_kind
+
     s = str(name_or_path)
     p = Path(s)
-    if os.sep in s or "/" in s or s.endswith(".toml") or p.exists():
-        if not p.exists():
-            raise InputError("no such profile file", s)
-        if p.is_dir():
+    kind = path_kind(s)
+    if os.sep in s or "/" in s or s.endswith(".toml") or kind is not None:
+        if kind is None:
+            raise InputError("no such profile file", s if len(s) <= 200 else s[:197] + "...")
+        if kind == "folder":
             raise InputError("is a folder, not a profile file", s)
         return p
     bp = builtin_profile_path(s)
-    if not bp.is_file():
+    if path_kind(bp) != "file":
         names = ", ".join(builtin_profile_names()) or "none"
-        raise InputError(f"no built-in profile {s!r} (built-in: {names}; or give a path to a .toml file)", s)
+        raise InputError(f"no built-in profile {quote(s)} (built-in: {names}; or give a path to a .toml file)", "--profile")
     return bp
 
 

@@ -121,7 +121,7 @@ def _build_command(name: str) -> Any:
         settings = {"allow_interspersed_args": False} if name in PASSTHROUGH else {}
         wrapped = resolved_callable(func, _guard)
         one.command(name, cls=Command, context_settings=settings)(wrapped)
-        cmd = typer.main.get_command(one)
+        cmd: Any = typer.main.get_command(one)
         cmd.examples = command_examples(func)
         _keep_argument_help(cmd, wrapped)
         _built[name] = cmd
@@ -196,7 +196,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _click_classes() -> tuple[type, ...]:
+def _click_classes() -> tuple[type[BaseException], type[BaseException], type[BaseException]]:
     """(ClickException, Abort, Exit) of the click the installed typer runs on."""
     import typer
 
@@ -290,6 +290,15 @@ def _run(argv: list[str]) -> int:
 def _parser_or_stop(exc: BaseException, click_exc: type) -> int:
     """A usage error (exit 2), the end of stdin (2), Ctrl-C (130), or memory (3)."""
     if isinstance(exc, click_exc):
+        param, what = getattr(exc, "param", None), getattr(exc, "message", None)
+        if param is not None and getattr(param, "opts", None) and isinstance(what, str) and what.strip():
+            from bcgtune.cli.command import flag_of_param
+
+            what = " ".join(what.split()).removeprefix("Value error, ")  # typer 0.29 words pydantic's errors
+            if what.startswith("Input should be "):
+                what = "must be " + what.removeprefix("Input should be ")
+            err_line(f"error: {what} ({flag_of_param(param)})")  # a bad value: what (where)
+            return 2
         msg = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
         cmd = _state.get("command")
         hint = f" (bcgtune {cmd} --help)" if cmd else " (bcgtune --help)"
@@ -306,11 +315,16 @@ def _parser_or_stop(exc: BaseException, click_exc: type) -> int:
 
 
 def _unexpected(exc: Exception) -> int:
-    """A full disk or failing device (exit 3); anything else is a bug (exit 4)."""
+    """A full disk or failing device (exit 3), a file name no file system takes (exit 2);
+    anything else is a bug (exit 4)."""
     device = _device_error(exc)
     if device:
         err_line(device)
         return EXIT_EXTERNAL
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        name = str(exc.filename or "")
+        err_line(f"error: file name too long ({name[:60] + '...' if len(name) > 60 else name})")
+        return 2
     if _state["debug"]:
         raise exc
     what = " ".join(str(exc).split())[:160]

@@ -17,13 +17,33 @@ from typing import Any
 
 from typer.core import TyperCommand, TyperGroup
 
+from bcgtune.cli import guard
 from bcgtune.cli.help import format_command_help, format_group_help
 from bcgtune.errors import InputError
 
 
+def flag_of_param(param: Any) -> str:
+    """The name an error shows for a parameter: its long option, or an argument's metavar."""
+    return _flag(param)
+
+
 def _flag(param: Any) -> str:
+    if param.param_type_name == "argument":
+        return str(param.metavar or param.name.upper()).strip("[]")
     longs = [o for o in param.opts if o.startswith("--")]
-    return (longs or param.opts or [param.human_readable_name])[0]
+    return (longs or param.opts)[0]
+
+
+def command_line_values(params: list[Any], values: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """(the parameter's names, a string value) for every value given or defaulted."""
+    out = []
+    for p in params:
+        value = values.get(p.name)
+        names = tuple(getattr(p, "opts", ())) + tuple(getattr(p, "secondary_opts", ())) or (_flag(p),)
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, str):
+                out.append((names, v))
+    return out
 
 
 def refuse_empty_values(params: list[Any], values: dict[str, Any]) -> None:
@@ -54,7 +74,9 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
-        refuse_empty_values(self.get_params(ctx), ctx.params)
+        params = self.get_params(ctx)
+        refuse_empty_values(params, ctx.params)
+        guard.record_command_line(command_line_values(params, ctx.params))
         return rest
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
@@ -115,10 +137,13 @@ class LazyGroup(TyperGroup):
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         try:
             return super().resolve_command(ctx, args)
-        except Exception as exc:  # click's UsageError, whichever click typer runs on
+        except Exception as error:  # click's UsageError, whichever click typer runs on
+            exc: Any = error
             message = getattr(exc, "message", None)
-            if isinstance(message, str) and args and "Did you mean" not in message:
+            shown = str(exc.format_message()) if hasattr(exc, "format_message") else ""
+            if isinstance(message, str) and args and "Did you mean" not in message + shown:
                 close = get_close_matches(args[0], list(self.commands), n=2)
                 if close:
-                    exc.message = message.rstrip(".") + ". Did you mean " + ", ".join(repr(c) for c in close) + "?"
+                    hint = ". Did you mean " + ", ".join(repr(c) for c in close) + "?"
+                    exc.message = message.rstrip(".") + hint
             raise

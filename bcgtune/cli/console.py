@@ -104,8 +104,8 @@ class Progress:
         self.t0 = time.monotonic()
         self.last = 0.0
         self.done = 0.0
-        self._bar = None
-        self._task = None
+        self._bar: Any = None
+        self._task: Any = None
         try:
             self.tty = sys.stderr.isatty()
         except (AttributeError, ValueError):

@@ -1,18 +1,40 @@
 """Checks a command runs before any work: its outputs (bcgtune.fileio.check_outputs) and the
-optional packages a flag needs, each failing in well under a second with one line."""
+optional packages a flag needs, each failing in well under a second with one line.
+
+Outputs never hurt inputs, and a command cannot forget one of its inputs: every value of the
+running command line (each option, argument and passthrough word) that names an existing file
+counts as an input of the run, besides the inputs a command names itself (a file a value
+stands for, e.g. a built-in profile). The command class records the line when it parses it
+(bcgtune/cli/command.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Iterable, Mapping
+import os
+from typing import Iterable, Mapping, Sequence
 
 from bcgtune.errors import InputError
 from bcgtune.fileio import check_outputs
 
+# (the option's names, its value) for every value of the command line being run
+_line: list[tuple[tuple[str, ...], str]] = []
+
+
+def record_command_line(values: Sequence[tuple[tuple[str, ...], str]]) -> None:
+    _line[:] = list(values)
+
+
+def line_inputs(outputs: Iterable[str]) -> list[str]:
+    """The values of the running command line that name existing files, except those of the
+    output options themselves."""
+    skip = set(outputs)
+    return [v for names, v in _line if not skip & set(names) and v != "-" and os.path.isfile(v)]
+
 
 def outputs(paths: Mapping[str, str | None], inputs: Iterable[str | None] = ()) -> None:
-    """Refuse bad output paths (flag -> path) before any work: see check_outputs."""
-    check_outputs(paths, [i for i in inputs if i])
+    """Refuse bad output paths (flag -> path) before any work: see check_outputs. The run's
+    inputs: `inputs` and every file the command line names (line_inputs)."""
+    check_outputs(paths, [i for i in inputs if i] + line_inputs(paths))
 
 
 def needs(module: str, extra: str, what: str) -> None:
@@ -27,8 +49,6 @@ def needs(module: str, extra: str, what: str) -> None:
 
 def workdir(path: str, where: str = "--workdir") -> None:
     """A work folder: absent (it will be created) or a folder, writable."""
-    import os
-
     if not path.strip():
         raise InputError("empty folder name", where)
     if os.path.exists(path) and not os.path.isdir(path):

@@ -115,6 +115,7 @@ LayoutOptions: Any = option_set(
             show_default=f.name != "cuda_graph_backend_prefill",
             minimum=1 if f.kind is int else None,
             maximum=_PARALLEL_MAX if f.kind is int else None,
+            choices=f.choices,
         )
         for f in LAYOUT_FLAGS
     ],
@@ -147,7 +148,8 @@ class EngineOptions:
         str,
         typer.Option(
             "--sdpa-backend",
-            help="SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, cudnn, math, none.",
+            help="SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, "
+            "cudnn, math, none.",
             rich_help_panel=_ENGINE,
         ),
     ] = "auto"
@@ -170,7 +172,9 @@ class EngineOptions:
         str,
         typer.Option(
             "--runner",
-            help="Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager between them on the real rows) or full (SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket).",
+            help="Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager between them "
+            "on the real rows) or full (SGLang's `full` prefill backend with one request slot: one whole-forward graph "
+            "per bucket).",
             rich_help_panel=_ENGINE,
         ),
     ] = "breakable"
@@ -189,7 +193,8 @@ class EngineOptions:
         str,
         typer.Option(
             "--graph-impl",
-            help="Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's copy), sglang, bcgtune.",
+            help="Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's copy), sglang, "
+            "bcgtune.",
             rich_help_panel=_ENGINE,
         ),
     ] = "auto"
@@ -205,7 +210,8 @@ class AccuracyOptions:
             "--gap-threshold",
             min=0.0,
             max=1e6,
-            help="Eager top-1/top-2 logit gap above which a top-1 flip or logprob change fails (below it bf16 noise flips tokens).",
+            help="Eager top-1/top-2 logit gap above which a top-1 flip or logprob change fails (below it bf16 noise flips "
+            "tokens).",
             rich_help_panel="Accuracy",
         ),
     ] = GAP_THRESHOLD

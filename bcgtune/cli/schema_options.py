@@ -42,9 +42,13 @@ class OptionSpec:
     show_default: bool = True
     minimum: int | None = None
     maximum: int | None = None
+    choices: tuple[str, ...] | None = None  # a closed set of strings, checked at parse time
 
     def annotation(self) -> Any:
         kw: dict[str, Any] = {"help": self.help, "show_default": self.show_default}
+        if self.choices:
+            kw["metavar"] = "[" + "|".join(self.choices) + "]"
+            kw["callback"] = one_of(self.choices)
         if self.panel is not None:
             kw["rich_help_panel"] = self.panel
         if self.minimum is not None:
@@ -53,6 +57,18 @@ class OptionSpec:
             kw["max"] = self.maximum
         kind = self.kind if self.default is not None else Optional[self.kind]  # noqa: UP045 (typer reads it)
         return Annotated[kind, typer.Option(*self.flags, **kw)]
+
+
+def one_of(values: tuple[str, ...]) -> Callable[[Optional[str]], Optional[str]]:
+    """A parse-time check that a text option holds one of `values` (the command still
+    receives the string)."""
+
+    def check(value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in values:
+            raise typer.BadParameter(f"must be one of {', '.join(values)}, got {value[:60]!r}")
+        return value
+
+    return check
 
 
 def flag_of(name: str) -> str:
@@ -100,6 +116,7 @@ def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) 
         meta = next((m for m in info.metadata if isinstance(m, CliOption)), None)
         if meta is None:
             continue
+        base = _strip(info.annotation)
         out.append(
             OptionSpec(
                 name=name,
@@ -109,6 +126,7 @@ def specs_from_model(model: type[pydantic.BaseModel], panel: str | None = None) 
                 help=meta.help,
                 panel=panel,
                 show_default=False,
+                choices=tuple(typing.get_args(base)) if typing.get_origin(base) is Literal else None,
             )
         )
     return out
@@ -118,7 +136,7 @@ def spec_source(spec: OptionSpec) -> str:
     """The Python source of one spec, for a generated table."""
     args = ", ".join(
         [repr(spec.name), spec.kind.__name__, repr(spec.default), repr(spec.flags), repr(spec.help)]
-        + [f"{k}={getattr(spec, k)!r}" for k in ("panel", "show_default", "minimum", "maximum")]
+        + [f"{k}={getattr(spec, k)!r}" for k in ("panel", "show_default", "minimum", "maximum", "choices")]
     )
     return f"    OptionSpec({args}),"
 

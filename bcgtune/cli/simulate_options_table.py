@@ -14,6 +14,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=("random-ids", "random", "image"),
     ),
     OptionSpec(
         "num_prompts",
@@ -25,6 +26,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "random_input_len",
@@ -36,6 +38,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "random_output_len",
@@ -47,6 +50,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "random_range_ratio",
@@ -58,6 +62,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "image_count",
@@ -69,6 +74,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "image_resolution",
@@ -80,6 +86,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "max_concurrency",
@@ -91,6 +98,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "request_rate",
@@ -102,6 +110,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "warmup_requests",
@@ -113,6 +122,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "seed",
@@ -124,6 +134,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "model_family",
@@ -135,6 +146,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl"),
     ),
     OptionSpec(
         "tokens_per_image",
@@ -146,6 +158,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "chat_template_tokens",
@@ -157,6 +170,7 @@ CLIENT_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
 )
 SERVER_OPTIONS = (
@@ -170,6 +184,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "max_prefill_tokens",
@@ -181,6 +196,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "max_running_requests",
@@ -192,6 +208,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "page_size",
@@ -203,6 +220,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "enable_mixed_chunk",
@@ -214,6 +232,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "prefill_decode_interval",
@@ -225,6 +244,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "disable_radix_cache",
@@ -236,6 +256,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "dp_size",
@@ -247,6 +268,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "enable_dp_attention",
@@ -258,6 +280,7 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
     OptionSpec(
         "tp_size",
@@ -269,5 +292,6 @@ SERVER_OPTIONS = (
         show_default=False,
         minimum=None,
         maximum=None,
+        choices=None,
     ),
 )

@@ -323,7 +323,7 @@ def save_calibration(cal: Calibration, path) -> None:
     from bcgtune.fileio import atomic_write_text
 
     cal.validate(str(path))
-    if str(path).lower().endswith(".csv"):
+    if str(path).lower().removesuffix(".gz").endswith(".csv"):
         if cal.runner != "full":
             raise InputError(
                 "a breakable-runner calibration is written as JSON only "

@@ -42,6 +42,7 @@ GiB = Annotated[float, Field(strict=True, ge=0, le=GIB_MAX, allow_inf_nan=False)
 Seed = Annotated[int, Field(strict=True, ge=0, le=SEED_MAX)]
 PositiveInt = Annotated[int, Field(strict=True, ge=1, le=TOKENS_MAX)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0, le=TOKENS_MAX)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 
 
 @lru_cache(maxsize=256)
@@ -167,12 +168,12 @@ def parse_int_list(
     sort_unique: bool = False,
     field: str | None = None,
     max_items: int = 100_000,
-    empty_items: bool = True,
+    empty_items: bool = False,
 ) -> list[int]:
     """'256 512 1024', '256,512,1024', 256 or [256, 512] -> a list of ints, each checked
     against `item`. `sort_unique`: ascending without duplicates (a bucket list: SGLang sorts
     and deduplicates what it captures); otherwise the order is kept (a sweep).
-    `empty_items` False: a comma list with an empty item ('4,,8', '4,') is refused."""
+    A comma list with an empty item ('4,,8', '4,') is refused unless `empty_items`."""
     if isinstance(value, str):
         if not empty_items and "," in value and any(not t.strip() for t in value.split(",")):
             raise InputError(f"empty item in the list {quote(value)}", where, field=field)

@@ -31,7 +31,7 @@ import numpy as np
 import pydantic
 
 from bcgtune.core.document import check_header, document_header
-from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
+from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Percent, Tokens, validate
 from bcgtune.core.stats import nearest_rank
 from bcgtune.errors import InputError, quote
 from bcgtune.fileio import csv_rows
@@ -127,7 +127,11 @@ class PrefillTrace:
         return int((self.sizes * self.counts).sum())
 
     def percentile(self, q: float) -> int:
-        """Nearest-rank percentile of the per-batch forward size."""
+        """Nearest-rank percentile of the per-batch forward size (0 <= q <= 100)."""
+        from fractions import Fraction
+
+        if not isinstance(q, Fraction):
+            q = validate(Percent, q.item() if isinstance(q, np.generic) else q, field="q")
         if self.n_batches == 0:
             raise InputError("trace is empty")
         return int(nearest_rank(self.sizes, self.counts, q, presorted=True))
@@ -215,10 +219,11 @@ def _column_to_json(arr: np.ndarray) -> list:
 
 
 def save_trace(trace: PrefillTrace, path: str) -> None:
-    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON."""
+    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON
+    (gzip-compressed when it ends in .gz: .csv.gz, .json.gz)."""
     from bcgtune.fileio import atomic_write_text
 
-    if str(path).lower().endswith(".csv"):
+    if str(path).lower().removesuffix(".gz").endswith(".csv"):
         atomic_write_text(path, trace.to_csv())
     else:
         atomic_write_text(path, json.dumps(trace.to_json_obj(), separators=(",", ":")) + "\n")

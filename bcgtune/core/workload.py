@@ -249,7 +249,8 @@ class ServerSettings(schema.StrictDocument):
     enable_dp_attention: Annotated[
         pydantic.StrictBool | None,
         schema.CliOption(
-            "DP attention: the --dp-size ranks share the chunk and run every iteration together; each batch records its step (default off).",
+            "DP attention: the --dp-size ranks share the chunk and run every iteration together; each batch records its step "
+            "(default off).",
             ("--dp-attention",),
         ),
     ] = pydantic.Field(None, description="SGLang's --enable-dp-attention.")

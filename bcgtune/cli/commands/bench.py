@@ -24,14 +24,16 @@ def bench_command(
         List[str],
         typer.Option(
             "--arm",
-            help="NAME:VARIANT, repeatable; the first is the baseline. VARIANT: profile (its list) | disabled (graphs off) | default (SGLang's ladder) | list=256,512,...",
+            help="NAME:VARIANT, repeatable; the first is the baseline. VARIANT: profile (its list) | disabled (graphs off) | "
+            "default (SGLang's ladder) | list=256,512,...",
         ),
     ],
     order: Annotated[
         Optional[str],
         typer.Option(
             "--order",
-            help="Launch order: letters A,X,Y,Z,W for the arms in --arm order, or arm names. Default A,X,X,A; A,X,Y,Y,X,A for three arms.",
+            help="Launch order: letters A,X,Y,Z,W for the arms in --arm order, or arm names. Default A,X,X,A; A,X,Y,Y,X,A "
+            "for three arms.",
             show_default=False,
         ),
     ] = None,

@@ -30,7 +30,8 @@ def doctor_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="Do not start the installed SGLang to ask it (20-45 s): bcgtune's model of its rules and a reading of the runner's source answer instead.",
+            help="Do not start the installed SGLang to ask it (20-45 s): bcgtune's model of its rules and a reading of the "
+            "runner's source answer instead.",
         ),
     ] = False,
     as_json: JsonFlag = False,

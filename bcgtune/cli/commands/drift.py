@@ -38,7 +38,8 @@ def drift_command(
             "--threshold",
             min=0.0,
             max=100.0,
-            help="Re-tune when today's optimum is better by more than this: % of predicted time with a calibration, else points of replay share or padding waste.",
+            help="Re-tune when today's optimum is better by more than this: % of predicted time with a calibration, else "
+            "points of replay share or padding waste.",
         ),
     ] = DEFAULT_THRESHOLD_PCT,
     as_json: JsonFlag = False,

@@ -182,7 +182,8 @@ def validate_command(
         Optional[str],
         typer.Option(
             "--workdir",
-            help="With --server: folder for both servers' logs and the report (default: a new ./bcgtune-validate-<profile>-<time>).",
+            help="With --server: folder for both servers' logs and the report (default: a new "
+            "./bcgtune-validate-<profile>-<time>).",
             rich_help_panel="Live server (--server)",
             show_default=False,
         ),
@@ -261,7 +262,8 @@ def calibrate_command(
         Optional[str],
         typer.Option(
             "--sizes",
-            help="Token sizes to measure. Default: 15 sizes from 16 to 8192. With --grid or --sizes-from: measured as well as the grid (the bucket list you run now, say, so suggest-buckets prices it at measured times).",
+            help="Token sizes to measure. Default: 15 sizes from 16 to 8192. With --grid or --sizes-from: measured as well "
+            "as the grid (the bucket list you run now, say, so suggest-buckets prices it at measured times).",
             show_default=False,
         ),
     ] = None,
@@ -274,7 +276,8 @@ def calibrate_command(
             "--grid",
             min=1,
             max=2**31 - 1,
-            help="Measure every multiple of this (a bucket grid: suggest-buckets then picks buckets among the measured sizes), up to --max-tokens (default 8192) or the trace's range.",
+            help="Measure every multiple of this (a bucket grid: suggest-buckets then picks buckets among the measured "
+            "sizes), up to --max-tokens (default 8192) or the trace's range.",
             show_default=False,
         ),
     ] = None,
@@ -282,7 +285,8 @@ def calibrate_command(
         Optional[str],
         typer.Option(
             "--sizes-from",
-            help="A trace: measure the grid (default --grid 64) over the sizes its batches can replay in, plus its smallest and largest size.",
+            help="A trace: measure the grid (default --grid 64) over the sizes its batches can replay in, plus its smallest "
+            "and largest size.",
             show_default=False,
         ),
     ] = None,
@@ -306,7 +310,8 @@ def calibrate_command(
             "--mix-every",
             min=1,
             max=1_000_000,
-            help="Breakable runner, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (the others interpolated), to save device time on large models.",
+            help="Breakable runner, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (the "
+            "others interpolated), to save device time on large models.",
         ),
     ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,

@@ -52,7 +52,8 @@ def serve_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="With --dry-run: do not start the installed SGLang to ask what it will capture (20-45 s); bcgtune's model of its rules answers.",
+            help="With --dry-run: do not start the installed SGLang to ask what it will capture (20-45 s); bcgtune's model "
+            "of its rules answers.",
         ),
     ] = False,
     extra: Annotated[

@@ -43,7 +43,8 @@ def suggest_buckets_command(
         typer.Argument(
             metavar="TRACE",
             help="JSON trace (bcgtune trace -o), size,count CSV, JSON array of sizes or one size per line; '-' for stdin. "
-            "Default: simulate the built-in workload (the image benchmark of the Qwen multimodal breakable-prefill PR on MI355X).",
+            "Default: simulate the built-in workload (the image benchmark of the Qwen multimodal breakable-prefill PR on "
+            "MI355X).",
             show_default=False,
         ),
     ] = None,
@@ -54,7 +55,8 @@ def suggest_buckets_command(
         Optional[int],
         typer.Option(
             "--align",
-            help="Buckets are multiples of this. Default: the layout's capture alignment (1 unless the layout flags say otherwise).",
+            help="Buckets are multiples of this. Default: the layout's capture alignment (1 unless the layout flags say "
+            "otherwise).",
             rich_help_panel=_OPT,
             show_default=False,
         ),
@@ -73,15 +75,17 @@ def suggest_buckets_command(
         Objective,
         typer.Option(
             "--objective",
-            help="padding (fewest eager batches, then fewest padded tokens) or time (least predicted prefill time; needs --calibration).",
+            help="padding (fewest eager batches, then fewest padded tokens) or time (least predicted prefill time; needs "
+            "--calibration).",
             rich_help_panel=_OPT,
         ),
-    ] = Objective.padding,
+    ] = Objective("padding"),
     calibration: Annotated[
         Optional[str],
         typer.Option(
             "--calibration",
-            help="Calibration from `bcgtune calibrate` (JSON) or a tokens,eager_ms,graph_ms CSV: prices every row in predicted ms.",
+            help="Calibration from `bcgtune calibrate` (JSON) or a tokens,eager_ms,graph_ms CSV: prices every row in "
+            "predicted ms.",
             rich_help_panel=_OPT,
             show_default=False,
         ),
@@ -99,10 +103,11 @@ def suggest_buckets_command(
         Candidates,
         typer.Option(
             "--candidates",
-            help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
+            help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at "
+            "their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
             rich_help_panel=_OPT,
         ),
-    ] = Candidates.auto,
+    ] = Candidates("auto"),
     seed: Annotated[
         int,
         typer.Option(
@@ -124,7 +129,8 @@ def suggest_buckets_command(
             "--chunked-prefill-size",
             min=-1,
             max=2**31 - 1,
-            help="The server's chunked prefill size (-1: off), which sets SGLang's ladder and the largest useful bucket. Default: from the trace, else the smallest SGLang default that covers it.",
+            help="The server's chunked prefill size (-1: off), which sets SGLang's ladder and the largest useful bucket. "
+            "Default: from the trace, else the smallest SGLang default that covers it.",
             rich_help_panel=_CMP,
             show_default=False,
         ),
@@ -152,7 +158,8 @@ def suggest_buckets_command(
         Optional[str],
         typer.Option(
             "--write-profile",
-            help="Write the list into this profile's [buckets] (atomic). A missing file is created from --base-profile, or from the built-in profile of the same name (h200 -> ./h200.toml).",
+            help="Write the list into this profile's [buckets] (atomic). A missing file is created from --base-profile, or "
+            "from the built-in profile of the same name (h200 -> ./h200.toml).",
             rich_help_panel=_OUT,
             show_default=False,
         ),
@@ -167,7 +174,7 @@ def suggest_buckets_command(
         ),
     ] = None,
     quiet: Quiet = False,
-    layout: LayoutOptions = None,  # type: ignore[assignment]
+    layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
@@ -175,7 +182,7 @@ def suggest_buckets_command(
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     profile_path = _profile_target(write_profile) if write_profile else None
-    guard.outputs({"--plot": plot, "--write-profile": profile_path}, inputs=[trace_path, calibration])
+    guard.outputs({"--plot": plot, "--write-profile": profile_path})
     if plot:
         guard.needs("matplotlib", "plot", "--plot")
     if objective.value == "time" and calibration is None:
@@ -245,7 +252,9 @@ def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:
 
 def _profile_target(value: str) -> str:
     """`--write-profile h200` means ./h200.toml; anything with a folder or a suffix is a path."""
-    if "/" in value or value.endswith(".toml") or Path(value).exists():
+    from bcgtune.fileio import path_kind
+
+    if "/" in value or value.endswith(".toml") or path_kind(value) is not None:
         return value
     return value + ".toml"
 
@@ -254,8 +263,9 @@ def _base_profile(path: str, base: str | None) -> str | None:
     """The profile a missing --write-profile file is created from: --base-profile, else the
     built-in profile named like the file."""
     from bcgtune.adapters.profiles import builtin_profile_names
+    from bcgtune.fileio import path_kind
 
-    if Path(path).exists():
+    if path_kind(path) is not None:
         return base
     if base is not None:
         return base

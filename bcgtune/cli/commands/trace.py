@@ -83,7 +83,7 @@ def trace_command(
         typer.Option(
             "-o",
             "--out",
-            help="Write the trace: versioned JSON, or size,count CSV when the name ends in .csv.",
+            help="Write the trace: versioned JSON, or size,count CSV when the name ends in .csv (.gz: compressed).",
             show_default=False,
         ),
     ] = None,
@@ -125,7 +125,8 @@ def trace_command(
         Optional[str],
         typer.Option(
             "--calibration",
-            help="With --simulate: prefill step times from a calibration (bcgtune calibrate, or a tokens,eager_ms,graph_ms CSV) instead of the built-in model.",
+            help="With --simulate: prefill step times from a calibration (bcgtune calibrate, or a tokens,eager_ms,graph_ms "
+            "CSV) instead of the built-in model.",
             rich_help_panel=_SIM,
             show_default=False,
         ),
@@ -134,7 +135,8 @@ def trace_command(
         bool,
         typer.Option(
             "--live",
-            help="Launch the --profile server, run `python -m sglang.benchmark.serving` with the arguments after `--`, trace its log.",
+            help="Launch the --profile server, run `python -m sglang.benchmark.serving` with the arguments after `--`, trace "
+            "its log.",
             rich_help_panel=_LIVE,
         ),
     ] = False,

@@ -49,7 +49,8 @@ def format_validation(rep: ValidationReport) -> list[str]:
             f"requests per batch {','.join(map(str, rep.requests))}; "
             f"{rep.bitwise_batches} of {rep.batches_checked} batches bit for bit"
         ),
-        f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} {'pad-inv':>7} {'attn':>5}  verdict",
+        f"{'bucket':>7} {'sizes':>20} {'top1':>7} {'max|dlogit|':>11} {'max|dlogp|':>10} {'wide':>6} {'flips w/n':>9} "
+        f"{'pad-inv':>7} {'attn':>5}  verdict",
     ]
     for e in rep.per_bucket:
         lines += _bucket_lines(e)

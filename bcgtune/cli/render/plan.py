@@ -146,7 +146,8 @@ def _summary(plan: BucketPlan) -> list[str]:
         return [line, f"recommended: no graphs ({why}); run prefill eager"]
     return [
         line,
-        f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of {_plural(unit)} replay, {m.waste_pct:.2f}% padding waste",
+        f"recommended: {count(m.graphs, 'graph')}, {m.hit_rate_pct:.1f}% of {_plural(unit)} replay, {m.waste_pct:.2f}% "
+        f"padding waste",
     ]
 
 
