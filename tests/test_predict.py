@@ -1,0 +1,291 @@
+"""Predictions with intervals (bcgtune.core.predict, core.stats): the t quantile, intervals
+from timed rounds (a known spread gives the known interval), paired differences, earlier
+calibration formats read as one round, and the notes a plan gives about what its numbers
+rest on."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bcgtune
+from bcgtune.core.calibration import BatchTimes, Calibration, load_calibration, save_calibration
+from bcgtune.core.mix import BatchMix
+from bcgtune.core.optimizer import predicted_time_ms
+from bcgtune.core.predict import TimeModel
+from bcgtune.core.stats import round_interval, t_quantile_975
+from bcgtune.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD = ROOT / "tests" / "data" / "calibrations"
+# round effects with a known spread: every size of round r runs (1 + EPS[r]) x its base time
+EPS = np.array([-0.02, 0.0, 0.02, 0.04, -0.04])
+
+
+def test_t_quantile_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 5, 9, 29, 30, 31, 45, 100, 1000, 10**6):
+        assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-4)
+    with pytest.raises(ValueError):
+        t_quantile_975(0)
+
+
+def test_round_interval_is_the_t_interval():
+    x = np.array([10.0, 11.0, 12.0, 13.0])
+    iv = round_interval(11.5, x)
+    se = np.std(x, ddof=1) / 2
+    assert iv.se == pytest.approx(se) and iv.half == pytest.approx(3.1824 * se) and iv.rounds == 4
+    assert iv.contains(11.5) and not iv.contains(11.5 + 1.01 * iv.half)
+    one = round_interval(5.0, [5.0])
+    assert one.half is None and one.se is None and one.contains(5.0) is None
+
+
+def scaled_calibration(runner: str = "breakable", eps=EPS, grid=(64, 128, 192, 256)) -> Calibration:
+    """A calibration whose every value in round r is base x (1 + eps[r]): medians = base."""
+    f = 1.0 + np.asarray(eps)[None, :]
+    tokens = np.asarray(grid)
+    seg = 1.0 + tokens / 64.0
+    if runner == "full":
+        eager = 3.0 + tokens / 50.0
+        return Calibration(
+            tokens=tokens, eager_ms=eager, graph_ms=seg, graph_rounds=seg[:, None] * f, eager_rounds=eager[:, None] * f
+        )
+    bt, br = np.array([40, 100, 100, 200]), np.array([1, 1, 3, 2])
+    eager = 5.0 + bt / 40.0
+    brk = 0.1 * br.astype(float)
+    batches = BatchTimes(bt, br, eager, brk, eager_rounds=eager[:, None] * f, breaks_rounds=brk[:, None] * f)
+    return Calibration(
+        tokens=tokens, eager_ms=None, graph_ms=seg, runner="breakable", batches=batches, graph_rounds=seg[:, None] * f
+    )
+
+
+@pytest.mark.parametrize("runner", ["breakable", "full"])
+def test_known_round_spread_gives_the_known_interval(runner):
+    """Every size scaled by (1 + eps_r) in round r: each list's per-round total is its
+    prediction x (1 + eps_r), so its interval is t(0.975, R-1) x P x sd(eps) / sqrt(R), and a
+    paired difference's is the same with P_A - P_B."""
+    cal = scaled_calibration(runner).validate()
+    mix = BatchMix.from_batches([40, 100, 100, 100, 200, 200], [1, 1, 3, 3, 2, 2])
+    sizes, counts = mix.histogram()
+    tm = TimeModel(sizes, counts, cal, mix=mix if runner == "breakable" else None)
+    k = t_quantile_975(len(EPS) - 1) * np.std(EPS, ddof=1) / math.sqrt(len(EPS))
+    for bl in ([], [128, 256], [64, 128, 192, 256]):
+        p = predicted_time_ms(sizes, counts, bl, cal, mix=mix if runner == "breakable" else None)
+        iv = tm.total(bl)
+        assert iv.center == pytest.approx(p) and iv.half == pytest.approx(k * p) and iv.rounds == 5
+    a, b = [128, 256], []
+    d = tm.difference(a, b)
+    pa, pb = tm.total(a).center, tm.total(b).center
+    assert d.center == pytest.approx(pa - pb) and d.half == pytest.approx(k * abs(pa - pb))
+
+
+def test_paired_difference_cancels_what_moves_every_size():
+    """A round that is slow for every size moves both lists of a pair: their difference
+    stays tight while each total's interval is wide."""
+    cal = scaled_calibration(eps=[0.0, 0.3, -0.3, 0.1, -0.1])
+    tm = TimeModel(np.array([100, 200]), np.array([3, 1]), cal)
+    assert tm.total([128, 256]).half > 10 * tm.difference([128, 256], [128, 192, 256]).half
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 400), min_size=1, max_size=12),
+    buckets=st.lists(st.integers(1, 450), max_size=5),
+    rounds=st.integers(1, 6),
+    seed=st.integers(0, 1000),
+    steps=st.booleans(),
+)
+def test_center_is_the_point_prediction(sizes, buckets, rounds, seed, steps):
+    """The interval's center is exactly what the optimizer's model predicts, per batch and
+    per DP-attention step."""
+    from bcgtune.core.dp_steps import DPSteps, predicted_step_time_ms
+
+    rng = np.random.default_rng(seed)
+    tokens = np.array([32, 96, 160, 256, 384])
+    g = (1 + tokens / 100.0)[:, None] * (1 + 0.05 * rng.random((tokens.size, rounds)))
+    e = (4 + tokens / 80.0)[:, None] * (1 + 0.05 * rng.random((tokens.size, rounds)))
+    cal = Calibration(
+        tokens=tokens, eager_ms=np.median(e, 1), graph_ms=np.median(g, 1), graph_rounds=g, eager_rounds=e
+    ).validate()
+    s, c = np.unique(sizes, return_counts=True)
+    if steps:
+        st_ = DPSteps.from_votes(np.arange(len(sizes)) // 2, np.asarray(sizes), 2)
+        tm = TimeModel(s, c, cal, steps=st_)
+        assert tm.total(buckets).center == pytest.approx(predicted_step_time_ms(st_, buckets, cal))
+    else:
+        tm = TimeModel(s, c, cal)
+        assert tm.total(buckets).center == pytest.approx(predicted_time_ms(s, c, buckets, cal))
+    assert (tm.total(buckets).half is None) == (rounds == 1)
+
+
+@pytest.mark.parametrize(
+    "name,fmt",
+    [
+        ("format1_qwen3-8b_h200.json", 1),
+        ("format1_grid64_qwen3-0.6b_h200.json", 1),
+        ("format2_breakable_grid128_qwen3-8b_h200.json", 2),
+        ("whole_forward_qwen3-8b_h200.csv", None),
+    ],
+)
+def test_earlier_formats_read_as_one_round_and_say_so(name, fmt, tmp_path):
+    from cli_helpers import cli
+
+    cal = load_calibration(OLD / name)
+    assert cal.rounds == 1 and cal.round_views() == [] and cal.meta.get("format_version") == fmt
+    trace = tmp_path / "t.csv"
+    trace.write_text("size,count\n300,5\n1100,3\n2500,2\n")
+    r = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", OLD / name, "--max-buckets", "3"])
+    assert r.code == 0, r.err
+    assert "note: no interval (one round:" in r.out and "keeps one value per size" in r.out
+    assert "why: the optimum: the calibration kept one value per size" in r.out
+    # written again, it is format 3 with one round per value: still no interval
+    out = tmp_path / "again.json"
+    save_calibration(cal, out)
+    again = load_calibration(out)
+    assert json.loads(out.read_text())["format_version"] == 3 and again.rounds == 1
+    assert again.graph_ms.tolist() == pytest.approx(cal.graph_ms.tolist())
+
+
+def _doc(**rows_extra):
+    return {
+        "format_version": 3,
+        "runner": "breakable",
+        "rounds": 2,
+        "rows": [{"tokens": 64, "graph_ms": 1.5, "graph_rounds_ms": [1.0, 2.0], **rows_extra}],
+        "batches": {
+            "tokens": [64],
+            "requests": [1],
+            "eager_ms": [3.0],
+            "breaks_ms": [0.0],
+            "eager_rounds_ms": [[3.0, 3.0]],
+            "breaks_rounds_ms": [[-0.5, 0.1]],
+        },
+        "sessions": [{"kind": "calibration", "rounds": 2}],
+    }
+
+
+def test_format3_round_trip_keeps_rounds_sessions_and_negative_round_differences(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(_doc()))
+    cal = load_calibration(p)
+    assert cal.rounds == 2 and cal.graph_rounds.tolist() == [[1.0, 2.0]]
+    assert cal.batches.breaks_rounds.tolist() == [[-0.5, 0.1]] and cal.batches.breaks_ms.tolist() == [0.0]  # clipped median
+    out = tmp_path / "o.json"
+    save_calibration(cal, out)
+    back = load_calibration(out)
+    assert back.graph_rounds.tolist() == [[1.0, 2.0]] and back.sessions[0]["kind"] == "calibration"
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda d: d["rows"][0].update(graph_rounds_ms=[1.0, float("nan")]), "NaN is not a number"),
+        (lambda d: d["rows"][0].update(graph_rounds_ms=[1.0, -2.0]), r"graph_rounds_ms\[1\]"),
+        (lambda d: d["rows"][0].update(graph_rounds_ms=[1.0]), "every row must keep 2 rounds"),
+        (lambda d: d["rows"][0].update(graph_ms=9.0), r"rows.graph_rounds_ms\[0\]: the median of its rounds is 1.5000"),
+        (lambda d: d["batches"].update(eager_rounds_ms=[[3.0, 3.0, 3.0]]), "rounds"),
+        (lambda d: d["batches"].update(breaks_rounds_ms=[[1e300, 0.0]]), r"breaks_rounds_ms\[0\]\[0\]"),
+        (lambda d: d.update(rounds=0), "rounds"),
+        (lambda d: d.pop("sessions"), "sessions"),
+        (lambda d: d["rows"][0].update(session=3), "names a session"),
+    ],
+)
+def test_bad_rounds_are_one_line_errors(tmp_path, change, match):
+    d = _doc()
+    change(d)
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(InputError, match=match) as e:
+        load_calibration(p)
+    assert "\n" not in str(e.value)
+
+
+def test_nan_rounds_of_a_calibration_built_in_code_are_refused():
+    cal = scaled_calibration()
+    cal.graph_rounds[1, 2] = float("nan")
+    with pytest.raises(InputError, match=r"rows.graph_rounds_ms\[1\]\[2\]"):
+        cal.validate()
+    trace = bcgtune.trace_from_sizes([40, 100])
+    with pytest.raises(InputError, match="graph_rounds_ms"):
+        bcgtune.suggest_buckets(trace, objective="time", calibration=cal)
+
+
+def test_cli_names_the_field_of_a_negative_round(tmp_path):
+    from cli_helpers import assert_one_line_error, cli
+
+    d = _doc()
+    d["batches"]["eager_rounds_ms"] = [[3.0, -3.0]]
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(d))
+    trace = tmp_path / "t.csv"
+    trace.write_text("50\n60\n")
+    r = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", p])
+    assert r.code == 2 and "batches.eager_rounds_ms[0][1]" in r.err
+    assert_one_line_error(r)
+
+
+def test_rounds_that_disagree_widely_are_said_and_call_nothing_better(tmp_path):
+    """A calibration whose rounds disagree wildly: the intervals are wide, the plan says so,
+    and the noise rule then recommends the fewest graphs."""
+    cal = scaled_calibration(eps=[-0.5, 0.6, 0.0, -0.4, 0.5])
+    trace = bcgtune.trace_from_sizes([40, 100, 100, 200, 200, 200])
+    plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=4)
+    assert plan.time is not None and plan.time.widest_pct > 10
+    from bcgtune.cli.render.plan import render_plan_text
+
+    text = render_plan_text(plan)
+    assert "rounds disagree widely" in text
+    assert len(plan.recommended.buckets) <= len(plan.optimal.buckets)
+
+
+def test_sizes_outside_the_calibration_are_named(tmp_path):
+    cal = scaled_calibration()
+    trace = bcgtune.trace_from_sizes([10, 100, 100, 5000])
+    plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=2)
+    n, of, lo, hi = plan.time.outside
+    assert (n, of, lo, hi) == (2, 4, 40, 200)
+    from bcgtune.cli.render.plan import render_plan_text
+
+    assert "2 of 4 batches lie outside the sizes the calibration timed (40 to 200 tokens)" in render_plan_text(plan)
+
+
+def test_plan_json_carries_the_intervals():
+    cal = scaled_calibration()
+    trace = bcgtune.trace_from_sizes([40, 100, 100, 200])
+    plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=3, compare={"mine": [128, 256]})
+    obj = plan.to_json_obj()
+    rows = {r["name"]: r for r in obj["comparison"]}
+    mine = rows["mine"]
+    tm = TimeModel(trace.sizes, trace.counts, cal)
+    assert mine["predicted_half_ms"] == pytest.approx(tm.total([128, 256]).half)
+    d = tm.difference([128, 256], obj["recommended"]["buckets"])
+    assert mine["vs_recommended_ms"] == pytest.approx(d.center) and mine["vs_recommended_half_ms"] == pytest.approx(d.half)
+    assert rows["eager (no graphs)"]["graphs"] == 0 and rows["eager (no graphs)"]["predicted_half_ms"] > 0
+    assert obj["uncertainty"]["rounds"] == 5 and obj["uncertainty"]["confidence"] == 0.95
+    assert obj["recommended"]["reason"] and obj["optimal"]["flag"].startswith("--cuda-graph-bs-prefill")
+    assert all(c["predicted_half_ms"] > 0 for c in obj["curve"])
+
+
+def test_host_bound_eager_is_said(tmp_path):
+    """Eager forwards that cost far more than their replay are launch-bound: the plan says
+    that eager time follows the host; a measured host launch time decides it when kept."""
+    cal = scaled_calibration()
+    cal.batches.eager_ms = cal.batches.eager_ms * 10
+    cal.batches.eager_rounds = cal.batches.eager_rounds * 10
+    trace = bcgtune.trace_from_sizes([40, 100, 200])
+    plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=3)
+    hb = plan.time.host_bound
+    assert hb.how == "inferred" and hb.share == pytest.approx(1.0)
+    from bcgtune.cli.render.plan import render_plan_text
+
+    assert "eager time here depends on the host" in render_plan_text(plan)
+    cal.batches.eager_host_ms = cal.batches.eager_ms * 0.1  # the GPU, not the host, set the pace
+    plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=3)
+    assert plan.time.host_bound.how == "measured" and plan.time.host_bound.share == 0.0
+    assert "depends on the host" not in render_plan_text(plan)
