@@ -289,3 +289,14 @@ def test_host_bound_eager_is_said(tmp_path):
     plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=3)
     assert plan.time.host_bound.how == "measured" and plan.time.host_bound.share == 0.0
     assert "depends on the host" not in render_plan_text(plan)
+
+
+def test_gain_in_percent_is_paired():
+    """drift's time verdict can use it: the optimum's gain over a deployed list in % with
+    its paired interval."""
+    cal = scaled_calibration()
+    tm = TimeModel(np.array([40, 100, 200]), np.array([5, 3, 1]), cal)
+    g = tm.gain_pct([256], [64, 128, 256])
+    a, b = tm.total([256]).center, tm.total([64, 128, 256]).center
+    assert g.center == pytest.approx(100 * (a - b) / a)
+    assert g.half == pytest.approx(0.0, abs=1e-9)  # every size scaled alike in a round: the ratio does not move
