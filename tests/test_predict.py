@@ -300,3 +300,18 @@ def test_gain_in_percent_is_paired():
     a, b = tm.total([256]).center, tm.total([64, 128, 256]).center
     assert g.center == pytest.approx(100 * (a - b) / a)
     assert g.half == pytest.approx(0.0, abs=1e-9)  # every size scaled alike in a round: the ratio does not move
+
+
+def test_plot_shows_the_intervals(tmp_path):
+    """--plot of a time-objective plan adds a panel of each list's paired difference from the
+    recommended list with its interval (matplotlib draws what the plan holds)."""
+    pytest.importorskip("matplotlib")
+    from bcgtune.cli.render.plan import plot_plan
+
+    cal = scaled_calibration(eps=[-0.02, 0.0, 0.02, 0.01, -0.01])
+    trace = bcgtune.trace_from_sizes([40, 100, 100, 200])
+    plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=3, compare={"mine": [128, 256]})
+    assert all(c.vs_recommended_half_ms is not None for c in plan.curve)
+    out = tmp_path / "p.png"
+    plot_plan(trace, plan, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

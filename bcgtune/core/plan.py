@@ -179,6 +179,8 @@ class CurvePoint:
     hit_rate_pct: float
     predicted_ms: float | None = None
     predicted_half_ms: float | None = None
+    vs_recommended_ms: float | None = None  # paired difference from the recommended list
+    vs_recommended_half_ms: float | None = None
 
 
 @dataclass

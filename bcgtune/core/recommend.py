@@ -96,6 +96,10 @@ def price_with_intervals(plan: BucketPlan, pricer: Pricer, explore: PlanRow | No
     for row in plan.rows:
         row.vs_recommended = model.difference(row.buckets, plan.recommended.buckets)
         row.vs_best = _standing(model.difference(row.buckets, opt.buckets), row is opt)
+    if req.objective == "time":
+        for c in plan.curve:
+            d = model.difference(c.buckets, plan.recommended.buckets)
+            c.vs_recommended_ms, c.vs_recommended_half_ms = d.center, d.half
     plan.time = _time_info(plan, model)
     if req.objective == "time":
         plan.refine = _refinement(plan, model, explore)

@@ -279,34 +279,32 @@ HOST_NOTE_SHARE = 0.25  # say so when at least this share of the eager time is h
 
 
 def _plot_time(ax, plan: BucketPlan) -> None:
-    """Predicted time of the optimum per K with its interval, the comparison rows as bands
-    (their interval) at their graph count, the recommended list marked."""
-    pts = [c for c in plan.curve if c.predicted_ms is not None]
-    ks = [c.k for c in pts]
-    ys = [c.predicted_ms / 1e3 for c in pts]
-    err = [(c.predicted_half_ms or 0.0) / 1e3 for c in pts]
-    ax.errorbar(ks, ys, yerr=err, fmt="o-", capsize=3, label="optimum for each K")
-    for r in plan.rows[1:]:
-        if r.interval is None or r.kind in ("optimal", "recommended") or r.metrics.graphs > 4 * max(ks or [1]):
+    """Each list's predicted time minus the recommended list's (ms), with the 95% paired
+    interval of that difference, against its number of graphs: the optimum for each K as a
+    line, the comparison rows as points, the recommended list at 0. The y axis is linear
+    within a few intervals of 0 and logarithmic beyond, so noise and eager both show."""
+    pts = [c for c in plan.curve if c.vs_recommended_ms is not None]
+    halves = [c.vs_recommended_half_ms for c in pts if c.vs_recommended_half_ms]
+    ax.errorbar(
+        [c.k for c in pts],
+        [c.vs_recommended_ms for c in pts],
+        yerr=[c.vs_recommended_half_ms or 0.0 for c in pts],
+        fmt="o-",
+        capsize=3,
+        label="optimum for each K",
+    )
+    for r in plan.rows:
+        d = r.vs_recommended
+        if d is None or r is plan.recommended or r.kind in ("optimal", "recommended"):
             continue
-        half = (r.interval.half or 0.0) / 1e3
-        ax.errorbar([r.metrics.graphs], [r.interval.center / 1e3], yerr=[half], fmt="s", capsize=3, label=r.name[:40])
-    rec = plan.recommended
-    if rec.interval is not None:
-        ax.errorbar(
-            [len(rec.buckets)],
-            [rec.interval.center / 1e3],
-            yerr=[(rec.interval.half or 0.0) / 1e3],
-            fmt="*",
-            ms=14,
-            color="#d1495b",
-            capsize=4,
-            label="recommended",
-        )
+        ax.errorbar([r.metrics.graphs], [d.center], yerr=[d.half or 0.0], fmt="s", capsize=3, label=r.name[:40])
+    ax.errorbar([len(plan.recommended.buckets)], [0.0], fmt="*", ms=14, color="#d1495b", label="recommended")
+    ax.axhline(0.0, color="#d1495b", lw=0.8, ls=":")
+    ax.set_yscale("symlog", linthresh=max(4 * max(halves), 1e-3) if halves else 1.0)
     ax.set_xlabel("graphs")
-    ax.set_ylabel("predicted prefill time, s (95% interval)")
+    ax.set_ylabel("ms more than the recommended list (95% paired interval)")
     ax.set_title("predicted time vs graphs")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
 
 
@@ -321,7 +319,7 @@ def plot_plan(trace, plan: BucketPlan, path: str) -> None:
 
     from bcgtune.fileio import atomic_write_bytes
 
-    timed = any(c.predicted_ms is not None for c in plan.curve)
+    timed = any(c.vs_recommended_ms is not None for c in plan.curve)
     fig, axes = plt.subplots(1, 3 if timed else 2, figsize=(19 if timed else 13, 4.5))
     ax1, ax2 = axes[0], axes[1]
     sizes, counts = trace.sizes, trace.counts
