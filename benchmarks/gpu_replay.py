@@ -111,7 +111,10 @@ def parse_args():
         "rounds of a pass (one pool holds every list's graphs), and check each pass against the calibration's predicted "
         "interval (needs --calibration)",
     )
-    ap.add_argument("--recommended", help="A/A mode: suggest-buckets' recommended list, when it is not --buckets (the optimum)")
+    ap.add_argument(
+        "--recommended",
+        help="A/A mode: suggest-buckets' recommended list ('' when it is no graphs); its difference from the ladder is reported",
+    )
     ap.add_argument("--out-json", help="write all numbers here")
     return ap.parse_args()
 
@@ -318,17 +321,21 @@ def print_table(results: dict, lists: dict, tuned: list[int], targets: dict, pre
 
 
 # ---- A/A mode: the same lists replayed in independent passes, against their intervals ------
-def aa_lists(args, tuned: list[int], oracle: list[int]) -> dict[str, list[int]]:
-    """The lists of the A/A runs: SGLang's ladder, the optimum, the recommended list when it
-    differs, every --also list, the oracle unless --no-oracle."""
+def aa_lists(args, tuned: list[int], oracle: list[int]) -> tuple[dict[str, list[int]], str]:
+    """The lists of the A/A runs (SGLang's ladder, the optimum, the recommended list when it
+    differs, every --also list, the oracle unless --no-oracle), and the name of the
+    recommended one: "recommended", "tuned" (it is the optimum) or "eager" (no graphs)."""
     from bcgtune.core.replay import parse_bucket_list
 
     lists = bucket_lists(args, tuned, oracle)
-    if args.recommended:
-        rec = parse_bucket_list(args.recommended, "--recommended")
-        if rec != tuned:
-            lists = {"ladder": lists.pop("ladder"), "tuned": lists.pop("tuned"), "recommended": rec, **lists}
-    return lists
+    if args.recommended is None:
+        return lists, "tuned"
+    if not args.recommended.strip():
+        return lists, "eager"  # recommended: no graphs
+    rec = parse_bucket_list(args.recommended, "--recommended")
+    if rec == tuned:
+        return lists, "tuned"
+    return {"ladder": lists.pop("ladder"), "tuned": lists.pop("tuned"), "recommended": rec, **lists}, "recommended"
 
 
 def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
@@ -339,7 +346,8 @@ def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
     rounds. Per list and pass: the total of per-call medians (as the calibration predicts it)
     and the total in each round (for the pass's own paired intervals)."""
     from bcgtune.core.replay import assign_buckets
-    from bcgtune.engines.torch_graphs import text_inputs, time_interleaved
+    from bcgtune.engines.inputs import text_inputs
+    from bcgtune.engines.timing import time_interleaved
 
     args = rep.args
     union = sorted(set().union(*map(set, lists.values())))
@@ -396,7 +404,7 @@ def aa_predictions(lists: dict, calibration: str, mix, tokens, requests, counts)
     return tm, {name: tm.total(bl) for name, bl in {**lists, "eager": []}.items()}
 
 
-def aa_report(lists: dict, runs: dict, tm, pred: dict) -> dict:
+def aa_report(lists: dict, runs: dict, tm, pred: dict, pick: str) -> dict:
     """Per list: predicted ± interval, each run, how many runs fall inside; the recommended
     (else the optimum) list's difference from the ladder: predicted (paired, calibration)
     and measured (each run, with the run's own paired interval; mean and SE over runs)."""
@@ -415,8 +423,7 @@ def aa_report(lists: dict, runs: dict, tm, pred: dict) -> dict:
             "inside": None if iv.half is None else int(sum(bool(x) for x in inside)),
             "run_half_ms": [round_interval(c, r).half for c, r in zip(ms, runs[name]["round_totals_ms"])],
         }
-    pick = "recommended" if "recommended" in lists else "tuned"
-    d_pred = tm.difference(lists[pick], lists["ladder"])
+    d_pred = tm.difference(lists.get(pick, []), lists["ladder"])
     d_runs = [a - b for a, b in zip(runs[pick]["runs_ms"], runs["ladder"]["runs_ms"])]
     d_run_iv = [
         round_interval(d, np.asarray(ra) - np.asarray(rb))
@@ -426,6 +433,7 @@ def aa_report(lists: dict, runs: dict, tm, pred: dict) -> dict:
     se = float(np.std(d_runs, ddof=1) / np.sqrt(n)) if n > 1 else None
     return {
         "lists": table,
+        "recommended": pick,
         "difference": {
             "list": pick,
             "vs": "ladder",
@@ -472,13 +480,13 @@ def main_aa(args, mix, origin, trace_path, tokens, requests, counts) -> int:
         raise SystemExit("--aa needs --calibration (the intervals to check)")
     tuned = tuned_list(args, mix, trace_path)
     oracle = sorted(set(tokens.tolist()))
-    lists = aa_lists(args, tuned, oracle)
+    lists, pick = aa_lists(args, tuned, oracle)
     rep = Replayer(args, max(max(bl) for bl in lists.values() if bl))
     pairs = list(zip(tokens.tolist(), requests.tolist()))
     log(f"{rep.env.get('gpu_name')} torch {rep.env['torch']}; {mix.n_batches} batches, {len(set(pairs))} distinct; {origin}")
     runs = aa_passes(rep, lists, pairs, counts, args.aa)
     tm, pred = aa_predictions(lists, args.calibration, mix, tokens, requests, counts)
-    report = aa_report(lists, runs, tm, pred)
+    report = aa_report(lists, runs, tm, pred, pick)
     report.update(
         environment=rep.env,
         model=rep.desc,

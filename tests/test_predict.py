@@ -315,3 +315,92 @@ def test_plot_shows_the_intervals(tmp_path):
     out = tmp_path / "p.png"
     plot_plan(trace, plan, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- through the engine's calibrate on the tiny CPU model, with a known clock -------------
+def _fake_clock(monkeypatch, eps, host_share=1.0):
+    pytest.importorskip("torch")
+    from fake_timer import fake_interleaved
+
+    import bcgtune.engines.timing as timing
+
+    monkeypatch.setattr(timing, "time_interleaved", fake_interleaved(timing.time_interleaved, eps, host_share))
+
+
+@pytest.mark.parametrize("runner", ["breakable", "full"])
+def test_engine_calibration_with_a_known_spread_gives_the_known_interval(monkeypatch, runner):
+    """calibrate on the tiny model with a stand-in clock whose round r runs every call
+    (1 + eps_r) times its known time: the calibration keeps those rounds, its medians are the
+    known times, and every list's interval is t(0.975, R-1) x P x sd(eps) / sqrt(R)."""
+    from fake_timer import breaks_ms, eager_ms, segments_ms
+
+    from bcgtune.engines.build import EngineSpec
+    from bcgtune.services.calibrate import run_calibrate
+
+    _fake_clock(monkeypatch, EPS, host_share=0.25)
+    mix = BatchMix.from_batches([20, 40, 40, 60], [1, 2, 2, 3])
+    result = run_calibrate(
+        [32, 64], EngineSpec(model="tiny", device="cpu", runner=runner), mix=mix, warmup=0, repeats=len(EPS), memory=False
+    )
+    cal = result.calibration
+    assert cal.rounds == len(EPS) and cal.engine_options["model"] == "tiny" and cal.sessions[0]["rounds"] == len(EPS)
+    # breakable rows: segments alone; full rows: a whole replay of one request of b tokens
+    extra = (lambda b: 0.0) if runner == "breakable" else (lambda b: breaks_ms(b, 1))
+    assert cal.graph_ms.tolist() == pytest.approx([segments_ms(32) + extra(32), segments_ms(64) + extra(64)])
+    if runner == "breakable":
+        assert cal.batches.eager_ms.tolist() == pytest.approx([eager_ms(20, 1), eager_ms(40, 2), eager_ms(60, 3)])
+        assert cal.batches.breaks_ms.tolist() == pytest.approx([breaks_ms(20, 1), breaks_ms(40, 2), breaks_ms(60, 3)])
+        assert cal.batches.eager_host_ms.tolist() == pytest.approx((0.25 * cal.batches.eager_ms).tolist())
+    sizes, counts = mix.histogram()
+    tm = TimeModel(sizes, counts, cal, mix=mix if runner == "breakable" else None)
+    k = t_quantile_975(len(EPS) - 1) * np.std(EPS, ddof=1) / math.sqrt(len(EPS))
+    for bl in ([], [32, 64], [64]):
+        iv = tm.total(bl)
+        assert iv.half == pytest.approx(k * iv.center, rel=1e-6)
+    d = tm.difference([64], [32, 64])
+    assert d.half == pytest.approx(k * abs(d.center), rel=1e-6)
+    if runner == "breakable":  # measured host time: a quarter of eager, so not launch-bound
+        plan = bcgtune.suggest_buckets(bcgtune.trace_from_sizes([20, 40, 60]), objective="time", calibration=cal)
+        assert plan.time.host_bound.how == "measured" and plan.time.host_bound.share == 0.0
+
+
+def test_refine_loop_through_the_cli_converges(monkeypatch, tmp_path):
+    """The loop as a user runs it: calibrate on a coarse grid, suggest-buckets names the
+    unmeasured sizes it wants and the command, `calibrate --extend` measures them in place,
+    again until the list holds only measured sizes; the optimum over measured sizes never
+    gets slower, and the file keeps its history."""
+    from cli_helpers import cli
+
+    from bcgtune.core.trace import PrefillTrace, save_trace
+
+    _fake_clock(monkeypatch, [0.0, 0.01, -0.01])
+    trace = tmp_path / "t.json"
+    sizes = [20] * 9 + [40] * 5 + [70] * 6 + [90] * 3 + [150] * 2
+    save_trace(PrefillTrace.from_batches({"forward_tokens": sizes, "new_seq": [1] * len(sizes)}), str(trace))
+    cal = tmp_path / "cal.json"
+    r = cli(["calibrate", "--model", "tiny", "--device", "cpu", "--sizes-from", trace, "--grid", "64", "--repeats", "3",
+             "--warmup", "0", "--no-memory", "-o", cal, "--quiet"])  # fmt: skip
+    assert r.code == 0, r.err
+    optima, commands = [], []
+    for _ in range(6):
+        r = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", cal, "--max-buckets", "3", "--json"])
+        assert r.code == 0, r.err
+        plan = json.loads(r.out)
+        optima.append(plan["optimal"]["predicted_ms"])
+        if plan["refine"] is None:
+            break
+        cmd = plan["refine"]["command"]
+        assert cmd.startswith(f"bcgtune calibrate --extend {cal} --sizes ")
+        commands.append(cmd)
+        r = cli(cmd.split()[1:] + ["--quiet"])
+        assert r.code == 0, r.err
+    else:
+        pytest.fail(f"no fully measured list after {commands}")
+    assert commands, "the 64-token grid alone left no size to measure"
+    assert all(b <= a + 1e-9 for a, b in zip(optima, optima[1:]))
+    final = load_calibration(cal)
+    assert set(plan["optimal"]["buckets"]) <= set(final.tokens.tolist())
+    assert [s["kind"] for s in final.sessions] == ["calibration"] + ["extension"] * len(commands)
+    assert final.sessions[1]["scale_graph"] == pytest.approx(1.0)  # the same clock in both runs
+    text = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", cal, "--max-buckets", "3"]).out
+    assert "calibrate --extend" not in text and "report this as a bug" not in text
