@@ -107,7 +107,7 @@ def test_one_round_recommends_the_optimum_unless_a_tolerance_is_given():
     assert plan.recommended is plan.optimal and "one round" in plan.recommended_reason
     plan = bcgtune.suggest_buckets(trace, objective="time", calibration=cal, max_buckets=4, tolerance_pct=50)
     assert len(plan.recommended.buckets) < len(plan.optimal.buckets)
-    assert "within --tolerance 50% of the best" in plan.recommended_reason
+    assert "within the 50% tolerance of the best" in plan.recommended_reason
     assert plan.flag == "--cuda-graph-bs-prefill " + " ".join(map(str, plan.recommended.buckets))
     with pytest.raises(InputError, match="tolerance"):
         bcgtune.suggest_buckets(trace, objective="time", calibration=cal, tolerance_pct=-1)

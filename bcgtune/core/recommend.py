@@ -164,7 +164,7 @@ def _recommend(plan: BucketPlan, pricer: Pricer) -> tuple[PlanRow, str]:
     if req.tolerance_pct is not None:
         limit = req.tolerance_pct / 100.0 * float(best.predicted_ms or 0.0)
         ok = [r for r in pool if gap(r).center <= limit + 1e-9 * max(1.0, limit)]
-        rule = f"within --tolerance {req.tolerance_pct:g}% of the best"
+        rule = f"within the {req.tolerance_pct:g}% tolerance of the best"
     elif rounds < 2:
         return opt, (
             "the optimum: the calibration kept one value per size (one round), so no interval tells a list with "
