@@ -158,8 +158,11 @@ class TimeModel:
         cal = self.cal
         measured = cal.batches.tokens if cal.runner == "breakable" and cal.batches is not None else cal.tokens
         lo, hi = int(measured.min()), int(measured.max())
-        tok = self.mix.tokens if self.steps is None else self.steps.tokens
-        w = self.mix.counts if self.steps is None else np.ones(tok.size, dtype=np.int64)
+        if self.steps is not None:  # a step is outside when one of its ranks' counts is
+            tok = self.steps.tokens
+            out = np.logical_or.reduceat((tok < lo) | (tok > hi), self.steps.starts)
+            return int(out.sum()), int(self.steps.n_steps), lo, hi
+        tok, w = self.mix.tokens, self.mix.counts
         out = (tok < lo) | (tok > hi)
         return int(w[out].sum()), int(w.sum()), lo, hi
 
