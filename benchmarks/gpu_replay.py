@@ -128,8 +128,8 @@ def tuned_list(args, mix, trace_path: str | None) -> list[int]:
     temporary CSV when it was generated)."""
     from bcgtune.core.replay import parse_bucket_list
 
-    if args.buckets:
-        return parse_bucket_list(args.buckets, "--buckets")
+    if args.buckets is not None:  # '' : the list of no graphs (suggest-buckets found none pays)
+        return parse_bucket_list(args.buckets, "--buckets") if args.buckets.strip() else []
     src = trace_path
     if src is None:
         import tempfile
@@ -224,7 +224,7 @@ class Replayer:
         eng = self.new_engine()
         before = eng.reserved_gib()
         t1 = time.perf_counter()
-        recs = eng.capture(bl, record_attention=False)
+        recs = eng.capture(bl, record_attention=False) if bl else []  # no graphs: every batch eager
         cap_s = time.perf_counter() - t1
         mem = eng.reserved_gib() - before
         bad = [r for r in recs if not r.ok]
@@ -353,7 +353,7 @@ def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
     union = sorted(set().union(*map(set, lists.values())))
     eng = rep.new_engine()
     t0 = time.perf_counter()
-    recs = eng.capture(union, record_attention=False)
+    recs = eng.capture(union, record_attention=False) if union else []
     bad = [r.bucket for r in recs if not r.ok]
     if bad:
         raise SystemExit(f"capture failed at {bad[:5]}")
@@ -523,7 +523,7 @@ def main() -> int:
     tuned = tuned_list(args, mix, trace_path)
     oracle = sorted(set(tokens.tolist()))
     lists = bucket_lists(args, tuned, oracle)
-    rep = Replayer(args, max(max(bl) for bl in lists.values()))
+    rep = Replayer(args, max(max(bl) for bl in lists.values() if bl))
     pairs = list(zip(tokens.tolist(), requests.tolist()))
     inputs, eager_ms = rep.time_eager(pairs, origin, mix.n_batches, len(oracle))
 
