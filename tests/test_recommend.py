@@ -199,3 +199,13 @@ def test_extension_refuses_what_it_cannot_merge():
     with pytest.raises(InputError, match="no timed rounds"):
         extend_calibration(old, measure([128], 1, rng, runner="full"), {})
     assert extension_anchors(cal, [300, 4100]) == [256, 512, 768, 3840, 4096]
+
+
+def test_an_extension_on_a_machine_in_another_state_is_refused():
+    """Anchors that ran twice as fast say the extension's values are not comparable."""
+    rng = np.random.default_rng(0)
+    cal = first_calibration(rng)
+    fast = measure([300, *extension_anchors(cal, [300])], cal.rounds, rng)
+    fast.graph_ms, fast.graph_rounds = fast.graph_ms / 2.2, fast.graph_rounds / 2.2
+    with pytest.raises(InputError, match=r"ran replay 0.45x as long .* calibrate again instead"):
+        extend_calibration(cal, fast, {})

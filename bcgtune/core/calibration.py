@@ -528,6 +528,9 @@ def first_session(rounds: int, meta: dict | None = None, sizes=None) -> dict[str
 
 # ---- extending a calibration (`bcgtune calibrate --extend`) ------------------------------
 ANCHORS_PER_SIDE = 2  # measured rows re-timed on each side of every added size
+# An extension whose anchors moved by more than this factor ran on a machine in another
+# state (another clock, load or process): its values would not be comparable, scaled or not.
+SCALE_LIMIT = 1.5
 
 
 def extension_anchors(cal: Calibration, sizes) -> list[int]:
@@ -576,6 +579,12 @@ def extend_calibration(cal: Calibration, new: Calibration, session: dict[str, An
         assert new.eager_rounds is not None and cal.eager_ms is not None and new.eager_ms is not None
         scale_e = _scale(cal.eager_ms[io_], new.eager_ms[in_]) if both.size else None
         e_rounds = new.eager_rounds[add] * (scale_e or 1.0)
+    for what, scale in (("replay", scale_g), ("eager", scale_e)):
+        if scale is not None and not 1 / SCALE_LIMIT <= scale <= SCALE_LIMIT:
+            raise InputError(
+                f"the rows timed again ran {what} {1 / scale:.3g}x as long as the calibration had them: this machine is "
+                "not in the state it was calibrated in (another clock, load or process); calibrate again instead"
+            )
     sessions = list(cal.sessions) or [first_session(cal.rounds, cal.meta)]
     index = len(sessions)
     sessions.append(
