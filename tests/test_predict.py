@@ -318,13 +318,13 @@ def test_plot_shows_the_intervals(tmp_path):
 
 
 # ---- through the engine's calibrate on the tiny CPU model, with a known clock -------------
-def _fake_clock(monkeypatch, eps, host_share=1.0):
+def _fake_clock(monkeypatch, eps, host_share=1.0, run_calls=True):
     pytest.importorskip("torch")
     from fake_timer import fake_interleaved
 
     import bcgtune.engines.timing as timing
 
-    monkeypatch.setattr(timing, "time_interleaved", fake_interleaved(timing.time_interleaved, eps, host_share))
+    monkeypatch.setattr(timing, "time_interleaved", fake_interleaved(timing.time_interleaved, eps, host_share, run_calls))
 
 
 @pytest.mark.parametrize("runner", ["breakable", "full"])
@@ -373,7 +373,7 @@ def test_refine_loop_through_the_cli_converges(monkeypatch, tmp_path):
 
     from bcgtune.core.trace import PrefillTrace, save_trace
 
-    _fake_clock(monkeypatch, [0.0, 0.01, -0.01])
+    _fake_clock(monkeypatch, [0.0, 0.01, -0.01], run_calls=False)  # the calls' own path: the test above
     trace = tmp_path / "t.json"
     sizes = [20] * 9 + [40] * 5 + [70] * 6 + [90] * 3 + [150] * 2
     save_trace(PrefillTrace.from_batches({"forward_tokens": sizes, "new_seq": [1] * len(sizes)}), str(trace))
