@@ -188,6 +188,7 @@ def suggest_buckets(
     kmeans: bool = False,
     baselines: bool = True,
     seed: int = 0,
+    tolerance_pct: float | None = None,
 ) -> BucketPlan:
     """The optimal bucket list for `trace` (None: the built-in workload, simulated) and its
     comparison rows (SGLang's default ladder, `compare` lists, the server's captured list,
@@ -197,7 +198,10 @@ def suggest_buckets(
     8}; None: the layout the trace records). `attention_dp_size` N is short for a launch with
     N attention-DP ranks ({"tp_size": N, "attn_dp_size": N}): the trace's records are grouped
     into steps across ranks and every list is priced per step (`plan.dp_attention` says how,
-    or why it stayed per batch). Raises InputError when the launch runs no prefill graphs."""
+    or why it stayed per batch). `tolerance_pct` (time objective): recommend the fewest graphs
+    within this % of the best predicted time (None: within the noise of the calibration's
+    timed rounds); `plan.optimal` is the exact optimum either way. Raises InputError when the
+    launch runs no prefill graphs."""
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     if compare is not None and not isinstance(compare, Mapping):
@@ -224,6 +228,7 @@ def suggest_buckets(
         kmeans=_flag(kmeans, "kmeans"),
         baselines=_flag(baselines, "baselines"),
         server_flags=flags or None,
+        tolerance_pct=tolerance_pct,
     )
     result = suggest(req)
     if result.plan is None:

@@ -102,6 +102,19 @@ def parse_args():
         "--no-oracle", action="store_true", help="skip the oracle (a graph per distinct size): saves time on big models"
     )
     ap.add_argument("--calibration", help="calibration JSON: print each list's predicted total next to the measured one")
+    ap.add_argument(
+        "--aa",
+        type=int,
+        default=0,
+        metavar="N",
+        help="A/A mode: replay every list (and eager) in N independent passes of interleaved rounds, all lists in the same "
+        "rounds of a pass (one pool holds every list's graphs), and check each pass against the calibration's predicted "
+        "interval (needs --calibration)",
+    )
+    ap.add_argument(
+        "--recommended",
+        help="A/A mode: suggest-buckets' recommended list ('' when it is no graphs); its difference from the ladder is reported",
+    )
     ap.add_argument("--out-json", help="write all numbers here")
     return ap.parse_args()
 
@@ -115,8 +128,8 @@ def tuned_list(args, mix, trace_path: str | None) -> list[int]:
     temporary CSV when it was generated)."""
     from bcgtune.core.replay import parse_bucket_list
 
-    if args.buckets:
-        return parse_bucket_list(args.buckets, "--buckets")
+    if args.buckets is not None:  # '' : the list of no graphs (suggest-buckets found none pays)
+        return parse_bucket_list(args.buckets, "--buckets") if args.buckets.strip() else []
     src = trace_path
     if src is None:
         import tempfile
@@ -211,7 +224,7 @@ class Replayer:
         eng = self.new_engine()
         before = eng.reserved_gib()
         t1 = time.perf_counter()
-        recs = eng.capture(bl, record_attention=False)
+        recs = eng.capture(bl, record_attention=False) if bl else []  # no graphs: every batch eager
         cap_s = time.perf_counter() - t1
         mem = eng.reserved_gib() - before
         bad = [r for r in recs if not r.ok]
@@ -308,6 +321,195 @@ def print_table(results: dict, lists: dict, tuned: list[int], targets: dict, pre
         print(f"  {'PASS' if v else ('MISS' if v is not None else 'n/a ')}  {k}")
 
 
+# ---- A/A mode: the same lists replayed in independent passes, against their intervals ------
+def aa_lists(args, tuned: list[int], oracle: list[int]) -> tuple[dict[str, list[int]], str]:
+    """The lists of the A/A runs (SGLang's ladder, the optimum, the recommended list when it
+    differs, every --also list, the oracle unless --no-oracle), and the name of the
+    recommended one: "recommended", "tuned" (it is the optimum) or "eager" (no graphs)."""
+    from bcgtune.core.replay import parse_bucket_list
+
+    lists = bucket_lists(args, tuned, oracle)
+    if args.recommended is None:
+        return lists, "tuned"
+    if not args.recommended.strip():
+        return lists, "eager"  # recommended: no graphs
+    rec = parse_bucket_list(args.recommended, "--recommended")
+    if rec == tuned:
+        return lists, "tuned"
+    return {"ladder": lists.pop("ladder"), "tuned": lists.pop("tuned"), "recommended": rec, **lists}, "recommended"
+
+
+def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
+    """Every list's total in each of `passes` independent passes. One engine holds the graphs
+    of every list (a replay does not depend on which other graphs share the pool); a pass
+    times, in interleaved rounds (a fresh shuffle per pass), every distinct batch eager and
+    every distinct (batch, bucket) some list replays, so all lists of a pass see the same
+    rounds. Per list and pass: the total of per-call medians (as the calibration predicts it)
+    and the total in each round (for the pass's own paired intervals)."""
+    from bcgtune.core.replay import assign_buckets
+    from bcgtune.engines.inputs import text_inputs
+    from bcgtune.engines.timing import time_interleaved
+
+    args = rep.args
+    union = sorted(set().union(*map(set, lists.values())))
+    eng = rep.new_engine()
+    t0 = time.perf_counter()
+    recs = eng.capture(union, record_attention=False) if union else []
+    bad = [r.bucket for r in recs if not r.ok]
+    if bad:
+        raise SystemExit(f"capture failed at {bad[:5]}")
+    log(f"captured {len(union)} graphs (every list's buckets) in {time.perf_counter() - t0:.1f} s")
+    distinct = list(dict.fromkeys(pairs))
+    inputs = {p: text_inputs(rep.model, p[0], rep.dev, seed=p[0], requests=p[1]) for p in distinct}
+    tokens = np.asarray([n for n, _ in pairs])
+    keys = {}
+    for name, bl in lists.items():
+        chosen, replay = assign_buckets(tokens, bl)
+        keys[name] = [(n, r, int(c)) if ok else None for (n, r), c, ok in zip(pairs, chosen.tolist(), replay.tolist())]
+    keys["eager"] = [None] * len(pairs)
+    replays = list(dict.fromkeys(k for ks in keys.values() for k in ks if k is not None))
+    groups = [[eng.eager_call(inputs[p])] for p in distinct] + [
+        [functools.partial(eng.replay, inputs[(n, r)], b)] for n, r, b in replays
+    ]
+    index = {("eager", p): i for i, p in enumerate(distinct)} | {k: len(distinct) + i for i, k in enumerate(replays)}
+    out: dict = {name: {"runs_ms": [], "round_totals_ms": []} for name in keys}
+    for p in range(passes):
+        t1 = time.perf_counter()
+        times = time_interleaved(groups, rep.dev, args.warmup, args.repeats, seed=args.seed + 1000 * (p + 1))
+        per_call = np.asarray([t[0] for t in times], dtype=np.float64)  # calls x rounds
+        med = np.median(per_call, axis=1)
+        for name, ks in keys.items():
+            rows = np.asarray([index[k] if k is not None else index[("eager", q)] for k, q in zip(ks, pairs)])
+            w = counts.astype(np.float64)
+            out[name]["runs_ms"].append(float(w @ med[rows]))
+            out[name]["round_totals_ms"].append((w @ per_call[rows]).tolist())
+        log(
+            f"pass {p + 1}/{passes}: {len(groups)} calls x {args.repeats} rounds in {time.perf_counter() - t1:.1f} s; "
+            + ", ".join(f"{name} {v['runs_ms'][-1] / 1e3:.3f} s" for name, v in out.items())
+        )
+    eng.release()
+    return out
+
+
+def aa_predictions(lists: dict, calibration: str, mix, tokens, requests, counts):
+    """(TimeModel on the replayed batches, each list's predicted total with its interval)."""
+    from bcgtune.core.calibration import load_calibration
+    from bcgtune.core.mix import BatchMix
+    from bcgtune.core.plan import resolve_candidates
+    from bcgtune.core.predict import TimeModel
+
+    cal = load_calibration(calibration)
+    pm = BatchMix(tokens, requests, counts, mix.requests_known)
+    sizes, cnt = pm.histogram()
+    tm = TimeModel(sizes, cnt, cal, candidates=resolve_candidates("auto", cal), mix=pm)
+    return tm, {name: tm.total(bl) for name, bl in {**lists, "eager": []}.items()}
+
+
+def aa_report(lists: dict, runs: dict, tm, pred: dict, pick: str) -> dict:
+    """Per list: predicted ± interval, each run, how many runs fall inside; the recommended
+    (else the optimum) list's difference from the ladder: predicted (paired, calibration)
+    and measured (each run, with the run's own paired interval; mean and SE over runs)."""
+    from bcgtune.core.stats import round_interval
+
+    table = {}
+    for name in [*lists, "eager"]:
+        iv = pred[name]
+        ms = runs[name]["runs_ms"]
+        inside = [iv.contains(x) for x in ms]
+        table[name] = {
+            "graphs": len(lists.get(name, [])),
+            "predicted_ms": iv.center,
+            "predicted_half_ms": iv.half,
+            "runs_ms": ms,
+            "inside": None if iv.half is None else int(sum(bool(x) for x in inside)),
+            "run_half_ms": [round_interval(c, r).half for c, r in zip(ms, runs[name]["round_totals_ms"])],
+        }
+    d_pred = tm.difference(lists.get(pick, []), lists["ladder"])
+    d_runs = [a - b for a, b in zip(runs[pick]["runs_ms"], runs["ladder"]["runs_ms"])]
+    d_run_iv = [
+        round_interval(d, np.asarray(ra) - np.asarray(rb))
+        for d, ra, rb in zip(d_runs, runs[pick]["round_totals_ms"], runs["ladder"]["round_totals_ms"])
+    ]
+    n = len(d_runs)
+    se = float(np.std(d_runs, ddof=1) / np.sqrt(n)) if n > 1 else None
+    return {
+        "lists": table,
+        "recommended": pick,
+        "difference": {
+            "list": pick,
+            "vs": "ladder",
+            "predicted_ms": d_pred.center,
+            "predicted_half_ms": d_pred.half,
+            "runs_ms": d_runs,
+            "run_half_ms": [iv.half for iv in d_run_iv],
+            "mean_ms": float(np.mean(d_runs)),
+            "se_ms": se,
+            "inside": None if d_pred.half is None else int(sum(bool(d_pred.contains(x)) for x in d_runs)),
+        },
+    }
+
+
+def print_aa(rep: dict, passes: int) -> None:
+    def pm(c, h):
+        return f"{c / 1e3:.3f}" + (f" ± {h / 1e3:.3f}" if h is not None else "")
+
+    runs = " ".join(f"{'run ' + str(i + 1) + ' s':>9s}" for i in range(passes))
+    print(f"{'list':14s} {'graphs':>6s} {'predicted s (95%)':>19s} {runs} {'inside':>7s}")
+    for name, r in rep["lists"].items():
+        cells = " ".join(f"{x / 1e3:9.3f}" for x in r["runs_ms"])
+        inside = "-" if r["inside"] is None else f"{r['inside']}/{passes}"
+        print(f"{name:14s} {r['graphs']:6d} {pm(r['predicted_ms'], r['predicted_half_ms']):>19s} {cells} {inside:>7s}")
+    d = rep["difference"]
+    se = f", SE {d['se_ms']:.1f} ms over {passes} runs" if d["se_ms"] is not None else ""
+    each = ", ".join(f"{x:+.1f}" + (f" ± {h:.1f}" if h is not None else "") for x, h in zip(d["runs_ms"], d["run_half_ms"]))
+    print(
+        f"{d['list']} - {d['vs']}: predicted {d['predicted_ms']:+.1f}"
+        + (f" ± {d['predicted_half_ms']:.1f}" if d["predicted_half_ms"] is not None else "")
+        + f" ms (paired, calibration); measured {each} ms (each run, paired within it); "
+        f"mean {d['mean_ms']:+.1f} ms{se}"
+        + (f"; inside the predicted interval in {d['inside']}/{passes} runs" if d["inside"] is not None else "")
+    )
+    e = rep["lists"]["eager"]
+    if e["inside"] is not None:
+        print(f"eager inside its predicted interval in {e['inside']}/{passes} runs")
+
+
+def main_aa(args, mix, origin, trace_path, tokens, requests, counts) -> int:
+    from bcgtune.fileio import atomic_write_json
+
+    if not args.calibration:
+        raise SystemExit("--aa needs --calibration (the intervals to check)")
+    tuned = tuned_list(args, mix, trace_path)
+    oracle = sorted(set(tokens.tolist()))
+    lists, pick = aa_lists(args, tuned, oracle)
+    rep = Replayer(args, max(max(bl) for bl in lists.values() if bl))
+    pairs = list(zip(tokens.tolist(), requests.tolist()))
+    log(f"{rep.env.get('gpu_name')} torch {rep.env['torch']}; {mix.n_batches} batches, {len(set(pairs))} distinct; {origin}")
+    runs = aa_passes(rep, lists, pairs, counts, args.aa)
+    tm, pred = aa_predictions(lists, args.calibration, mix, tokens, requests, counts)
+    report = aa_report(lists, runs, tm, pred, pick)
+    report.update(
+        environment=rep.env,
+        model=rep.desc,
+        trace=origin,
+        runner=args.runner,
+        every=args.every,
+        batches=int(counts.sum()),
+        bucket_lists=lists,
+        passes=runs,
+        method={
+            "passes": args.aa,
+            "warmup": args.warmup,
+            "repeats": args.repeats,
+            "timer": "CUDA events, median of interleaved rounds; every list's replays and eager in the same rounds of a pass",
+        },
+    )
+    if args.out_json:
+        atomic_write_json(args.out_json, report)
+    print_aa(report, args.aa)
+    return 0
+
+
 def main() -> int:
     from bcgtune.fileio import atomic_write_json
 
@@ -317,10 +519,12 @@ def main() -> int:
     tokens, requests, counts = mix.tokens.astype(int), mix.requests.astype(int), mix.counts.astype(int)
     if args.runner == "full":
         requests = np.ones_like(requests)  # the full engine's one request slot
+    if args.aa:
+        return main_aa(args, mix, origin, trace_path, tokens, requests, counts)
     tuned = tuned_list(args, mix, trace_path)
     oracle = sorted(set(tokens.tolist()))
     lists = bucket_lists(args, tuned, oracle)
-    rep = Replayer(args, max(max(bl) for bl in lists.values()))
+    rep = Replayer(args, max(max(bl) for bl in lists.values() if bl))
     pairs = list(zip(tokens.tolist(), requests.tolist()))
     inputs, eager_ms = rep.time_eager(pairs, origin, mix.n_batches, len(oracle))
 

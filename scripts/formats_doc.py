@@ -43,10 +43,19 @@ counts); counts are 1..2,147,483,647. A `.gz` file is read decompressed, `-` is 
 
 ## Calibrations (`bcgtune calibrate -o`, read by `--objective time --calibration`)
 
-The versioned JSON `bcgtune calibrate` writes (kind `bcgtune.calibration`; format 2 records
-the runner: `breakable` holds segment replay time per bucket and eager and break time per
-(tokens, requests) batch; `full` holds eager and replay time per size), or a CSV
-`tokens,eager_ms,graph_ms` (a whole-forward calibration). Times are 0..86,400,000 ms.
+The versioned JSON `bcgtune calibrate` writes (kind `bcgtune.calibration`), or a CSV
+`tokens,eager_ms,graph_ms` (a whole-forward calibration). `runner` says what was measured:
+`breakable` holds segment replay time per bucket (`rows`) and eager and break time per
+(tokens, requests) batch (`batches`); `full` holds eager and replay time per size. Format 3
+(this version) keeps every timed round beside each median: `rounds` R, and per row
+`graph_rounds_ms` (and `eager_rounds_ms` on full), per batch `eager_rounds_ms` and
+`breaks_rounds_ms` (R values each; a median must be the median of its rounds, a break time
+clipped at 0 ms while a round's paired difference may be negative), `eager_host_ms` (host
+launch time of each eager forward, when measured), `sessions` (the calibration, then each
+`calibrate --extend`: when, which sizes, the rows timed again as anchors, the scale that put
+them on the first run's times; each row names its `session`) and `engine_options` (what
+`--extend` rebuilds the engine from). Formats 1 and 2 and the CSV keep one value per size:
+they still load, as one round, which gives no interval. Times are 0..86,400,000 ms.
 """
 
 

@@ -69,3 +69,54 @@ def test_h200_script_runs_on_cpu_with_tiny_model(tmp_path, runner):
     # the trace's range, the extra list and the oracle's sizes (the trace's distinct sizes)
     assert {32, 96, 20, 40, 70, 90} | {b for b in rep["lists"]["ladder"] if 20 <= b <= 128} <= tokens
     assert {24, 40, 70} <= set(cal["meta"]["sizes_added"])  # off the 16-grid: a ladder bucket, oracle sizes
+
+
+def test_h200_script_aa_mode_runs_on_cpu_with_tiny_model(tmp_path):
+    """AA=3: calibrate, suggest, then every list (the optimum, the recommended list, the
+    ladder, EXTRA, eager) replayed in three independent passes and checked against its
+    predicted interval; the table and the JSON carry each pass's total."""
+    trace = _trace(tmp_path)
+    out = tmp_path / "out"
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        TRACE=str(trace),
+        MODEL="tiny",
+        GRID="16",
+        CAL_REPEATS="3",
+        CAL_WARMUP="0",
+        REPEATS="2",
+        WARMUP="0",
+        MAX_BS="128",
+        EXTRA="mine=32,96",
+        AA="3",
+        MEMORY="0",
+        PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    p = subprocess.run(
+        ["bash", "benchmarks/h200_default_workload.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    cal = json.loads((out / "cal_breakable_tiny.json").read_text())
+    assert cal["format_version"] == 3 and cal["rounds"] == 3 and len(cal["rows"][0]["graph_rounds_ms"]) == 3
+    plan = json.loads((out / "suggest_tiny.json").read_text())
+    rep = json.loads((out / "gpu_replay_aa_tiny.json").read_text())
+    assert rep["method"]["passes"] == 3 and rep["bucket_lists"]["tuned"] == plan["optimal"]["buckets"]
+    names = set(rep["lists"])
+    assert {"ladder", "tuned", "mine", "eager"} <= names and "oracle" not in names
+    rec, opt = plan["recommended"]["buckets"], plan["optimal"]["buckets"]
+    assert ("recommended" in names) == (rec not in ([], opt))
+    assert rep["recommended"] == ("tuned" if rec == opt else "eager" if not rec else "recommended")
+    for name, row in rep["lists"].items():
+        assert len(row["runs_ms"]) == 3 and row["predicted_half_ms"] is not None and 0 <= row["inside"] <= 3, name
+        assert all(len(r) == 2 for r in rep["passes"][name]["round_totals_ms"])
+    d = rep["difference"]
+    assert d["vs"] == "ladder" and len(d["runs_ms"]) == 3 and d["se_ms"] is not None
+    text = (out / "gpu_replay_aa_tiny.txt").read_text()
+    assert "predicted s (95%)" in text and "- ladder: predicted" in text and "eager inside its predicted interval" in text

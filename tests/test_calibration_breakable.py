@@ -59,7 +59,7 @@ def test_round_trip(tmp_path):
     p = tmp_path / "c.json"
     save_calibration(cal, p)
     obj = json.loads(p.read_text())
-    assert obj["format_version"] == 2 and obj["runner"] == "breakable" and "eager_ms" not in obj["rows"][0]
+    assert obj["format_version"] == 3 and obj["runner"] == "breakable" and "eager_ms" not in obj["rows"][0]
     back = load_calibration(p)
     assert back.runner == "breakable" and back.eager_ms is None
     assert back.batches.tokens.tolist() == [64, 128, 128, 200, 256]  # sorted by (n, r)
@@ -68,8 +68,8 @@ def test_round_trip(tmp_path):
 
 
 def test_earlier_whole_forward_calibrations_still_load_as_full():
-    for name in ("cal_grid_qwen3-0.6b_h200.json", "cal_qwen3-8b_h200.json"):
-        path = ROOT / "benchmarks" / "results" / name
+    for name in ("format1_grid64_qwen3-0.6b_h200.json", "format1_qwen3-8b_h200.json"):
+        path = ROOT / "tests" / "data" / "calibrations" / name
         assert json.loads(path.read_text())["format_version"] == 1
         cal = load_calibration(path)
         assert cal.runner == "full" and cal.eager_ms is not None and cal.break_time(1000) == 0.0

@@ -409,12 +409,14 @@ def test_break_time_is_the_median_of_paired_differences(monkeypatch):
 
     real = tg.time_interleaved
 
-    def fake(groups, device, warmup, repeats, seed=0, on_round=None):
+    def fake(groups, device, warmup, repeats, seed=0, on_round=None, host_out=None):
         real(groups, device, 0, 1, seed)  # the calls still run
         assert len(groups) == 2 + 2 * 2  # one phase: both buckets' segments, then per batch eager and the pair
         out = [[[5.0, 6.0, 7.0]], [[5.0, 6.0, 7.0]]]
         for g in groups[2:]:  # batch: eager alone; segments alone then replay, drifting together
             out.append([[50.0, 51.0, 52.0]] if len(g) == 1 else [[10.0, 20.0, 30.0], [12.0, 23.0, 31.0]])
+        if host_out is not None:  # the host launched every call for its whole time (as on a CPU)
+            host_out[:] = out
         return out
 
     monkeypatch.setattr(tg, "time_interleaved", fake)

@@ -31,10 +31,13 @@ def line_inputs(outputs: Iterable[str]) -> list[str]:
     return [v for names, v in _line if not skip & set(names) and v != "-" and os.path.isfile(v)]
 
 
-def outputs(paths: Mapping[str, str | None], inputs: Iterable[str | None] = ()) -> None:
+def outputs(paths: Mapping[str, str | None], inputs: Iterable[str | None] = (), in_place: Iterable[str] = ()) -> None:
     """Refuse bad output paths (flag -> path) before any work: see check_outputs. The run's
-    inputs: `inputs` and every file the command line names (line_inputs)."""
-    check_outputs(paths, [i for i in inputs if i] + line_inputs(paths))
+    inputs: `inputs` and every file the command line names (line_inputs), except the files in
+    `in_place`, which the command rewrites on purpose (atomically, e.g. calibrate --extend)."""
+    rewritten = {os.path.realpath(p) for p in in_place}
+    named = [p for p in line_inputs(paths) if os.path.realpath(p) not in rewritten]
+    check_outputs(paths, [i for i in inputs if i] + named)
 
 
 def needs(module: str, extra: str, what: str) -> None:

@@ -10,15 +10,31 @@ Two runners, as SGLang names its prefill graph backends (cuda_graph_config.py):
   * full: one whole-forward graph per bucket over one request; a batch costs graph(b)
     replayed, eager(n) not (`rows` hold both; no break cost).
 
+Timed rounds. `bcgtune calibrate` times every call in interleaved rounds: each round runs
+every size once, in a fresh shuffled order. Format 3 keeps each value of each round
+(`*_rounds_ms`), so a prediction carries an interval (bcgtune.core.predict): the point value
+of a size is the median of its rounds, as before; a list's predicted total is the sum of
+those medians, and its spread comes from the list's total in each round. Formats 1 and 2 and
+the CSV kept one value per size: they read as "one round", which gives no interval.
+
 On-disk forms (all read by `load_calibration`):
-  * JSON, `format_version` 2, written by `bcgtune calibrate` / `save_calibration`:
-      {"format_version": 2, "kind": "bcgtune.calibration", "tool_version", "created",
-       "runner": "breakable" | "full",
-       "rows": [{"tokens", "graph_ms"[, "eager_ms"]}, ...],       (eager_ms: full only)
-       "batches": {"tokens": [...], "requests": [...], "eager_ms": [...], "breaks_ms": [...]}
-                  | null,                                          (breakable only)
+  * JSON, `format_version` 3, written by `bcgtune calibrate` / `save_calibration`:
+      {"format_version": 3, "kind": "bcgtune.calibration", "tool_version", "created",
+       "runner": "breakable" | "full", "rounds": R,
+       "rows": [{"tokens", "graph_ms", "graph_rounds_ms": [R][, "eager_ms", "eager_rounds_ms"],
+                 "session"}, ...],                                   (eager_*: full only)
+       "batches": {"tokens": [...], "requests": [...], "eager_ms": [...], "breaks_ms": [...],
+                   "eager_rounds_ms": [[R], ...], "breaks_rounds_ms": [[R], ...],
+                   "eager_host_ms": [...] | null} | null,            (breakable only)
        "memory": {"pool_gib", "per_graph_gib", "pool_by_tokens": {"tokens", "gib"}} | null,
+       "sessions": [{"kind": "calibration" | "extension", "created", "tool_version",
+                     "rounds", "warmup", "sizes", "anchors", "scale_graph", "scale_eager"}],
+       "engine_options": {...} | null,   (what `calibrate --extend` rebuilds the engine from)
        "meta": {"gpu": ..., "software": ..., "model": ..., "engine": ...}}
+    A row's median equals the median of its rounds (a break time: the median of its paired
+    differences, clipped at 0 ms; a round's difference may be negative). Rows added later
+    by `calibrate --extend` carry the index of the session that measured them.
+  * JSON `format_version` 2: as 3 without rounds, sessions or engine options.
   * JSON `format_version` 1 (earlier bcgtune, whole-forward graphs): read as runner full.
   * CSV with the header `tokens,eager_ms,graph_ms`: runner full.
 The JSON is validated by the pydantic models below through bcgtune.core.schema.validate
@@ -44,12 +60,18 @@ import numpy as np
 import pydantic
 from pydantic import Field
 
-from bcgtune.core.schema import Document, GiB, Milliseconds, Tokens, validate
+from bcgtune.core.schema import MS_MAX, Document, GiB, Milliseconds, NonNegativeInt, Tokens, validate
 from bcgtune.errors import InputError
 from bcgtune.fileio import csv_rows
 
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
+ROUNDS_MAX = 10_000  # calibrate --repeats at most
+# A paired difference of two times in one round (a break time's round value) may be negative.
+SignedMilliseconds = Annotated[float, Field(strict=True, ge=-MS_MAX, le=MS_MAX, allow_inf_nan=False)]
+# A row's stored median and the median of its stored rounds agree within the rounding of
+# the file (4 decimals) and this much.
+_MEDIAN_TOLERANCE_MS = 1e-3
 CALIBRATION_KIND = "bcgtune.calibration"
 RUNNERS = ("breakable", "full")
 Runner = Literal["breakable", "full"]
@@ -76,28 +98,43 @@ def _interp_extrap(x, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 @dataclass
 class BatchTimes:
     """Measured batches of the breakable runner: n tokens from r requests, eager time and
-    break time (everything a replay costs beyond its bucket's segments)."""
+    break time (everything a replay costs beyond its bucket's segments). `eager_rounds` and
+    `breaks_rounds` (batches x R): each timed round's value (None: one value per batch, an
+    older file). `eager_host_ms`: how long the host took to launch each eager forward
+    (median; None: not measured)."""
 
     tokens: np.ndarray
     requests: np.ndarray
     eager_ms: np.ndarray
     breaks_ms: np.ndarray
+    eager_rounds: np.ndarray | None = None
+    breaks_rounds: np.ndarray | None = None
+    eager_host_ms: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, dtype=np.int64)
         self.requests = np.asarray(self.requests, dtype=np.int64)
         self.eager_ms = np.asarray(self.eager_ms, dtype=np.float64)
         self.breaks_ms = np.asarray(self.breaks_ms, dtype=np.float64)
+        for name in ("eager_rounds", "breaks_rounds", "eager_host_ms"):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
         if self.tokens.ndim == 1 and self.tokens.shape == self.requests.shape:
             order = np.lexsort((self.requests, self.tokens))
-            for name in ("tokens", "requests", "eager_ms", "breaks_ms"):
+            for name in ("tokens", "requests", "eager_ms", "breaks_ms", "eager_rounds", "breaks_rounds", "eager_host_ms"):
                 arr = getattr(self, name)
-                if arr.shape == order.shape:
+                if arr is not None and arr.ndim >= 1 and arr.shape[0] == order.size:
                     setattr(self, name, arr[order])
+
+    @property
+    def rounds(self) -> int | None:
+        """Timed rounds per batch (None: not kept)."""
+        return None if self.eager_rounds is None else int(self.eager_rounds.shape[1])
 
     def validate(self, where: str | None) -> None:
         """Equal columns, each value within its schema bound, every (tokens, requests)
-        pair possible and measured once."""
+        pair possible and measured once; rounds, when kept, as many per batch, with the
+        medians they give."""
         t, r = self.tokens, self.requests
         if t.ndim != 1 or t.size == 0:
             raise InputError("calibration batches are empty", where)
@@ -113,6 +150,22 @@ class BatchTimes:
             raise InputError(f"batches: ({int(t[i])} tokens, {int(r[i])} requests) measured twice", where)
         _check_column(Milliseconds, self.eager_ms, "batches.eager_ms", where)
         _check_column(Milliseconds, self.breaks_ms, "batches.breaks_ms", where)
+        if (self.eager_rounds is None) != (self.breaks_rounds is None):
+            raise InputError("calibration batches keep rounds of eager_ms but not of breaks_ms, or the reverse", where)
+        if self.eager_rounds is not None and self.breaks_rounds is not None:
+            _check_rounds(self.eager_rounds, self.eager_ms, Milliseconds, "batches.eager_rounds_ms", where)
+            _check_rounds(self.breaks_rounds, self.breaks_ms, SignedMilliseconds, "batches.breaks_rounds_ms", where, clip=True)
+            if self.eager_rounds.shape != self.breaks_rounds.shape:
+                raise InputError("batches.eager_rounds_ms and batches.breaks_rounds_ms differ in shape", where)
+        if self.eager_host_ms is not None:
+            if self.eager_host_ms.shape != t.shape:
+                raise InputError("batches.eager_host_ms differs in length from batches.tokens", where)
+            _check_column(Milliseconds, self.eager_host_ms, "batches.eager_host_ms", where)
+
+    def round_view(self, i: int) -> BatchTimes:
+        """The batches as round i measured them (rounds must be kept)."""
+        assert self.eager_rounds is not None and self.breaks_rounds is not None
+        return BatchTimes(self.tokens, self.requests, self.eager_rounds[:, i], self.breaks_rounds[:, i])
 
     def lookup(self, column: str, n, r) -> np.ndarray:
         """`column` at batches (n, r): measured, else interpolated as the module says."""
@@ -144,6 +197,26 @@ def _check_column(item: Any, values: np.ndarray, name: str, where: str | None) -
     validate(list[item], values.tolist(), where, prefix=(name,))
 
 
+def _check_rounds(rounds: np.ndarray, point: np.ndarray, item: Any, name: str, where: str | None, clip: bool = False) -> None:
+    """Rounds of a column: one row per value, as many rounds in each, each value within its
+    bound, and the column's value the median of its rounds (clipped at 0 for a break time)."""
+    if rounds.ndim != 2 or rounds.shape[0] != point.size or rounds.shape[1] < 1:
+        raise InputError(f"{name} must hold one list of rounds per value, each as long as the others", where)
+    if rounds.shape[1] > ROUNDS_MAX:
+        raise InputError(f"{name}: {rounds.shape[1]:,} rounds (at most {ROUNDS_MAX:,})", where)
+    validate(list[list[item]], rounds.tolist(), where, prefix=(name,))
+    med = np.median(rounds, axis=1)
+    if clip:
+        med = np.maximum(med, 0.0)
+    off = np.abs(point - med) > _MEDIAN_TOLERANCE_MS + 1e-6 * np.abs(med)
+    if off.any():
+        i = int(np.argmax(off))
+        raise InputError(
+            f"{name}[{i}]: the median of its rounds is {med[i]:.4f} ms, but the value stored beside it is {point[i]:.4f} ms",
+            where,
+        )
+
+
 @dataclass
 class Calibration:
     tokens: np.ndarray  # measured bucket sizes, ascending, int64
@@ -155,12 +228,25 @@ class Calibration:
     meta: dict = field(default_factory=dict)
     runner: str = "full"
     batches: BatchTimes | None = None  # breakable: measured (n, r) batches
+    # each timed round's value per row (rows x R); None: one value per row (formats 1, 2, CSV)
+    graph_rounds: np.ndarray | None = None
+    eager_rounds: np.ndarray | None = None  # full runner
+    # provenance of each run that measured rows: the calibration, then any `calibrate --extend`
+    sessions: list[dict] = field(default_factory=list)
+    row_session: np.ndarray | None = None  # per row, its index in `sessions` (None: all the first)
+    # the engine options the calibration ran with, so `calibrate --extend` measures alike
+    engine_options: dict | None = None
 
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, dtype=np.int64)
         if self.eager_ms is not None:
             self.eager_ms = np.asarray(self.eager_ms, dtype=np.float64)
         self.graph_ms = np.asarray(self.graph_ms, dtype=np.float64)
+        for name in ("graph_rounds", "eager_rounds"):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        if self.row_session is not None:
+            self.row_session = np.asarray(self.row_session, dtype=np.int64)
         if self.pool_by_tokens is not None:
             t, g = self.pool_by_tokens
             t = np.asarray(t, dtype=np.int64)
@@ -175,8 +261,62 @@ class Calibration:
         validate(Runner, self.runner, where, prefix=("runner",))
         self._check_rows(where)
         self._check_runner_table(where)
+        self._check_row_rounds(where)
         self._check_memory(where)
         return self
+
+    @property
+    def rounds(self) -> int:
+        """Timed rounds behind every value (1 when the file kept one value per size)."""
+        return 1 if self.graph_rounds is None else int(self.graph_rounds.shape[1])
+
+    def _check_row_rounds(self, where: str | None) -> None:
+        """Rounds kept for every table or for none, as many for every value, each the
+        median's; the sessions rows name exist."""
+        kept = [self.graph_rounds is not None]
+        if self.runner == "full":
+            kept.append(self.eager_rounds is not None)
+        elif self.batches is not None:
+            kept.append(self.batches.eager_rounds is not None)
+        if len(set(kept)) > 1:
+            raise InputError("calibration keeps timed rounds for some of its tables but not all", where)
+        if self.graph_rounds is not None:
+            _check_rounds(self.graph_rounds, self.graph_ms, Milliseconds, "rows.graph_rounds_ms", where)
+            if self.runner == "full" and self.eager_rounds is not None:
+                _check_rounds(self.eager_rounds, self._eager_column(), Milliseconds, "rows.eager_rounds_ms", where)
+                if self.eager_rounds.shape != self.graph_rounds.shape:
+                    raise InputError("rows.eager_rounds_ms and rows.graph_rounds_ms differ in shape", where)
+            if self.batches is not None and self.batches.rounds not in (None, self.rounds):
+                raise InputError(
+                    f"batches keep {self.batches.rounds} rounds and rows {self.rounds}: a calibration's rounds are one set", where
+                )
+        if self.row_session is not None:
+            if self.row_session.shape != self.tokens.shape:
+                raise InputError("rows.session differs in length from rows", where)
+            if self.row_session.size and (self.row_session.min() < 0 or self.row_session.max() >= max(1, len(self.sessions))):
+                raise InputError("a row names a session the calibration does not list (rows.session)", where)
+
+    def round_views(self) -> list[Calibration]:
+        """The calibration as each timed round measured it (empty when no rounds are kept):
+        every pricing function applies to a view as to the calibration itself."""
+        if self.graph_rounds is None:
+            return []
+        views = []
+        for i in range(self.rounds):
+            views.append(
+                Calibration(
+                    tokens=self.tokens,
+                    eager_ms=None if self.eager_rounds is None else self.eager_rounds[:, i],
+                    graph_ms=self.graph_rounds[:, i],
+                    pool_gib=self.pool_gib,
+                    per_graph_gib=self.per_graph_gib,
+                    pool_by_tokens=self.pool_by_tokens,
+                    meta=self.meta,
+                    runner=self.runner,
+                    batches=None if self.batches is None or self.batches.eager_rounds is None else self.batches.round_view(i),
+                )
+            )
+        return views
 
     def _check_rows(self, where: str | None) -> None:
         t, g = self.tokens, self.graph_ms
@@ -257,6 +397,29 @@ class Calibration:
             return self.tokens.astype(np.int64)
         return self.tokens[keep].astype(np.int64)
 
+    def capture_s_of(self, buckets) -> float | None:
+        """Capture time (s) of a bucket list: the sum of each bucket's capture time as the
+        calibration recorded it (meta `capture_s`, captured largest first into one pool),
+        interpolated between recorded sizes; None when none was recorded."""
+        rec = self.meta.get("capture_s") if isinstance(self.meta, dict) else None
+        if not isinstance(rec, dict) or not rec:
+            return None
+        pts = []
+        for k, v in rec.items():
+            try:
+                t, sec = int(k), float(v)
+            except (TypeError, ValueError):
+                continue
+            if t > 0 and np.isfinite(sec) and 0 <= sec < 86_400:
+                pts.append((t, sec))
+        if not pts:
+            return None
+        pts.sort()
+        xs = np.asarray([p[0] for p in pts], dtype=np.float64)
+        ys = np.asarray([p[1] for p in pts], dtype=np.float64)
+        bl = np.asarray(list(buckets), dtype=np.float64)
+        return float(np.interp(bl, xs, ys).sum()) if bl.size else 0.0
+
     @property
     def has_memory(self) -> bool:
         return self.pool_gib is not None or self.pool_by_tokens is not None
@@ -293,29 +456,180 @@ class Calibration:
                     "tokens": self.pool_by_tokens[0].tolist(),
                     "gib": [round(float(x), 6) for x in self.pool_by_tokens[1]],
                 }
+        # a calibration without kept rounds is written as what it is: one value, one round
+        g_rounds = self.graph_rounds if self.graph_rounds is not None else self.graph_ms[:, None]
+        e_rounds = None
+        if self.runner == "full":
+            e_rounds = self.eager_rounds if self.eager_rounds is not None else self._eager_column()[:, None]
         rows = []
         for i, (t, g) in enumerate(zip(self.tokens, self.graph_ms)):
-            row = {"tokens": int(t), "graph_ms": round(float(g), 4)}
-            if self.runner == "full":
-                row["eager_ms"] = round(float(self._eager_column()[i]), 4)
+            row: dict[str, Any] = {"tokens": int(t), "graph_ms": _ms(g), "graph_rounds_ms": _ms_list(g_rounds[i])}
+            if e_rounds is not None:
+                row["eager_ms"] = _ms(self._eager_column()[i])
+                row["eager_rounds_ms"] = _ms_list(e_rounds[i])
+            row["session"] = 0 if self.row_session is None else int(self.row_session[i])
             rows.append(row)
         batches = None
         if self.batches is not None:
             bt = self.batches
+            er = bt.eager_rounds if bt.eager_rounds is not None else bt.eager_ms[:, None]
+            br = bt.breaks_rounds if bt.breaks_rounds is not None else bt.breaks_ms[:, None]
             batches = {
                 "tokens": bt.tokens.tolist(),
                 "requests": bt.requests.tolist(),
-                "eager_ms": [round(float(x), 4) for x in bt.eager_ms],
-                "breaks_ms": [round(float(x), 4) for x in bt.breaks_ms],
+                "eager_ms": _ms_list(bt.eager_ms),
+                "breaks_ms": _ms_list(bt.breaks_ms),
+                "eager_rounds_ms": [_ms_list(x) for x in er],
+                "breaks_rounds_ms": [_ms_list(x) for x in br],
+                "eager_host_ms": None if bt.eager_host_ms is None else _ms_list(bt.eager_host_ms),
             }
+        header = document_header(CALIBRATION_KIND, FORMAT_VERSION)
+        sessions = self.sessions or [first_session(self.rounds, {"created": header["created"], **self.meta})]
         return {
-            **document_header(CALIBRATION_KIND, FORMAT_VERSION),
+            **header,
             "runner": self.runner,
+            "rounds": self.rounds,
             "rows": rows,
             "batches": batches,
             "memory": memory,
+            "sessions": sessions,
+            "engine_options": self.engine_options,
             "meta": self.meta,
         }
+
+
+def _ms(x) -> float:
+    return round(float(x), 4)
+
+
+def _ms_list(xs) -> list[float]:
+    return [round(float(x), 4) for x in np.asarray(xs).ravel()]
+
+
+def first_session(rounds: int, meta: dict | None = None, sizes=None) -> dict[str, Any]:
+    """The provenance of the run that measured a calibration (its first session)."""
+    from bcgtune import __version__
+
+    eng = (meta or {}).get("engine") if isinstance(meta, dict) else None
+    warmup = eng.get("warmup") if isinstance(eng, dict) else None
+    created = (meta or {}).get("created") if isinstance(meta, dict) else None
+    return {
+        "kind": "calibration",
+        "created": str(created) if created else None,
+        "tool_version": str((meta or {}).get("tool_version") or __version__),
+        "rounds": int(rounds),
+        "warmup": warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else None,
+        "sizes": [int(x) for x in sizes] if sizes is not None else [],
+        "anchors": [],
+        "scale_graph": None,
+        "scale_eager": None,
+    }
+
+
+# ---- extending a calibration (`bcgtune calibrate --extend`) ------------------------------
+ANCHORS_PER_SIDE = 2  # measured rows re-timed on each side of every added size
+# An extension whose anchors moved by more than this factor ran on a machine in another
+# state (another clock, load or process): its values would not be comparable, scaled or not.
+SCALE_LIMIT = 1.5
+
+
+def extension_anchors(cal: Calibration, sizes) -> list[int]:
+    """The rows an extension times again beside the sizes it adds: the ANCHORS_PER_SIDE
+    nearest measured rows below and above each added size. Their two timings put the new
+    run's values on the first run's scale (`extend_calibration`)."""
+    rows = cal.tokens
+    out: set[int] = set()
+    for n in sorted({int(x) for x in sizes} - set(rows.tolist())):
+        i = int(np.searchsorted(rows, n))
+        out.update(rows[max(0, i - ANCHORS_PER_SIDE) : i].tolist())
+        out.update(rows[i : i + ANCHORS_PER_SIDE].tolist())
+    return sorted(out)
+
+
+def _scale(old: np.ndarray, new: np.ndarray) -> float | None:
+    """Median ratio old / new over rows both runs timed (None: none positive)."""
+    ok = (new > 0) & (old > 0)
+    return float(np.median(old[ok] / new[ok])) if ok.any() else None
+
+
+def extend_calibration(cal: Calibration, new: Calibration, session: dict[str, Any]) -> Calibration:
+    """`cal` with the rows `new` measured and `cal` lacks, `new` being a later run (same
+    runner, as many timed rounds) that also timed some of `cal`'s rows again (its anchors).
+    The added rows are put on `cal`'s scale: each column (graph, and the full runner's
+    eager) multiplied by the median ratio, over the anchors, of `cal`'s time to the new
+    run's (a GPU clock or host that ran faster in one process moves every size alike). The
+    session's provenance (with the anchors and the scales) is appended to `cal.sessions`;
+    each added row names it. Rows `cal` has already are not changed."""
+    if cal.graph_rounds is None:
+        raise InputError("this calibration keeps no timed rounds (written before format 3): calibrate again to extend it")
+    if new.runner != cal.runner:
+        raise InputError(f"an extension of a {cal.runner}-runner calibration measured the {new.runner} runner")
+    if new.graph_rounds is None or new.rounds != cal.rounds:
+        raise InputError(f"an extension must time as many rounds as the calibration ({cal.rounds}), got {new.rounds}")
+    both = np.intersect1d(cal.tokens, new.tokens)
+    add = ~np.isin(new.tokens, cal.tokens)
+    if not add.any():
+        raise InputError("nothing to add: the calibration has measured every size given")
+    io_, in_ = np.searchsorted(cal.tokens, both), np.searchsorted(new.tokens, both)
+    scale_g = _scale(cal.graph_ms[io_], new.graph_ms[in_]) if both.size else None
+    g_rounds = new.graph_rounds[add] * (scale_g or 1.0)
+    e_rounds = None
+    scale_e = None
+    if cal.runner == "full":
+        assert new.eager_rounds is not None and cal.eager_ms is not None and new.eager_ms is not None
+        scale_e = _scale(cal.eager_ms[io_], new.eager_ms[in_]) if both.size else None
+        e_rounds = new.eager_rounds[add] * (scale_e or 1.0)
+    for what, scale in (("replay", scale_g), ("eager", scale_e)):
+        if scale is not None and not 1 / SCALE_LIMIT <= scale <= SCALE_LIMIT:
+            raise InputError(
+                f"the rows timed again ran {what} {1 / scale:.3g}x as long as the calibration had them: this machine is "
+                "not in the state it was calibrated in (another clock, load or process); calibrate again instead"
+            )
+    sessions = list(cal.sessions) or [first_session(cal.rounds, cal.meta)]
+    index = len(sessions)
+    sessions.append(
+        {
+            **session,
+            "kind": "extension",
+            "rounds": cal.rounds,
+            "sizes": new.tokens[add].tolist(),
+            "anchors": both.tolist(),
+            "scale_graph": scale_g,
+            "scale_eager": scale_e,
+        }
+    )
+    tokens = np.concatenate([cal.tokens, new.tokens[add]])
+    order = np.argsort(tokens, kind="stable")
+    row_session = np.concatenate(
+        [
+            cal.row_session if cal.row_session is not None else np.zeros(cal.tokens.size, dtype=np.int64),
+            np.full(int(add.sum()), index),
+        ]
+    )
+    meta = dict(cal.meta)
+    added_capture = new.meta.get("capture_s") if isinstance(new.meta, dict) else None
+    if isinstance(added_capture, dict):
+        keep = {str(t) for t in new.tokens[add].tolist()}
+        meta["capture_s"] = {**(meta.get("capture_s") or {}), **{k: v for k, v in added_capture.items() if k in keep}}
+    out = Calibration(
+        tokens=tokens[order],
+        eager_ms=None if e_rounds is None else np.concatenate([cal._eager_column(), np.median(e_rounds, axis=1)])[order],
+        graph_ms=np.concatenate([cal.graph_ms, np.median(g_rounds, axis=1)])[order],
+        pool_gib=cal.pool_gib,
+        per_graph_gib=cal.per_graph_gib,
+        pool_by_tokens=cal.pool_by_tokens,
+        meta=meta,
+        runner=cal.runner,
+        batches=cal.batches,
+        graph_rounds=np.concatenate([cal.graph_rounds, g_rounds])[order],
+        eager_rounds=None
+        if e_rounds is None or cal.eager_rounds is None
+        else np.concatenate([cal.eager_rounds, e_rounds])[order],
+        sessions=sessions,
+        row_session=row_session[order],
+        engine_options=cal.engine_options,
+    )
+    return out.validate()
 
 
 def save_calibration(cal: Calibration, path) -> None:
@@ -375,11 +689,12 @@ class _SegmentRow(Document):
 
 
 class _Columns(Document):
-    """A table stored as columns: every column as long as the others."""
+    """A table stored as columns: every column as long as the others (an optional column
+    left out or null is not compared)."""
 
     @pydantic.model_validator(mode="after")
     def _same_length(self):
-        names = list(type(self).model_fields)
+        names = [n for n in type(self).model_fields if getattr(self, n) is not None]
         if len({len(getattr(self, n)) for n in names}) > 1:
             raise ValueError(f"columns {'/'.join(names)} differ in length")
         return self
@@ -390,6 +705,47 @@ class _BatchColumns(_Columns):
     requests: list[Tokens]
     eager_ms: list[Milliseconds]
     breaks_ms: list[Milliseconds]
+
+
+Rounds = Annotated[list[Milliseconds], Field(min_length=1, max_length=ROUNDS_MAX)]
+SignedRounds = Annotated[list[SignedMilliseconds], Field(min_length=1, max_length=ROUNDS_MAX)]
+RoundCount = Annotated[int, Field(strict=True, ge=1, le=ROUNDS_MAX)]
+Scale = Annotated[float, Field(strict=True, gt=0, le=1e3, allow_inf_nan=False)]
+
+
+class _FullRow3(_FullRow):
+    """Format 3: a size of the full runner with each timed round's values."""
+
+    eager_rounds_ms: Rounds
+    graph_rounds_ms: Rounds
+    session: NonNegativeInt = 0
+
+
+class _SegmentRow3(_SegmentRow):
+    """Format 3: a bucket of the breakable runner with each timed round's segment time."""
+
+    graph_rounds_ms: Rounds
+    session: NonNegativeInt = 0
+
+
+class _BatchColumns3(_BatchColumns):
+    eager_rounds_ms: list[Rounds]
+    breaks_rounds_ms: list[SignedRounds]
+    eager_host_ms: Optional[list[Milliseconds]] = None
+
+
+class _Session(Document):
+    """One run that measured rows: the calibration, or a `calibrate --extend` of it."""
+
+    kind: Literal["calibration", "extension"]
+    created: Optional[str] = None
+    tool_version: Optional[str] = None
+    rounds: RoundCount
+    warmup: Optional[NonNegativeInt] = None
+    sizes: list[Tokens] = []
+    anchors: list[Tokens] = []
+    scale_graph: Optional[Scale] = None
+    scale_eager: Optional[Scale] = None
 
 
 class _PoolByTokens(_Columns):
@@ -428,6 +784,23 @@ class _BreakableDocument(Document):
     meta: Optional[dict[str, Any]] = None
 
 
+class _Rounds3(Document):
+    """What format 3 adds to every document: the timed rounds, the sessions, the engine."""
+
+    rounds: RoundCount
+    sessions: Annotated[list[_Session], Field(min_length=1, max_length=10_000)]
+    engine_options: Optional[dict[str, Any]] = None
+
+
+class _FullDocument3(_FullDocument, _Rounds3):
+    rows: Annotated[list[_FullRow3], Field(min_length=1)]  # type: ignore[assignment]
+
+
+class _BreakableDocument3(_BreakableDocument, _Rounds3):
+    rows: Annotated[list[_SegmentRow3], Field(min_length=1)]  # type: ignore[assignment]
+    batches: _BatchColumns3
+
+
 def _format_version(obj: Any, path: str) -> int:
     """The document's format_version when this bcgtune reads it; a calibration of another
     version is refused with the versions it reads (other documents by check_header)."""
@@ -438,7 +811,8 @@ def _format_version(obj: Any, path: str) -> int:
         if isinstance(obj, dict) and obj.get("kind") in (None, CALIBRATION_KIND):
             raise InputError(
                 f"unsupported calibration format_version {str(version)[:20]!r} "
-                f"(this bcgtune reads {' and '.join(map(str, READ_VERSIONS))}); rerun bcgtune calibrate",
+                f"(this bcgtune reads {', '.join(map(str, READ_VERSIONS[:-1]))} and {READ_VERSIONS[-1]}); "
+                "rerun bcgtune calibrate",
                 path,
             )
         version = FORMAT_VERSION  # check_header names what else is wrong: not an object, another kind
@@ -453,28 +827,38 @@ def _parse_json(text: str, path: str) -> Calibration:
     version = _format_version(obj, path)
     # version 1: whole-forward graphs, the full runner
     runner = validate(Runner, obj.get("runner", "full"), path, prefix=("runner",)) if version >= 2 else "full"
-    doc = validate(_BreakableDocument if runner == "breakable" else _FullDocument, obj, path)
+    if version >= 3:
+        model: type[Document] = _BreakableDocument3 if runner == "breakable" else _FullDocument3
+    else:
+        model = _BreakableDocument if runner == "breakable" else _FullDocument
+    doc = validate(model, obj, path)
     meta = dict(doc.meta or {})
     for key in ("tool_version", "created"):
         if key in obj:
             meta.setdefault(key, obj[key])
     meta.setdefault("format_version", version)
-    return _calibration_from(doc, runner, meta)
+    return _calibration_from(doc, runner, meta, path)
 
 
-def _calibration_from(doc: _FullDocument | _BreakableDocument, runner: str, meta: dict) -> Calibration:
+def _calibration_from(doc, runner: str, meta: dict, path: str) -> Calibration:
     """The validated document as a Calibration, rows sorted by tokens."""
-    rows: list[_FullRow | _SegmentRow] = sorted(doc.rows, key=lambda row: row.tokens)
+    rows = sorted(doc.rows, key=lambda row: row.tokens)
     eager = np.asarray([row.eager_ms for row in rows if isinstance(row, _FullRow)], dtype=np.float64)
+    v3 = isinstance(doc, _Rounds3)
     batches = None
     if isinstance(doc, _BreakableDocument):
         b = doc.batches
         batches = BatchTimes(np.asarray(b.tokens), np.asarray(b.requests), np.asarray(b.eager_ms), np.asarray(b.breaks_ms))
+        if isinstance(b, _BatchColumns3):
+            batches.eager_rounds = _round_matrix(b.eager_rounds_ms, "batches.eager_rounds_ms", path)
+            batches.breaks_rounds = _round_matrix(b.breaks_rounds_ms, "batches.breaks_rounds_ms", path)
+            batches.eager_host_ms = None if b.eager_host_ms is None else np.asarray(b.eager_host_ms, dtype=np.float64)
+            batches.__post_init__()  # sorted with their batches
     mem = doc.memory or _Memory()
     pbt = None
     if mem.pool_by_tokens is not None:
         pbt = (np.asarray(mem.pool_by_tokens.tokens, dtype=np.int64), np.asarray(mem.pool_by_tokens.gib, dtype=np.float64))
-    return Calibration(
+    cal = Calibration(
         tokens=np.asarray([row.tokens for row in rows], dtype=np.int64),
         eager_ms=eager if runner == "full" else None,
         graph_ms=np.asarray([row.graph_ms for row in rows], dtype=np.float64),
@@ -485,6 +869,23 @@ def _calibration_from(doc: _FullDocument | _BreakableDocument, runner: str, meta
         runner=runner,
         batches=batches,
     )
+    if v3:
+        if any(len(row.graph_rounds_ms) != doc.rounds for row in rows):
+            raise InputError(f"every row must keep {doc.rounds} rounds (the document's rounds)", path)
+        cal.graph_rounds = _round_matrix([row.graph_rounds_ms for row in rows], "rows.graph_rounds_ms", path)
+        if runner == "full":
+            cal.eager_rounds = _round_matrix([row.eager_rounds_ms for row in rows], "rows.eager_rounds_ms", path)
+        cal.row_session = np.asarray([row.session for row in rows], dtype=np.int64)
+        cal.sessions = [s.model_dump() for s in doc.sessions]
+        cal.engine_options = doc.engine_options
+    return cal
+
+
+def _round_matrix(lists, name: str, where: str) -> np.ndarray:
+    """Lists of rounds as a (values x rounds) matrix: every list as long as the others."""
+    if len({len(x) for x in lists}) > 1:
+        raise InputError(f"{name}: every value must keep as many rounds as the others", where)
+    return np.asarray(lists, dtype=np.float64).reshape(len(lists), -1)
 
 
 def _parse_csv(text: str, path: str) -> Calibration:

@@ -412,7 +412,7 @@ def measured_graph_ms(cal, b) -> np.ndarray:
     return np.where(hit, np.asarray(cal.graph_ms, dtype=np.float64)[idx], monotone_graph_ms(cal, b))
 
 
-GRAPH_MODELS = ("trace", "calibration")
+GRAPH_MODELS = ("trace", "calibration", "explore")
 
 
 def candidate_rows(cal) -> np.ndarray:
@@ -423,9 +423,28 @@ def candidate_rows(cal) -> np.ndarray:
 
 
 def graph_ms_model(cal, b, candidates: str = "trace") -> np.ndarray:
-    if candidates == "calibration":
+    """t_graph as each candidate set prices it: measured rows at their measured time
+    (calibration, explore), or the running-maximum curve everywhere (trace)."""
+    if candidates in ("calibration", "explore"):
         return measured_graph_ms(cal, b)
     return monotone_graph_ms(cal, b)
+
+
+def explore_candidates(cal, sizes, align: int, max_bucket: int | None, factor: float) -> np.ndarray:
+    """Candidate buckets of the exploring search: the calibration's rows it may pick among
+    (`candidate_rows`) and every size the trace could want that the calibration did not
+    measure (the aligned round-up of each traced size, and the smallest aligned size above
+    each replay threshold), these priced by the running-maximum curve of `measured_graph_ms`.
+    Rows measured only to be compared (`calibrate --sizes` on a grid) stay out."""
+    s = np.unique(np.asarray(sizes, dtype=np.int64))
+    thr = (np.floor(factor * s.astype(np.float64)).astype(np.int64) // align + 1) * align
+    wanted = np.unique(np.concatenate([ceil_to(s, align), thr]))
+    wanted = wanted[~np.isin(wanted, np.asarray(cal.tokens, dtype=np.int64))]
+    cand = np.union1d(candidate_rows(cal), wanted)
+    cand = cand[cand % align == 0]
+    if max_bucket is not None:
+        cand = cand[cand <= max_bucket]
+    return cand
 
 
 def batch_costs_ms(cal, tokens, requests) -> tuple[np.ndarray, np.ndarray]:
@@ -440,7 +459,7 @@ def batch_costs_ms(cal, tokens, requests) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(cal.eager_time(tokens), dtype=np.float64), np.zeros(tokens.shape)
 
 
-def _mix_for(sizes, counts, mix):
+def mix_for(sizes, counts, mix):
     """The batch mix to price: `mix`, whose histogram must be (sizes, counts), or one
     request per batch."""
     from bcgtune.core.mix import BatchMix
@@ -466,7 +485,7 @@ def predicted_time_ms(
     one request."""
     from bcgtune.core.replay import assign_buckets
 
-    m = _mix_for(sizes, counts, mix)
+    m = mix_for(sizes, counts, mix)
     chosen, replay = assign_buckets(m.tokens, buckets, factor)
     eager, brk = batch_costs_ms(cal, m.tokens, m.requests)
     graph = graph_ms_model(cal, np.where(replay, chosen, 1), candidates)
@@ -504,8 +523,12 @@ def optimal_buckets_time(
     if max_buckets < 1:
         raise InputError(f"must be at least 1, got {max_buckets}", field="max_buckets")
     if candidates not in GRAPH_MODELS:
-        raise InputError(f"must be trace or calibration, got {candidates!r}", field="candidates")
-    fixed = candidate_rows(cal) if candidates == "calibration" else None
+        raise InputError(f"must be trace, calibration or explore, got {candidates!r}", field="candidates")
+    fixed = None
+    if candidates == "calibration":
+        fixed = candidate_rows(cal)
+    elif candidates == "explore":
+        fixed = explore_candidates(cal, sizes, align, max_bucket, factor)
     prep = _prepare(sizes, counts, align, max_bucket, factor, extra_thresholds=True, fixed_cand=fixed)
     if fixed is not None and prep.cand.size == 0:
         raise InputError(
@@ -516,7 +539,7 @@ def optimal_buckets_time(
         )
     _require_candidates(prep, align, max_bucket)
     w = prep.counts.astype(np.float64)
-    m = _mix_for(prep.sizes, prep.counts, mix)
+    m = mix_for(prep.sizes, prep.counts, mix)
     te, tb = batch_costs_ms(cal, m.tokens, m.requests)
     if (te < 0).any() or (tb < 0).any():
         raise InputError("calibration predicts a negative time inside the trace's size range")
@@ -528,11 +551,11 @@ def optimal_buckets_time(
     W = np.concatenate([zero, np.cumsum(w)])
     V = -np.concatenate([zero, np.cumsum(break_sum)])
     K = min(max_buckets, max(prep.cand.size, 1))
-    if candidates == "calibration":
+    if fixed is not None:
         if prep.cand.size > _DENSE_MAX_CANDIDATES:
             raise InputError(
-                f"{prep.cand.size} calibration rows are too many to pick buckets among "
-                f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid",
+                f"{prep.cand.size} candidate sizes are too many to pick buckets among at measured times "
+                f"(at most {_DENSE_MAX_CANDIDATES}); use a coarser grid or --align",
                 field="candidates",
             )
         u = np.concatenate([zero, measured_graph_ms(cal, prep.cand)])

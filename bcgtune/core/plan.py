@@ -8,6 +8,18 @@ maximum, measured sizes only when the candidates are a calibration's rows, the m
 budget): a row that beats it on its own objective must break one of them, and the plan
 says which (`Restriction`).
 
+With a calibration every row carries its predicted time with a 95% interval from the
+calibration's timed rounds, and its paired difference from the recommended row
+(bcgtune.core.predict says how both are computed and what they cover). The recommended row
+of the time objective is the fewest graphs whose predicted time is within noise of the best
+(the interval of the difference holds 0), or within `tolerance_pct` of it when given; among
+lists of that many graphs, the least capture time, then the least graph memory. The exact
+optimum stays in the table. The fewest graphs is exact: if any allowed list of g graphs is
+within noise (or tolerance), so is the optimum of at most g buckets, which the curve holds.
+When the optimum may pick only measured sizes, a second search also prices the sizes the
+trace wants that the calibration did not measure (by interpolation); when it finds a faster
+list, the plan names those sizes, and `bcgtune calibrate --extend` measures them.
+
 Baseline rows are what SGLang would capture: its default ladder and the lists given to
 compare, each rounded up to the layout's capture alignment as SGLang does (the row says
 so when that changed the list), not to the optimizer's `align`.
@@ -31,19 +43,22 @@ from bcgtune.core.dp_steps import (
     min_buckets_all_steps,
     optimal_step_buckets,
     optimal_step_buckets_time,
-    predicted_step_time_ms,
 )
 from bcgtune.core.ladder import ceil_to, default_chunked_prefill_size, sglang_default_ladder, sorted_unique
 from bcgtune.core.mix import BatchMix, batch_mix
 from bcgtune.core.optimizer import (
+    _DENSE_MAX_CANDIDATES,
+    candidate_rows,
+    explore_candidates,
     min_buckets_full_replay,
     optimal_buckets,
     optimal_buckets_time,
-    predicted_time_ms,
 )
+from bcgtune.core.predict import TimeModel
+from bcgtune.core.recommend import Refinement, TimeInfo, count_text, price_with_intervals, refine_json, time_json
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list
 from bcgtune.core.schema import DP_RANKS_MAX, GIB_MAX, TOKENS_MAX, Seed, validate
-from bcgtune.core.stats import nearest_rank
+from bcgtune.core.stats import Interval, nearest_rank
 from bcgtune.core.step_grouping import StepGrouping, group_steps
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
@@ -85,6 +100,9 @@ class PlanRequest(pydantic.BaseModel):
     # attention-DP ranks of the server (DP attention): > 1 prices steps across ranks when
     # the trace's records can be grouped into steps (bcgtune.core.dp_steps)
     attention_dp_size: Annotated[int, Field(ge=1, le=DP_RANKS_MAX)] = 1
+    # time objective: recommend the fewest graphs within this % of the best predicted time
+    # (None: within the noise of the calibration's rounds)
+    tolerance_pct: Optional[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]] = None
 
     @pydantic.field_validator("objective")
     @classmethod
@@ -118,6 +136,11 @@ class PlanRow:
     graph_mem_gib: float | None = None
     aligned_from: list[int] | None = None  # the list as given, when SGLang's alignment changed it
     omitted_unused: int = 0  # buckets of a very long list that serve no traced batch: counted, not listed
+    interval: Interval | None = None  # predicted_ms with its 95% interval (half None: one round)
+    vs_recommended: Interval | None = None  # predicted_ms - the recommended row's, paired
+    vs_best: str | None = None  # best | within noise | slower | faster | unknown (no interval)
+    unmeasured: list[int] = field(default_factory=list)  # buckets priced by interpolation
+    capture_s: float | None = None  # capture time of the list (calibration's per-bucket times)
 
     @property
     def buckets(self) -> list[int]:
@@ -129,6 +152,13 @@ class PlanRow:
         d["kind"] = self.kind
         if self.predicted_ms is not None:
             d["predicted_ms"] = self.predicted_ms
+            d["predicted_half_ms"] = None if self.interval is None else self.interval.half
+            d["predicted_se_ms"] = None if self.interval is None else self.interval.se
+            d["vs_recommended_ms"] = None if self.vs_recommended is None else self.vs_recommended.center
+            d["vs_recommended_half_ms"] = None if self.vs_recommended is None else self.vs_recommended.half
+            d["vs_best"] = self.vs_best
+            d["unmeasured_buckets"] = self.unmeasured
+            d["capture_s"] = self.capture_s
             d["speedup_vs_eager"] = self.speedup_vs_eager
         if self.graph_mem_gib is not None:
             d["graph_mem_gib"] = self.graph_mem_gib
@@ -148,6 +178,9 @@ class CurvePoint:
     waste_pct: float
     hit_rate_pct: float
     predicted_ms: float | None = None
+    predicted_half_ms: float | None = None
+    vs_recommended_ms: float | None = None  # paired difference from the recommended list
+    vs_recommended_half_ms: float | None = None
 
 
 @dataclass
@@ -204,6 +237,10 @@ class BucketPlan:
     trace: TraceInfo
     restrictions: list[Restriction] = field(default_factory=list)
     dp_attention: DPAttentionInfo | None = None
+    optimal: PlanRow | None = None  # the exact optimum (rows[0]); `recommended` may have fewer graphs
+    recommended_reason: str = ""
+    time: TimeInfo | None = None
+    refine: Refinement | None = None
 
     @property
     def unit(self) -> str:
@@ -227,17 +264,26 @@ class BucketPlan:
             "candidates": self.candidate_count,
             "candidate_set": self.candidate_set,
             "max_graph_mem_gib": r.max_graph_mem_gib,
+            "tolerance_pct": r.tolerance_pct,
         }
 
     def to_json_obj(self) -> dict[str, Any]:
         from bcgtune.core.document import document_header
 
-        rec = self.recommended.to_dict() | {"flag": self.flag, "objective": self.request.objective}
+        rec = self.recommended.to_dict() | {
+            "flag": self.flag,
+            "objective": self.request.objective,
+            "reason": self.recommended_reason,
+        }
+        opt = self.optimal or self.rows[0]
         return {
             **document_header(PLAN_KIND, PLAN_FORMAT_VERSION),
             "trace": asdict(self.trace),
             "params": self.params(),
             "recommended": rec,
+            "optimal": opt.to_dict() | {"flag": "--cuda-graph-bs-prefill " + " ".join(map(str, opt.buckets))},
+            "uncertainty": None if self.time is None else time_json(self.time),
+            "refine": None if self.refine is None else refine_json(self.refine),
             "comparison": [r.to_dict() for r in self.rows],
             "curve": [{k: v for k, v in asdict(c).items() if v is not None} for c in self.curve],
             "min_buckets_full_replay": {
@@ -309,6 +355,8 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
     records that group into steps across ranks, everything is priced per step
     (bcgtune.core.dp_steps); otherwise per batch, and `dp_attention` says why."""
     trace.validate()
+    if req.calibration is not None:
+        req.calibration.validate(req.calibration.meta.get("source") if isinstance(req.calibration.meta, dict) else None)
     sizes, counts = trace.sizes, trace.counts
     candidates = resolve_candidates(req.candidates, req.calibration)
     mix = batch_mix(trace)  # requests per batch: the breakable runner's break and eager costs need them
@@ -319,7 +367,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         dp_info.proven, dp_info.how, dp_info.always_eager = opt.certificate.proven, opt.certificate.how, opt.always_eager
     else:
         sol = _solve(sizes, counts, req, candidates, mix)
-    pricer = _Pricer(sizes, counts, req, candidates, mix, steps)
+    pricer = Pricer(sizes, counts, req, candidates, mix, steps)
 
     proven = dp_info is None or dp_info.proven is not False
     rows = [pricer.row("bcgtune (optimal)" if proven else "bcgtune (best found)", "optimal", sol.buckets)]
@@ -337,6 +385,8 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
                 sglang_aligns=True,
             )
         )
+    if req.calibration is not None:
+        rows.append(pricer.row("eager (no graphs)", "eager", []))
     for name, lst in req.compare:
         rows.append(pricer.row(name, "compare", lst, sglang_aligns=True))
     cap = trace.captured_list()
@@ -356,8 +406,12 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         full_list = min_buckets_full_replay(sizes, req.align, req.max_bucket, req.padding_factor)[1]
         replayable = evaluate_list(sizes, counts, full_list, factor=req.padding_factor).replayed_batches if full_list else 0
     curve = [_curve_point(pricer, p, req) for p in sol.curve]
+    explore = _explore(sizes, counts, req, candidates, mix, steps, pricer, sol.buckets)
+    if explore is not None:
+        rows.insert(1, explore)
     plan = BucketPlan(
         recommended=rows[0],
+        optimal=rows[0],
         rows=rows,
         curve=curve,
         full_replay_buckets=full_list,
@@ -379,8 +433,38 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         ),
         dp_attention=dp_info,
     )
+    if pricer.model is not None:
+        price_with_intervals(plan, pricer, explore)
     plan.restrictions = restrictions(plan)
     return plan
+
+
+def _explore(sizes, counts, req: PlanRequest, candidates: str, mix, steps, pricer: Pricer, optimum: list[int]):
+    """The row of the exploring search (measured sizes at their times, and the sizes the
+    trace wants that the calibration did not measure, priced by interpolation), when the
+    optimum may pick measured sizes only and that search finds a faster list; else None."""
+    cal = req.calibration
+    if req.objective != "time" or candidates != "calibration" or steps is not None or pricer.model is None:
+        return None
+    if explore_candidates(cal, sizes, req.align, req.max_bucket, req.padding_factor).size > _DENSE_MAX_CANDIDATES:
+        return None  # too many sizes to search at measured times: the plan keeps the measured optimum
+    sol = optimal_buckets_time(
+        sizes,
+        counts,
+        req.max_buckets,
+        cal,
+        req.align,
+        req.max_bucket,
+        req.padding_factor,
+        req.max_graph_mem_gib,
+        candidates="explore",
+        mix=mix,
+    )
+    unmeasured = pricer.model.unmeasured(sol.buckets)
+    base = pricer.model.totals(optimum)[0]
+    if not unmeasured or not sol.cost < base - 1e-9 * max(1.0, base):
+        return None
+    return pricer.row(f"bcgtune (any size: {count_text(len(unmeasured), 'unmeasured size')})", "explore", sol.buckets)
 
 
 def _solve(sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None):
@@ -447,7 +531,7 @@ def _solve_steps(steps: DPSteps, req: PlanRequest, candidates: str) -> StepOptim
     return optimal_step_buckets(steps, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
 
 
-class _Pricer:
+class Pricer:
     """Metrics (and, with a calibration, predicted time and graph memory) of any list, by
     one rule and one model for every row: per batch, or per DP-attention step."""
 
@@ -455,7 +539,9 @@ class _Pricer:
         self.sizes, self.counts, self.req, self.candidates, self.mix = sizes, counts, req, candidates, mix
         self.steps = steps
         self.eager_ms = None
+        self.model: TimeModel | None = None
         if req.calibration is not None:
+            self.model = TimeModel(sizes, counts, req.calibration, req.padding_factor, candidates, mix=mix, steps=steps)
             self.eager_ms = self.time_ms([])
 
     def metrics(self, buckets, name: str = "") -> ListMetrics:
@@ -464,10 +550,8 @@ class _Pricer:
         return evaluate_list(self.sizes, self.counts, buckets, name=name, factor=self.req.padding_factor)
 
     def time_ms(self, buckets) -> float:
-        cal = self.req.calibration
-        if self.steps is not None:
-            return predicted_step_time_ms(self.steps, buckets, cal, self.req.padding_factor, self.candidates)
-        return predicted_time_ms(self.sizes, self.counts, buckets, cal, self.req.padding_factor, self.candidates, self.mix)
+        assert self.model is not None
+        return float(self.model.totals(buckets)[0])
 
     def row(self, name: str, kind: str, buckets, *, sglang_aligns: bool = False) -> PlanRow:
         arr = sorted_unique(list(buckets))
@@ -509,8 +593,11 @@ def _serving_part(buckets: np.ndarray, sizes: np.ndarray) -> tuple[list[int], in
     return serving.tolist(), int(buckets.size - serving.size)
 
 
-def _curve_point(pricer: _Pricer, p: dict, req: PlanRequest) -> CurvePoint:
+def _curve_point(pricer: Pricer, p: dict, req: PlanRequest) -> CurvePoint:
     m = pricer.metrics(p["buckets"])
+    half = None
+    if req.objective == "time" and pricer.model is not None:
+        half = pricer.model.total(p["buckets"]).half
     return CurvePoint(
         k=p["k"],
         buckets=p["buckets"],
@@ -519,6 +606,7 @@ def _curve_point(pricer: _Pricer, p: dict, req: PlanRequest) -> CurvePoint:
         waste_pct=m.waste_pct,
         hit_rate_pct=m.hit_rate_pct,
         predicted_ms=p["cost"] if req.objective == "time" else None,
+        predicted_half_ms=half,
     )
 
 
@@ -537,8 +625,11 @@ def restrictions(plan: BucketPlan) -> list[Restriction]:
     """For each row that beats the optimal row on its objective, the constraints of the
     optimum that row breaks (an exact optimum is beaten only by a list it was not allowed)."""
     req = plan.request
-    opt = plan.recommended
-    cal_rows = set(np.asarray(req.calibration.tokens).tolist()) if plan.candidate_set == "calibration" else None
+    opt = plan.optimal or plan.rows[0]
+    cal_rows = pickable = None
+    if plan.candidate_set == "calibration":
+        cal_rows = set(np.asarray(req.calibration.tokens).tolist())
+        pickable = set(candidate_rows(req.calibration).tolist())
     out = []
     for row in plan.rows[1:]:
         if not _beats(row, opt, req.objective):
@@ -556,6 +647,11 @@ def restrictions(plan: BucketPlan) -> list[Restriction]:
             why.append(
                 "buckets at sizes the calibration did not measure, priced by interpolating it "
                 "(the optimum picks measured sizes only)"
+            )
+        if cal_rows is not None and pickable is not None and any(x in cal_rows and x not in pickable for x in b):
+            why.append(
+                "buckets at sizes measured only to be compared (calibrate --sizes on a grid), which the optimum does "
+                "not pick: among one-off sizes it would favour those that measured low by chance"
             )
         if req.max_graph_mem_gib is not None and row.graph_mem_gib is not None and row.graph_mem_gib > req.max_graph_mem_gib:
             why.append(f"{row.graph_mem_gib:.2f} GiB of graphs, above the {req.max_graph_mem_gib:g} GiB budget")

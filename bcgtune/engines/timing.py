@@ -89,6 +89,7 @@ def time_interleaved(
     repeats: int,
     seed: int = 0,
     on_round: Callable[[int, int], None] | None = None,
+    host_out: RoundTimes | None = None,
 ) -> RoundTimes:
     """Times (ms) of every call in `groups`, measured in rounds: each round runs every group
     once, the groups in a fresh shuffled order, the calls of a group back to back (a pair
@@ -106,7 +107,12 @@ def time_interleaved(
 
     Measuring every size in rounds instead of in blocks (all repeats of one size, then the
     next) gives every size the same mix of GPU states: on a long run a block measured while
-    the GPU is cool or warm shifts that size alone, which no later average undoes."""
+    the GPU is cool or warm shifts that size alone, which no later average undoes.
+
+    `host_out` (a list, filled like the result): each call's host time, from its start to
+    the moment the host returns from launching its work (ms). A call whose host time is
+    nearly its whole time kept the GPU waiting on its launches: it is launch-bound, and its
+    time is the host CPU's (on CPU the two are the same)."""
     rng = random.Random(seed)
     report = on_round or (lambda done, total: None)
     order = list(range(len(groups)))
@@ -119,22 +125,30 @@ def time_interleaved(
                     fn()
             report(w + 1, total)
         out: RoundTimes = [[[] for _ in grp] for grp in groups]
+        host: RoundTimes = [[[] for _ in grp] for grp in groups]
         with gc_paused():
             for rnd in range(repeats):
                 rng.shuffle(order)
-                _one_round(groups, order, device, out)
+                _one_round(groups, order, device, out, host)
                 report(max(0, warmup) + rnd + 1, total)
+    if host_out is not None:
+        host_out[:] = host
     return out
 
 
-def _one_round(groups: Sequence[Sequence[Call]], order: list[int], device: torch.device, out: RoundTimes) -> None:
-    """Every call once, groups in `order`, each call's time appended to out[group][call]."""
+def _one_round(
+    groups: Sequence[Sequence[Call]], order: list[int], device: torch.device, out: RoundTimes, host: RoundTimes
+) -> None:
+    """Every call once, groups in `order`, each call's time appended to out[group][call]
+    and its host launch time to host[group][call]."""
     if device.type != "cuda":
         for g in order:
             for i, fn in enumerate(groups[g]):
                 t0 = time.perf_counter()
                 fn()
-                out[g][i].append((time.perf_counter() - t0) * 1e3)
+                ms = (time.perf_counter() - t0) * 1e3
+                out[g][i].append(ms)
+                host[g][i].append(ms)
         return
     stream = torch.cuda.current_stream(device)
     marks = []
@@ -143,7 +157,9 @@ def _one_round(groups: Sequence[Sequence[Call]], order: list[int], device: torch
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize(device)  # between calls, never inside one
             s.record(stream)
+            t0 = time.perf_counter()
             fn()
+            host[g][i].append((time.perf_counter() - t0) * 1e3)
             e.record(stream)
             marks.append((g, i, s, e))
     torch.cuda.synchronize(device)

@@ -334,8 +334,10 @@ def _calibrate_breakable(run: _Run, sizes: list[int], mix: BatchMix | None, memo
     grid = np.asarray(sizes, dtype=np.int64)
     pairs = [(int(n), int(r)) for n, r in zip(mix.tokens.tolist(), mix.requests.tolist())]
     buckets = [int(grid[np.searchsorted(grid, n)]) for n, _ in pairs]
-    times = _time_breakable(run, sizes, pairs, buckets)
+    host: RoundTimes = []
+    times = _time_breakable(run, sizes, pairs, buckets, host)
     seg_rounds, batch_rounds = times[: len(sizes)], times[len(sizes) :]
+    eager_host = [statistics.median(host[len(sizes) + 2 * i][0]) for i in range(len(pairs))]
     seg = {b: summarize_ms(t[0]) for b, t in zip(sizes, seg_rounds)}
     for b in sizes:
         say(f"segments b={b:6d}  {seg[b].median_ms:9.3f} ms  ({engine.segment_count(b)} segments)")
@@ -389,15 +391,43 @@ def _calibrate_breakable(run: _Run, sizes: list[int], mix: BatchMix | None, memo
         pool_by_tokens=pbt,
         meta=meta,
         runner="breakable",
-        batches=BatchTimes(mix.tokens, mix.requests, np.asarray(eager_ms), np.asarray(breaks_ms)),
+        batches=BatchTimes(
+            mix.tokens,
+            mix.requests,
+            np.asarray(eager_ms),
+            np.asarray(breaks_ms),
+            eager_rounds=np.asarray(rounds.eager_ms, dtype=np.float64),
+            breaks_rounds=np.asarray(rounds.breaks_ms, dtype=np.float64),
+            eager_host_ms=np.asarray(eager_host, dtype=np.float64),
+        ),
+        graph_rounds=np.asarray(rounds.graph_ms, dtype=np.float64),
     )
+    _provenance(cal, run, sizes)
     engine.release()
     return CalibrateResult(cal, rounds)
 
 
-def _time_breakable(run: _Run, sizes: list[int], pairs: list[tuple[int, int]], buckets: list[int]) -> RoundTimes:
+def _provenance(cal: Calibration, run: _Run, sizes: list[int]) -> None:
+    """What the calibration records about its run: the engine options (so that `calibrate
+    --extend` measures alike) and its first session."""
+    import dataclasses
+    import datetime as dt
+
+    from bcgtune.core.calibration import first_session
+
+    cal.engine_options = dataclasses.asdict(run.spec)
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    cal.sessions = [first_session(run.repeats, {"created": created, **cal.meta}, sizes)]
+
+
+def _time_breakable(
+    run: _Run, sizes: list[int], pairs: list[tuple[int, int]], buckets: list[int], host: RoundTimes | None = None
+) -> RoundTimes:
     """times[group][call][round]: first each bucket's segments alone, then per batch its
-    eager forward, then its bucket's segments and its replay back to back."""
+    eager forward, then its bucket's segments and its replay back to back (`host`: each
+    call's host launch time, the same shape). Every eager forward starts from an idle GPU
+    between other calls, as a server's prefill step starts after the scheduler's own work:
+    a launch-bound forward's time is then its host launch time, which `host` shows."""
     from bcgtune.engines import timing
     from bcgtune.engines.inputs import text_inputs
 
@@ -418,6 +448,7 @@ def _time_breakable(run: _Run, sizes: list[int], pairs: list[tuple[int, int]], b
         run.repeats,
         seed=run.spec.seed,
         on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")),
+        host_out=host,
     )
 
 
@@ -475,9 +506,137 @@ def _calibrate_full(run: _Run, sizes: list[int], memory: bool) -> CalibrateResul
         pool_by_tokens=pbt,
         meta=meta,
         runner="full",
+        graph_rounds=np.asarray([t[0] for t in g_times], dtype=np.float64),
+        eager_rounds=np.asarray([t[0] for t in e_times], dtype=np.float64),
     )
     rounds = CalibrationRounds(
         rows=list(sizes), graph_ms=[t[0] for t in g_times], batches=[(n, 1) for n in sizes], eager_ms=[t[0] for t in e_times]
     )
+    _provenance(cal, run, sizes)
     engine.release()
     return CalibrateResult(cal, rounds)
+
+
+# ---------------------------------------------------------------------------------------
+# extending a calibration in place (`bcgtune calibrate --extend CAL --sizes LIST`)
+# ---------------------------------------------------------------------------------------
+@dataclass
+class ExtendResult:
+    """The calibration with the sizes added, and what the run measured: the sizes, the rows
+    timed again beside them (anchors), and the scale that put the new run on the first's."""
+
+    calibration: Calibration
+    added: list[int]
+    anchors: list[int]
+    scale_graph: float | None
+    scale_eager: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.calibration.to_json_obj()
+
+
+def recorded_spec(cal: Calibration, where: str) -> EngineSpec:
+    """The engine options a format-3 calibration recorded, as an EngineSpec (validated)."""
+    from bcgtune.core.schema import validate
+
+    if cal.engine_options is None or cal.graph_rounds is None:
+        raise InputError(
+            "this calibration keeps no timed rounds or engine options (written before format 3): "
+            "run bcgtune calibrate again to extend it",
+            where,
+        )
+    return validate(EngineSpec, cal.engine_options, where, prefix=("engine_options",))
+
+
+def extend(
+    path: str, sizes: Sequence[int], progress: Say | None = None, spec_check: Callable[[EngineSpec], None] | None = None
+) -> ExtendResult:
+    """Measure `sizes` into the calibration at `path` (not written here): the same engine
+    (its recorded options), warm-up and number of rounds; beside them the rows nearest each
+    (core.calibration.extension_anchors), timed again in the same rounds, so the new values
+    are put on the calibration's scale (core.calibration.extend_calibration). The breakable
+    runner times segments only (break and eager times belong to the trace's batches, which
+    are measured already); the full runner times eager and replay. `spec_check(spec)` may
+    refuse the recorded engine (options given on the command line that differ from it)."""
+    import datetime as dt
+
+    from bcgtune import __version__
+    from bcgtune.core.calibration import Calibration, extend_calibration, extension_anchors, load_calibration
+    from bcgtune.engines import timing
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.preflight import check_run
+
+    cal = load_calibration(path)
+    spec = recorded_spec(cal, path)
+    if spec_check is not None:
+        spec_check(spec)
+    wanted = sorted({int(s) for s in sizes})
+    new = [s for s in wanted if s not in set(cal.tokens.tolist())]
+    if not new:
+        raise InputError(f"the calibration has measured every size given already ({', '.join(map(str, wanted[:8]))})", "--sizes")
+    anchors = extension_anchors(cal, new)
+    measure = sorted(set(new) | set(anchors))
+    first = cal.sessions[0] if cal.sessions else {}
+    recorded_warmup = first.get("warmup")
+    warmup: int = recorded_warmup if isinstance(recorded_warmup, int) else 3
+    repeats = cal.rounds
+    say = progress or (lambda msg: None)
+    shape = check_run(spec.model, spec.device, measure, spec.chunked_prefill_size, what="calibration size")
+    session = open_engine(spec, max(measure), shape)
+    _same_gpu(cal, session.environment, path)
+    engine = session.engine
+    say(
+        f"{len(new)} sizes to add, {len(anchors)} measured rows timed again beside them; {repeats} rounds after "
+        f"{warmup} warm-up round{'s' if warmup != 1 else ''} (the calibration's)"
+    )
+    recs = _capture_all(engine, measure, record_attention=False)
+    if spec.runner == "breakable":
+        groups: list[list[Callable[[], object]]] = [[functools.partial(engine.replay_segments, b)] for b in measure]
+    else:
+        from bcgtune.engines.inputs import text_inputs
+
+        inputs = {n: text_inputs(engine.model, n, engine.device, seed=spec.seed + n) for n in measure}
+        groups = [[engine.eager_call(inputs[n])] for n in measure] + [
+            [functools.partial(engine.replay, inputs[n], n)] for n in measure
+        ]
+    times = timing.time_interleaved(
+        groups,
+        engine.device,
+        warmup,
+        repeats,
+        seed=spec.seed + max(1, len(cal.sessions)),
+        on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")),
+    )
+    k = len(measure)
+    graph_rounds = np.asarray([t[0] for t in times[-k:]], dtype=np.float64)
+    eager_rounds = np.asarray([t[0] for t in times[:k]], dtype=np.float64) if spec.runner == "full" else None
+    measured = Calibration(
+        tokens=np.asarray(measure),
+        eager_ms=None if eager_rounds is None else np.median(eager_rounds, axis=1),
+        graph_ms=np.median(graph_rounds, axis=1),
+        meta={"capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs}},
+        runner=spec.runner,
+        graph_rounds=graph_rounds,
+        eager_rounds=eager_rounds,
+    )
+    engine.release()
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    merged = extend_calibration(cal, measured, {"created": created, "tool_version": __version__, "warmup": warmup})
+    last = merged.sessions[-1]
+    for n in new:
+        i = int(np.searchsorted(merged.tokens, n))
+        say(f"added  b={n:6d}  {merged.graph_ms[i]:9.3f} ms")
+    return ExtendResult(merged, new, anchors, last.get("scale_graph"), last.get("scale_eager"))
+
+
+def _same_gpu(cal: Calibration, env: dict[str, Any], where: str) -> None:
+    """An extension runs on the GPU (and backend) the calibration was measured on."""
+    gpu = cal.meta.get("gpu") if isinstance(cal.meta, dict) else None
+    was = gpu.get("gpu_name") if isinstance(gpu, dict) else None
+    now = env.get("gpu_name")
+    soft = cal.meta.get("software") if isinstance(cal.meta, dict) else None
+    was_backend = soft.get("backend") if isinstance(soft, dict) else None
+    if (was or now) and was != now:
+        raise InputError(f"this calibration was measured on {was or 'the CPU'}, this run is on {now or 'the CPU'}", where)
+    if was_backend and env.get("backend") and was_backend != env.get("backend"):
+        raise InputError(f"this calibration was measured with {was_backend}, this run with {env.get('backend')}", where)

@@ -33,7 +33,9 @@ class SuggestRequest:
     benchmark of the Qwen multimodal breakable-prefill pull request), simulated, with that
     pull request's hand-tuned list as a comparison row. `server_flags`: the launch's layout
     flags (snake_case SGLang names); None: the layout the trace records, if any. `align`,
-    `max_bucket` None: the launch's capture alignment and ladder maximum."""
+    `max_bucket` None: the launch's capture alignment and ladder maximum. `tolerance_pct`
+    (time objective): recommend the fewest graphs within this % of the best predicted time;
+    None: within the noise of the calibration's rounds."""
 
     trace: PrefillTrace | None = None
     max_buckets: int = 12
@@ -50,6 +52,7 @@ class SuggestRequest:
     kmeans: bool = False
     baselines: bool = True
     server_flags: dict[str, Any] | None = None
+    tolerance_pct: float | None = None
 
 
 @dataclass
@@ -185,5 +188,6 @@ def suggest(req: SuggestRequest) -> Suggestion:
         candidates=req.candidates,
         seed=req.seed,
         attention_dp_size=_attention_dp(flags),
+        tolerance_pct=req.tolerance_pct,
     )
     return Suggestion(trace, capture, make_plan(trace, plan_req), flags, notes)

@@ -249,15 +249,27 @@ def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_j
 @examples("bcgtune calibrate --sizes-from trace.json --grid 64 --model qwen3-0.6b \\", "    -o cal.json")
 @options("engine", EngineOptions)
 def calibrate_command(
+    ctx: typer.Context,
     out_path: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "-o",
             "--out",
-            help="Calibration file to write: versioned JSON, or CSV when the name ends in .csv.",
+            help="Calibration file to write: versioned JSON, or CSV when the name ends in .csv. "
+            "With --extend: default the calibration itself (in place).",
             show_default=False,
         ),
-    ],
+    ] = None,
+    extend: Annotated[
+        Optional[str],
+        typer.Option(
+            "--extend",
+            help="Measure --sizes into this calibration (format 3) with its own engine, warm-up and rounds, a few of "
+            "its rows timed again to put the new ones on its scale; written in place (atomic) unless -o is given. "
+            "suggest-buckets prints this command for the sizes it wants measured.",
+            show_default=False,
+        ),
+    ] = None,
     sizes: Annotated[
         Optional[str],
         typer.Option(
@@ -299,8 +311,20 @@ def calibrate_command(
             help="With --sizes-from: replay iff bucket <= factor x tokens (SGLang's rule: 2).",
         ),
     ] = DEFAULT_PADDING_FACTOR,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Untimed runs before each measurement.")] = 3,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, max=10000, help="Timed runs per size (the median is kept).")] = 10,
+    warmup: Annotated[
+        Optional[int],
+        typer.Option("--warmup", min=0, max=1000, help="Untimed rounds before the timed ones. Default: 3.", show_default=False),
+    ] = None,
+    repeats: Annotated[
+        Optional[int],
+        typer.Option(
+            "--repeats",
+            min=1,
+            max=10000,
+            help="Timed rounds (every size once per round; the median is kept, and every round, for intervals). Default: 10.",
+            show_default=False,
+        ),
+    ] = None,
     memory: Annotated[
         bool, typer.Option("--memory/--no-memory", help="Also measure the pool size when each size is the largest graph.")
     ] = True,
@@ -324,6 +348,11 @@ def calibrate_command(
     time per batch of the trace's (tokens, requests) mix; on full: eager and replay time per
     size. The calibration feeds `suggest-buckets --objective time --calibration FILE`.
     """
+    if extend is not None:
+        _extend(ctx, extend, out_path, sizes, engine, as_json, quiet)
+        return
+    if out_path is None:
+        raise InputError("give -o FILE (the calibration to write), or --extend CAL to add sizes to one", "-o")
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
     from bcgtune.cli.render.engine import format_calibration, text
     from bcgtune.core.replay import parse_bucket_list
@@ -336,7 +365,86 @@ def calibrate_command(
     from bcgtune.core.calibration import save_calibration
 
     say = None if quiet else (lambda m: note("  " + m))
-    result = calibrate.calibrate(plan, _spec(engine), warmup=warmup, repeats=repeats, memory=memory, progress=say)
+    result = calibrate.calibrate(
+        plan,
+        _spec(engine),
+        warmup=3 if warmup is None else warmup,
+        repeats=10 if repeats is None else repeats,
+        memory=memory,
+        progress=say,
+    )
     save_calibration(result.calibration, out_path)
     note(f"wrote {out_path}", quiet)
     emit(result.to_json, lambda: text(format_calibration(result.calibration)), as_json=as_json)
+
+
+# What a new calibration measures, chosen by options that do not apply to an extension.
+_NOT_WITH_EXTEND = {
+    "grid": "--grid",
+    "sizes_from": "--sizes-from",
+    "max_tokens": "--max-tokens",
+    "padding_factor": "--padding-factor",
+    "warmup": "--warmup",
+    "repeats": "--repeats",
+    "memory": "--memory/--no-memory",
+    "mix_every": "--mix-every",
+}
+
+
+def _given(ctx: typer.Context, param: str) -> bool:
+    """Whether the user gave this parameter on the command line (not its default)."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _extend(
+    ctx: typer.Context, cal_path: str, out_path: str | None, sizes: str | None, engine: EngineOptions, as_json, quiet
+) -> None:
+    """`calibrate --extend CAL --sizes LIST`: the sizes measured into CAL with its own engine
+    and rounds, written in place (or to -o). Options that choose what a new calibration
+    measures do not apply, and engine options that differ from the recorded engine are
+    refused rather than ignored."""
+    from bcgtune.cli.render.engine import format_calibration, text
+    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.services import calibrate
+
+    for param, flag in _NOT_WITH_EXTEND.items():
+        if _given(ctx, param):
+            raise InputError("does not apply with --extend (the calibration's own settings are used)", flag)
+    if not sizes:
+        raise InputError("--extend needs --sizes LIST (the sizes to measure into the calibration)", "--sizes")
+    target = out_path or cal_path
+    guard.outputs({"-o": target}, inputs=[cal_path] if out_path else [], in_place=[] if out_path else [cal_path])
+    wanted = parse_bucket_list(sizes, "--sizes")
+    require_torch()
+    from bcgtune.core.calibration import save_calibration
+
+    asked = _spec(engine)
+
+    def check(recorded: EngineSpec) -> None:
+        for name, flag in _SPEC_FLAGS.items():
+            value = getattr(asked, name)
+            if _given(ctx, f"engine__{name}") and value != getattr(recorded, name):
+                raise InputError(
+                    f"differs from the calibration's engine ({getattr(recorded, name)!r}): an extension measures with it", flag
+                )
+
+    say = None if quiet else (lambda m: note("  " + m))
+    result = calibrate.extend(cal_path, wanted, progress=say, spec_check=check)
+    save_calibration(result.calibration, target)
+    scale = "" if result.scale_graph is None else f", scaled by {result.scale_graph:.4f} to its first run's times"
+    note(f"added {len(result.added)} sizes to {target} ({len(result.anchors)} rows timed again{scale})", quiet)
+    emit(result.to_json, lambda: text(format_calibration(result.calibration)), as_json=as_json)
+
+
+_SPEC_FLAGS = {
+    "model": "--model",
+    "device": "--device",
+    "dtype": "--dtype",
+    "sdpa_backend": "--sdpa-backend",
+    "seed": "--seed",
+    "random_weights": "--random-weights",
+    "runner": "--runner",
+    "chunked_prefill_size": "--chunked-prefill-size",
+    "graph_impl": "--graph-impl",
+}

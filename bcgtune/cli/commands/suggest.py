@@ -99,12 +99,25 @@ def suggest_buckets_command(
             show_default=False,
         ),
     ] = None,
+    tolerance: Annotated[
+        Optional[float],
+        typer.Option(
+            "--tolerance",
+            min=0.0,
+            max=100.0,
+            help="Time objective: recommend the fewest graphs whose predicted time is within this % of the best. "
+            "Default: within the noise of the calibration's timed rounds (95% paired interval).",
+            rich_help_panel=_OPT,
+            show_default=False,
+        ),
+    ] = None,
     candidates: Annotated[
         Candidates,
         typer.Option(
             "--candidates",
             help="Time objective's buckets: trace (any size, interpolated replay time), calibration (measured sizes only, at "
-            "their measured time), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
+            "their measured time; sizes it did not measure are searched too and named, with the command that measures "
+            "them), auto (calibration when it was measured on a bucket grid: `calibrate --grid`).",
             rich_help_panel=_OPT,
         ),
     ] = Candidates("auto"),
@@ -214,6 +227,7 @@ def suggest_buckets_command(
         kmeans=kmeans,
         baselines=not no_baselines,
         server_flags=layout.flags() or None,
+        tolerance_pct=tolerance,
     )
     try:
         result = suggest(req)
