@@ -946,10 +946,10 @@ def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
     monkeypatch.setattr(mod, "_start_method", lambda: "fork")
     real = mod._parse_file
 
-    def dying(path, i, progress=None, options=None):
+    def dying(path, i, *args):
         if path.endswith("e2_pp_attn_cp_ranks.log"):
             os._exit(3)  # killed, say, by the kernel's out-of-memory killer
-        return real(path, i, progress, options)
+        return real(path, i, *args)
 
     monkeypatch.setattr(mod, "_parse_file", dying)
     files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]

@@ -43,7 +43,7 @@ The package, one file per job:
   options.py   ParseOptions: how the parser reads, passed in per call
 """
 
-from bcgtune.adapters.sglang_log.build import parse_logs, rank_overlap
+from bcgtune.adapters.sglang_log.build import file_trace, parse_logs, rank_overlap
 from bcgtune.adapters.sglang_log.grammar import (
     CHUNK_SIZE,
     FORWARD_TOKENS_RULE,
@@ -60,6 +60,7 @@ from bcgtune.adapters.sglang_log.grammar import (
     parse_capture_text,
     parse_prefill_text,
     parse_prefix,
+    parse_server_args_text,
     parse_startup_text,
 )
 from bcgtune.adapters.sglang_log.options import PARALLEL_MIN_BYTES, ParseOptions
@@ -80,11 +81,13 @@ __all__ = [
     "PrefillRecord",
     "PrefillValues",
     "ScanResult",
+    "file_trace",
     "forward_tokens",
     "parse_capture_text",
     "parse_logs",
     "parse_prefill_text",
     "parse_prefix",
+    "parse_server_args_text",
     "parse_startup_text",
     "rank_overlap",
     "scan_log",

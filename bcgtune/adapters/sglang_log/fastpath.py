@@ -20,7 +20,9 @@ from bcgtune.adapters.sglang_log.grammar import (
     _B_DECODE,
     _B_GRAPH,
     _B_LEGACY_DECODE,
+    _B_NEW_SEQ,
     _B_PREFILL,
+    _B_SERVER_ARGS,
     _B_STARTUP,
     _GRAPH_LABELS,
     _HEAD_TAIL_RE,
@@ -404,18 +406,46 @@ class _ChunkLines:
         """data of the piece's byte ranges [lo, hi)."""
         return list(map(self.data.__getitem__, map(slice, (lo + self.off).tolist(), (hi + self.off).tolist())))
 
-    def batch_lines(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Indices of the lines holding "Prefill batch", "Decode batch" and "new fill
-        batch": one numpy search for "batch", then the 8 bytes before each hit compared
-        as one little-endian word."""
+    def batch_lines(self) -> _BatchLines:
+        """The lines holding record heads: one numpy search for "batch", then the 8 bytes
+        before each hit compared as one little-endian word (see _BatchLines)."""
         pos = _find_all(self.buf, _BATCH_NEEDLE)
+        early = pos[pos < 8]  # at the piece's start: fewer than 8 bytes before
         pos = pos[pos >= 8]
         word = self.buf[pos[:, None] + _BEFORE_8].view("<u8").ravel()
-        prefill = pos[word == _W_PREFILL]
-        decode = pos[(word >> 8) == _W_DECODE]
-        legacy = pos[word == _W_LEGACY]
-        legacy = legacy[(legacy >= 9) & (self.buf[legacy - 9] == ord("n"))]
-        return _line_ids(self.ends, prefill), _line_ids(self.ends, decode), _line_ids(self.ends, legacy)
+        is_prefill = word == _W_PREFILL
+        is_decode = (word >> 8) == _W_DECODE
+        is_legacy = (word == _W_LEGACY) & (pos >= 9)
+        is_legacy[is_legacy] = self.buf[pos[is_legacy] - 9] == ord("n")
+        prefill, decode, legacy = pos[is_prefill], pos[is_decode], pos[is_legacy]
+        other = pos[~(is_prefill | is_decode | is_legacy)]
+        if early.size:
+            if early[-1] == 7 and self.buf[:7].tobytes() == b"Decode ":
+                decode, early = np.concatenate(([7], decode)), early[:-1]
+            other = np.concatenate((early, other))
+        hits = np.searchsorted(self.ends, prefill)
+        glued = np.unique(hits[1:][hits[1:] == hits[:-1]])  # two prefill heads on one line
+        prefill_ids, decode_ids, legacy_ids = (_line_ids(self.ends, x) for x in (prefill, decode, legacy))
+        cut = _line_ids(self.ends, other)
+        if cut.size:
+            mask = np.zeros(self.n, np.bool_)
+            mask[cut] = True
+            mask[prefill_ids] = mask[decode_ids] = mask[legacy_ids] = False
+            cut = np.flatnonzero(mask)
+            cut = cut[[_B_NEW_SEQ in self.line(i) for i in cut.tolist()]] if cut.size else cut
+        return _BatchLines(prefill_ids, decode_ids, legacy_ids, glued, cut)
+
+
+class _BatchLines(NamedTuple):
+    """Line indices: prefill, decode and pre-2024 prefill heads; prefill lines holding two
+    prefill heads (glued lines); and lines that may hold a prefill record whose head was
+    cut off (another "batch" and a "#new-seq"), for the per-line parser to decide."""
+
+    prefill: np.ndarray
+    decode: np.ndarray
+    legacy: np.ndarray
+    glued: np.ndarray
+    head_cut: np.ndarray
 
 
 _BATCH_NEEDLE = np.frombuffer(_B_BATCH, np.uint8)
@@ -528,8 +558,9 @@ def _days(code: int) -> float:
 
 # Lines without "Prefill batch", "Decode batch" or "new fill batch" that the per-line
 # parser acts on hold one of these: capture and disable lines "graph", startup lines
-# "max_total_num_token", pre-2024 decode lines "gen throughput".
-_RARE_NEEDLES = (_B_GRAPH, _B_STARTUP, _B_LEGACY_DECODE)
+# "max_total_num_token", pre-2024 decode lines "gen throughput", launch settings
+# "server_args=".
+_RARE_NEEDLES = (_B_GRAPH, _B_STARTUP, _B_LEGACY_DECODE, _B_SERVER_ARGS)
 
 
 def _decode(raw: bytes) -> str:
