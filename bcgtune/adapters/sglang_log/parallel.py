@@ -16,6 +16,7 @@ from typing import Any, Self
 from bcgtune.adapters.sglang_log.columns import Want, _FileResult, _parse_file
 from bcgtune.adapters.sglang_log.grammar import _quote
 from bcgtune.adapters.sglang_log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang_log.remote import is_url, url_size
 from bcgtune.errors import BcgError, ExternalError, InputError
 
 # ---- several files: serial or in worker processes ------------------------------------
@@ -30,9 +31,12 @@ def _cores() -> int:
 
 
 def _input_size(path: str) -> int | None:
-    """Bytes of a regular file (compressed size for .gz); None for stdin and others."""
+    """Bytes of a regular file or a URL's object (compressed size for .gz); None for stdin
+    and others."""
     if path == "-":
         return None
+    if is_url(path):
+        return url_size(path)
     try:
         st = os.stat(path)
     except (OSError, ValueError):

@@ -65,6 +65,7 @@ from bcgtune.adapters.sglang_log.grammar import (
     parse_startup_text,
 )
 from bcgtune.adapters.sglang_log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang_log.remote import RemoteFile, is_url
 from bcgtune.errors import InputError
 from bcgtune.fileio import display_path as _display_path
 from bcgtune.fileio import open_binary
@@ -418,7 +419,8 @@ _READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)
 
 
 class _Source:
-    """One input opened for reading (fileio.open_binary: `-` is stdin, `.gz` decompressed):
+    """One input opened for reading (fileio.open_binary: `-` is stdin, `.gz` decompressed;
+    a URL through fsspec, remote.RemoteFile):
     its bytes are counted and hashed (sha256) as they are read, and every open or read
     error is a one-line InputError naming it."""
 
@@ -426,7 +428,7 @@ class _Source:
         self.path = path
         self.where = _display_path(path)
         try:
-            self.raw = open_binary(path)
+            self.raw = RemoteFile(path) if is_url(path) else open_binary(path)
         except _READ_ERRORS as exc:
             raise InputError(f"cannot read: {_quote(str(exc) or type(exc).__name__)}", self.where) from None
         self.sha256 = hashlib.sha256()
@@ -443,7 +445,7 @@ class _Source:
 
     def position(self) -> int:
         """Bytes of the input consumed so far (of the compressed file for .gz)."""
-        f = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw
+        f = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw  # RemoteFile: its own tell
         try:
             return f.tell()
         except (OSError, ValueError, AttributeError):
