@@ -125,6 +125,8 @@ class TraceGroup:
             parts.append(f"chunk {self.rank_chunk}" + (" per rank" if attention_dp_ranks(s) > 1 else ""))
         if s.get("enable_mixed_chunk") is True:
             parts.append("mixed chunk")
+        if not parts:
+            parts = [f"{k} {v}" for k, v in list(s.items())[:3]]
         return ", ".join(parts) if parts else "launch settings not logged"
 
     def to_json_obj(self) -> dict[str, Any]:
@@ -233,7 +235,9 @@ def describe_groups(groups: list[TraceGroup], source_names: list[str]) -> str:
         names = [source_names[s] for s in g.sources[:2] if 0 <= s < len(source_names)]
         more = len(g.sources) - len(names)
         where = ", ".join(names) + (f" +{more} more" if more > 0 else "")
-        parts.append(f"group {i} ({g.label()}; {g.n_batches} batches{'; ' + where if where else ''})")
+        parts.append(
+            f"group {i} ({g.label()}; {g.n_batches} batch{'es' if g.n_batches != 1 else ''}{'; ' + where if where else ''})"
+        )
     return ", ".join(parts)
 
 

@@ -74,7 +74,7 @@ def _parse_files(
     if n < 2 or not big or multiprocessing.current_process().daemon:
         out = []
         for i, path in enumerate(paths):
-            out.append(_parse_file(path, i, lambda pos, i=i: progress.update(i, pos), options, want))
+            out.append(_parse_file(path, 0, lambda pos, i=i: progress.update(i, pos), options, want))
             progress.finished(i)
         return out
     return _parse_parallel(paths, files, n, progress, options, want)
@@ -96,7 +96,7 @@ def _worker(paths: list[str], order: list[int], taken, results, done, options: P
             done[i] = pos
 
         try:
-            out: Any = _parse_file(paths[i], i, report, options, want)
+            out: Any = _parse_file(paths[i], 0, report, options, want)
         except BcgError as exc:  # re-raised in the parent, with its file and line
             out = (type(exc), exc.what, exc.where)
         results.put((i, out))
@@ -177,7 +177,7 @@ def _parse_parallel(
         if "-" in paths:
             i = paths.index("-")
             try:
-                results[i] = _parse_file("-", i, lambda pos: progress.update(i, pos), options, want)
+                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, want)
             except BcgError as exc:
                 results[i] = (type(exc), exc.what, exc.where)
             progress.finished(i)
