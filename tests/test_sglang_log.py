@@ -498,6 +498,15 @@ _G_OTHER = st.sampled_from(
         "   ",
         "café ∑ \xff",
         "x Decode batch y Prefill batch, #new-seq: 1, #new-token: 2",
+        "batch. #new-seq: 1, #new-token: 32, #cached-token: 0, token usage: 0.01",
+        "ll batch [4], #new-seq: 3, #new-token: 5,",
+        "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', tp_size=2, enable_two_batch_overlap=False, "
+        "chunked_prefill_size=8192, disable_cuda_graph=False)",
+        "[2026-01-01 00:00:00] server_args={'tp_size': 4, 'dp_size': 4, 'enable_dp_attention': True}",
+        "01 00:00:01 DP1 TP1] Prefill batch, #new-seq: 1, #new-token: 2, cuda graph: True",
+        "[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5[2026-01-01 00:00:00 TP0] Prefill batch, "
+        "#new-seq: 2, #new-token: 7,",
+        "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, cuda graph: TruePrefill batch, #new-seq: 1, #new-token: 9",
     ]
 )
 

@@ -190,12 +190,15 @@ def drift_fleet(
                     "pick the configuration it serves with --group N",
                     prof.where,
                 )
-        for g in targets:
-            view = trace if g is None else trace.group_view(g)
+        for target in targets:
+            view = trace if target is None else trace.group_view(target)
             rep = drift_for_profile(prof, view, calibration=calibration, threshold_pct=threshold_pct)
-            label = trace.groups[g].label() if g is not None else (trace.groups[0].label() if n == 1 else "the trace")
-            rows.append(DriftRow(f"profile {prof.name}", g, label, view.n_batches, rep, profile=str(prof.path or prof.name)))
-            judged.update([] if g is None else [g])
+            if target is not None:
+                label = trace.groups[target].label()
+                judged.add(target)
+            else:
+                label = trace.groups[0].label() if n == 1 else "the trace"
+            rows.append(DriftRow(f"profile {prof.name}", target, label, view.n_batches, rep, profile=str(prof.path or prof.name)))
     unjudged = [f"group {g} ({trace.groups[g].label()})" for g in chosen if n > 1 and g not in judged]
     return FleetDrift(rows, unjudged)
 
