@@ -240,6 +240,12 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Iterable[str] = ())
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` via a temp file in the target's folder + fsync + rename. A symbolic link is
     followed (its target is replaced, the link stays); anything but a regular file is refused."""
+    atomic_write_chunks(path, (data,))
+
+
+def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
+    """atomic_write_bytes of the concatenated `chunks`, written as they come (a large
+    document need not be held whole in memory)."""
     where = str(path)
     real = os.path.realpath(path)
     existed = _regular_or_absent(real, where)
@@ -252,7 +258,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise InputError(f"cannot write in {parent}: {exc.strerror}", where) from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in chunks:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         mode = (os.stat(real).st_mode & 0o777) if existed else 0o644

@@ -553,3 +553,33 @@ def test_drift_says_more_padding_when_the_optimum_pads_more():
     t = PrefillTrace.from_sizes([60] * 50 + [100] * 50)
     rep = drift_report(t, [60], threshold_pct=2.0)  # the optimum replays all, and pads more
     assert rep.gains["waste_pp"] < 0 and "points more padding" in rep.reason and "-" not in rep.reason.split("wastes ")[1][:2]
+
+
+def test_help_imports_no_fsspec_or_dask():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from bcgtune.cli.app import run\n"
+        "for args in (['--help'], ['trace', '--help'], ['trace', 'merge', '--help'], ['drift', '--help'], "
+        "['suggest-buckets', '--help']):\n"
+        "    assert run(args) == 0, args\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'dask', 'distributed', 'aiohttp'))\n"
+        "print('HEAVY', bad)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "HEAVY []" in p.stdout, p.stdout[-500:]
+
+
+def test_trace_json_is_streamed_identically(monkeypatch):
+    import bcgtune.core.trace as trace_mod
+
+    t = parse_logs([str(p) for p in ALL_LOGS if parse_logs_ok(p)])
+    whole = json.dumps(t.to_json_obj(), separators=(",", ":")) + "\n"
+    monkeypatch.setattr(trace_mod, "_COLUMN_SLICE", 3)  # many slices per column
+    streamed = "".join(trace_mod.json_text_chunks(t))
+    a, b = json.loads(whole), json.loads(streamed)
+    a.pop("created"), b.pop("created")
+    assert a == b and len(whole) == len(streamed)

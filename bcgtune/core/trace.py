@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Optional, Union
 
@@ -282,13 +283,43 @@ def _column_to_json(arr: np.ndarray) -> list:
 
 
 def save_trace(trace: PrefillTrace, path: str) -> None:
-    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON."""
-    from bcgtune.fileio import atomic_write_text
+    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON (the
+    per-batch columns streamed a slice at a time: memory stays near the columns' own)."""
+    from bcgtune.fileio import atomic_write_chunks, atomic_write_text
 
     if str(path).lower().endswith(".csv"):
         atomic_write_text(path, trace.to_csv())
     else:
-        atomic_write_text(path, json.dumps(trace.to_json_obj(), separators=(",", ":")) + "\n")
+        atomic_write_chunks(path, (s.encode("utf-8") for s in json_text_chunks(trace)))
+
+
+_COLUMN_SLICE = 1 << 16
+
+
+def json_text_chunks(trace: PrefillTrace) -> Iterator[str]:
+    """The trace's JSON document (the text `json.dumps(to_json_obj())` gives, compact) in
+    pieces: the per-batch columns are turned into text a slice at a time, never into one
+    Python list each."""
+    compact = (",", ":")
+    batches = trace.batches
+    trace.batches = None
+    try:
+        head = json.dumps(trace.to_json_obj(), separators=compact)
+    finally:
+        trace.batches = batches
+    if batches is None:
+        yield head + "\n"
+        return
+    tail = '"batches":null}'
+    assert head.endswith(tail)  # batches is the document's last key
+    yield head[: -len("null}")] + "{"
+    for i, (name, col) in enumerate(batches.items()):
+        yield ("," if i else "") + json.dumps(name) + ":["
+        for start in range(0, len(col), _COLUMN_SLICE):
+            text = json.dumps(_column_to_json(col[start : start + _COLUMN_SLICE]), separators=compact)
+            yield ("," if start else "") + text[1:-1]
+        yield "]"
+    yield "}}\n"
 
 
 def load_trace(path: str) -> PrefillTrace:
