@@ -127,7 +127,7 @@ def _client(cluster: str) -> tuple[Any, Any]:
             raise InputError(f"local:N needs a worker count 1..1024, got {n[:20]!r}", "--cluster")
         workers = int(n) if n else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         try:
-            local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40)
+            local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40)
             return Client(local), local
         except Exception as exc:  # worker processes that cannot start: a port, memory, the environment
             raise ExternalError(f"cannot start a local Dask cluster: {' '.join(str(exc).split())[:120]}", "--cluster") from None

@@ -119,7 +119,9 @@ class _Workers:
         order = sorted(files, key=lambda i: -(sizes[i] or 0))
         self.done = ctx.RawArray("q", len(paths))
         self.results = ctx.Queue()
-        taken = ctx.Value("q", 0)
+        # kept on self: a spawned worker unpickles these after __init__ returns, and a
+        # collected one unlinks its semaphore first
+        self.taken = taken = ctx.Value("q", 0)
         self.procs = [
             ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, want), daemon=True)
             for _ in range(jobs)
