@@ -37,9 +37,10 @@ The package, one file per job:
   grammar.py   the record grammar (prefixes, prefill/capture/startup/disable lines)
   fastpath.py  the numpy fast path (layouts, vectorised reads) and record blocks
   scanner.py   streaming input (files, .gz, stdin; bounded blocks) and the scanner
-  columns.py   per-file compact columns, and several files' columns merged
+  columns.py   what one log yields: compact columns or per-launch histograms
   parallel.py  several files serially or in worker processes
-  build.py     the merged columns -> PrefillTrace (parse_logs)
+  build.py     one log's results -> its trace; several merged (parse_logs)
+  remote.py    logs where they live: URLs through fsspec, folders and globs
   options.py   ParseOptions: how the parser reads, passed in per call
 """
 
