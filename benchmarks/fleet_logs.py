@@ -110,18 +110,18 @@ def memory(a, tmp: Path) -> None:
 SCALE = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
-from dask.distributed import Client, LocalCluster
-from bcgtune.services.trace import trace_on_cluster
+from bcgtune.services.trace import _client, trace_on_cluster
 workers, files = int(sys.argv[1]), sys.argv[2:]
-cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40)
-client = Client(cluster)
+client, cluster = _client(f"local:{workers}")
 client.run(lambda: __import__("bcgtune.services.trace"))  # workers warm: imports done before the clock starts
 start = time.perf_counter() - t0
+cpu0 = sum(client.run(time.process_time).values())
 t1 = time.perf_counter()
 trace = trace_on_cluster(files, cluster.scheduler_address)
 dt = time.perf_counter() - t1
+cpu = sum(client.run(time.process_time).values()) - cpu0
 client.close(); cluster.close()
-print("@@" + json.dumps({"start": start, "seconds": dt, "batches": trace.n_batches}))
+print("@@" + json.dumps({"start": start, "seconds": dt, "cpu": cpu, "batches": trace.n_batches}))
 """
 
 
@@ -145,7 +145,8 @@ def scaling(a, tmp: Path) -> None:
         base = base or r["seconds"]
         print(
             f"  Dask LocalCluster, {n} worker(s): {r['seconds']:.1f} s = {total / r['seconds']:.0f} MB/s, "
-            f"x{base / r['seconds']:.2f} vs {a.workers[0]} worker(s) (cluster start, not counted: {r['start']:.1f} s)"
+            f"x{base / r['seconds']:.2f} vs {a.workers[0]} worker(s); {r['cpu']:.1f} CPU s in the workers "
+            f"(cluster start, not counted: {r['start']:.1f} s)"
         )
     for f in files:
         f.unlink()
@@ -153,11 +154,9 @@ def scaling(a, tmp: Path) -> None:
 
 REDUCE = r"""
 import json, resource, sys, time
-from dask.distributed import Client, LocalCluster
-from bcgtune.services.trace import trace_on_cluster
+from bcgtune.services.trace import _client, trace_on_cluster
 files, workers = sys.argv[2:], int(sys.argv[1])
-cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40)
-client = Client(cluster)
+client, cluster = _client(f"local:{workers}")
 t0 = time.perf_counter()
 trace = trace_on_cluster(files, cluster.scheduler_address)
 dt = time.perf_counter() - t0
