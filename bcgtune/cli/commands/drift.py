@@ -19,8 +19,9 @@ from bcgtune.errors import InputError
 
 @examples(
     "bcgtune drift --profile h200.toml --trace trace.json",
-    "bcgtune drift --profile h200.toml --log today.log --threshold 2 --write-profile h200.toml   # cron",
-    "bcgtune drift -p small.toml -p big.toml --log 's3://bucket/sglang/today/'   # a fleet: one table",
+    "bcgtune drift --profile h200.toml --log today.log --threshold 2   # cron",
+    "bcgtune drift --profile h200.toml --log today.log --write-profile h200.toml",
+    "bcgtune drift -p small.toml -p big.toml --log s3://bucket/today/   # a fleet",
     "bcgtune drift --log today/*.log   # each configuration's logged capture list",
 )
 def drift_command(

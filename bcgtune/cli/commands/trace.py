@@ -64,8 +64,9 @@ SimulateOptions: Any = option_set(
 @examples(
     "bcgtune trace --log server.log -o trace.json",
     "bcgtune trace --log rank0.log.gz rank1.log.gz -j 2 --json",
-    "bcgtune trace --log https://logs.example.com/sglang/today.log.gz --histogram-only -o today.json",
-    "bcgtune trace --log s3://bucket/sglang/2026-12-01/ --cluster local:8 -o fleet.json",
+    "bcgtune trace --log https://logs.example.com/today.log.gz --histogram-only \\",
+    "    -o today.json",
+    "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.json",
     "bcgtune trace merge monday.json tuesday.json -o week.json",
     "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
     "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
