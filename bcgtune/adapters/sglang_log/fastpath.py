@@ -80,7 +80,7 @@ def _block_of(records: list[tuple[int, int, PrefillValues]]) -> _Block:
         cols["rank"].append(names.setdefault(v.rank, len(names) - 1))
         cols["forward_ct"].append(-1 if v.forward_ct is None else v.forward_ct)
         cols["legacy"].append(v.legacy)
-    arrays = {k: np.array(x, dtype=_COLUMN_TYPES.get(k, np.int64)) for k, x in cols.items()}
+    arrays: dict[str, np.ndarray] = {k: np.array(x, dtype=_COLUMN_TYPES.get(k, np.int64)) for k, x in cols.items()}
     return _Block(rank_names=[n for n in names if n is not None], **arrays)
 
 
@@ -159,6 +159,7 @@ def _tail_plan(tail: str, runs: list[tuple[int, int]]) -> _TailPlan:
     characters): so the result holds for every tail with the same digit-masked text once
     each run is collapsed to one digit, unless `exact_only`."""
     m = _HEAD_TAIL_RE.match(tail)
+    assert m is not None  # every part of the pattern is optional
     first_key = tail[m.end() :].split(",", 1)[0].partition(":")[0]
     exact_only = _DIGIT_RUN_RE.search(first_key) is not None
     plan = _plan(tail, False)
@@ -289,13 +290,13 @@ class _Plans:
         runs = _Runs(tails)
         long = np.zeros(n, np.bool_)
         long[runs.text[runs.ends - runs.starts > 18]] = True
-        plans = list(map(self.tails.get, runs.shapes))
+        found: list[_TailPlan | None] = list(map(self.tails.get, runs.shapes))
         for i in np.flatnonzero(ok).tolist():
-            if plans[i] is None:  # (or planned for an earlier line of this call)
-                plans[i] = self.tails.get(runs.shapes[i])
-            if plans[i] is None or plans[i].exact_only or long[i]:
-                plans[i] = self._new_tail(lines[i][cut[i] + 13 :].rstrip(b"\r"), runs, i, store=not long[i])
-        plans = [p if p is not None else _GENERAL_TAIL for p in plans]
+            known = found[i] or self.tails.get(runs.shapes[i])  # (or planned for an earlier line of this call)
+            if known is None or known.exact_only or long[i]:
+                known = self._new_tail(lines[i][cut[i] + 13 :].rstrip(b"\r"), runs, i, store=not long[i])
+            found[i] = known
+        plans: list[_TailPlan] = [p if p is not None else _GENERAL_TAIL for p in found]
         t_kind = np.fromiter(map(itemgetter(0), plans), np.int8, n)
         field_runs = np.array(list(map(itemgetter(1), plans)), np.int64).reshape(n, _F_CT + 1)
         kind = np.where(ok & h_ok[hid], t_kind, _GENERAL).astype(np.int8)

@@ -313,14 +313,14 @@ def _prefill_values(text: str) -> PrefillValues | None:
     # masked on the UTF-8 bytes (bytes.translate is ~50x faster than str.translate); the
     # encoding is one-to-one and ASCII digits are the only bytes 0x30-0x39 in it
     key = (legacy, tail.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS))
-    plan = _plan_cache.get(key, False)
+    plan: tuple | None | bool = _plan_cache.get(key, False)
     if plan is False:
         plan = _plan(tail, legacy)
         if len(key[1]) <= _MAX_PLAN_KEY:
             if len(_plan_cache) > 4096:
                 _plan_cache.clear()
             _plan_cache[key] = plan
-    if plan is None:
+    if plan is None or isinstance(plan, bool):
         return None
     spans, graph, graph_label, ct = plan
     counts = [-1 if sp is None else int(tail[sp[0] : sp[1]]) for sp in spans]
@@ -331,7 +331,8 @@ def _prefill_values(text: str) -> PrefillValues | None:
     if forward_ct is not None and forward_ct > INT64_MAX:
         return None
     ts, rank = parse_prefix(text[:idx])
-    return PrefillValues(*counts, graph, graph_label, ts, rank, forward_ct, legacy)
+    s, t, c, run, q, rep = counts
+    return PrefillValues(s, t, c, run, q, rep, graph, graph_label, ts, rank, forward_ct, legacy)
 
 
 # Field order of a plan's integer spans.
@@ -345,13 +346,14 @@ def _plan(tail: str, legacy: bool) -> tuple | None:
     span of the `[N]` forward count or None): a bag of `key: value` fields, found by key,
     never by position."""
     m = _HEAD_TAIL_RE.match(tail)
+    assert m is not None  # every part of the pattern is optional
     ct = m.span(1) if m.group(1) else None
     # parts split on `,` (`. ` or `,` in the pre-2024 form), as (start, end) spans
     parts = []
     prev = m.end()
-    for sep in (_LEGACY_SPLIT_RE if legacy else _COMMA_RE).finditer(tail, prev):
-        parts.append((prev, sep.start()))
-        prev = sep.end()
+    for cut in (_LEGACY_SPLIT_RE if legacy else _COMMA_RE).finditer(tail, prev):
+        parts.append((prev, cut.start()))
+        prev = cut.end()
     parts.append((prev, len(tail)))
     first = tail[parts[0][0] : parts[0][1]].partition(":")
     if not first[1] or not _KEY_OK_RE.match(first[0].strip()):

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Self
 
 from bcgtune.adapters.sglang_log.columns import Want, _FileResult, _parse_file
@@ -74,7 +75,7 @@ def _parse_files(
     if n < 2 or not big or multiprocessing.current_process().daemon:
         out = []
         for i, path in enumerate(paths):
-            out.append(_parse_file(path, 0, lambda pos, i=i: progress.update(i, pos), options, want))
+            out.append(_parse_file(path, 0, partial(progress.update, i), options, want))
             progress.finished(i)
         return out
     return _parse_parallel(paths, files, n, progress, options, want)
@@ -115,7 +116,7 @@ class _Workers:
     context manager it stops them all on the way out, whatever happened (no orphans)."""
 
     def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, want: Want):
-        ctx = multiprocessing.get_context(_start_method())
+        ctx: Any = multiprocessing.get_context(_start_method())
         order = sorted(files, key=lambda i: -(sizes[i] or 0))
         self.done = ctx.RawArray("q", len(paths))
         self.results = ctx.Queue()

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -382,6 +382,7 @@ class _Scanner:
 
     def _flush(self) -> None:
         pending, self.pending = self.pending, None
+        assert pending is not None
         text = " ".join(_decode(p).strip() if i else _decode(p) for i, p in enumerate(pending))
         self._prefill(text, self.pending_line, len(pending))
 
@@ -445,9 +446,9 @@ class _Source:
 
     def position(self) -> int:
         """Bytes of the input consumed so far (of the compressed file for .gz)."""
-        f = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw  # RemoteFile: its own tell
+        f: Any = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw  # RemoteFile: its own tell
         try:
-            return f.tell()
+            return int(f.tell())
         except (OSError, ValueError, AttributeError):
             return self.nbytes
 
