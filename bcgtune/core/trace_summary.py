@@ -98,6 +98,7 @@ class TraceSummary:
     glued: Malformed | None = None  # physical lines holding several log lines
     hints: list[str] = field(default_factory=list)  # what to rerun differently
     histogram_only: bool = False
+    launch: str | None = None  # the one configuration's launch settings, as the logs state them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -278,6 +279,7 @@ def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> Tr
         ),
         notes=_notes(trace),
         groups=_groups(trace) if len(trace.groups) > 1 else [],
+        launch=trace.groups[0].label() if len(trace.groups) == 1 and trace.groups[0].settings else None,
         head_cut=_lines(ps, "head_cut_lines", "head_cut_samples"),
         glued=_lines(ps, "glued_lines", "glued_samples"),
         hints=_hints(trace),

@@ -31,6 +31,8 @@ def render_trace_text(s: TraceSummary) -> str:
         shown = ", ".join(f"{r} ({c})" for r, c in list(s.ranks.items())[:8])
         more = len(s.ranks) - 8
         lines.append(f"ranks            {shown}" + (f", +{more} more" if more > 0 else ""))
+    if s.launch:
+        lines.append(f"launch settings  {s.launch} (as the log states them)")
     lines += _groups(s)
     lines += _captured(s)
     for text in s.graph_disabled:
