@@ -583,3 +583,12 @@ def test_trace_json_is_streamed_identically(monkeypatch):
     a, b = json.loads(whole), json.loads(streamed)
     a.pop("created"), b.pop("created")
     assert a == b and len(whole) == len(streamed)
+
+
+def test_a_mixed_trace_never_takes_the_first_groups_chunk(two_servers):
+    a, b = two_servers
+    t = parse_logs([str(a), str(b)])
+    assert t.chunked_prefill_size() is None  # 2048 and 16384: no one chunk
+    assert t.group_view(0).chunked_prefill_size() == 2048 and t.group_view(1).chunked_prefill_size() == 16384
+    same = parse_logs([str(a), str(a)])
+    assert same.chunked_prefill_size() == 2048

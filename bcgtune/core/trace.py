@@ -222,6 +222,9 @@ class PrefillTrace:
         simulated workload's resolved settings."""
         if len(self.groups) == 1 and self.groups[0].rank_chunk:
             return int(self.groups[0].rank_chunk)
+        if len(self.groups) > 1:  # one chunk only if every configuration ran it; never the first one's
+            chunks = {g.rank_chunk for g in self.groups}
+            return int(chunks.pop()) if len(chunks) == 1 and None not in chunks else None
         for st in self.meta.get("startup") or []:
             if isinstance(st, dict) and st.get("chunked_prefill_size"):
                 return int(st["chunked_prefill_size"])

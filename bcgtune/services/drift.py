@@ -78,10 +78,8 @@ def drift_for_group(
     view = trace.group_view(group) if trace.groups else trace
     cap = view.captured_list()
     if cap is None:
-        raise InputError(
-            f"group {group} ({trace.groups[group].label() if trace.groups else 'the trace'}) logged no complete prefill "
-            "capture list: give --profile to judge its deployed list"
-        )
+        which = f"group {group} ({trace.groups[group].label()})" if trace.groups else "the trace"
+        raise InputError(f"{which} logged no complete prefill capture list: give --profile to judge its deployed list")
     return drift_report(
         view, cap.buckets, name=f"group {group}'s captured list", calibration=calibration, threshold_pct=threshold_pct
     )
