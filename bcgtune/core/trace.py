@@ -224,7 +224,8 @@ class PrefillTrace:
             return int(self.groups[0].rank_chunk)
         if len(self.groups) > 1:  # one chunk only if every configuration ran it; never the first one's
             chunks = {g.rank_chunk for g in self.groups}
-            return int(chunks.pop()) if len(chunks) == 1 and None not in chunks else None
+            one = chunks.pop() if len(chunks) == 1 else None
+            return int(one) if one else None
         for st in self.meta.get("startup") or []:
             if isinstance(st, dict) and st.get("chunked_prefill_size"):
                 return int(st["chunked_prefill_size"])
