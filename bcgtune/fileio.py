@@ -254,9 +254,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` via a temp file in the target's folder + fsync + rename (gzip-compressed
     when the name ends in .gz). A symbolic link is followed (its target is replaced, the link
     stays); anything but a regular file is refused."""
+    atomic_write_chunks(path, (data,))
+
+
+def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
+    """atomic_write_bytes of the concatenated `chunks`, written as they come (a large
+    document need not be held whole in memory)."""
     where = str(path)
-    if where.lower().endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
     real = os.path.realpath(path)
     existed = _regular_or_absent(real, where)
     parent = os.path.dirname(real) or "."
@@ -268,7 +272,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise InputError(f"cannot write in {parent}: {exc.strerror}", where) from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if where.lower().endswith(".gz"):
+                with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+                    for chunk in chunks:
+                        gz.write(chunk)
+            else:
+                for chunk in chunks:
+                    fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         mode = (os.stat(real).st_mode & 0o777) if existed else 0o644

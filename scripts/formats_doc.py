@@ -32,7 +32,13 @@ Any of:
 - the versioned JSON `bcgtune trace -o trace.json` writes (`format_version` 1, kind
   `bcgtune.prefill-trace`): a histogram (`histogram.sizes`, `histogram.counts`), per-batch
   columns when the source had them (`batches.forward_tokens`, `batches.new_seq` = requests
-  per batch, ...), the sources with their sha256, and the captured bucket lists;
+  per batch, `batches.group`, ...), the sources with their sha256, the captured bucket
+  lists, and from logs the server configurations (`groups`: each one's launch settings as
+  SGLang's flags name them, `rank_chunk` = the scheduler's logged chunk, its `sources`, its
+  own `histogram` and request `mix` of (tokens, requests) pairs). With `batches: null` the
+  groups alone price every list: a histogram-only trace (`trace --histogram-only`,
+  `trace --cluster`); each group must hold batches, and together they add up to the
+  histogram;
 - a CSV with a `size` column (or `tokens`, `num_tokens`, `forward_tokens`) and an optional
   `count` (or `batches`) column, in any order; without a count each row is one batch;
 - a JSON array of sizes, one per batch;

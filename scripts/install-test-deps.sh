@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs bcgtune with everything its test suite exercises into the virtual environment
 # named by $VIRTUAL_ENV, with uv ($UV, default `uv`):
-#  - the package (editable) with its test and lint extras;
+#  - the package (editable) with its test and lint extras (the test extra holds fsspec,
+#    aiohttp and dask[distributed]: URL logs over a local HTTP server and a Dask LocalCluster);
 #  - torch 2.13.0 CPU (the engine's eager path and calibration logic run on CPU);
 #  - sglang 0.5.23 WITHOUT its declared dependencies (they pull CUDA torch and GPU kernels),
 #    plus the short list of packages its import needs, so tests check flags against SGLang's

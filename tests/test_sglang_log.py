@@ -499,6 +499,15 @@ _G_OTHER = st.sampled_from(
         "   ",
         "café ∑ \xff",
         "x Decode batch y Prefill batch, #new-seq: 1, #new-token: 2",
+        "batch. #new-seq: 1, #new-token: 32, #cached-token: 0, token usage: 0.01",
+        "ll batch [4], #new-seq: 3, #new-token: 5,",
+        "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', tp_size=2, enable_two_batch_overlap=False, "
+        "chunked_prefill_size=8192, disable_cuda_graph=False)",
+        "[2026-01-01 00:00:00] server_args={'tp_size': 4, 'dp_size': 4, 'enable_dp_attention': True}",
+        "01 00:00:01 DP1 TP1] Prefill batch, #new-seq: 1, #new-token: 2, cuda graph: True",
+        "[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5[2026-01-01 00:00:00 TP0] Prefill batch, "
+        "#new-seq: 2, #new-token: 7,",
+        "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, cuda graph: TruePrefill batch, #new-seq: 1, #new-token: 9",
     ]
 )
 
@@ -947,10 +956,10 @@ def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
     monkeypatch.setattr(mod, "_start_method", lambda: "fork")
     real = mod._parse_file
 
-    def dying(path, i, progress=None, options=None):
+    def dying(path, i, *args):
         if path.endswith("e2_pp_attn_cp_ranks.log"):
             os._exit(3)  # killed, say, by the kernel's out-of-memory killer
-        return real(path, i, progress, options)
+        return real(path, i, *args)
 
     monkeypatch.setattr(mod, "_parse_file", dying)
     files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]

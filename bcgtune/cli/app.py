@@ -44,6 +44,13 @@ COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry(
         "trace", "trace", "trace_command", "Record a workload's prefill sizes: from server logs, a simulation, or a live run."
     ),
+    # typed `bcgtune trace merge` (see _run)
+    CommandEntry(
+        "trace merge",
+        "trace_merge",
+        "trace_merge_command",
+        "Merge traces into one, sources, statistics and server configurations kept.",
+    ),
     CommandEntry(
         "suggest-buckets",
         "suggest",
@@ -51,7 +58,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "The optimal bucket list for a trace, compared with SGLang's default ladder and yours.",
     ),
     CommandEntry(
-        "drift", "drift", "drift_command", "Is a profile's bucket list still right for today's traffic? Exit 1: re-tune."
+        "drift", "drift", "drift_command", "Are the deployed bucket lists still right for today's traffic? Exit 1: re-tune."
     ),
     CommandEntry(
         "capture", "engine", "capture_command", "Capture one prefill graph per bucket on the GPU: seconds, memory, errors."
@@ -76,8 +83,9 @@ COMMANDS: tuple[CommandEntry, ...] = (
     ),
     CommandEntry("bench", "bench", "bench_command", "A/B benchmark of bucket lists on a live server, change beyond A/A noise."),
 )
-# Commands that pass everything after `--` through to another program.
-PASSTHROUGH = {"trace", "serve", "bench"}
+# Commands that pass everything after `--` through to another program. (trace passes its
+# --live arguments after `--` too, but options may follow its list of logs.)
+PASSTHROUGH = {"serve", "bench"}
 
 _state: dict[str, Any] = {"command": None, "debug": False}
 _built: dict[str, Any] = {}  # name -> click command, built once per process
@@ -265,6 +273,8 @@ def _run(argv: list[str]) -> int:
 
     _state["command"] = None
     _state["debug"] = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if argv[:2] == ["trace", "merge"]:
+        argv = ["trace merge", *argv[2:]]
     click_exc, abort, typer_exit = _click_classes()
     try:
         rv = get_app()(args=argv or ["--help"], prog_name="bcgtune", standalone_mode=False)

@@ -84,9 +84,10 @@ def drift_report(
         basis = "replay and padding"
         worst = max(gains["replay_pp"], gains["waste_pp"])
         retune = worst > threshold_pct
+        waste = gains["waste_pp"]
         reason = (
             f"today's optimum replays {gains['replay_pp']:+.2f} points of batches and wastes "
-            f"{gains['waste_pp']:.2f} points less padding ({'above' if retune else 'within'} the "
+            f"{abs(waste):.2f} points {'less' if waste >= 0 else 'more'} padding ({'above' if retune else 'within'} the "
             f"{threshold_pct:g}-point threshold)"
         )
     return DriftReport(dep, opt, threshold_pct, basis, gains, "re-tune" if retune else "keep", reason)

@@ -99,9 +99,11 @@ class BatchMix:
 
 def batch_mix(trace) -> BatchMix:
     """The (tokens, requests) mix of a PrefillTrace: from its per-batch columns
-    `forward_tokens` and `new_seq` when it has them, else one request per batch."""
+    `forward_tokens` and `new_seq` when it has them, else from the mixes its server
+    configurations carry (a histogram-only trace), else one request per batch."""
     cols = trace.batches or {}
     tokens = cols.get("forward_tokens")
     if tokens is None or len(tokens) == 0:
-        return BatchMix.single_request(trace.sizes, trace.counts)
+        stored = trace.request_mix() if hasattr(trace, "request_mix") else None
+        return stored if stored is not None else BatchMix.single_request(trace.sizes, trace.counts)
     return BatchMix.from_batches(tokens, cols.get("new_seq"))

@@ -13,7 +13,12 @@ bcgtune.core.schema's bounds):
        "sources": [{"path", "sha256", "bytes", ...}], "parse_stats": {...},
        "captures": [...], "meta": {...},
        "histogram": {"sizes": [...], "counts": [...]},
+       "groups": [{"settings": {...}, "rank_chunk", "sources": [...], "histogram": {...},
+                   "mix": {"tokens", "requests", "counts", "requests_known"}, ...}],
        "batches": {"forward_tokens": [...], "<column>": [...], ...} | null}
+    A trace from logs groups its batches by server configuration (core/trace_groups.py);
+    `batches: null` with groups is a histogram-only trace: counts per size and request
+    mixes per group, enough to price every list, without per-batch columns.
   * CSV with a `size` column (also `tokens`, `num_tokens`, `forward_tokens`) and an optional
     `count` (or `batches`) column, in any order; without a count each row is one batch;
   * a JSON array of forward sizes, one per batch;
@@ -24,8 +29,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, Union
 
 import numpy as np
 import pydantic
@@ -33,6 +39,7 @@ import pydantic
 from bcgtune.core.document import check_header, document_header
 from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Percent, Tokens, validate
 from bcgtune.core.stats import nearest_rank
+from bcgtune.core.trace_groups import MAX_GROUPS, TraceGroup, describe_groups, histogram_of, pairs_of
 from bcgtune.errors import InputError, quote
 from bcgtune.fileio import csv_rows
 
@@ -60,6 +67,7 @@ BATCH_COLUMNS: dict[str, str] = {
     "time_s": "float64",  # simulated start time of the batch
     "forward_iter": "int64",  # N of a `Prefill batch [N],` line (the scheduler's iteration); -1 if none
     "step": "int64",  # simulated DP-attention step (one scheduler iteration of every rank)
+    "group": "int32",  # index into `groups` (the server configuration of the batch's log)
 }
 
 
@@ -87,6 +95,7 @@ class PrefillTrace:
     parse_stats: dict[str, Any] = field(default_factory=dict)
     captures: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    groups: list[TraceGroup] = field(default_factory=list)  # server configurations (logs); [] when unknown
 
     # ---- construction -------------------------------------------------------------
     @classmethod
@@ -136,6 +145,61 @@ class PrefillTrace:
             raise InputError("trace is empty")
         return int(nearest_rank(self.sizes, self.counts, q, presorted=True))
 
+    @property
+    def histogram_only(self) -> bool:
+        """No per-batch columns: counts per size (and per group, with request mixes) only."""
+        return self.batches is None
+
+    def request_mix(self):
+        """The (tokens, requests) mix the groups carry (core.mix.BatchMix), for a trace
+        without per-batch columns; None when it has columns or no group."""
+        if self.batches is not None or not self.groups:
+            return None
+        from bcgtune.core.mix import BatchMix
+
+        gs = self.groups
+        tokens, requests, counts = pairs_of(
+            np.concatenate([g.mix_tokens for g in gs]),
+            np.concatenate([g.mix_requests for g in gs]),
+            np.concatenate([g.mix_counts for g in gs]),
+        )
+        if tokens.size == 0:
+            return None
+        return BatchMix(tokens, requests, counts, requests_known=all(g.requests_known for g in gs))
+
+    def source_names(self) -> list[str]:
+        return [str(s.get("path", f"source {i}")) if isinstance(s, dict) else f"source {i}" for i, s in enumerate(self.sources)]
+
+    def describe_groups(self) -> str:
+        return describe_groups(self.groups, self.source_names())
+
+    def group_view(self, index: int) -> "PrefillTrace":
+        """The trace of one group: its batches (columns when the trace has them), its
+        sources' captures and startup lines, and only that group."""
+        g = self.groups[index]
+        own = set(g.sources)
+        batches = None
+        if self.batches is not None:
+            col = self.batches.get("group")
+            keep = col == index if col is not None else np.ones(len(self.batches["forward_tokens"]), bool)
+            batches = {k: v[keep] for k, v in self.batches.items()}
+            batches["group"] = np.zeros(int(keep.sum()), np.int32)
+        meta = dict(self.meta)
+        for key in ("startup", "graph_disabled", "server_args"):
+            if isinstance(meta.get(key), list):
+                meta[key] = [d for d in meta[key] if not isinstance(d, dict) or d.get("source") in own]
+        return PrefillTrace(
+            sizes=g.sizes.copy(),
+            counts=g.counts.copy(),
+            batches=batches,
+            origin=self.origin,
+            sources=self.sources,
+            parse_stats=self.parse_stats,
+            captures=[c for c in self.captures if c.get("source") in own],
+            meta=meta,
+            groups=[g],
+        )
+
     def captured_list(self) -> CapturedList | None:
         """The list the traced server captured (see CapturedList); None when no complete
         target prefill list was logged."""
@@ -157,8 +221,15 @@ class PrefillTrace:
         )
 
     def chunked_prefill_size(self) -> int | None:
-        """chunked_prefill_size the traced server ran with, when the trace knows it: from the
-        log's startup line, or from the simulated workload's resolved settings."""
+        """chunked_prefill_size the traced server ran with (one scheduler's, as logged), when
+        the trace knows it: from its one group's settings, the log's startup line, or the
+        simulated workload's resolved settings."""
+        if len(self.groups) == 1 and self.groups[0].rank_chunk:
+            return int(self.groups[0].rank_chunk)
+        if len(self.groups) > 1:  # one chunk only if every configuration ran it; never the first one's
+            chunks = {g.rank_chunk for g in self.groups}
+            one = chunks.pop() if len(chunks) == 1 else None
+            return int(one) if one else None
         for st in self.meta.get("startup") or []:
             if isinstance(st, dict) and st.get("chunked_prefill_size"):
                 return int(st["chunked_prefill_size"])
@@ -201,6 +272,7 @@ class PrefillTrace:
                 "tokens": self.n_tokens,
             },
             "histogram": {"sizes": self.sizes.tolist(), "counts": self.counts.tolist()},
+            "groups": [g.to_json_obj() for g in self.groups],
             "batches": None if self.batches is None else {k: _column_to_json(v) for k, v in self.batches.items()},
         }
 
@@ -219,14 +291,44 @@ def _column_to_json(arr: np.ndarray) -> list:
 
 
 def save_trace(trace: PrefillTrace, path: str) -> None:
-    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON
-    (gzip-compressed when it ends in .gz: .csv.gz, .json.gz)."""
-    from bcgtune.fileio import atomic_write_text
+    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON (the
+    per-batch columns streamed a slice at a time: memory stays near the columns' own);
+    gzip-compressed when it ends in .gz (.csv.gz, .json.gz)."""
+    from bcgtune.fileio import atomic_write_chunks, atomic_write_text
 
     if str(path).lower().removesuffix(".gz").endswith(".csv"):
         atomic_write_text(path, trace.to_csv())
     else:
-        atomic_write_text(path, json.dumps(trace.to_json_obj(), separators=(",", ":")) + "\n")
+        atomic_write_chunks(path, (s.encode("utf-8") for s in json_text_chunks(trace)))
+
+
+_COLUMN_SLICE = 1 << 16
+
+
+def json_text_chunks(trace: PrefillTrace) -> Iterator[str]:
+    """The trace's JSON document (the text `json.dumps(to_json_obj())` gives, compact) in
+    pieces: the per-batch columns are turned into text a slice at a time, never into one
+    Python list each."""
+    compact = (",", ":")
+    batches = trace.batches
+    trace.batches = None
+    try:
+        head = json.dumps(trace.to_json_obj(), separators=compact)
+    finally:
+        trace.batches = batches
+    if batches is None:
+        yield head + "\n"
+        return
+    tail = '"batches":null}'
+    assert head.endswith(tail)  # batches is the document's last key
+    yield head[: -len("null}")] + "{"
+    for i, (name, col) in enumerate(batches.items()):
+        yield ("," if i else "") + json.dumps(name) + ":["
+        for start in range(0, len(col), _COLUMN_SLICE):
+            text = json.dumps(_column_to_json(col[start : start + _COLUMN_SLICE]), separators=compact)
+            yield ("," if start else "") + text[1:-1]
+        yield "]"
+    yield "}}\n"
 
 
 def load_trace(path: str) -> PrefillTrace:
@@ -316,6 +418,32 @@ class _CaptureLine(Document):
     line: Optional[int] = None
 
 
+_Count = Annotated[int, pydantic.Field(strict=True, ge=0, le=BATCHES_MAX)]
+_Setting = Union[
+    Annotated[str, pydantic.Field(max_length=400)],
+    bool,
+    Annotated[int, pydantic.Field(strict=True, ge=-(2**31), le=2**31 - 1)],
+    None,
+]
+
+
+class _MixDoc(Document):
+    tokens: list[Tokens]
+    requests: list[Annotated[int, pydantic.Field(strict=True, ge=1, le=TOKENS_MAX)]]
+    counts: list[BatchCount]
+    requests_known: bool = True
+
+
+class _GroupDoc(Document):
+    settings: dict[Annotated[str, pydantic.Field(max_length=64)], _Setting] = {}
+    rank_chunk: Optional[Annotated[int, pydantic.Field(strict=True, ge=-1, le=TOKENS_MAX)]] = None
+    sources: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=2**31 - 1)]] = []
+    histogram: _Histogram
+    mix: _MixDoc
+    graph: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
+    saturated: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
+
+
 class _TraceDocument(Document):
     origin: str = "histogram"
     sources: list[dict[str, Any]] = []
@@ -323,6 +451,7 @@ class _TraceDocument(Document):
     captures: list[_CaptureLine] = []
     meta: _TraceMeta = _TraceMeta()
     histogram: _Histogram
+    groups: list[_GroupDoc] = []
     batches: Optional[dict[str, Any]] = None
 
 
@@ -342,6 +471,11 @@ def _parse_json_trace(text: str, where: str) -> PrefillTrace:
         raise InputError("histogram.sizes holds a size twice", where)
     batches = _batch_columns(doc.batches, where) if doc.batches else None
     meta = doc.meta.model_dump(exclude_unset=True)
+    groups = _groups(doc.groups, len(doc.sources), sizes, counts, where)
+    if batches is not None and groups:
+        col = batches.get("group")
+        if col is not None and col.size and (col.min() < 0 or col.max() >= len(groups)):
+            raise InputError(f"batches.group: must be within 0..{len(groups) - 1}", where)
     return PrefillTrace(
         sizes=sizes,
         counts=counts,
@@ -351,7 +485,47 @@ def _parse_json_trace(text: str, where: str) -> PrefillTrace:
         parse_stats=doc.parse_stats,
         captures=[c.model_dump(exclude_unset=True) for c in doc.captures],
         meta=meta,
+        groups=groups,
     )
+
+
+def _groups(docs: list[_GroupDoc], n_sources: int, sizes: np.ndarray, counts: np.ndarray, where: str) -> list[TraceGroup]:
+    """The groups of a trace file, each checked: lengths, a mix that holds its batches,
+    sources that exist, at least one batch; together they add up to the histogram."""
+    if len(docs) > MAX_GROUPS:
+        raise InputError(f"groups: at most {MAX_GROUPS} server configurations, got {len(docs)}", where)
+    out = []
+    for i, d in enumerate(docs):
+        loc = f"groups[{i}]"
+        h, m = d.histogram, d.mix
+        if len(h.sizes) != len(h.counts):
+            raise InputError(f"{loc}.histogram: sizes and counts differ in length", where)
+        if not (len(m.tokens) == len(m.requests) == len(m.counts)):
+            raise InputError(f"{loc}.mix: tokens, requests and counts differ in length", where)
+        if not h.counts or sum(h.counts) == 0:
+            raise InputError(f"{loc}: an empty group (no batches)", where)
+        bad = next((s for s in d.sources if s >= n_sources), None)
+        if bad is not None:
+            raise InputError(f"{loc}.sources: source {bad} does not exist ({n_sources} sources)", where)
+        g_sizes, g_counts = histogram_of(np.asarray(h.sizes, np.int64), np.asarray(h.counts, np.int64))
+        tokens, requests, mcounts = (np.asarray(x, np.int64) for x in (m.tokens, m.requests, m.counts))
+        if (requests > tokens).any():
+            raise InputError(f"{loc}.mix: a batch cannot hold more requests than tokens", where)
+        mix_sizes, mix_counts = histogram_of(tokens, mcounts)
+        if tokens.size and not (np.array_equal(mix_sizes, g_sizes) and np.array_equal(mix_counts, g_counts)):
+            raise InputError(f"{loc}.mix: does not add up to the group's histogram", where)
+        out.append(
+            TraceGroup(
+                settings=dict(d.settings), rank_chunk=d.rank_chunk, sources=list(d.sources), sizes=g_sizes,
+                counts=g_counts, mix_tokens=tokens, mix_requests=requests, mix_counts=mcounts,
+                requests_known=m.requests_known, graph=dict(d.graph), saturated=dict(d.saturated),
+            )
+        )  # fmt: skip
+    if out:
+        all_sizes, all_counts = histogram_of(np.concatenate([g.sizes for g in out]), np.concatenate([g.counts for g in out]))
+        if not (np.array_equal(all_sizes, sizes) and np.array_equal(all_counts, counts)):
+            raise InputError("groups: do not add up to the trace's histogram", where)
+    return out
 
 
 _COLUMN_BOUNDS = {"int64": (-(2**62), 2**62), "int32": (-(2**31), 2**31 - 1), "int8": (-1, 1)}

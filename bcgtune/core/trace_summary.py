@@ -11,6 +11,7 @@ import numpy as np
 
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
 from bcgtune.core.trace import CapturedList, PrefillTrace
+from bcgtune.core.trace_groups import mixed_chunk_signature
 
 MAX_SAMPLES_SHOWN = 3
 
@@ -61,6 +62,20 @@ class Malformed:
 
 
 @dataclass
+class GroupSummary:
+    """One server configuration of the trace (core/trace_groups.py)."""
+
+    group: int
+    label: str
+    settings: dict[str, Any]
+    batches: int
+    sources: int
+    p50: int
+    max: int
+    captured_buckets: int | None  # graphs its servers logged capturing (the last complete list)
+
+
+@dataclass
 class TraceSummary:
     batches: int
     distinct_sizes: int
@@ -78,6 +93,12 @@ class TraceSummary:
     graph_disabled: list[str]
     malformed: Malformed
     notes: list[str] = field(default_factory=list)
+    groups: list[GroupSummary] = field(default_factory=list)
+    head_cut: Malformed | None = None  # prefill lines whose head was cut off (not counted)
+    glued: Malformed | None = None  # physical lines holding several log lines
+    hints: list[str] = field(default_factory=list)  # what to rerun differently
+    histogram_only: bool = False
+    launch: str | None = None  # the one configuration's launch settings, as the logs state them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +133,18 @@ def _usage(trace: PrefillTrace, cap: CapturedList, factor: float) -> CapturedUsa
 
 def _graph_flag(trace: PrefillTrace) -> GraphFlag | None:
     graph = (trace.batches or {}).get("graph")
+    if graph is None and trace.groups:  # histogram-only: counted per group
+        replayed = sum(int(g.graph.get("replayed", 0)) for g in trace.groups)
+        flagged = replayed + sum(int(g.graph.get("eager", 0)) for g in trace.groups)
+        if not flagged:
+            return None
+        return GraphFlag(
+            flagged,
+            replayed,
+            flagged - replayed,
+            round(100.0 * replayed / flagged, 2),
+            dict(trace.meta.get("graph_labels") or {}),
+        )
     if graph is None or not (graph >= 0).any():
         return None
     flagged = int((graph >= 0).sum())
@@ -171,10 +204,55 @@ def _forward_rule(trace: PrefillTrace) -> str | None:
     return rule
 
 
+def _groups(trace: PrefillTrace) -> list[GroupSummary]:
+    out = []
+    for i, g in enumerate(trace.groups):
+        view = trace.group_view(i)
+        cap = view.captured_list()
+        out.append(
+            GroupSummary(
+                group=i, label=g.label(), settings=dict(g.settings), batches=g.n_batches, sources=len(g.sources),
+                p50=view.percentile(50), max=int(g.sizes[-1]), captured_buckets=len(cap.buckets) if cap else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _lines(ps: dict[str, Any], count_key: str, samples_key: str) -> Malformed | None:
+    n = int(ps.get(count_key) or 0)
+    if not n:
+        return None
+    samples = [
+        {"where": f"{s.get('path', s.get('source'))}:{s.get('line')}", "text": s.get("text")}
+        for s in (ps.get(samples_key) or [])[:MAX_SAMPLES_SHOWN]
+    ]
+    return Malformed(count=n, samples=samples)
+
+
+def _hints(trace: PrefillTrace) -> list[str]:
+    """What the user should rerun differently: the --mixed-chunk hint when a group's
+    chunk-saturated batches carry the mixed-chunk signature, or its logged settings say so."""
+    if trace.meta.get("mixed_chunk"):
+        return []
+    out = []
+    for i, g in enumerate(trace.groups):
+        which = f"group {i} ({g.label()})" if len(trace.groups) > 1 else "the server"
+        if mixed_chunk_signature(g.saturated):
+            n = g.saturated.get("chunk_minus_running", 0)
+            out.append(
+                f"{n} chunk-saturated batches of {which} log #new-token + #running-req = the chunk ({g.rank_chunk}): "
+                "it ran --enable-mixed-chunk; trace again with --mixed-chunk to count the decode rows in each forward"
+            )
+        elif g.settings.get("enable_mixed_chunk") is True:
+            out.append(f"{which} ran --enable-mixed-chunk (its launch settings say so): trace again with --mixed-chunk")
+    return out
+
+
 def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> TraceSummary:
-    """Everything `bcgtune trace` reports."""
+    """Everything `bcgtune trace` reports. With several server configurations, the
+    captured-list analysis is per group (each group's own list): see `groups`."""
     ps = trace.parse_stats or {}
-    cap = trace.captured_list()
+    cap = trace.captured_list() if len(trace.groups) <= 1 else None
     return TraceSummary(
         batches=trace.n_batches,
         distinct_sizes=int(trace.sizes.size),
@@ -200,4 +278,10 @@ def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> Tr
             ],
         ),
         notes=_notes(trace),
+        groups=_groups(trace) if len(trace.groups) > 1 else [],
+        launch=trace.groups[0].label() if len(trace.groups) == 1 and trace.groups[0].settings else None,
+        head_cut=_lines(ps, "head_cut_lines", "head_cut_samples"),
+        glued=_lines(ps, "glued_lines", "glued_samples"),
+        hints=_hints(trace),
+        histogram_only=trace.histogram_only,
     )

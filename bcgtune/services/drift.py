@@ -1,9 +1,22 @@
-"""drift: is a profile's bucket list still right for today's traffic?
+"""drift: are the deployed bucket lists still right for today's traffic?
 
-`drift_for_profile` decides what the profile's launch captures (services/launch.py) and
-compares that list with today's optimum under the same graph budget (bcgtune.core.drift)."""
+`drift_for_profile` decides what a profile's launch captures (services/launch.py) and
+compares that list with today's optimum under the same graph budget (bcgtune.core.drift),
+on the traffic of the server configuration it runs. `drift_fleet` does that for many
+profiles, or for every configuration in today's logs against the list its servers logged
+capturing, in one table: the fleet needs re-tuning when any row does.
+
+A trace of today's traffic from logs groups its batches by server configuration
+(core/trace_groups.py): a profile is judged on the groups whose logged launch settings it
+agrees with (every setting both state: model, tp, dp, DP attention, chunk), never on the
+traffic of a server launched otherwise.
+"""
 
 from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from bcgtune.core.calibration import Calibration
 from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, drift_report
@@ -13,11 +26,12 @@ from bcgtune.errors import InputError
 
 
 def load_traffic(logs: list[str] | None, trace_path: str | None) -> PrefillTrace:
-    """Today's traffic: server logs or a trace file (exactly one of them)."""
+    """Today's traffic: server logs (files, folders, globs or URLs; read as a histogram-only
+    trace: drift needs counts per size, not every batch) or a trace file (exactly one)."""
     if logs and not trace_path:
-        from bcgtune.adapters.sglang_log import parse_logs
+        from bcgtune.services.trace import trace_logs
 
-        return parse_logs(list(logs))
+        return trace_logs(list(logs), histogram_only=True)
     if trace_path and not logs:
         from bcgtune.core.trace import load_trace
 
@@ -29,7 +43,7 @@ def drift_for_profile(
     profile, trace: PrefillTrace, *, calibration: Calibration | None = None, threshold_pct: float = DEFAULT_THRESHOLD_PCT
 ) -> DriftReport:
     """The profile's captured list (its [buckets], or SGLang's default ladder for its
-    launch) against today's optimum of as many buckets on `trace`."""
+    launch) against today's optimum of as many buckets on `trace` (one configuration's)."""
     from bcgtune.adapters.hardware import gpu_for
     from bcgtune.services.launch import capture_for_flags
 
@@ -55,3 +69,137 @@ def drift_for_profile(
         calibration=calibration,
         threshold_pct=threshold_pct,
     )
+
+
+def drift_for_group(
+    trace: PrefillTrace, group: int, *, calibration: Calibration | None = None, threshold_pct: float = DEFAULT_THRESHOLD_PCT
+) -> DriftReport:
+    """A configuration's logged captured list against today's optimum on its traffic."""
+    view = trace.group_view(group) if trace.groups else trace
+    cap = view.captured_list()
+    if cap is None:
+        which = f"group {group} ({trace.groups[group].label()})" if trace.groups else "the trace"
+        raise InputError(f"{which} logged no complete prefill capture list: give --profile to judge its deployed list")
+    return drift_report(
+        view, cap.buckets, name=f"group {group}'s captured list", calibration=calibration, threshold_pct=threshold_pct
+    )
+
+
+# ---- many profiles, many configurations -----------------------------------------------------
+@dataclass
+class DriftRow:
+    """One judged list: a profile's or a configuration's, on one configuration's traffic."""
+
+    deployed: str  # "profile h200" or "group 1's captured list"
+    group: int | None  # the configuration of today's traffic it was judged on (None: the whole trace)
+    configuration: str  # that configuration's label
+    batches: int
+    report: DriftReport
+    profile: str | None = None  # where the profile is (its path or built-in name)
+
+
+@dataclass
+class FleetDrift:
+    rows: list[DriftRow]
+    unjudged: list[str] = field(default_factory=list)  # configurations no profile matched
+
+    @property
+    def verdict(self) -> str:
+        return "re-tune" if any(r.report.verdict == "re-tune" for r in self.rows) else "keep"
+
+    def to_dict(self) -> dict[str, Any]:
+        """One row: the report as it always was; several: the fleet."""
+        if len(self.rows) == 1 and not self.unjudged:
+            return self.rows[0].report.to_dict()
+        return {
+            "verdict": self.verdict,
+            "rows": [{**{k: v for k, v in asdict(r).items() if k != "report"}, "report": r.report.to_dict()} for r in self.rows],
+            "unjudged": list(self.unjudged),
+        }
+
+
+_MATCH_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "chunked_prefill_size", "pp_size", "ep_size")
+
+
+def profile_matches(profile, settings: dict[str, Any]) -> bool:
+    """A profile's launch agrees with a configuration's logged settings: the same model
+    (path, or its last component), and every layout and chunk setting both state."""
+    from bcgtune.adapters.profiles import snake
+
+    server = {snake(str(k)): v for k, v in profile.server.items()}
+    for short, full in (("tp", "tp_size"), ("dp", "dp_size"), ("ep", "ep_size")):
+        if short in server and full not in server:
+            server[full] = server.pop(short)
+    model = profile.model or server.get("model_path")
+    logged = settings.get("model_path")
+    if isinstance(model, str) and isinstance(logged, str) and model.rstrip("/") != logged.rstrip("/"):
+        if os.path.basename(model.rstrip("/")) != os.path.basename(logged.rstrip("/")):
+            return False
+    for key in _MATCH_KEYS:
+        if key in server and key in settings and settings[key] is not None:
+            mine, theirs = server[key], settings[key]
+            if isinstance(theirs, bool) or isinstance(mine, bool):
+                if bool(mine) != bool(theirs):
+                    return False
+            elif str(mine) != str(theirs):
+                return False
+    return True
+
+
+def drift_fleet(
+    profiles: list,
+    trace: PrefillTrace,
+    *,
+    groups: list[int] | None = None,
+    calibration: Calibration | None = None,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+) -> FleetDrift:
+    """Every deployed list against today's traffic, one row each.
+
+    Profiles given: each is judged on the configurations in `groups`, or else on those of
+    `trace` whose logged settings it agrees with (a trace of one configuration, or none
+    known: that one); a profile that agrees with none is refused with the configurations
+    named. No profile: every configuration (or those in `groups`) is judged
+    by the list its servers logged capturing."""
+    from bcgtune.core.trace_groups import check_group_index
+
+    for g in groups or []:
+        check_group_index(trace.groups, g)
+    n = len(trace.groups)
+    chosen = list(groups) if groups else list(range(n))
+    rows: list[DriftRow] = []
+    if not profiles:
+        for g in chosen or [0]:
+            label = trace.groups[g].label() if n else "the trace"
+            rep = drift_for_group(trace, g, calibration=calibration, threshold_pct=threshold_pct)
+            rows.append(DriftRow(f"group {g}'s captured list", g if n else None, label, _batches(trace, g), rep))
+        return FleetDrift(rows)
+    judged: set[int] = set()
+    for prof in profiles:
+        if n <= 1:
+            targets: list[int | None] = [None]
+        elif groups:  # the configurations asked for, whatever their logged settings say
+            targets = list(groups)
+        else:
+            targets = [g for g in chosen if profile_matches(prof, trace.groups[g].settings)]
+            if not targets:
+                raise InputError(
+                    f"profile {prof.name} agrees with none of today's server configurations: {trace.describe_groups()}; "
+                    "pick the configuration it serves with --group N",
+                    prof.where,
+                )
+        for target in targets:
+            view = trace if target is None else trace.group_view(target)
+            rep = drift_for_profile(prof, view, calibration=calibration, threshold_pct=threshold_pct)
+            if target is not None:
+                label = trace.groups[target].label()
+                judged.add(target)
+            else:
+                label = trace.groups[0].label() if n == 1 else "the trace"
+            rows.append(DriftRow(f"profile {prof.name}", target, label, view.n_batches, rep, profile=str(prof.path or prof.name)))
+    unjudged = [f"group {g} ({trace.groups[g].label()})" for g in chosen if n > 1 and g not in judged]
+    return FleetDrift(rows, unjudged)
+
+
+def _batches(trace: PrefillTrace, g: int) -> int:
+    return trace.groups[g].n_batches if trace.groups else trace.n_batches

@@ -35,7 +35,8 @@ class SuggestRequest:
     flags (snake_case SGLang names); None: the layout the trace records, if any. `align`,
     `max_bucket` None: the launch's capture alignment and ladder maximum. `tolerance_pct`
     (time objective): recommend the fewest graphs within this % of the best predicted time;
-    None: within the noise of the calibration's rounds."""
+    None: within the noise of the calibration's rounds. `group`: which server configuration
+    of a trace that holds several to price (None: the trace must hold one)."""
 
     trace: PrefillTrace | None = None
     max_buckets: int = 12
@@ -53,6 +54,7 @@ class SuggestRequest:
     baselines: bool = True
     server_flags: dict[str, Any] | None = None
     tolerance_pct: float | None = None
+    group: int | None = None
 
 
 @dataclass
@@ -85,10 +87,30 @@ def default_trace(seed: int = 0) -> PrefillTrace:
     return simulate(replace(wl, seed=seed) if seed else wl)
 
 
+# Launch settings a log states that set what SGLang captures (its alignment and ladder).
+_LOGGED_LAYOUT_KEYS = (
+    "tp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "enable_two_batch_overlap", "moe_a2a_backend",
+    "moe_dense_tp_size", "attn_cp_size", "enable_dp_lm_head", "disable_attn_tp_gather",
+)  # fmt: skip
+
+
+def logged_layout_flags(trace: PrefillTrace) -> dict[str, Any]:
+    """The layout the logs of a one-configuration trace state (its server_args line), as
+    launch flags; {} when they state none."""
+    if len(trace.groups) != 1:
+        return {}
+    s = trace.groups[0].settings
+    return {k: s[k] for k in _LOGGED_LAYOUT_KEYS if s.get(k) is not None}
+
+
 def trace_layout_flags(trace: PrefillTrace) -> dict[str, Any]:
     """The DP-attention layout a trace records (a simulated workload's dp size with DP
-    attention), as launch flags; {} when it records none. SGLang needs tp to be a multiple
-    of the attention-DP size: a recorded tp that is not becomes the attention-DP size."""
+    attention, or the launch settings its logs state), as launch flags; {} when it records
+    none. SGLang needs tp to be a multiple of the attention-DP size: a recorded tp that is
+    not becomes the attention-DP size."""
+    logged = logged_layout_flags(trace)
+    if logged.get("enable_dp_attention") is True or (logged.get("attn_dp_size") or 1) > 1:
+        return logged
     workload = trace.meta.get("workload") if isinstance(trace.meta, dict) else None
     if not isinstance(workload, dict) or workload.get("enable_dp_attention") is not True:
         return {}
@@ -122,12 +144,44 @@ def _launch_flags(req: SuggestRequest, trace: PrefillTrace, notes: list[str]) ->
             )
         return flags
     flags = trace_layout_flags(trace)
-    if flags:
+    if flags and logged_layout_flags(trace):
+        notes.append(
+            f"note: the logs state DP attention on {_attention_dp(flags)} ranks: priced as the launch "
+            f"{_flags_text(flags)} (give layout flags to price another)"
+        )
+    elif flags:
         notes.append(
             f"note: the trace was simulated with DP attention on {flags['dp_size']} ranks: priced as the launch "
             f"{_flags_text(flags)} (give layout flags to price another)"
         )
+    else:
+        flags = logged_layout_flags(trace)  # the layout the logs state: its capture alignment
     return flags
+
+
+def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None = None) -> PrefillTrace:
+    """The trace of one server configuration. A trace of one configuration (or none known)
+    is itself; a trace that mixes several is priced one configuration at a time: `group`
+    picks it, and without it the trace is refused with the groups named (never priced
+    with one configuration's chunk and ceiling for all)."""
+    from bcgtune.core.trace_groups import check_group_index
+
+    n = len(trace.groups)
+    if group is not None:
+        check_group_index(trace.groups, group)
+        if n <= 1:
+            return trace
+        view = trace.group_view(group)
+        if notes is not None:
+            notes.append(f"note: priced group {group} of {n}: {trace.groups[group].label()}")
+        return view
+    if n > 1:
+        raise InputError(
+            f"the trace mixes {n} server configurations, each with its own chunk and bucket ceiling: "
+            f"{trace.describe_groups()}; price one with --group N, or trace each configuration apart",
+            field="group",
+        )
+    return trace
 
 
 def _attention_dp(flags: dict[str, Any]) -> int:
@@ -165,6 +219,7 @@ def suggest(req: SuggestRequest) -> Suggestion:
             compare.insert(0, (MI355X_PR_HAND_LIST_NAME, list(MI355X_PR_HAND_LIST)))
     trace.validate()
     notes: list[str] = []
+    trace = select_group(trace, req.group, notes)
     flags = _launch_flags(req, trace, notes)
     launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
     capture = capture_for_flags(launch_flags, platform="cuda")

@@ -37,13 +37,14 @@ The package, one file per job:
   grammar.py   the record grammar (prefixes, prefill/capture/startup/disable lines)
   fastpath.py  the numpy fast path (layouts, vectorised reads) and record blocks
   scanner.py   streaming input (files, .gz, stdin; bounded blocks) and the scanner
-  columns.py   per-file compact columns, and several files' columns merged
+  columns.py   what one log yields: compact columns or per-launch histograms
   parallel.py  several files serially or in worker processes
-  build.py     the merged columns -> PrefillTrace (parse_logs)
+  build.py     one log's results -> its trace; several merged (parse_logs)
+  remote.py    logs where they live: URLs through fsspec, folders and globs
   options.py   ParseOptions: how the parser reads, passed in per call
 """
 
-from bcgtune.adapters.sglang_log.build import parse_logs, rank_overlap
+from bcgtune.adapters.sglang_log.build import file_trace, parse_logs, rank_overlap
 from bcgtune.adapters.sglang_log.grammar import (
     CHUNK_SIZE,
     FORWARD_TOKENS_RULE,
@@ -60,6 +61,7 @@ from bcgtune.adapters.sglang_log.grammar import (
     parse_capture_text,
     parse_prefill_text,
     parse_prefix,
+    parse_server_args_text,
     parse_startup_text,
 )
 from bcgtune.adapters.sglang_log.options import PARALLEL_MIN_BYTES, ParseOptions
@@ -80,11 +82,13 @@ __all__ = [
     "PrefillRecord",
     "PrefillValues",
     "ScanResult",
+    "file_trace",
     "forward_tokens",
     "parse_capture_text",
     "parse_logs",
     "parse_prefill_text",
     "parse_prefix",
+    "parse_server_args_text",
     "parse_startup_text",
     "rank_overlap",
     "scan_log",

@@ -1,6 +1,8 @@
-"""Trace building: the merged columns of every log into one PrefillTrace, with the forward
-token rule applied, sources (sha256 of the bytes read), parse statistics, capture and
-startup lines, and how many ranks printed the same batch."""
+"""Trace building: what one log yields becomes a trace of its own (file_trace: the forward
+token rule applied, its launches grouped by configuration, its source with the sha256 of
+the bytes read, parse statistics, capture and startup lines), and the traces of several
+logs are merged in input order (core.trace_merge: the same reduce `bcgtune trace merge`
+and a distributed run use), so a parse of many files is the merge of their parses."""
 
 from __future__ import annotations
 
@@ -9,118 +11,174 @@ from typing import Any
 
 import numpy as np
 
-from bcgtune.adapters.sglang_log.columns import _FileResult, _merge_columns
+from bcgtune.adapters.sglang_log.columns import Want, _FileResult
 from bcgtune.adapters.sglang_log.grammar import (
     FORWARD_TOKENS_RULE,
     FORWARD_TOKENS_RULE_MIXED,
     MAX_CAPTURES,
-    MAX_MALFORMED_SAMPLES,
-    MAX_META_EVENTS,
     forward_tokens,
 )
 from bcgtune.adapters.sglang_log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang_log.parallel import _input_size, _parse_files, _Progress
 from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.trace_groups import TraceGroup, group_from_batches, histogram_of, launch_settings, merge_groups
+from bcgtune.core.trace_merge import merge_traces, rank_overlap
 from bcgtune.errors import InputError
 from bcgtune.fileio import display_path as _display_path
 
-
-def _first(results: list[_FileResult], attr: str, limit: int, paths: list[str] | None = None) -> list[dict]:
-    out: list[dict] = []
-    for r in results:
-        for item in getattr(r, attr)[: limit - len(out)]:
-            out.append(dict(item, path=_display_path(paths[item["source"]])) if paths else item)
-    return out
+__all__ = ["file_trace", "parse_logs", "rank_overlap"]
 
 
-def _no_records_error(paths: list[str], results: list[_FileResult]) -> InputError:
+# The per-batch columns of a log's trace, in order (forward_tokens and group follow).
+_COLUMN_ORDER = (
+    "new_seq", "new_token", "cached_token", "running_req", "queue_req", "replay_token", "graph", "source", "line",
+    "timestamp", "rank", "forward_iter",
+)  # fmt: skip
+
+
+def _no_records_error(paths: list[str], trace: PrefillTrace) -> InputError:
     where = ", ".join(_display_path(p) for p in paths)
-    bad = sum(r.malformed for r in results)
+    ps = trace.parse_stats
+    bad = int(ps.get("malformed_prefill_lines") or 0)
     if bad:
-        s = _first(results, "malformed_samples", 1)[0]
-        return InputError(
-            f"no readable prefill batch lines found ({bad} malformed, first at {_display_path(paths[s['source']])}:{s['line']})",
-            where,
-        )
+        s = ps["malformed_samples"][0]
+        return InputError(f"no readable prefill batch lines found ({bad} malformed, first at {s['path']}:{s['line']})", where)
     return InputError("no prefill batch lines found", where)
 
 
-def _parse_stats(paths: list[str], results: list[_FileResult], n: int, zero: int) -> dict:
-    per_source = [
-        {
-            "source": i,
-            "path": _display_path(p),
-            "lines": r.lines,
-            "prefill_records": len(r.columns["line"]),
-            "decode_lines": r.decode_lines,
-            "legacy_decode_lines": r.legacy_decode_lines,
-            "capture_lines": r.capture_count,
-            "malformed_prefill_lines": r.malformed,
-            "overlong_lines": r.overlong,
-        }
-        for i, (p, r) in enumerate(zip(paths, results))
-    ]
+def _with_path(items: list[dict], where: str) -> list[dict]:
+    return [dict(item, path=where) for item in items]
+
+
+def _parse_stats(where: str, r: _FileResult, zero: int) -> dict[str, Any]:
     return {
-        "lines": sum(r.lines for r in results),
-        "prefill_records": n,
-        "decode_lines": sum(r.decode_lines for r in results),
-        "legacy_decode_lines": sum(r.legacy_decode_lines for r in results),
-        "capture_lines": sum(r.capture_count for r in results),
-        "startup_lines": sum(r.startup_count for r in results),
-        "graph_disabled_lines": sum(r.disabled_count for r in results),
-        "malformed_prefill_lines": sum(r.malformed for r in results),
-        "malformed_samples": _first(results, "malformed_samples", MAX_MALFORMED_SAMPLES, paths),
-        "legacy_prefill_records": sum(r.legacy for r in results),
-        "wrapped_prefill_records": sum(r.wrapped for r in results),
+        "lines": r.lines,
+        "prefill_records": r.records,
+        "decode_lines": r.decode_lines,
+        "legacy_decode_lines": r.legacy_decode_lines,
+        "capture_lines": r.capture_count,
+        "startup_lines": r.startup_count,
+        "graph_disabled_lines": r.disabled_count,
+        "malformed_prefill_lines": r.malformed,
+        "malformed_samples": _with_path(r.malformed_samples, where),
+        "legacy_prefill_records": r.legacy,
+        "wrapped_prefill_records": r.wrapped,
         "zero_token_records": zero,
-        "per_source": per_source,
-        "overlong_lines": sum(r.overlong for r in results),
-        "overlong_samples": _first(results, "overlong_samples", MAX_MALFORMED_SAMPLES, paths),
+        "per_source": [
+            {
+                "source": 0,
+                "path": where,
+                "lines": r.lines,
+                "prefill_records": r.records,
+                "decode_lines": r.decode_lines,
+                "legacy_decode_lines": r.legacy_decode_lines,
+                "capture_lines": r.capture_count,
+                "malformed_prefill_lines": r.malformed,
+                "overlong_lines": r.overlong,
+                "head_cut_lines": r.head_cut,
+                "glued_lines": r.glued,
+            }
+        ],
+        "overlong_lines": r.overlong,
+        "overlong_samples": _with_path(r.overlong_samples, where),
+        "server_args_lines": r.server_args_count,
+        "head_cut_lines": r.head_cut,
+        "head_cut_samples": _with_path(r.head_cut_samples, where),
+        "glued_lines": r.glued,
+        "glued_samples": _with_path(r.glued_samples, where),
     }
 
 
-def _build_trace(paths: list[str], results: list[_FileResult], mixed_chunk: bool) -> PrefillTrace:
-    cols, ranks = _merge_columns(results)
-    n = len(cols["new_token"])
-    if n == 0:
-        raise _no_records_error(paths, results)
+def _launches(r: _FileResult) -> list[tuple[dict[str, Any], int | None]]:
+    """(launch flags, scheduler chunk) of each launch in the log."""
+    return [launch_settings(seg["server_args"], seg["startup"]) for seg in r.segments]
+
+
+def _grouped(parts: list[tuple[int, TraceGroup]], n_segments: int) -> tuple[list[TraceGroup], np.ndarray]:
+    """Launches with equal settings as one group (in order of first batch), and a lookup
+    table from launch to group."""
+    order: dict[str, list[TraceGroup]] = {}
+    lut = np.full(n_segments + 1, -1, np.int32)
+    index: dict[str, int] = {}
+    for seg, g in parts:
+        key = g.key()
+        order.setdefault(key, []).append(g)
+        lut[seg] = index.setdefault(key, len(index))
+    return [merge_groups(gs) for gs in order.values()], lut
+
+
+def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillTrace:
+    """The trace of one log (its source is source 0): the map step of a parse."""
+    where = _display_path(path)
+    launches = _launches(r)
+    source: dict[str, Any] = {"path": where, "sha256": r.sha256, "bytes": r.nbytes}
+    if path.endswith(".gz"):
+        source["decompressed"] = True
+    meta: dict[str, Any] = {
+        "ranks": list(r.ranks),
+        "mixed_chunk": bool(mixed_chunk),
+        "forward_tokens_rule": FORWARD_TOKENS_RULE_MIXED if mixed_chunk else FORWARD_TOKENS_RULE,
+        "graph_labels": dict(r.graph_labels),
+        "startup": list(r.startup),
+        "graph_disabled": list(r.disabled),
+        "server_args": list(r.server_args),
+    }
+    if r.capture_count > len(r.captures):
+        meta["captures_dropped"] = r.capture_count - len(r.captures)
+    common = {"origin": "sglang-log", "sources": [source], "captures": list(r.captures[:MAX_CAPTURES]), "meta": meta}
+    if r.columns is not None:
+        return _column_trace(r, launches, mixed_chunk, where, common)
+    return _histogram_trace(r, launches, where, common)
+
+
+def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, common: dict) -> PrefillTrace:
+    assert r.columns is not None
+    segment = r.columns["segment"]
+    n = len(segment)
+    cols = {k: np.zeros(n, np.int32) if k == "source" else r.columns[k] for k in _COLUMN_ORDER}
     fwd = forward_tokens(cols["new_token"], cols["replay_token"], cols["running_req"], mixed_chunk)
     keep = fwd > 0
     zero = int(n - keep.sum())
     cols["forward_tokens"] = fwd
     if zero:
-        cols = {k: v[keep] for k, v in cols.items()}
-    labels: dict[str, int] = {}
-    for r in results:
-        for name, count in r.graph_labels.items():
-            labels[name] = labels.get(name, 0) + count
-    captures = _first(results, "captures", MAX_CAPTURES)
-    meta = {
-        "ranks": ranks,
-        "mixed_chunk": bool(mixed_chunk),
-        "forward_tokens_rule": FORWARD_TOKENS_RULE_MIXED if mixed_chunk else FORWARD_TOKENS_RULE,
-        "graph_labels": labels,
-        "startup": _first(results, "startup", MAX_META_EVENTS),
-        "graph_disabled": _first(results, "disabled", MAX_META_EVENTS),
-        "rank_overlap": rank_overlap(cols, len(ranks)),
-    }
-    dropped = sum(r.capture_count for r in results) - len(captures)
-    if dropped:
-        meta["captures_dropped"] = dropped
-    sources = []
-    for p, r in zip(paths, results):
-        src: dict[str, Any] = {"path": _display_path(p), "sha256": r.sha256, "bytes": r.nbytes}
-        if p.endswith(".gz"):
-            src["decompressed"] = True
-        sources.append(src)
-    return PrefillTrace.from_batches(
-        cols,
-        origin="sglang-log",
-        sources=sources,
-        parse_stats=_parse_stats(paths, results, n, zero),
-        captures=captures,
-        meta=meta,
-    )
+        cols, segment = {k: v[keep] for k, v in cols.items()}, segment[keep]
+    parts = []
+    for s in np.unique(segment).tolist():
+        sel = segment == s
+        flags, chunk = launches[s]
+        c = cols
+        parts.append(
+            (s, group_from_batches(flags, chunk, [0], c["forward_tokens"][sel], c["new_seq"][sel], c["graph"][sel],
+                                   r.segments[s]["saturated"]))
+        )  # fmt: skip
+    groups, lut = _grouped(parts, len(launches))
+    cols["group"] = lut[segment]
+    trace = PrefillTrace.from_batches(cols, parse_stats=_parse_stats(where, r, zero), **common)
+    trace.groups = groups
+    return trace
+
+
+def _histogram_trace(r: _FileResult, launches, where: str, common: dict) -> PrefillTrace:
+    assert r.histograms is not None
+    parts = []
+    for s, h in enumerate(r.histograms):
+        if not h["counts"].size:
+            continue
+        flags, chunk = launches[s]
+        sizes, counts = histogram_of(h["tokens"], h["counts"])
+        g = TraceGroup(
+            flags, chunk, [0], sizes, counts, h["tokens"], h["requests"], h["counts"], h["requests_known"],
+            dict(h["graph"]), dict(r.segments[s]["saturated"]),
+        )  # fmt: skip
+        parts.append((s, g))
+    groups, _ = _grouped(parts, len(launches))
+    zero = r.records - sum(int(g.counts.sum()) for g in groups)
+    if groups:
+        sizes, counts = histogram_of(np.concatenate([g.sizes for g in groups]), np.concatenate([g.counts for g in groups]))
+    else:
+        sizes, counts = np.empty(0, np.int64), np.empty(0, np.int64)
+    common["meta"]["rank_overlap"] = {"printers": len(r.ranks) + bool(r.untagged), "records_matching_another_printer": None}
+    return PrefillTrace(sizes=sizes, counts=counts, parse_stats=_parse_stats(where, r, zero), groups=groups, **common)
 
 
 def parse_logs(
@@ -130,17 +188,20 @@ def parse_logs(
     jobs: int | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     options: ParseOptions | None = None,
+    histogram_only: bool = False,
 ) -> PrefillTrace:
     """Parse SGLang server logs (several files = several ranks or replicas, concatenated in
     the given order; `.gz` and `-` for stdin work) into a PrefillTrace with per-batch
     columns, sources (sha256 of the bytes read, i.e. decompressed for .gz), parse
-    statistics, capture lines and startup lines.
+    statistics, capture and startup lines, and its batches grouped by the launch settings
+    each log states (core.trace_groups).
 
     jobs: worker processes for several files (default: the cores this process may use;
     at most one per file); the trace is identical to a serial parse. Inputs smaller than
     options.parallel_min_bytes in all parse serially. progress: called after each chunk with
     (bytes consumed so far, total bytes or None when unknown, e.g. stdin); compressed
-    bytes for .gz.
+    bytes for .gz. histogram_only: keep counts per size and request mixes per group, not
+    per-batch columns (memory flat in the logs' length).
 
     Raises InputError naming the file when a file cannot be read, is binary, or no input
     holds a prefill line; KeyboardInterrupt stops the workers and is raised here."""
@@ -150,34 +211,11 @@ def parse_logs(
     if paths.count("-") > 1:
         raise InputError("stdin ('-') can be read once only", "<stdin>")
     sizes = [_input_size(p) for p in paths]
-    results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS)
-    return _build_trace(paths, results, mixed_chunk)
-
-
-def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int) -> dict:
-    """How many ranks (or files) print prefill lines, and how many records look like the
-    same batch printed by several of them (same second, #new-seq, #new-token,
-    #cached-token). Under DP attention each DP rank prints its own batch, so these are real
-    distinct forwards; a match across ranks is only a hint that lines were duplicated."""
-    who = cols["source"].astype(np.int64) * (1 << 20) + (cols["rank"].astype(np.int64) + 1)
-    uniq_who = np.unique(who)
-    out = {"printers": int(uniq_who.size), "records_matching_another_printer": 0}
-    if uniq_who.size < 2 or not len(who):
-        return out
-    ts = cols["timestamp"]
-    sec = np.where(np.isnan(ts), -1, np.floor(np.nan_to_num(ts, nan=-1.0))).astype(np.int64)
-    keys = (who, cols["cached_token"], cols["new_token"], cols["new_seq"], sec)
-    order = np.lexsort(keys)
-    k = np.stack([a[order] for a in (sec, cols["new_seq"], cols["new_token"], cols["cached_token"])])
-    w = who[order]
-    new_group = np.ones(len(w), dtype=bool)
-    new_group[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
-    gid = np.cumsum(new_group) - 1
-    # a group spans several printers iff its first and last `who` differ (sorted by who last)
-    first = np.zeros(gid[-1] + 1, dtype=np.int64)
-    last = np.zeros(gid[-1] + 1, dtype=np.int64)
-    first[gid[::-1]] = w[::-1]
-    last[gid] = w
-    multi = first != last
-    out["records_matching_another_printer"] = int(multi[gid].sum())
-    return out
+    want = Want(bool(mixed_chunk), bool(histogram_only))
+    results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
+    traces = [file_trace(p, r, mixed_chunk) for p, r in zip(paths, results)]
+    del results
+    trace = merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True)
+    if trace.n_batches == 0:
+        raise _no_records_error(paths, trace)
+    return trace

@@ -20,7 +20,9 @@ from bcgtune.adapters.sglang_log.grammar import (
     _B_DECODE,
     _B_GRAPH,
     _B_LEGACY_DECODE,
+    _B_NEW_SEQ,
     _B_PREFILL,
+    _B_SERVER_ARGS,
     _B_STARTUP,
     _GRAPH_LABELS,
     _HEAD_TAIL_RE,
@@ -78,7 +80,7 @@ def _block_of(records: list[tuple[int, int, PrefillValues]]) -> _Block:
         cols["rank"].append(names.setdefault(v.rank, len(names) - 1))
         cols["forward_ct"].append(-1 if v.forward_ct is None else v.forward_ct)
         cols["legacy"].append(v.legacy)
-    arrays = {k: np.array(x, dtype=_COLUMN_TYPES.get(k, np.int64)) for k, x in cols.items()}
+    arrays: dict[str, np.ndarray] = {k: np.array(x, dtype=_COLUMN_TYPES.get(k, np.int64)) for k, x in cols.items()}
     return _Block(rank_names=[n for n in names if n is not None], **arrays)
 
 
@@ -157,6 +159,7 @@ def _tail_plan(tail: str, runs: list[tuple[int, int]]) -> _TailPlan:
     characters): so the result holds for every tail with the same digit-masked text once
     each run is collapsed to one digit, unless `exact_only`."""
     m = _HEAD_TAIL_RE.match(tail)
+    assert m is not None  # every part of the pattern is optional
     first_key = tail[m.end() :].split(",", 1)[0].partition(":")[0]
     exact_only = _DIGIT_RUN_RE.search(first_key) is not None
     plan = _plan(tail, False)
@@ -287,13 +290,13 @@ class _Plans:
         runs = _Runs(tails)
         long = np.zeros(n, np.bool_)
         long[runs.text[runs.ends - runs.starts > 18]] = True
-        plans = list(map(self.tails.get, runs.shapes))
+        found: list[_TailPlan | None] = list(map(self.tails.get, runs.shapes))
         for i in np.flatnonzero(ok).tolist():
-            if plans[i] is None:  # (or planned for an earlier line of this call)
-                plans[i] = self.tails.get(runs.shapes[i])
-            if plans[i] is None or plans[i].exact_only or long[i]:
-                plans[i] = self._new_tail(lines[i][cut[i] + 13 :].rstrip(b"\r"), runs, i, store=not long[i])
-        plans = [p if p is not None else _GENERAL_TAIL for p in plans]
+            known = found[i] or self.tails.get(runs.shapes[i])  # (or planned for an earlier line of this call)
+            if known is None or known.exact_only or long[i]:
+                known = self._new_tail(lines[i][cut[i] + 13 :].rstrip(b"\r"), runs, i, store=not long[i])
+            found[i] = known
+        plans: list[_TailPlan] = [p if p is not None else _GENERAL_TAIL for p in found]
         t_kind = np.fromiter(map(itemgetter(0), plans), np.int8, n)
         field_runs = np.array(list(map(itemgetter(1), plans)), np.int64).reshape(n, _F_CT + 1)
         kind = np.where(ok & h_ok[hid], t_kind, _GENERAL).astype(np.int8)
@@ -404,18 +407,46 @@ class _ChunkLines:
         """data of the piece's byte ranges [lo, hi)."""
         return list(map(self.data.__getitem__, map(slice, (lo + self.off).tolist(), (hi + self.off).tolist())))
 
-    def batch_lines(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Indices of the lines holding "Prefill batch", "Decode batch" and "new fill
-        batch": one numpy search for "batch", then the 8 bytes before each hit compared
-        as one little-endian word."""
+    def batch_lines(self) -> _BatchLines:
+        """The lines holding record heads: one numpy search for "batch", then the 8 bytes
+        before each hit compared as one little-endian word (see _BatchLines)."""
         pos = _find_all(self.buf, _BATCH_NEEDLE)
+        early = pos[pos < 8]  # at the piece's start: fewer than 8 bytes before
         pos = pos[pos >= 8]
         word = self.buf[pos[:, None] + _BEFORE_8].view("<u8").ravel()
-        prefill = pos[word == _W_PREFILL]
-        decode = pos[(word >> 8) == _W_DECODE]
-        legacy = pos[word == _W_LEGACY]
-        legacy = legacy[(legacy >= 9) & (self.buf[legacy - 9] == ord("n"))]
-        return _line_ids(self.ends, prefill), _line_ids(self.ends, decode), _line_ids(self.ends, legacy)
+        is_prefill = word == _W_PREFILL
+        is_decode = (word >> 8) == _W_DECODE
+        is_legacy = (word == _W_LEGACY) & (pos >= 9)
+        is_legacy[is_legacy] = self.buf[pos[is_legacy] - 9] == ord("n")
+        prefill, decode, legacy = pos[is_prefill], pos[is_decode], pos[is_legacy]
+        other = pos[~(is_prefill | is_decode | is_legacy)]
+        if early.size:
+            if early[-1] == 7 and self.buf[:7].tobytes() == b"Decode ":
+                decode, early = np.concatenate(([7], decode)), early[:-1]
+            other = np.concatenate((early, other))
+        hits = np.searchsorted(self.ends, prefill)
+        glued = np.unique(hits[1:][hits[1:] == hits[:-1]])  # two prefill heads on one line
+        prefill_ids, decode_ids, legacy_ids = (_line_ids(self.ends, x) for x in (prefill, decode, legacy))
+        cut = _line_ids(self.ends, other)
+        if cut.size:
+            mask = np.zeros(self.n, np.bool_)
+            mask[cut] = True
+            mask[prefill_ids] = mask[decode_ids] = mask[legacy_ids] = False
+            cut = np.flatnonzero(mask)
+            cut = cut[[_B_NEW_SEQ in self.line(i) for i in cut.tolist()]] if cut.size else cut
+        return _BatchLines(prefill_ids, decode_ids, legacy_ids, glued, cut)
+
+
+class _BatchLines(NamedTuple):
+    """Line indices: prefill, decode and pre-2024 prefill heads; prefill lines holding two
+    prefill heads (glued lines); and lines that may hold a prefill record whose head was
+    cut off (another "batch" and a "#new-seq"), for the per-line parser to decide."""
+
+    prefill: np.ndarray
+    decode: np.ndarray
+    legacy: np.ndarray
+    glued: np.ndarray
+    head_cut: np.ndarray
 
 
 _BATCH_NEEDLE = np.frombuffer(_B_BATCH, np.uint8)
@@ -528,8 +559,9 @@ def _days(code: int) -> float:
 
 # Lines without "Prefill batch", "Decode batch" or "new fill batch" that the per-line
 # parser acts on hold one of these: capture and disable lines "graph", startup lines
-# "max_total_num_token", pre-2024 decode lines "gen throughput".
-_RARE_NEEDLES = (_B_GRAPH, _B_STARTUP, _B_LEGACY_DECODE)
+# "max_total_num_token", pre-2024 decode lines "gen throughput", launch settings
+# "server_args=".
+_RARE_NEEDLES = (_B_GRAPH, _B_STARTUP, _B_LEGACY_DECODE, _B_SERVER_ARGS)
 
 
 def _decode(raw: bytes) -> str:

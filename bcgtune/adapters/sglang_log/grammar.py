@@ -14,12 +14,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bcgtune.core.trace_merge import CAPTURES_MAX, EVENTS_MAX, SAMPLES_MAX
+
 # ---- limits (flat memory and bounded time whatever the input) ----------------------
-MAX_MALFORMED_SAMPLES = 5
+MAX_MALFORMED_SAMPLES = SAMPLES_MAX  # samples of malformed, overlong, head-cut and glued lines
 MAX_SAMPLE_CHARS = 300
 MAX_QUOTE_CHARS = 80  # an overlong line or a read error is quoted by this much at most
-MAX_CAPTURES = 4096
-MAX_META_EVENTS = 256
+MAX_CAPTURES = CAPTURES_MAX
+MAX_META_EVENTS = EVENTS_MAX  # startup, server_args and graph-disabled lines kept
 MAX_CONTINUATION_LINES = 6
 MAX_LINE_BYTES = 1 << 20  # a longer physical line is skipped (counted, never kept whole)
 CHUNK_SIZE = 1 << 20  # bytes read at a time (at most MAX_LINE_BYTES); chunks hold whole lines
@@ -37,6 +39,8 @@ _B_GRAPH = b"graph"
 _B_CAPTURE = b"Capture "
 _B_STARTUP = b"max_total_num_token"
 _B_LEGACY_DECODE = b"gen throughput"
+_B_SERVER_ARGS = b"server_args="
+_B_NEW_SEQ = b"#new-seq"
 
 # ---- regexes (run on candidate lines only; each is linear in the line length) --------
 _BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
@@ -47,6 +51,17 @@ _RANK_TOKEN_RE = re.compile(r"^(?:[A-Z][A-Z_]*\d+|gpu(?:_id)?=\d+)$")
 _HEAD_TAIL_RE = re.compile(r"^\s*(?:\[\s*(\d+)\s*\])?\s*[.,:;]?")
 _KEY_OK_RE = re.compile(r"^#?[A-Za-z][\w /()-]{0,60}$")
 _LEGACY_SPLIT_RE = re.compile(r"\.\s+|,\s*")
+# SGLang's prefix whose `[` was lost (a line glued to other text, a cut copy): a time,
+# rank parts and the closing `]`, as in `...01 00:00:01 DP1 TP1] Prefill batch`.
+_OPEN_PREFIX_RE = re.compile(
+    r"(?:(\d{4})-(\d{2})-(\d{2})[ T])?(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?"
+    r"((?:[ \t]++(?:[A-Z][A-Z_]*+\d++|gpu(?:_id)?+=\d++))++)[ \t]*+\]"
+)
+# A prefill record whose head was cut off: `batch. #new-seq: 1, #new-token: 32, ...`.
+_HEAD_CUT_RE = re.compile(rb"batch(?:\s*+\[\s*+\d++\s*+\])?\s*+[.,:;]\s*+#new-seq\s*+:")
+# A key and its value in SGLang's logged launch settings: `server_args=ServerArgs(tp_size=2,
+# ...)` (before 0.5) or `server_args={'tp_size': 2, ...}` (0.5.x, ServerArgs.resolved_dict).
+_SERVER_ARG_RE = re.compile(r"['\"]?\b([a-z][a-z0-9_]{0,63})['\"]?\s*+[=:]\s*+('[^']{0,400}'|\"[^\"]{0,400}\"|[-\w.]{1,40})")
 # A hand-wrapped record continues on a line that starts with a field (`#running-req: 3,`,
 # `full token usage: 0.4,`), possibly indented, never with a log prefix. (Possessive
 # quantifiers: the same matches, without quadratic backtracking on a long line of spaces.)
@@ -180,12 +195,23 @@ def _prefix_layout(head: str) -> _PrefixLayout:
         if m is None and not tokens:
             continue
         return _PrefixLayout(stamp, (base + rest_start, base + rest_end) if tokens else None)
+    m = _last(_OPEN_PREFIX_RE, head)
+    if m is not None:  # SGLang's prefix without its `[`: a glued or cut line keeps its rank
+        return _PrefixLayout(tuple(None if m.start(g) < 0 else m.span(g) for g in range(1, 8)), m.span(8))
     if fallback is not None:
         return _PrefixLayout(fallback, None)
     m = _LOOSE_STAMP_RE.search(head)
     if m:
         return _PrefixLayout(tuple(None if m.start(g) < 0 else m.span(g) for g in range(1, 8)), None)
     return _PrefixLayout(None, None)
+
+
+def _last(rx: re.Pattern, text: str) -> re.Match | None:
+    """The last match of `rx` in `text` (matches do not overlap)."""
+    last = None
+    for last in rx.finditer(text):  # noqa: B007 (the loop keeps the last match)
+        pass
+    return last
 
 
 def _prefix_values(layout: _PrefixLayout, head: str) -> tuple[float, str | None]:
@@ -287,14 +313,14 @@ def _prefill_values(text: str) -> PrefillValues | None:
     # masked on the UTF-8 bytes (bytes.translate is ~50x faster than str.translate); the
     # encoding is one-to-one and ASCII digits are the only bytes 0x30-0x39 in it
     key = (legacy, tail.encode("utf-8", "surrogatepass").translate(_MASK_DIGITS))
-    plan = _plan_cache.get(key, False)
+    plan: tuple | None | bool = _plan_cache.get(key, False)
     if plan is False:
         plan = _plan(tail, legacy)
         if len(key[1]) <= _MAX_PLAN_KEY:
             if len(_plan_cache) > 4096:
                 _plan_cache.clear()
             _plan_cache[key] = plan
-    if plan is None:
+    if plan is None or isinstance(plan, bool):
         return None
     spans, graph, graph_label, ct = plan
     counts = [-1 if sp is None else int(tail[sp[0] : sp[1]]) for sp in spans]
@@ -305,7 +331,8 @@ def _prefill_values(text: str) -> PrefillValues | None:
     if forward_ct is not None and forward_ct > INT64_MAX:
         return None
     ts, rank = parse_prefix(text[:idx])
-    return PrefillValues(*counts, graph, graph_label, ts, rank, forward_ct, legacy)
+    s, t, c, run, q, rep = counts
+    return PrefillValues(s, t, c, run, q, rep, graph, graph_label, ts, rank, forward_ct, legacy)
 
 
 # Field order of a plan's integer spans.
@@ -319,13 +346,14 @@ def _plan(tail: str, legacy: bool) -> tuple | None:
     span of the `[N]` forward count or None): a bag of `key: value` fields, found by key,
     never by position."""
     m = _HEAD_TAIL_RE.match(tail)
+    assert m is not None  # every part of the pattern is optional
     ct = m.span(1) if m.group(1) else None
     # parts split on `,` (`. ` or `,` in the pre-2024 form), as (start, end) spans
     parts = []
     prev = m.end()
-    for sep in (_LEGACY_SPLIT_RE if legacy else _COMMA_RE).finditer(tail, prev):
-        parts.append((prev, sep.start()))
-        prev = sep.end()
+    for cut in (_LEGACY_SPLIT_RE if legacy else _COMMA_RE).finditer(tail, prev):
+        parts.append((prev, cut.start()))
+        prev = cut.end()
     parts.append((prev, len(tail)))
     first = tail[parts[0][0] : parts[0][1]].partition(":")
     if not first[1] or not _KEY_OK_RE.match(first[0].strip()):
@@ -514,6 +542,65 @@ def parse_startup_text(text: str, source: int = 0, line: int = 0) -> dict | None
     if "max_total_num_tokens" not in out:
         return None
     return out
+
+
+# The launch settings a log states, as SGLang's server flags name them (ServerArgs fields):
+# what sets a server's prefill batches and what it captures. Values are the resolved
+# ones (SGLang logs server_args after resolution: chunked_prefill_size is then the
+# scheduler's, already divided by the attention-DP size).
+LAUNCH_KEYS = (
+    "model_path",
+    "tp_size",
+    "dp_size",
+    "attn_dp_size",
+    "enable_dp_attention",
+    "pp_size",
+    "ep_size",
+    "attn_cp_size",
+    "moe_a2a_backend",
+    "moe_dense_tp_size",
+    "enable_two_batch_overlap",
+    "enable_dp_lm_head",
+    "disable_attn_tp_gather",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "page_size",
+    "enable_mixed_chunk",
+    "disable_radix_cache",
+    "cuda_graph_backend_prefill",
+    "disable_cuda_graph",
+)
+_LAUNCH_KEY_SET = frozenset(LAUNCH_KEYS)
+
+
+def _setting(value: str) -> Any:
+    """A logged setting's value: a quoted string (at most MAX_SAMPLE_CHARS), True/False,
+    an integer within int32; None for None and anything else."""
+    if value[:1] in "'\"":
+        return value[1:-1][:MAX_SAMPLE_CHARS]
+    if value in ("True", "False"):
+        return value == "True"
+    return _int32(value)
+
+
+def parse_server_args_text(text: str, source: int = 0, line: int = 0) -> dict | None:
+    """SGLang's startup line `server_args=ServerArgs(...)` or `server_args={...}` -> the
+    LAUNCH_KEYS it states (first value of each), with source, line and rank; None when it
+    states none of them (srt/entrypoints/engine.py logs it once per launch)."""
+    idx = text.find("server_args=")
+    if idx < 0:
+        return None
+    body = text[idx + 12 :]
+    if not (body.startswith("ServerArgs(") or body.startswith("{")):
+        return None
+    settings: dict[str, Any] = {}
+    for key, value in _SERVER_ARG_RE.findall(body):
+        if key in _LAUNCH_KEY_SET and key not in settings:
+            settings[key] = _setting(value)
+    if not settings:
+        return None
+    _ts, rank = parse_prefix(text[:idx])
+    return {"source": source, "line": line, "rank": rank, "settings": settings}
 
 
 def _disable_text(text: str, source: int, line: int) -> dict | None:

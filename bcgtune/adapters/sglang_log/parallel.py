@@ -11,11 +11,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Self
 
-from bcgtune.adapters.sglang_log.columns import _FileResult, _parse_file
+from bcgtune.adapters.sglang_log.columns import Want, _FileResult, _parse_file
 from bcgtune.adapters.sglang_log.grammar import _quote
 from bcgtune.adapters.sglang_log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang_log.remote import is_url, url_size
 from bcgtune.errors import BcgError, ExternalError, InputError
 
 # ---- several files: serial or in worker processes ------------------------------------
@@ -30,9 +32,12 @@ def _cores() -> int:
 
 
 def _input_size(path: str) -> int | None:
-    """Bytes of a regular file (compressed size for .gz); None for stdin and others."""
+    """Bytes of a regular file or a URL's object (compressed size for .gz); None for stdin
+    and others."""
     if path == "-":
         return None
+    if is_url(path):
+        return url_size(path)
     try:
         st = os.stat(path)
     except (OSError, ValueError):
@@ -60,7 +65,7 @@ class _Progress:
 
 
 def _parse_files(
-    paths: list[str], jobs: int | None, progress: _Progress, options: ParseOptions = DEFAULT_OPTIONS
+    paths: list[str], jobs: int | None, progress: _Progress, options: ParseOptions = DEFAULT_OPTIONS, want: Want = Want()
 ) -> list[_FileResult]:
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise InputError(f"jobs must be a positive integer, got {_quote(repr(jobs))}", "jobs")
@@ -70,13 +75,13 @@ def _parse_files(
     if n < 2 or not big or multiprocessing.current_process().daemon:
         out = []
         for i, path in enumerate(paths):
-            out.append(_parse_file(path, i, lambda pos, i=i: progress.update(i, pos), options))
+            out.append(_parse_file(path, 0, partial(progress.update, i), options, want))
             progress.finished(i)
         return out
-    return _parse_parallel(paths, files, n, progress, options)
+    return _parse_parallel(paths, files, n, progress, options, want)
 
 
-def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions) -> None:
+def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, want: Want) -> None:
     """A worker process: parse the next file of `order` not taken yet, until none is left;
     send (index, _FileResult or the parts of its InputError) on `results`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -92,7 +97,7 @@ def _worker(paths: list[str], order: list[int], taken, results, done, options: P
             done[i] = pos
 
         try:
-            out: Any = _parse_file(paths[i], i, report, options)
+            out: Any = _parse_file(paths[i], 0, report, options, want)
         except BcgError as exc:  # re-raised in the parent, with its file and line
             out = (type(exc), exc.what, exc.where)
         results.put((i, out))
@@ -110,14 +115,16 @@ class _Workers:
     """`jobs` processes parsing `files` (biggest first), started with Ctrl-C ignored. As a
     context manager it stops them all on the way out, whatever happened (no orphans)."""
 
-    def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions):
-        ctx = multiprocessing.get_context(_start_method())
+    def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, want: Want):
+        ctx: Any = multiprocessing.get_context(_start_method())
         order = sorted(files, key=lambda i: -(sizes[i] or 0))
         self.done = ctx.RawArray("q", len(paths))
         self.results = ctx.Queue()
-        taken = ctx.Value("q", 0)
+        # kept on self: a spawned worker unpickles these after __init__ returns, and a
+        # collected one unlinks its semaphore first
+        self.taken = taken = ctx.Value("q", 0)
         self.procs = [
-            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options), daemon=True)
+            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, want), daemon=True)
             for _ in range(jobs)
         ]
         main = threading.current_thread() is threading.main_thread()
@@ -158,17 +165,22 @@ class _Workers:
 
 
 def _parse_parallel(
-    paths: list[str], files: list[int], jobs: int, progress: _Progress, options: ParseOptions = DEFAULT_OPTIONS
+    paths: list[str],
+    files: list[int],
+    jobs: int,
+    progress: _Progress,
+    options: ParseOptions = DEFAULT_OPTIONS,
+    want: Want = Want(),
 ) -> list[_FileResult]:
     """Files in `jobs` worker processes, stdin in this one; results in input order, and
     the first error in input order is raised (as a serial parse would). Ctrl-C reaches
     this process only: it stops the workers and raises KeyboardInterrupt."""
     results: list[Any] = [None] * len(paths)
-    with _Workers(paths, files, jobs, progress.sizes, options) as workers:
+    with _Workers(paths, files, jobs, progress.sizes, options, want) as workers:
         if "-" in paths:
             i = paths.index("-")
             try:
-                results[i] = _parse_file("-", i, lambda pos: progress.update(i, pos), options)
+                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, want)
             except BcgError as exc:
                 results[i] = (type(exc), exc.what, exc.where)
             progress.finished(i)

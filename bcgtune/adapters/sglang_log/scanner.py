@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,10 +42,13 @@ from bcgtune.adapters.sglang_log.grammar import (
     _B_GRAPH,
     _B_LEGACY_DECODE,
     _B_LEGACY_PREFILL,
+    _B_NEW_SEQ,
     _B_PREFILL,
+    _B_SERVER_ARGS,
     _B_STARTUP,
     _CONTINUATION_RE,
     _GRAPH_LABELS,
+    _HEAD_CUT_RE,
     _MASK_DIGITS,
     INT32_MAX,
     MAX_CONTINUATION_LINES,
@@ -57,9 +61,11 @@ from bcgtune.adapters.sglang_log.grammar import (
     _prefill_values,
     _quote,
     parse_capture_text,
+    parse_server_args_text,
     parse_startup_text,
 )
 from bcgtune.adapters.sglang_log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang_log.remote import RemoteFile, is_url
 from bcgtune.errors import InputError
 from bcgtune.fileio import display_path as _display_path
 from bcgtune.fileio import open_binary
@@ -78,6 +84,9 @@ class ScanResult:
     graph_disabled: list[dict] = field(default_factory=list)
     malformed: list[dict] = field(default_factory=list)
     overlong: list[dict] = field(default_factory=list)
+    server_args: list[dict] = field(default_factory=list)
+    head_cut: list[dict] = field(default_factory=list)
+    glued: list[dict] = field(default_factory=list)
     lines: int = 0
     sha256: str = ""
     bytes: int = 0
@@ -93,6 +102,9 @@ class _Sink:
     def startup(self, d: dict) -> None: ...
     def disabled(self, d: dict) -> None: ...
     def overlong(self, source: int, line: int, nbytes: int, head: str) -> None: ...
+    def server_args(self, d: dict) -> None: ...
+    def head_cut(self, source: int, line: int, text: str) -> None: ...
+    def glued(self, source: int, line: int, text: str) -> None: ...
 
 
 class _Scanner:
@@ -145,10 +157,12 @@ class _Scanner:
     # -- the fast path ---------------------------------------------------------------
     def _feed_fast(self, piece: _Piece) -> None:
         c = _ChunkLines(piece)
-        prefill, decode, legacy = c.batch_lines()
+        heads = c.batch_lines()
+        prefill, decode = heads.prefill, heads.decode
         self.decode += len(decode)  # corrected for lines that are prefill records
         base = self.lines + 1  # line number of the chunk's first line
-        per_line = legacy.tolist() + self._rare_lines(c, prefill, decode)
+        per_line = heads.legacy.tolist() + heads.glued.tolist() + heads.head_cut.tolist()
+        per_line += self._rare_lines(c, prefill, decode)
         if self.pending is not None:
             per_line.append(0)  # the first line may continue the previous chunk's record
         with _PLANS.lock:
@@ -206,9 +220,9 @@ class _Scanner:
         if None in pids:
             _PLANS.resolve(keys, pf, pids)
         pid = np.fromiter(pids, np.int64, len(pids))
-        kind, pending = _PLANS.tables()[:2]
+        kind, pending, has_decode = _PLANS.tables()[:3]
         pk = kind[pid]
-        per_line += prefill[pk == _GENERAL].tolist()
+        per_line += prefill[(pk == _GENERAL) | has_decode[pid]].tolist()  # glued to a decode line: per line
         for j in np.flatnonzero(pending[pid] & (pk != _GENERAL)).tolist():
             i = int(prefill[j]) + 1
             if i >= c.n or (_B_BATCH not in c.line(i) and _CONTINUATION_RE.match(c.line(i))):
@@ -290,13 +304,24 @@ class _Scanner:
             return
         if _B_BATCH in raw:
             if _B_PREFILL in raw or _B_LEGACY_PREFILL in raw:
-                if _B_DECODE in raw:
-                    self.decode -= 1  # counted as a decode line, but a prefill record
-                if raw.rstrip().endswith(b","):
+                glued = _B_DECODE in raw or raw.count(_B_PREFILL) + raw.count(_B_LEGACY_PREFILL) > 1
+                if glued:
+                    if _B_DECODE in raw:
+                        self.decode -= 1  # counted as a decode line, but a prefill record
+                    self._glued(raw, lineno)
+                elif raw.rstrip().endswith(b","):
                     self.pending = [raw]
                     self.pending_line = lineno
-                    return
-                self._prefill(_decode(raw), lineno, 1)
+                else:
+                    self._prefill(_decode(raw), lineno, 1)
+            elif _B_DECODE in raw:
+                pass
+            elif _B_NEW_SEQ in raw and _HEAD_CUT_RE.search(raw):
+                self.sink.head_cut(self.source, lineno, _decode(raw))
+            elif _B_SERVER_ARGS in raw:  # its keys hold "batch" (enable_two_batch_overlap)
+                self._server_args(raw, lineno)
+        elif _B_SERVER_ARGS in raw:
+            self._server_args(raw, lineno)
         elif _B_GRAPH in raw:
             self._graph_line(raw, lineno)
         elif _B_STARTUP in raw:
@@ -305,6 +330,32 @@ class _Scanner:
                 self.sink.startup(d)
         elif _B_LEGACY_DECODE in raw and b"#running-req" in raw:
             self.legacy_decode += 1
+
+    def _server_args(self, raw: bytes, lineno: int) -> None:
+        d = parse_server_args_text(_decode(raw), self.source, lineno)
+        if d is not None:
+            self.sink.server_args(d)
+
+    def _glued(self, raw: bytes, lineno: int) -> None:
+        """A physical line holding a prefill record and another record (concurrent
+        writers): each prefill record is read from its head up to the next record's own
+        prefix, with its own prefix, or else the line's leading one (so it keeps its rank
+        tag). The line is counted; its last record may continue on the next line."""
+        self.sink.glued(self.source, lineno, _decode(raw))
+        heads = sorted(m.start() for m in _RECORD_HEAD_RE.finditer(raw))
+        starts = [0] + [_own_prefix(raw, heads[k - 1], heads[k]) for k in range(1, len(heads))]
+        lead = raw[: heads[0]]
+        for k, head in enumerate(heads):
+            if raw.startswith(_B_DECODE, head):
+                continue
+            piece = raw[starts[k] : starts[k + 1] if k + 1 < len(heads) else len(raw)]
+            if starts[k] == head:
+                piece = lead + piece
+            if k + 1 == len(heads) and piece.rstrip().endswith(b","):
+                self.pending = [piece]
+                self.pending_line = lineno
+            else:
+                self._prefill(_decode(piece), lineno, 1)
 
     def _continues(self, raw: bytes) -> bool:
         """A hand-wrapped record in progress: True when `raw` continues it (and is taken);
@@ -331,6 +382,7 @@ class _Scanner:
 
     def _flush(self) -> None:
         pending, self.pending = self.pending, None
+        assert pending is not None
         text = " ".join(_decode(p).strip() if i else _decode(p) for i, p in enumerate(pending))
         self._prefill(text, self.pending_line, len(pending))
 
@@ -340,6 +392,19 @@ class _Scanner:
             self._bad.append((lineno, text))
         else:
             self._recs.append((lineno, physical_lines, v))
+
+
+_RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
+_PREFIX_BEFORE_RE = re.compile(rb"\[[^\[\]]*+\]\s*+$")
+
+
+def _own_prefix(raw: bytes, prev: int, head: int) -> int:
+    """Where the record whose head is at `head` starts: at its own `[...]` prefix right
+    before the head, if one follows the previous head; else at the head."""
+    at = raw.rfind(b"[", prev, head)
+    if at > prev and _PREFIX_BEFORE_RE.match(raw, at, head):
+        return at
+    return head
 
 
 # ---- reading ------------------------------------------------------------------------
@@ -355,7 +420,8 @@ _READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)
 
 
 class _Source:
-    """One input opened for reading (fileio.open_binary: `-` is stdin, `.gz` decompressed):
+    """One input opened for reading (fileio.open_binary: `-` is stdin, `.gz` decompressed;
+    a URL through fsspec, remote.RemoteFile):
     its bytes are counted and hashed (sha256) as they are read, and every open or read
     error is a one-line InputError naming it."""
 
@@ -363,7 +429,7 @@ class _Source:
         self.path = path
         self.where = _display_path(path)
         try:
-            self.raw = open_binary(path)
+            self.raw = RemoteFile(path) if is_url(path) else open_binary(path)
         except _READ_ERRORS as exc:
             raise InputError(f"cannot read: {_quote(str(exc) or type(exc).__name__)}", self.where) from None
         self.sha256 = hashlib.sha256()
@@ -380,9 +446,9 @@ class _Source:
 
     def position(self) -> int:
         """Bytes of the input consumed so far (of the compressed file for .gz)."""
-        f = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw
+        f: Any = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw  # RemoteFile: its own tell
         try:
-            return f.tell()
+            return int(f.tell())
         except (OSError, ValueError, AttributeError):
             return self.nbytes
 
@@ -494,6 +560,15 @@ class _ListSink(_Sink):
 
     def overlong(self, source: int, line: int, nbytes: int, head: str) -> None:
         self.r.overlong.append({"source": source, "line": line, "bytes": nbytes, "text": head})
+
+    def server_args(self, d: dict) -> None:
+        self.r.server_args.append(d)
+
+    def head_cut(self, source: int, line: int, text: str) -> None:
+        self.r.head_cut.append({"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+    def glued(self, source: int, line: int, text: str) -> None:
+        self.r.glued.append({"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
 
 
 def _scan(

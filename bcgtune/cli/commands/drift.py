@@ -1,30 +1,56 @@
-"""`bcgtune drift`: is a profile's bucket list still right for today's traffic? Exit 0 keep,
-1 re-tune: a cron job can run it on new logs."""
+"""`bcgtune drift`: are the deployed bucket lists still right for today's traffic? Exit 0
+keep, 1 re-tune: a cron job can run it on new logs."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, List, Optional
 
 import typer
 
+from bcgtune import __version__
+from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import JsonFlag, ProfileRef, Quiet
+from bcgtune.cli.options import JsonFlag, Quiet
 from bcgtune.core.constants import DEFAULT_THRESHOLD_PCT
-from bcgtune.errors import CheckFailed, InputError
+from bcgtune.errors import InputError
 
 
 @examples(
     "bcgtune drift --profile h200.toml --trace trace.json",
     "bcgtune drift --profile h200.toml --log today.log --threshold 2   # cron",
+    "bcgtune drift --profile h200.toml --log today.log --write-profile h200.toml",
+    "bcgtune drift -p small.toml -p big.toml --log s3://bucket/today/   # a fleet",
+    "bcgtune drift --log today/*.log   # each configuration's logged capture list",
 )
 def drift_command(
-    profile: ProfileRef,
+    profile: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--profile",
+            "-p",
+            help="A deployed profile (built-in name or .toml), repeatable: each is judged on the server configurations "
+            "of today's logs it agrees with. None: every configuration is judged by the list its servers logged capturing.",
+            show_default=False,
+        ),
+    ] = None,
     log: Annotated[
-        Optional[List[str]], typer.Option("--log", help="Today's SGLang server log(s), repeatable; .gz ok.", show_default=False)
+        Optional[List[str]],
+        typer.Option(
+            "--log",
+            help="Today's SGLang server log(s): files, folders, globs or URLs; .gz ok. Several may follow one --log.",
+            show_default=False,
+        ),
     ] = None,
     trace_path: Annotated[
         Optional[str], typer.Option("--trace", help="Today's trace file instead of logs (bcgtune trace -o).", show_default=False)
+    ] = None,
+    group: Annotated[
+        Optional[List[int]],
+        typer.Option(
+            "--group", min=0, help="Judge only this server configuration of today's traffic, repeatable.", show_default=False
+        ),
     ] = None,
     calibration: Annotated[
         Optional[str],
@@ -42,29 +68,92 @@ def drift_command(
             "points of replay share or padding waste.",
         ),
     ] = DEFAULT_THRESHOLD_PCT,
+    write_profile: Annotated[
+        Optional[str],
+        typer.Option(
+            "--write-profile",
+            help="On a re-tune verdict, write today's optimum into this profile's \\[buckets] (atomic; it may be the "
+            "--profile itself). One judged list only. On keep the file is left as it is.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
+    extra: Annotated[Optional[List[str]], typer.Argument(hidden=True, show_default=False)] = None,
 ) -> None:
-    """Is a profile's bucket list still right for today's traffic? Exit 1: re-tune.
+    """Are the deployed bucket lists still right for today's traffic? Exit 1: re-tune.
 
-    Compares the list with today's optimum on today's traffic (same number of graphs, same
-    alignment). Exit 0 keeps the list, so a cron job can run it on each day's logs.
+    Compares each list with today's optimum on the traffic of its server configuration (same
+    number of graphs, same alignment); with several, one table, and exit 1 if any needs
+    re-tuning. Exit 0 keeps the lists, so a cron job can run it on each day's logs.
     """
     from bcgtune.adapters.profiles import load_profile
-    from bcgtune.cli.render.drift import render_drift_text
-    from bcgtune.services.drift import drift_for_profile, load_traffic
+    from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
+    from bcgtune.services.drift import drift_fleet, load_traffic
 
+    if extra and log:  # `--log a.log b.log` (a shell glob): one value per --log, the rest arrive here
+        log = list(log) + list(extra)
+    elif extra:
+        raise InputError(f"unexpected argument {extra[0][:60]!r}")
     if bool(log) == bool(trace_path):
         raise InputError("give today's traffic as --log FILE... or --trace FILE")
-    prof = load_profile(profile)
+    target = None
+    if write_profile is not None:
+        from bcgtune.cli.commands.suggest import _profile_target
+
+        target = _profile_target(write_profile)
+        # the profile judged may be the one rewritten: its [buckets] is updated in place
+        guard.outputs(
+            {"--write-profile": target}, inputs=[*(log or []), trace_path, calibration], in_place=[target, *(profile or [])]
+        )
+    profiles = [load_profile(p) for p in profile or []]
     trace = load_traffic(log, trace_path)
     cal = None
     if calibration:
         from bcgtune.core.calibration import load_calibration
 
         cal = load_calibration(calibration)
-    rep = drift_for_profile(prof, trace, calibration=cal, threshold_pct=threshold)
-    emit(rep.to_dict, lambda: render_drift_text(rep, trace.n_batches), as_json=as_json)
-    if rep.verdict == "re-tune":
-        raise CheckFailed(rep.reason, "drift")
-    note("keep: " + rep.reason, quiet or not as_json)
+    fleet = drift_fleet(profiles, trace, groups=group, calibration=cal, threshold_pct=threshold)
+    if len(fleet.rows) == 1 and not fleet.unjudged:
+        row = fleet.rows[0]
+        emit(fleet.to_dict, lambda: render_drift_text(row.report, row.batches), as_json=as_json)
+    else:
+        emit(fleet.to_dict, lambda: render_fleet_text(fleet, trace.n_batches), as_json=as_json)
+    if target is not None:
+        _write(target, fleet, trace, profile, quiet)
+    if fleet.verdict == "re-tune":
+        raise typer.Exit(1)  # the verdict is on stdout already (text or JSON): exit 1, nothing more
+    if as_json:
+        note("keep: " + "; ".join(r.report.reason for r in fleet.rows), quiet)
+
+
+def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool) -> None:
+    """Today's optimum into the profile, on a re-tune verdict (one judged list only)."""
+    from bcgtune.adapters.profiles import write_profile_buckets
+
+    if len(fleet.rows) != 1:
+        raise InputError(
+            f"{len(fleet.rows)} lists were judged: --write-profile writes one (give one --profile, or --group N)",
+            "--write-profile",
+        )
+    rep = fleet.rows[0].report
+    if rep.verdict != "re-tune":
+        note(f"kept {target} as it is (verdict keep)", quiet)
+        return
+    base = None
+    import os
+
+    if not os.path.exists(target):
+        if not profiles:
+            raise InputError(f"{target} does not exist: give --profile to create it from", "--write-profile")
+        base = profiles[0]
+    sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
+    provenance = {
+        "trace_sha256": sha or "",
+        "objective": "time" if rep.basis == "time" else "padding",
+        "max_buckets": len(rep.optimum.metrics.buckets),
+        "tool_version": __version__,
+        "date": dt.date.today().isoformat(),
+    }
+    write_profile_buckets(target, rep.optimum.metrics.buckets, provenance, base_profile=base)
+    note(f"wrote {len(rep.optimum.metrics.buckets)} buckets (today's optimum) to {target}", quiet)

@@ -186,6 +186,16 @@ def suggest_buckets_command(
             show_default=False,
         ),
     ] = None,
+    group: Annotated[
+        Optional[int],
+        typer.Option(
+            "--group",
+            min=0,
+            help="A trace from logs of several server configurations: price this one (bcgtune trace lists them).",
+            rich_help_panel=_OPT,
+            show_default=False,
+        ),
+    ] = None,
     quiet: Quiet = False,
     layout: LayoutOptions = None,
 ) -> None:
@@ -228,6 +238,7 @@ def suggest_buckets_command(
         baselines=not no_baselines,
         server_flags=layout.flags() or None,
         tolerance_pct=tolerance,
+        group=group,
     )
     try:
         result = suggest(req)

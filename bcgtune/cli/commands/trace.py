@@ -63,7 +63,11 @@ SimulateOptions: Any = option_set(
 
 @examples(
     "bcgtune trace --log server.log -o trace.json",
-    "bcgtune trace --log rank0.log.gz --log rank1.log.gz -j 2 --json",
+    "bcgtune trace --log rank0.log.gz rank1.log.gz -j 2 --json",
+    "bcgtune trace --log https://logs.example.com/today.log.gz --histogram-only \\",
+    "    -o today.json",
+    "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.json",
+    "bcgtune trace merge monday.json tuesday.json -o week.json",
     "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
     "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
     "    --max-concurrency 32 --num-prompts 320",
@@ -75,7 +79,10 @@ def trace_command(
     log: Annotated[
         Optional[List[str]],
         typer.Option(
-            "--log", help="SGLang server log(s), repeatable (one per rank or replica); .gz ok; '-' for stdin.", show_default=False
+            "--log",
+            help="SGLang server log(s), one per rank or replica: files, folders, globs or URLs (http(s)://, s3://, gs:// "
+            "through fsspec); .gz ok; '-' for stdin. Several may follow one --log.",
+            show_default=False,
         ),
     ] = None,
     out_path: Annotated[
@@ -101,6 +108,23 @@ def trace_command(
             min=1,
             max=256,
             help="Log files parsed in parallel (default: the number of cores).",
+            show_default=False,
+        ),
+    ] = None,
+    histogram_only: Annotated[
+        bool,
+        typer.Option(
+            "--histogram-only",
+            help="Keep counts per size and request mixes per server configuration, not per-batch columns "
+            "(memory flat in the logs' length; enough for suggest-buckets and drift).",
+        ),
+    ] = False,
+    cluster: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cluster",
+            help="Parse the logs on a Dask cluster: local (a worker per core), local:N, or a scheduler address "
+            "(tcp://host:8786); the trace is histogram-only. Needs bcgtune[cluster].",
             show_default=False,
         ),
     ] = None,
@@ -165,6 +189,8 @@ def trace_command(
         raise InputError("give --log FILE (an SGLang server log), --simulate or --live")
     if bench_args and not live:
         raise InputError(f"unexpected argument {bench_args[0][:60]!r} (arguments after `--` go with --live)")
+    if (histogram_only or cluster) and not log:
+        raise InputError("--histogram-only and --cluster apply to --log")
     if not simulate and (sim.given() or sim.workload is not None or buckets is not None or calibration is not None):
         raise InputError(
             "simulation options (workload, client and server settings, --buckets, --calibration) apply with --simulate"
@@ -177,17 +203,25 @@ def trace_command(
         _live(sim.profile, list(bench_args or []), workdir, out_path, as_json, quiet)
     elif simulate:
         _simulate(sim, buckets, calibration, out_path, as_json, quiet)
+    elif cluster:
+        from bcgtune.services.trace import trace_on_cluster
+
+        with Progress(f"parsing logs on {cluster}", unit=" logs", quiet=quiet) as bar:
+            trace = trace_on_cluster(list(log or []), cluster, mixed_chunk=mixed_chunk, progress=bar.update)
+        _emit(trace, out_path, as_json, quiet)
     else:
-        _logs(list(log or []), mixed_chunk, jobs, out_path, as_json, quiet)
+        _logs(list(log or []), mixed_chunk, jobs, histogram_only, out_path, as_json, quiet)
 
 
-def _logs(paths: list[str], mixed_chunk: bool, jobs: int | None, out_path: str | None, as_json: bool, quiet: bool) -> None:
-    from bcgtune.adapters.sglang_log import parse_logs
+def _logs(
+    paths: list[str], mixed_chunk: bool, jobs: int | None, histogram_only: bool, out_path: str | None, as_json: bool, quiet: bool
+) -> None:
+    from bcgtune.services.trace import trace_logs
 
     if sum(1 for p in paths if p == "-") > 1:
         raise InputError("standard input ('-') can be read once only", "--log")
     with Progress("parsing logs", unit=" MB", scale=1e6, quiet=quiet) as bar:
-        trace = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, progress=bar.update)
+        trace = trace_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update)
     _emit(trace, out_path, as_json, quiet)
 
 

@@ -1,9 +1,10 @@
-"""Rendering of a DriftReport (bcgtune.core.drift)."""
+"""Rendering of a DriftReport (bcgtune.core.drift), and of several (services.drift.FleetDrift)."""
 
 from __future__ import annotations
 
 from bcgtune.cli.render.table import table
 from bcgtune.core.drift import DriftReport
+from bcgtune.services.drift import FleetDrift
 
 
 def render_drift_text(r: DriftReport, trace_batches: int) -> str:
@@ -21,4 +22,41 @@ def render_drift_text(r: DriftReport, trace_batches: int) -> str:
     lines += ["", f"verdict: {r.verdict.upper()}: {r.reason}"]
     if r.verdict == "re-tune":
         lines.append("--cuda-graph-bs-prefill " + " ".join(map(str, r.optimum.metrics.buckets)))
+    return "\n".join(lines) + "\n"
+
+
+def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
+    """Several judged lists (profiles, or configurations' captured lists): one table."""
+    timed = any(r.report.deployed.predicted_ms is not None for r in f.rows)
+    basis = f.rows[0].report.basis if f.rows else "replay and padding"
+    head = ["deployed", "configuration", "batches", "graphs", "hit %", "today's opt.", "waste %", "today's opt."]
+    head += ["gain %"] if timed else []
+    head += ["verdict"]
+    rows = []
+    for r in f.rows:
+        d, o = r.report.deployed.metrics, r.report.optimum.metrics
+        where = "the trace" if r.group is None else f"group {r.group}"
+        row = [r.deployed, where, f"{r.batches:,}", str(d.graphs), f"{d.hit_rate_pct:.1f}", f"{o.hit_rate_pct:.1f}"]
+        row += [f"{d.waste_pct:.2f}", f"{o.waste_pct:.2f}"]
+        if timed:
+            row.append(f"{r.report.gains.get('time_pct', 0.0):.2f}")
+        row.append(r.report.verdict.upper())
+        rows.append(row)
+    lines = [f"today's traffic: {trace_batches:,} prefill batches; {len(f.rows)} lists judged on {basis}", ""]
+    lines += table(head, rows)
+    labels = dict.fromkeys(f"group {r.group}: {r.configuration}" for r in f.rows if r.group is not None)
+    if labels:
+        lines += ["", "configurations (launch settings the logs state):"] + [f"  {label}" for label in labels]
+    retune = [r for r in f.rows if r.report.verdict == "re-tune"]
+    lines.append("")
+    if retune:
+        lines.append(f"verdict: RE-TUNE: {len(retune)} of {len(f.rows)} lists")
+        for r in retune:
+            at = "" if r.group is None else f" (group {r.group})"
+            lines.append(f"  {r.deployed}{at}: {r.report.reason}")
+            lines.append("  --cuda-graph-bs-prefill " + " ".join(map(str, r.report.optimum.metrics.buckets)))
+    else:
+        lines.append(f"verdict: KEEP: all {len(f.rows)} lists within the threshold")
+    for u in f.unjudged:
+        lines.append(f"note: not judged (no profile agrees with it): {u}")
     return "\n".join(lines) + "\n"

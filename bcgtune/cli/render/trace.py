@@ -31,15 +31,49 @@ def render_trace_text(s: TraceSummary) -> str:
         shown = ", ".join(f"{r} ({c})" for r, c in list(s.ranks.items())[:8])
         more = len(s.ranks) - 8
         lines.append(f"ranks            {shown}" + (f", +{more} more" if more > 0 else ""))
+    if s.launch:
+        lines.append(f"launch settings  {s.launch} (as the log states them)")
+    lines += _groups(s)
     lines += _captured(s)
     for text in s.graph_disabled:
         lines.append(f"graph disabled   {text}")
     lines.append(f"malformed prefill lines  {s.malformed.count}")
     for sample in s.malformed.samples:
         lines.append(f"  {sample['where']}: {sample['text']}")
+    for title, what in (
+        (
+            "head-cut prefill lines",
+            s.head_cut,
+        ),
+        ("glued lines", s.glued),
+    ):
+        if what is not None:
+            lines.append(f"{title}  {what.count}")
+            lines += [f"  {x['where']}: {x['text']}" for x in what.samples]
+    if s.head_cut is not None:
+        lines.append("note: a head-cut line lost its `Prefill batch` head (a cut or interleaved write): not counted as a batch")
+    if s.glued is not None:
+        lines.append("note: a glued line holds several log lines (concurrent writers): each prefill record on it is read")
+    if s.histogram_only:
+        lines.append("note: histogram-only trace: counts per size and request mixes per configuration, no per-batch columns")
     for n in s.notes:
         lines.append(f"note: {n}")
+    for h in s.hints:
+        lines.append(f"hint: {h}")
     return "\n".join(lines) + "\n"
+
+
+def _groups(s: TraceSummary) -> list[str]:
+    if not s.groups:
+        return []
+    lines = [f"configurations   {len(s.groups)} (each priced apart: suggest-buckets TRACE --group N)"]
+    for g in s.groups:
+        cap = f"; captured {g.captured_buckets} buckets" if g.captured_buckets else ""
+        lines.append(
+            f"  group {g.group}: {g.label}; {count(g.batches, 'batch')}, {count(g.sources, 'file')}; "
+            f"p50 {g.p50}, max {g.max}{cap}"
+        )
+    return lines
 
 
 def _captured(s: TraceSummary) -> list[str]:

@@ -1,0 +1,189 @@
+"""trace: a workload's prefill sizes from server logs, and traces merged.
+
+`trace_logs` reads logs where they live (files, folders, globs, URLs) on this machine
+(worker processes, bcgtune.adapters.sglang_log) or on a Dask cluster (`trace_on_cluster`):
+each log is parsed where a worker runs into a histogram-only trace (the map step: counts
+per size and request mixes per server configuration; its per-batch columns never leave
+the worker), and the traces are merged pairwise in input order (the reduce step,
+bcgtune.core.trace_merge.merge_traces, associative, so the tree of merges gives the trace
+a serial merge gives). `merge_trace_files` is `bcgtune trace merge`.
+
+Why Dask and not Ray: the job is a map over files and an associative reduce of small
+results, which `Client.map` / `Client.submit` express directly; Dask's distributed
+scheduler is pure Python (two wheels), starts a `LocalCluster` of worker processes in about
+a second for tests and single machines, reads the same fsspec URLs bcgtune reads, and
+connects to an existing cluster by address. Ray would add a large binary runtime whose
+single-process local mode is deprecated, for no feature this job uses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bcgtune.core.trace import PrefillTrace
+from bcgtune.errors import BcgError, ExternalError, InputError
+
+CLUSTER_EXTRA = "cluster"
+
+
+def expand_logs(locations: list[str]) -> list[str]:
+    """The logs named by `--log` values: files and URLs as given, `-` for stdin, folders
+    (local or in a bucket) and globs expanded to the logs they hold, sorted."""
+    from bcgtune.adapters.sglang_log.remote import list_logs
+
+    out: list[str] = []
+    for loc in locations:
+        out += [loc] if loc == "-" else list_logs(loc)
+    return out
+
+
+def trace_logs(
+    locations: list[str],
+    *,
+    mixed_chunk: bool = False,
+    jobs: int | None = None,
+    histogram_only: bool = False,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> PrefillTrace:
+    """Logs parsed on this machine (worker processes for several files)."""
+    from bcgtune.adapters.sglang_log import parse_logs
+
+    return parse_logs(
+        expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only
+    )
+
+
+def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
+    """`bcgtune trace merge`: trace files in, one trace out (core.trace_merge)."""
+    from bcgtune.core.trace import load_trace
+    from bcgtune.core.trace_merge import merge_traces
+    from bcgtune.fileio import display_path
+
+    if len(paths) < 2:
+        raise InputError("give at least two trace files to merge", "TRACES")
+    return merge_traces([load_trace(p) for p in paths], names=[display_path(p) for p in paths], histogram_only=histogram_only)
+
+
+# ---- on a Dask cluster -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Failure:
+    """A map or reduce task's BcgError, sent back as data (an exception's own pickling
+    would lose where it happened) and raised again here."""
+
+    kind: str
+    what: str
+    where: str | None
+
+
+def _failure(exc: BcgError) -> _Failure:
+    return _Failure(type(exc).__name__, exc.what, exc.where)
+
+
+def _raise(f: _Failure) -> None:
+    from bcgtune import errors
+
+    cls = getattr(errors, f.kind, ExternalError)
+    raise cls(f.what, f.where)
+
+
+def parse_one(path: str, mixed_chunk: bool) -> PrefillTrace | _Failure:
+    """The map step, run on a worker: one log into a histogram-only trace."""
+    from bcgtune.adapters.sglang_log.build import file_trace
+    from bcgtune.adapters.sglang_log.columns import Want, _parse_file
+
+    try:
+        return file_trace(path, _parse_file(path, 0, want=Want(mixed_chunk, True)), mixed_chunk)
+    except BcgError as exc:
+        return _failure(exc)
+
+
+def merge_two(a: PrefillTrace | _Failure, b: PrefillTrace | _Failure) -> PrefillTrace | _Failure:
+    """The reduce step, run on a worker: two adjacent traces (or the first failure)."""
+    from bcgtune.core.trace_merge import merge_traces
+
+    if isinstance(a, _Failure):
+        return a
+    if isinstance(b, _Failure):
+        return b
+    try:
+        return merge_traces([a, b], same_source_ok=True)
+    except BcgError as exc:
+        return _failure(exc)
+
+
+def _client(cluster: str) -> tuple[Any, Any]:
+    """(dask Client, the LocalCluster it started or None): `local` (a worker process per
+    core), `local:N`, or a scheduler address (tcp://host:8786)."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise InputError(f"a cluster run needs dask[distributed]: pip install 'bcgtune[{CLUSTER_EXTRA}]'", "--cluster") from None
+    if cluster == "local" or cluster.startswith("local:"):
+        n = cluster.partition(":")[2]
+        if n and not (n.isdigit() and 1 <= int(n) <= 1024):
+            raise InputError(f"local:N needs a worker count 1..1024, got {n[:20]!r}", "--cluster")
+        workers = int(n) if n else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        import dask
+
+        try:
+            # Dask's default MALLOC_TRIM_THRESHOLD_ for workers turns off glibc's adaptive mmap
+            # threshold: every chunk's numpy temporaries then cost fresh pages (measured: twice
+            # the CPU time per log); None leaves glibc's own behaviour.
+            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+                local = LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
+                )
+            return Client(local), local
+        except Exception as exc:  # worker processes that cannot start: a port, memory, the environment
+            raise ExternalError(f"cannot start a local Dask cluster: {' '.join(str(exc).split())[:120]}", "--cluster") from None
+    if "://" not in cluster:
+        raise InputError(
+            f"give 'local', 'local:N' or a scheduler address such as tcp://host:8786, got {cluster[:60]!r}", "--cluster"
+        )
+    try:
+        return Client(cluster, timeout="30s"), None
+    except (OSError, TimeoutError) as exc:
+        raise ExternalError(f"cannot reach the Dask scheduler: {' '.join(str(exc).split())[:120]}", cluster) from None
+
+
+def trace_on_cluster(
+    locations: list[str],
+    cluster: str,
+    *,
+    mixed_chunk: bool = False,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> PrefillTrace:
+    """Logs parsed on a Dask cluster into one histogram-only trace. The workers must reach
+    the logs (a shared folder, or URLs). progress: (logs parsed, logs)."""
+    paths = expand_logs(locations)
+    if "-" in paths:
+        raise InputError("standard input cannot be sent to a cluster", "--log -")
+    client, local = _client(cluster)
+    try:
+        from dask.distributed import as_completed
+
+        level = client.map(parse_one, paths, mixed_chunk=mixed_chunk, pure=False)
+        done = 0
+        for _ in as_completed(level):
+            done += 1
+            if progress is not None:
+                progress(done, len(paths))
+        while len(level) > 1:  # adjacent pairs, in order: associativity makes any tree the same
+            nxt = [client.submit(merge_two, level[i], level[i + 1], pure=False) for i in range(0, len(level) - 1, 2)]
+            level = nxt + ([level[-1]] if len(level) % 2 else [])
+        result = level[0].result()
+    finally:
+        client.close()
+        if local is not None:
+            local.close()
+    if isinstance(result, _Failure):
+        _raise(result)
+    assert isinstance(result, PrefillTrace)
+    if result.n_batches == 0:
+        from bcgtune.adapters.sglang_log.build import _no_records_error
+
+        raise _no_records_error(paths, result)
+    return result

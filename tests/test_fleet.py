@@ -1,0 +1,598 @@
+"""A fleet's logs: traces that know their servers (groups), merge, histogram-only traces,
+logs over URLs (a local HTTP server), a Dask LocalCluster run, head-cut and glued lines,
+the mixed-chunk hint, and drift over many profiles or configurations."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import socket
+import threading
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import assert_one_line_error, cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bcgtune.adapters.sglang_log import ParseOptions, parse_logs, parse_server_args_text
+from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+from bcgtune.core.trace_groups import launch_settings
+from bcgtune.core.trace_merge import merge_traces
+from bcgtune.errors import ExternalError, InputError
+
+SHARED_LOGS = Path(__file__).resolve().parent / "data" / "sglang-logs"
+OUR_LOGS = Path(__file__).resolve().parent / "data" / "logs"
+ALL_LOGS = sorted(SHARED_LOGS.glob("*.log")) + sorted(OUR_LOGS.glob("*.log"))
+
+
+def server_log(chunk: int, tokens: list[int], *, model="org/Model-8B", tp=1, dp=1, dp_attention=False, running=None, seqs=None):
+    """A log as SGLang 0.5.23 writes it: server_args (resolved: the chunk per attention-DP
+    rank), the scheduler's startup line, then one prefill line per batch."""
+    args = {
+        "model_path": model,
+        "tp_size": tp,
+        "dp_size": dp,
+        "enable_dp_attention": dp_attention,
+        "chunked_prefill_size": chunk,
+        "moe_dense_tp_size": None,
+    }
+    lines = [
+        f"[2026-12-01 00:00:00] server_args={args!r}",
+        f"[2026-12-01 00:00:01 TP0] max_total_num_tokens=400000, chunked_prefill_size={chunk}, max_prefill_tokens=16384, "
+        "max_running_requests=4096, context_len=40960, available_gpu_mem=10.54 GB",
+    ]
+    for i, n in enumerate(tokens):
+        r = 0 if running is None else running[i]
+        s = 1 + i % 3 if seqs is None else seqs[i]
+        lines.append(
+            f"[2026-12-01 00:{i // 60 % 60:02d}:{i % 60:02d} TP0] Prefill batch, #new-seq: {s}, #new-token: {n}, "
+            f"#cached-token: 0, token usage: 0.05, #running-req: {r}, #queue-req: 0, cuda graph: {n <= chunk}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _json(trace: PrefillTrace) -> dict:
+    obj = trace.to_json_obj()
+    obj.pop("created", None)
+    return json.loads(json.dumps(obj))
+
+
+@pytest.fixture()
+def two_servers(tmp_path):
+    """The issue's case: one server with 2048-token chunks, one with a 15,134-token batch."""
+    a = tmp_path / "small.log"
+    a.write_text(server_log(2048, [100, 700, 2048, 2048, 1500, 300]))
+    b = tmp_path / "big.log"
+    b.write_text(server_log(16384, [15134, 9000, 4000, 16384, 800], model="org/Other-70B", tp=8))
+    return a, b
+
+
+# ---- launch settings ----------------------------------------------------------------------
+def test_server_args_in_both_forms_and_dp_attention_chunk():
+    new = parse_server_args_text(
+        "[2026-12-01 00:00:00] server_args={'model_path': 'Qwen/Qwen3-8B', 'tp_size': 4, 'dp_size': 4, "
+        "'enable_dp_attention': True, 'chunked_prefill_size': 2048, 'json_model_override_args': '{\"tp_size\": 99}'}"
+    )
+    assert new["settings"] == {
+        "model_path": "Qwen/Qwen3-8B",
+        "tp_size": 4,
+        "dp_size": 4,
+        "enable_dp_attention": True,
+        "chunked_prefill_size": 2048,
+    }
+    old = parse_server_args_text("server_args=ServerArgs(model_path='m', tp_size=2, chunked_prefill_size=8192, dp_size=1)")
+    assert old["settings"] == {"model_path": "m", "tp_size": 2, "chunked_prefill_size": 8192, "dp_size": 1}
+    assert parse_server_args_text("server_args=garbage tp_size=3") is None
+    # SGLang logs the chunk of one attention-DP rank; the launch flag is that times the ranks
+    flags, chunk = launch_settings(new["settings"], {"chunked_prefill_size": 2048})
+    assert chunk == 2048 and flags["chunked_prefill_size"] == 8192
+
+
+def test_batches_grouped_by_launch(two_servers, tmp_path):
+    a, b = two_servers
+    t = parse_logs([str(a), str(b)])
+    assert [g.rank_chunk for g in t.groups] == [2048, 16384]
+    assert [g.sources for g in t.groups] == [[0], [1]]
+    assert t.batches["group"].tolist() == [0] * 6 + [1] * 5
+    assert t.groups[1].settings["tp_size"] == 8 and "Other-70B" in t.groups[1].label()
+    # one file, two launches (a restart with another chunk): two groups, split at server_args
+    both = tmp_path / "restart.log"
+    both.write_text(a.read_text() + b.read_text())
+    r = parse_logs([str(both)])
+    assert [g.n_batches for g in r.groups] == [6, 5] and r.groups[0].sources == r.groups[1].sources == [0]
+
+
+# ---- per-group pricing --------------------------------------------------------------------
+def test_a_mixed_trace_is_refused_naming_its_groups(two_servers, tmp_path):
+    a, b = two_servers
+    out = tmp_path / "t.json"
+    r = cli(["trace", "--log", a, b, "-o", out])
+    assert r.code == 0, r.err
+    r = cli(["suggest-buckets", out])
+    assert r.code == 2 and r.out == ""
+    assert_one_line_error(r)
+    assert "2 server configurations" in r.err and "group 0 (" in r.err and "group 1 (" in r.err
+    assert "chunk 2048" in r.err and "chunk 16384" in r.err and "--group N" in r.err
+
+
+def test_each_group_priced_with_its_own_ceiling(two_servers, tmp_path):
+    a, b = two_servers
+    out = tmp_path / "t.json"
+    assert cli(["trace", "--log", a, b, "-o", out]).code == 0
+    big = cli(["suggest-buckets", out, "--group", "1", "--json", "-k", "4"])
+    assert big.code == 0, big.err
+    plan = json.loads(big.out)
+    assert plan["params"]["max_bucket"] == 16384  # the big server's ceiling, not the first group's 2048
+    assert plan["recommended"]["eager_batches"] == 0 and max(plan["recommended"]["buckets"]) >= 15134
+    small = json.loads(cli(["suggest-buckets", out, "--group", "0", "--json"]).out)
+    assert small["params"]["max_bucket"] == 2048 and small["trace"]["batches"] == 6
+    # the API decides the same way
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
+    with pytest.raises(InputError, match="server configurations"):
+        suggest(SuggestRequest(trace=load_trace(str(out))))
+    res = suggest(SuggestRequest(trace=load_trace(str(out)), group=1, max_buckets=4))
+    assert res.plan.recommended.buckets == plan["recommended"]["buckets"]
+    r = cli(["suggest-buckets", out, "--group", "7"])
+    assert r.code == 2 and "0..1" in r.err
+
+
+def test_logged_dp_attention_layout_prices_steps(tmp_path):
+    log = tmp_path / "dp.log"
+    log.write_text(server_log(1024, [512, 1024, 300], tp=4, dp=4, dp_attention=True))
+    t = parse_logs([str(log)])
+    assert t.groups[0].settings["chunked_prefill_size"] == 4096 and t.groups[0].rank_chunk == 1024
+    save_trace(t, str(tmp_path / "dp.json"))
+    r = cli(["suggest-buckets", tmp_path / "dp.json", "--json"])
+    assert r.code == 0, r.err
+    assert "DP attention on 4 ranks" in r.err and "--tp 4 --dp 4 --dp-attention" in r.err
+    assert json.loads(r.out)["dp_attention"]["ranks"] == 4
+
+
+# ---- options after the list of logs ---------------------------------------------------------
+def test_options_may_follow_the_list_of_logs(two_servers, tmp_path):
+    a, b = two_servers
+    r = cli(["trace", "--log", a, b, "--json"])
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["batches"] == 11
+    out = tmp_path / "x.json"
+    r = cli(["trace", "--log", a, b, "-o", out, "--quiet"])
+    assert r.code == 0 and load_trace(str(out)).n_batches == 11
+    r = cli(["drift", "--log", a, b, "--group", "0", "-p", "h200", "--json"])
+    assert r.code in (0, 1) and json.loads(r.out)
+
+
+# ---- merge ----------------------------------------------------------------------------------
+def _log_traces(histogram_only=False):
+    files = [p for p in ALL_LOGS if parse_logs_ok(p)][:9]
+    return [parse_logs([str(p)], histogram_only=histogram_only) for p in files], files
+
+
+def parse_logs_ok(p) -> bool:
+    try:
+        parse_logs([str(p)])
+        return True
+    except InputError:
+        return False
+
+
+@pytest.mark.parametrize("histogram_only", [False, True])
+def test_merge_of_parses_is_the_parse_of_all(histogram_only):
+    traces, files = _log_traces(histogram_only)
+    merged = merge_traces(traces)
+    whole = parse_logs([str(p) for p in files], histogram_only=histogram_only)
+    assert _json(merged) == _json(whole)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, 8), min_size=1, max_size=4, unique=True), histogram_only=st.booleans())
+def test_merge_is_associative(cuts, histogram_only):
+    traces, _ = _TRACES[histogram_only]
+    flat = _json(merge_traces(traces))
+    bounds = [0, *sorted(c for c in cuts if c < len(traces)), len(traces)]
+    parts = [merge_traces(traces[lo:hi]) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+    assert _json(merge_traces(parts)) == flat
+    left = merge_traces([merge_traces(traces[:2]), *traces[2:]])
+    right = merge_traces([traces[0], merge_traces(traces[1:])])
+    assert _json(left) == _json(right) == flat
+
+
+_TRACES = {False: _log_traces(False), True: _log_traces(True)}
+
+
+def test_merge_keeps_provenance_and_groups(two_servers, tmp_path):
+    a, b = two_servers
+    ta, tb = tmp_path / "a.json", tmp_path / "b.json"
+    save_trace(parse_logs([str(a)]), str(ta))
+    save_trace(parse_logs([str(b)]), str(tb))
+    out = tmp_path / "ab.json"
+    r = cli(["trace", "merge", ta, tb, "-o", out])
+    assert r.code == 0, r.err
+    m = load_trace(str(out))
+    assert [s["path"] for s in m.sources] == [str(a), str(b)]
+    assert [g.rank_chunk for g in m.groups] == [2048, 16384] and m.batches["source"].tolist() == [0] * 6 + [1] * 5
+    assert _json(m) == _json(parse_logs([str(a), str(b)]))
+
+
+def test_merge_refusals_are_one_line(two_servers, tmp_path):
+    a, b = two_servers
+    full, hist, again = tmp_path / "full.json", tmp_path / "hist.json", tmp_path / "again.json"
+    save_trace(parse_logs([str(a)]), str(full))
+    save_trace(parse_logs([str(b)], histogram_only=True), str(hist))
+    save_trace(parse_logs([str(a)]), str(again))
+    mixed = tmp_path / "mixed.json"
+    save_trace(parse_logs([str(b)], mixed_chunk=True), str(mixed))
+    sim = tmp_path / "sim.json"
+    assert cli(["trace", "--simulate", "--num-prompts", "20", "-o", sim, "--quiet"]).code == 0
+    csv = tmp_path / "h.csv"
+    csv.write_text("size,count\n10,2\n")
+    cases = [
+        ([full, hist], "histogram-only: merge with --histogram-only"),
+        ([full, again], "would count twice"),
+        ([full, mixed], "--mixed-chunk"),
+        ([full, sim], "simulation"),
+        ([full, csv], "plain histogram"),
+        ([full], "at least two"),
+    ]
+    for args, needle in cases:
+        r = cli(["trace", "merge", *args])
+        assert r.code == 2, (args, r.err)
+        assert_one_line_error(r)
+        assert needle in r.err, r.err
+    r = cli(["trace", "merge", full, hist, "--histogram-only", "--json"])
+    assert r.code == 0 and json.loads(r.out)["histogram_only"] is True
+
+
+# ---- histogram-only ---------------------------------------------------------------------------
+def _plans(trace: PrefillTrace, **kw):
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
+    plan = suggest(SuggestRequest(trace=trace, **kw)).plan.to_json_obj()
+    plan.pop("trace")
+    plan.pop("created")
+    return plan
+
+
+def test_histogram_only_gives_the_plan_of_the_full_trace(tmp_path):
+    from bcgtune.core.calibration import BatchTimes, Calibration
+
+    rng = np.random.default_rng(7)
+    tokens = np.minimum(rng.lognormal(6.5, 1.1, 400).astype(int) + 1, 8192).tolist()
+    seqs = rng.integers(1, 9, 400).tolist()
+    log = tmp_path / "busy.log"
+    log.write_text(server_log(8192, tokens, seqs=seqs))
+    full, hist = parse_logs([str(log)]), parse_logs([str(log)], histogram_only=True)
+    assert hist.batches is None and full.batches is not None
+    grid = np.arange(64, 8193, 64)
+    pairs = np.array(sorted({(n, min(r, n)) for n, r in zip(tokens, seqs)}))
+    cal = Calibration(
+        tokens=grid,
+        eager_ms=None,
+        graph_ms=0.02 * grid / 64 + 1.0,
+        runner="breakable",
+        batches=BatchTimes(pairs[:, 0], pairs[:, 1], 0.002 * pairs[:, 0] + 3.0, 0.05 * pairs[:, 1] + 0.01 * pairs[:, 0] / 64),
+        meta={"bucket_grid": 64},
+    )
+    for kw in ({"max_buckets": 8}, {"max_buckets": 6, "objective": "time", "calibration": cal}):
+        assert _plans(full, **kw) == _plans(hist, **kw)
+    # ... and so does drift, over the file too
+    h = tmp_path / "h.json"
+    save_trace(hist, str(h))
+    f = tmp_path / "f.json"
+    save_trace(full, str(f))
+    rh, rf = cli(["drift", "-p", "h200", "--trace", h, "--json"]), cli(["drift", "-p", "h200", "--trace", f, "--json"])
+    assert rh.code == rf.code and json.loads(rh.out) == json.loads(rf.out)
+
+
+def test_hostile_group_sections_are_one_line_errors(two_servers, tmp_path):
+    a, _ = two_servers
+    doc = _json(parse_logs([str(a)], histogram_only=True))
+    bad = []
+    empty = json.loads(json.dumps(doc))
+    empty["groups"].append(
+        {**empty["groups"][0], "histogram": {"sizes": [], "counts": []}, "mix": {"tokens": [], "requests": [], "counts": []}}
+    )
+    bad.append((empty, "empty group"))
+    off = json.loads(json.dumps(doc))
+    off["groups"][0]["histogram"]["counts"][0] += 1
+    bad.append((off, "add up"))
+    ghost = json.loads(json.dumps(doc))
+    ghost["groups"][0]["sources"] = [5]
+    bad.append((ghost, "does not exist"))
+    crowd = json.loads(json.dumps(doc))
+    crowd["groups"][0]["mix"]["requests"][0] = 10**6
+    bad.append((crowd, "more requests than tokens"))
+    col = _json(parse_logs([str(a)]))
+    col["batches"]["group"][0] = 3
+    bad.append((col, "batches.group"))
+    for obj, needle in bad:
+        p = tmp_path / "bad.json"
+        p.write_text(json.dumps(obj))
+        for args in (["suggest-buckets", p], ["drift", "-p", "h200", "--trace", p], ["trace", "merge", p, p]):
+            r = cli(args)
+            assert r.code == 2, (needle, args, r.err)
+            assert_one_line_error(r)
+            assert needle in r.err, (needle, r.err)
+
+
+# ---- head-cut, glued, mixed chunk -------------------------------------------------------------
+def test_head_cut_and_glued_lines_counted_and_reported(tmp_path):
+    log = tmp_path / "messy.log"
+    p = "[2026-12-01 00:00:0{s} TP0] Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, cuda graph: True"
+    d = "[2026-12-01 00:00:05 TP0] Decode batch, #running-req: 1, #token: 5, cuda graph: True, gen throughput (token/s): 1.0"
+    log.write_text(
+        "\n".join(
+            [
+                p.format(s=1, n=10),
+                "batch. #new-seq: 1, #new-token: 32, #cached-token: 0, token usage: 0.01",
+                p.format(s=2, n=11) + p.format(s=3, n=12),  # two prefill lines on one line
+                d + p.format(s=4, n=13)[26:],  # a prefill line without its prefix, glued to a decode line
+                "x" + p.format(s=5, n=14)[1:],  # the prefix lost its `[`
+            ]
+        )
+        + "\n"
+    )
+    for opts in (ParseOptions(), ParseOptions(fast_path=False), ParseOptions(small_piece=-1)):
+        t = parse_logs([str(log)], options=opts)
+        assert t.batches["new_token"].tolist() == [10, 11, 12, 13, 14]
+        assert t.meta["ranks"] == ["TP0"] and (t.batches["rank"] == 0).all()  # glued lines keep their rank tag
+        assert t.meta["rank_overlap"]["printers"] == 1
+        ps = t.parse_stats
+        assert ps["head_cut_lines"] == 1 and ps["head_cut_samples"][0]["line"] == 2
+        assert ps["glued_lines"] == 2 and [s["line"] for s in ps["glued_samples"]] == [3, 4]
+    r = cli(["trace", "--log", log])
+    assert r.code == 0 and "head-cut prefill lines  1" in r.out and "glued lines  2" in r.out
+
+
+def test_mixed_chunk_signature_prints_the_hint(tmp_path):
+    chunk = 512
+    running = [7, 12, 3, 30, 0, 9]
+    tokens = [chunk - r for r in running[:4]] + [200, chunk - 9]
+    log = tmp_path / "mixed.log"
+    log.write_text(server_log(chunk, tokens, running=running))
+    r = cli(["trace", "--log", log])
+    assert r.code == 0 and "hint:" in r.out and "--mixed-chunk" in r.out and "#new-token + #running-req" in r.out
+    r = cli(["trace", "--log", log, "--mixed-chunk"])
+    assert r.code == 0 and "hint:" not in r.out
+    plain = tmp_path / "plain.log"
+    plain.write_text(server_log(chunk, [chunk, chunk, chunk, 100], running=[7, 12, 3, 0]))
+    assert "hint:" not in cli(["trace", "--log", plain]).out
+
+
+# ---- logs over URLs ---------------------------------------------------------------------------
+@pytest.fixture()
+def http_root(tmp_path):
+    """A local HTTP server over tmp_path (started by the test, on a free port)."""
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_logs_over_http_with_gz_and_progress(http_root):
+    root, url = http_root
+    data = (SHARED_LOGS / "24_newest_decode_graph_end_startup_and_load.log").read_bytes()
+    (root / "a.log").write_bytes(data)
+    (root / "a.log.gz").write_bytes(gzip.compress(data))
+    local = parse_logs([str(root / "a.log")])
+    for name in ("a.log", "a.log.gz"):
+        calls: list = []
+        t = parse_logs([f"{url}/{name}"], progress=lambda d, o, calls=calls: calls.append((d, o)))
+        assert t.batches["forward_tokens"].tolist() == local.batches["forward_tokens"].tolist()
+        assert t.sources[0]["sha256"] == local.sources[0]["sha256"] and t.sources[0]["path"] == f"{url}/{name}"
+        size = (root / name).stat().st_size
+        assert calls[-1] == (size, size)
+    r = cli(["trace", "--log", f"{url}/a.log", f"{url}/a.log.gz", "--json"])
+    assert r.code == 0 and json.loads(r.out)["batches"] == 2 * local.n_batches
+
+
+def test_unreachable_and_missing_urls(http_root):
+    _, url = http_root
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/x.log"
+    r = cli(["trace", "--log", dead])
+    assert r.code == 3 and dead in r.err
+    assert_one_line_error(r)
+    r = cli(["trace", "--log", f"{url}/missing.log"])
+    assert r.code == 2 and "no such file" in r.err
+    assert_one_line_error(r)
+    with pytest.raises(ExternalError):
+        parse_logs([dead])
+
+
+def test_protocol_without_its_package_names_it():
+    pytest.importorskip("fsspec")
+    import importlib.util
+
+    if importlib.util.find_spec("s3fs") is not None:
+        return
+    r = cli(["trace", "--log", "s3://bucket/logs/x.log"])
+    assert r.code == 2 and "s3fs" in r.err
+    assert_one_line_error(r)
+
+
+def test_folders_and_globs_of_logs(tmp_path):
+    d = tmp_path / "logs"
+    (d / "day").mkdir(parents=True)
+    for i, p in enumerate(ALL_LOGS[:3]):
+        (d / "day" / f"r{i}.log").write_bytes(p.read_bytes())
+    (d / "day" / "notes.md").write_text("not a log")
+    a = cli(["trace", "--log", d, "--json"])
+    b = cli(["trace", "--log", str(d / "day" / "r*.log"), "--json"])
+    assert a.code == b.code == 0 and json.loads(a.out)["sources"] == json.loads(b.out)["sources"]
+    assert len(json.loads(a.out)["sources"]) == 3
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = cli(["trace", "--log", empty])
+    assert r.code == 2 and "no log files there" in r.err
+
+
+# ---- the distributed run ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A LocalCluster of 2 worker processes, started the way `--cluster local:2` starts one;
+    the tests reach it by its scheduler address (as `--cluster tcp://...` does)."""
+    pytest.importorskip("distributed")
+    from bcgtune.services.trace import _client
+
+    client, local = _client("local:2")
+    yield local.scheduler_address
+    client.close()
+    local.close()
+
+
+def test_dask_cluster_gives_the_serial_trace(tmp_path, dask_cluster):
+    from bcgtune.services.trace import trace_logs, trace_on_cluster
+
+    files = [str(p) for p in ALL_LOGS if parse_logs_ok(p)]
+    gz = tmp_path / "x.log.gz"
+    gz.write_bytes(gzip.compress(Path(files[0]).read_bytes()))
+    files.append(str(gz))
+    on_cluster = trace_on_cluster(files, dask_cluster)
+    serial = trace_logs(files, histogram_only=True)
+    assert on_cluster.batches is None and _json(on_cluster) == _json(serial)
+    r = cli(["trace", "--log", *files, "--cluster", dask_cluster, "--json"])
+    assert r.code == 0 and json.loads(r.out)["batches"] == serial.n_batches
+
+
+def test_dask_hostile_shards(tmp_path, dask_cluster):
+    from bcgtune.services.trace import trace_on_cluster
+
+    files = [str(p) for p in ALL_LOGS if parse_logs_ok(p)]
+    bad = tmp_path / "corrupt.log.gz"
+    blob = bytearray(gzip.compress(Path(files[1]).read_bytes() * 20))
+    blob[len(blob) // 2] ^= 0xFF  # a flipped byte in the compressed stream
+    bad.write_bytes(bytes(blob))
+    with pytest.raises(InputError) as ei:
+        trace_on_cluster([files[0], str(bad), files[1]], dask_cluster)
+    assert ei.value.where == str(bad)
+    r = cli(["trace", "--log", files[0], bad, "--cluster", dask_cluster])
+    assert r.code == 2 and str(bad) in r.err
+    assert_one_line_error(r)
+    # an empty shard among others is fine; only empty shards is bad input
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert trace_on_cluster([files[0], str(empty)], dask_cluster).n_batches == parse_logs([files[0]]).n_batches
+    with pytest.raises(InputError, match="no prefill batch lines"):
+        trace_on_cluster([str(empty)], dask_cluster)
+    r = cli(["trace", "--log", "-", "--cluster", dask_cluster])
+    assert r.code == 2 and "standard input" in r.err
+
+
+def test_cluster_option_errors():
+    r = cli(["trace", "--log", str(ALL_LOGS[0]), "--cluster", "nowhere"])
+    assert r.code == 2 and "scheduler address" in r.err
+    r = cli(["trace", "--log", str(ALL_LOGS[0]), "--cluster", "local:0"])
+    assert r.code == 2 and "local:N" in r.err
+    r = cli(["trace", "--simulate", "--cluster", "local"])
+    assert r.code == 2 and "apply to --log" in r.err
+
+
+# ---- drift over a fleet ---------------------------------------------------------------------------
+def test_drift_over_profiles_and_groups(two_servers, tmp_path):
+    a, b = two_servers
+    t = tmp_path / "t.json"
+    assert cli(["trace", "--log", a, b, "-o", t]).code == 0
+    small = tmp_path / "small.toml"
+    small.write_text(
+        '[profile]\nname = "small"\nplatform = "cuda"\nmodel = "org/Model-8B"\n\n[server]\nchunked-prefill-size = 2048\n\n'
+        "[buckets]\nlist = [128, 256, 512, 1024, 2048]\n"
+    )
+    big = tmp_path / "big.toml"
+    big.write_text(
+        '[profile]\nname = "big"\nplatform = "cuda"\nmodel = "org/Other-70B"\n\n'
+        "[server]\ntp = 8\nchunked-prefill-size = 16384\n\n"
+        "[buckets]\nlist = [1024, 4096, 8192, 16384]\n"
+    )
+    r = cli(["drift", "-p", small, "-p", big, "--trace", t])
+    assert r.code == 1, r.err  # the big server's list leaves its 15,134-token batch... priced, one re-tunes
+    assert "2 lists judged" in r.out and "group 0" in r.out and "group 1" in r.out
+    assert not [ln for ln in r.err.splitlines() if ln.startswith("error:")]  # the verdict once, on stdout
+    js = json.loads(cli(["drift", "-p", small, "-p", big, "--trace", t, "--json"]).out)
+    assert [row["group"] for row in js["rows"]] == [0, 1] and js["verdict"] in ("keep", "re-tune")
+    r = cli(["drift", "-p", small, "--trace", t])
+    assert "not judged" in r.out and "group 1" in r.out
+    r = cli(["drift", "-p", "h200", "--trace", t])
+    assert r.code == 2 and "agrees with none" in r.err and "--group N" in r.err
+
+
+def test_drift_wording_write_profile_and_captured_lists(tmp_path):
+    log = tmp_path / "s.log"
+    body = server_log(8192, [3000, 3100, 2900, 3050, 100, 120, 90] * 5)
+    body += (
+        "[2026-12-01 00:00:00 TP0] Capture target prefill CUDA graph begin. "
+        "backend=breakable, num_tokens=[64, 8192] (2), avail mem=10 GB\n"
+    )
+    log.write_text(body)
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[profile]\nname = "p"\nplatform = "cuda"\n\n[server]\nchunked-prefill-size = 8192\n\n[buckets]\nlist = [64, 8192]\n'
+    )
+    before = prof.read_bytes()
+    r = cli(["drift", "-p", prof, "--log", log, "--write-profile", prof])
+    assert r.code == 1 and "verdict: RE-TUNE" in r.out and "-" not in r.out.split("wastes ")[1][:2]
+    from bcgtune.adapters.profiles import load_profile
+
+    new = load_profile(str(prof))
+    assert prof.read_bytes() != before and new.buckets and new.buckets != [64, 8192]
+    r = cli(["drift", "-p", prof, "--log", log, "--write-profile", prof])
+    assert r.code == 0 and "KEEP" in r.out and "kept" in r.err
+    # no profile: every configuration judged by the list its servers logged capturing
+    r = cli(["drift", "--log", log, "--json"])
+    assert r.code == 1 and json.loads(r.out)["deployed"]["metrics"]["buckets"] == [64, 8192]
+
+
+def test_drift_says_more_padding_when_the_optimum_pads_more():
+    from bcgtune.core.drift import drift_report
+
+    t = PrefillTrace.from_sizes([60] * 50 + [100] * 50)
+    rep = drift_report(t, [60], threshold_pct=2.0)  # the optimum replays all, and pads more
+    assert rep.gains["waste_pp"] < 0 and "points more padding" in rep.reason and "-" not in rep.reason.split("wastes ")[1][:2]
+
+
+def test_help_imports_no_fsspec_or_dask():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from bcgtune.cli.app import run\n"
+        "for args in (['--help'], ['trace', '--help'], ['trace', 'merge', '--help'], ['drift', '--help'], "
+        "['suggest-buckets', '--help']):\n"
+        "    assert run(args) == 0, args\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'dask', 'distributed', 'aiohttp'))\n"
+        "print('HEAVY', bad)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "HEAVY []" in p.stdout, p.stdout[-500:]
+
+
+def test_trace_json_is_streamed_identically(monkeypatch):
+    import bcgtune.core.trace as trace_mod
+
+    t = parse_logs([str(p) for p in ALL_LOGS if parse_logs_ok(p)])
+    whole = json.dumps(t.to_json_obj(), separators=(",", ":")) + "\n"
+    monkeypatch.setattr(trace_mod, "_COLUMN_SLICE", 3)  # many slices per column
+    streamed = "".join(trace_mod.json_text_chunks(t))
+    a, b = json.loads(whole), json.loads(streamed)
+    a.pop("created"), b.pop("created")
+    assert a == b and len(whole) == len(streamed)
+
+
+def test_a_mixed_trace_never_takes_the_first_groups_chunk(two_servers):
+    a, b = two_servers
+    t = parse_logs([str(a), str(b)])
+    assert t.chunked_prefill_size() is None  # 2048 and 16384: no one chunk
+    assert t.group_view(0).chunked_prefill_size() == 2048 and t.group_view(1).chunked_prefill_size() == 16384
+    same = parse_logs([str(a), str(a)])
+    assert same.chunked_prefill_size() == 2048
