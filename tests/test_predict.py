@@ -404,3 +404,55 @@ def test_refine_loop_through_the_cli_converges(monkeypatch, tmp_path):
     assert final.sessions[1]["scale_graph"] == pytest.approx(1.0)  # the same clock in both runs
     text = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", cal, "--max-buckets", "3"]).out
     assert "calibrate --extend" not in text and "report this as a bug" not in text
+
+
+# ---- drift's time verdict: paired, with its interval, priced as suggest-buckets prices ----
+def _drift_trace():
+    # batches of one request at 40, 100 and 200 tokens: a one-bucket list at 256 pads them all
+    return bcgtune.trace_from_sizes([40] * 30 + [100] * 30 + [200] * 30)
+
+
+def _round_noise_calibration(eps):
+    """Every size's round-r time is base x (1 + eps[r]) except the graph at 256, whose own
+    noise differs: the paired gain of a list without 256 over one with it then varies."""
+    cal = scaled_calibration("breakable", eps=np.zeros(len(eps)))
+    g = cal.graph_rounds.copy()
+    g[-1] = g[-1] * (1.0 + np.asarray(eps))
+    cal.graph_rounds = g
+    return cal.validate()
+
+
+def test_drift_re_tunes_only_when_the_gain_is_beyond_the_calibration_noise():
+    from bcgtune.core.drift import drift_report
+
+    trace = _drift_trace()
+    quiet = _round_noise_calibration([0.0, 0.001, -0.001, 0.0005, -0.0005])
+    rep = drift_report(trace, [256], calibration=quiet, threshold_pct=1.0)
+    gain = rep.time_gain
+    assert gain is not None and gain.half is not None and gain.rounds == 5
+    assert rep.gains["time_pct"] == pytest.approx(gain.center)
+    assert (rep.verdict == "re-tune") == (gain.low > 1.0)
+    assert "95% paired interval" in rep.reason
+    # the same gain, but a graph whose time swings by +-80% between rounds: the interval
+    # reaches below the threshold, so the verdict is keep and says why
+    noisy = _round_noise_calibration([0.8, -0.8, 0.8, -0.8, 0.0])
+    g = drift_report(trace, [256], calibration=noisy).time_gain
+    assert g.center == pytest.approx(gain.center) and g.half > gain.half
+    loud = drift_report(trace, [256], calibration=noisy, threshold_pct=g.center - g.half / 2)
+    assert loud.time_gain.low < loud.threshold_pct < loud.time_gain.center
+    assert loud.verdict == "keep" and "within the calibration's noise" in loud.reason
+
+
+def test_drift_prices_a_list_as_suggest_buckets_does():
+    from bcgtune.core.drift import drift_report
+
+    trace = _drift_trace()
+    cal = scaled_calibration("breakable").validate()
+    rep = drift_report(trace, [64, 128, 256], calibration=cal)
+    plan = bcgtune.suggest_buckets(trace, max_buckets=3, objective="time", calibration=cal, compare={"deployed": [64, 128, 256]})
+    row = next(r for r in plan.rows if r.name == "deployed")
+    assert rep.deployed.predicted_ms == pytest.approx(row.predicted_ms)
+    one_round = load_calibration(str(next(OLD.glob("*format2*"))))
+    big = bcgtune.trace_from_sizes([int(one_round.tokens[0])] * 5 + [int(one_round.tokens[-1])] * 5)
+    single = drift_report(big, [int(one_round.tokens[-1])], calibration=one_round, threshold_pct=0.0)
+    assert single.time_gain is not None and single.time_gain.half is None and "no interval" in single.reason

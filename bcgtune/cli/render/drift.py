@@ -17,6 +17,8 @@ def render_drift_text(r: DriftReport, trace_batches: int) -> str:
         if timed:
             row.append(f"{side.predicted_ms:,.1f}")
         rows.append(row)
+    if r.time_gain is not None and r.time_gain.half is not None:
+        rows[1][-1] += f" ({-r.time_gain.center:+.2f}% ± {r.time_gain.half:.2f})"
     lines = [f"today's traffic: {trace_batches:,} prefill batches; verdict on {r.basis}", ""]
     lines += table(head, rows)
     lines += ["", f"verdict: {r.verdict.upper()}: {r.reason}"]
@@ -39,7 +41,8 @@ def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
         row = [r.deployed, where, f"{r.batches:,}", str(d.graphs), f"{d.hit_rate_pct:.1f}", f"{o.hit_rate_pct:.1f}"]
         row += [f"{d.waste_pct:.2f}", f"{o.waste_pct:.2f}"]
         if timed:
-            row.append(f"{r.report.gains.get('time_pct', 0.0):.2f}")
+            g = r.report.time_gain
+            row.append("" if g is None else f"{g.center:.2f}" + ("" if g.half is None else f" ± {g.half:.2f}"))
         row.append(r.report.verdict.upper())
         rows.append(row)
     lines = [f"today's traffic: {trace_batches:,} prefill batches; {len(f.rows)} lists judged on {basis}", ""]
