@@ -39,11 +39,13 @@ from bcgtune.adapters.environment import (
     torch_info,
 )
 from bcgtune.adapters.model_config import model_is_qwen4_exp
-from bcgtune.adapters.runner_source import GateReport, GateState, find_runner_source, runner_gate_state
+from bcgtune.adapters.runner_source import GateReport, find_runner_source, runner_gate_state
 from bcgtune.adapters.sglang_resolve import FlagCheck, RunnerAnswers
-from bcgtune.core.ladder import PrefillCapture
+from bcgtune.core.capture import PrefillCapture
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, smallest_replaying_size
+from bcgtune.core.runner_gate import classify_gate
 from bcgtune.errors import InputError
+from bcgtune.services.launch import SglangUse
 
 Severity = Literal["blocking", "warning", "info"]
 BLOCKING: Severity = "blocking"
@@ -71,6 +73,7 @@ class DoctorReport:
     profile: str | None = None
     findings: list[Finding] = field(default_factory=list)
     resolved_prefill: PrefillCapture | None = None
+    gate_cached_at: str | None = None
 
     @property
     def blocking(self) -> list[Finding]:
@@ -86,42 +89,22 @@ class DoctorReport:
             "profile": self.profile,
             "findings": [f.to_json() for f in self.findings],
             "resolved_prefill": None if self.resolved_prefill is None else self.resolved_prefill.to_json(),
+            "gate_cached_at": self.gate_cached_at,
             "ok": not self.blocking,
         }
 
 
 # --------------------------------------------------------------------------- the gate, by behaviour
-GATE_QUESTIONS = ("image_spec_off", "image_spec_on", "text_spec_off", "text_spec_on")
-
-
-def classify_gate(answers: dict[str, bool]) -> tuple[GateState, str]:
-    """(state, detail) from the runner's own answers for a Qwen4-Exp image batch and a
-    text batch, with speculative decoding off and on."""
-    if any(q not in answers for q in GATE_QUESTIONS):
-        return "unknown", "the runner did not answer every question"
-    if not (answers["text_spec_off"] and answers["text_spec_on"]):
-        return "unknown", "a text batch did not replay either, so the answers say nothing about images"
-    img_off, img_on = answers["image_spec_off"], answers["image_spec_on"]
-    if img_off and not img_on:
-        return "patched", "image batches replay unless speculative decoding is on"
-    if not img_off and not img_on:
-        return "unpatched", "every Qwen4-Exp image batch runs eager under breakable graphs"
-    if img_off and img_on:
-        return (
-            "refusal-removed",
-            "image batches replay even under speculative decoding, where the draft runner refuses them "
-            "(ranks can split between replay and eager)",
-        )
-    return "inverted", "image batches replay only under speculative decoding"
-
-
 def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateReport:
-    """The gate by behaviour when the runner ran; a source reading when its module could
-    not be imported; unknown when it imported but could not be run."""
+    """The gate by behaviour when the runner ran; unimportable when SGLang could not import
+    it; unknown when it imported but could not be run; a reading of its source when SGLang
+    did not run it (which says so, and never says patched)."""
     where = str(path) if path is not None else None
     if runner is not None and runner.ok:
         state, detail = classify_gate(runner.answers)
         return GateReport(state, detail, where, method="behaviour", answers=dict(runner.answers))
+    if runner is not None and runner.imported is False:
+        return GateReport("unimportable", runner.error or "the runner module does not import", where, method="behaviour")
     if runner is not None and runner.imported:
         return GateReport(
             "unknown",
@@ -132,7 +115,7 @@ def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateRe
         )
     reading = runner_gate_state(path)
     why = runner.error if runner is not None and runner.error else "the runner was not run"
-    reading.detail = f"{reading.detail} (read from the source, not run: {why})"
+    reading.detail = f"{reading.detail}, not run: {why}"
     return reading
 
 
@@ -222,6 +205,14 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
         )
     elif gate.state == "unknown":
         out.append(Finding(WARNING, "qwen-mm-gate-unknown", f"cannot tell whether image prefills replay: {gate.detail}"))
+    elif gate.state == "unverified":
+        out.append(
+            Finding(
+                WARNING,
+                "qwen-mm-gate-unverified",
+                f"the prefill runner was not run, only read: {gate.detail} (doctor with SGLang installed runs it)",
+            )
+        )
     if bool(spec) and str(spec).upper() not in ("NONE", "FALSE"):
         out.append(
             Finding(
@@ -298,6 +289,16 @@ def profile_findings(
         except InputError as exc:
             out.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {exc}"))
             return out
+    if resolved.refused is not None:
+        out.append(
+            Finding(
+                BLOCKING,
+                "launch-refused",
+                f"SGLang refuses this launch, the server would not start: {resolved.refused}"
+                + ("" if resolved.source.kind == "sglang" else " (bcgtune's model of SGLang's checks)"),
+            )
+        )
+        return out
     qwen = model_is_qwen4_exp(model)
     out += _graphs_off_findings(profile, resolved)
     if resolved.graphs_on:
@@ -319,18 +320,29 @@ def _platform_findings(profile, tor: TorchInfo) -> list[Finding]:
     return [Finding(INFO, "platform-mismatch", f"profile is for {profile.platform}, this machine runs {here} torch")]
 
 
+def _runner_findings(gate: GateReport) -> list[Finding]:
+    """Whatever the profile: a runner module that SGLang cannot import stops the server."""
+    if gate.state != "unimportable":
+        return []
+    return [Finding(BLOCKING, "runner-does-not-import", f"the server would not start: {gate.detail} ({gate.path})")]
+
+
 def run_doctor(
     profile=None,
     *,
     runner_path: str | Path | None = None,
     model: str | None = None,
-    probe: bool = True,
+    sglang: SglangUse = "ask",
+    skipped_by: str | None = None,
+    refresh: bool = False,
     ask=None,
+    say=None,
 ) -> DoctorReport:
-    """Everything doctor reports. `probe` False: SGLang is not started (bcgtune's model and
-    a reading of the runner's source answer). `ask`: how SGLang is asked
-    (sglang_resolve.ask_sglang; one child process answers the resolution, the flag check
-    and the runner gate)."""
+    """Everything doctor reports. SGLang's answers come from the answer cache, else from one
+    child process that answers the resolution, the flag check and the runner gate
+    (`sglang`, `skipped_by` and `refresh` as bcgtune.services.launch takes them); where
+    SGLang did not answer, bcgtune's model and a reading of the runner's source do, and say
+    so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
     from bcgtune.services.launch import answers_for_profile
 
     sg = sglang_info()
@@ -339,11 +351,14 @@ def run_doctor(
     answers = answers_for_profile(
         profile,
         model,
-        probe=probe,
+        sglang=sglang,
+        skipped_by=skipped_by,
+        refresh=refresh,
         runner_sources=[None if runner_path is None else str(runner_path)],
         check_flags=profile is not None,
         resolve=profile is not None,
         ask=ask,
+        say=say,
     )
     runner = answers.runners[0] if answers.runners else None
     if runner_path is None and not sg.installed:
@@ -358,12 +373,14 @@ def run_doctor(
         prefill_runner_gate=gate,
         profile=profile.name if profile is not None else None,
         resolved_prefill=answers.capture,
+        gate_cached_at=runner.cached_at if runner is not None and gate.method == "behaviour" else None,
     )
+    report.findings = _runner_findings(gate)
     if profile is not None:
         findings = _flag_findings(answers.flags)
         if answers.invalid is not None:
             findings.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {answers.invalid}"))
         else:
             findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
-        report.findings = findings + _platform_findings(profile, tor)
+        report.findings += findings + _platform_findings(profile, tor)
     return report

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bcgtune.core.calibration import Calibration
-from bcgtune.core.ladder import PrefillCapture, ceil_to
+from bcgtune.core.capture import PrefillCapture
+from bcgtune.core.ladder import ceil_to
 from bcgtune.core.plan import (
     MI355X_PR_HAND_LIST,
     MI355X_PR_HAND_LIST_NAME,

@@ -18,7 +18,7 @@ from bcgtune.core.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJEC
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.ladder import PrefillCapture
+    from bcgtune.core.capture import PrefillCapture
     from bcgtune.core.plan import BucketPlan
     from bcgtune.core.trace import PrefillTrace
 
