@@ -1,5 +1,5 @@
 """A cache of SGLang's answers in the user cache directory, so that asking SGLang again
-about the same launch takes milliseconds instead of the 20-45 s of importing it.
+about the same launch takes milliseconds instead of the 10-35 s of importing it.
 
 An entry is one JSON file named by the hash of everything its answer depends on (the
 question, the launch's flags, the GPU it was asked for, the model config's content, the

@@ -453,7 +453,7 @@ def ask(
                 asked = [questions[i] for i in missing]
                 if say is not None:
                     what = ", ".join(sorted({_WHAT[q.kind] for q in asked}))
-                    say(f"bcgtune: asking the installed SGLang ({what}); the first answer takes 10-45 s, then it is cached")
+                    say(f"bcgtune: asking the installed SGLang ({what}); the first answer takes 10-35 s, then it is cached")
                 result = run_probe(_request(asked, device), timeout=timeout)
                 version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
                 error = result.get("error") if isinstance(result.get("error"), str) else None
@@ -568,9 +568,11 @@ def ask_sglang(
     refresh: bool = False,
     not_asked: str = "not asked",
     say=None,
+    flags_cmd: ServerCommand | None = None,
 ) -> SglangAnswers:
     """SGLang's answers for a profile: the resolved prefill capture of its launch
-    (`resolve`), serve's flag check (`check_flags`), and the runner gate of each of
+    (`resolve`), serve's flag check (`check_flags`; of `flags_cmd` when given, e.g. with
+    serve's --port and extra arguments), and the runner gate of each of
     `runner_sources` (None: the installed runner; a path: a copy). Each comes from the
     answer cache, or, when `probe`, from one child process that answers every question
     not cached; `not_asked` says why SGLang was not asked when it is not."""
@@ -590,8 +592,9 @@ def ask_sglang(
         argv = list(cmd.argv[3:])
         argv[argv.index("--model-path") + 1] = str(config_dir)
         questions.append(launch_question(argv, device, config_dir))
-    if check_flags and cmd is not None:
-        questions.append(flags_question(cmd))
+    checked_cmd = flags_cmd if flags_cmd is not None else cmd
+    if check_flags and checked_cmd is not None:
+        questions.append(flags_question(checked_cmd))
     questions += [runner_question(src, device) for src in runner_sources]
     got = dict(
         zip(
@@ -600,13 +603,13 @@ def ask_sglang(
         )
     )
     by_kind = {q.kind: got[id(q)] for q in questions if q.kind != "runners"}
+    # without the model's config on this machine SGLang cannot resolve the launch at all:
+    # that is the reason, whether or not it could have been started
     capture, capture_error = None, config_why or (serve_refusal.what if serve_refusal is not None else None)
-    if capture_error is not None and not probe:
-        capture_error = f"{not_asked}; {capture_error}"
     if "launches" in by_kind:
         capture, capture_error = _capture_answer(by_kind["launches"], profile)
     flags = None
-    if check_flags and serve_refusal is not None:
+    if check_flags and serve_refusal is not None and flags_cmd is None:
         flags = FlagCheck(False, serve_refusal.what, serve_refusal.where)
     elif "flags" in by_kind:
         flags = _flag_answer(by_kind["flags"])

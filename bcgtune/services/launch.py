@@ -7,7 +7,7 @@ model of its rules answers (bcgtune.core.capture.resolve_prefill_capture) and na
 could not check, and the answer says why SGLang's own was not used.
 
 When SGLang is asked (`sglang`):
-  "ask"    the cache, else SGLang in a child process (20-45 s the first time), cached;
+  "ask"    the cache, else SGLang in a child process (10-35 s the first time), cached;
            doctor and `serve --dry-run` by default, suggest-buckets and drift with
            --ask-sglang
   "cache"  the cache only: an answer SGLang gave before is used, nothing is started;
@@ -192,13 +192,15 @@ def answers_for_profile(
     stand_in_model: bool = False,
     ask=None,
     say=None,
+    flags_cmd=None,
 ) -> LaunchAnswers:
     """SGLang's answers for a profile's launch (the capture, serve's flag check, each runner
     asked about), from the cache or one child process as `sglang` allows; the model answers
     the capture when SGLang did not. `skipped_by`: the user's reason not to start SGLang
     (e.g. --no-sglang-probe); `stand_in_model`: the profile names no model, so SGLang is
     asked about a plain dense one (Qwen3-0.6B's config) and the answer says so. `ask`: how
-    SGLang is asked (sglang_resolve.ask_sglang)."""
+    SGLang is asked (sglang_resolve.ask_sglang); `flags_cmd`: the command whose flags are
+    checked (default: the profile's own launch)."""
     from bcgtune.adapters import sglang_resolve as sr
 
     model = model or (profile.model if profile is not None else None)
@@ -220,6 +222,7 @@ def answers_for_profile(
             refresh=refresh,
             not_asked=why,
             say=say,
+            flags_cmd=flags_cmd,
         )
     capture, invalid = None, None
     if resolve and profile is not None:
@@ -227,15 +230,13 @@ def answers_for_profile(
     return LaunchAnswers(capture, invalid, answers.flags, answers.runners, answers.sglang_version)
 
 
-STAND_IN_NOTE = "no model given: SGLang's rules on the model's architecture and context length are not checked"
+STAND_IN_NOTE = "SGLang's rules on the model (none given)"
 
 
 def _capture(profile, model, answers, stand_in_model: bool) -> tuple[PrefillCapture | None, InputError | None]:
     if answers.capture is not None:
         cap = replace(answers.capture, notes=answers.notes + answers.capture.notes)
-        if stand_in_model:
-            cap = replace(cap, unchecked=(*cap.unchecked, STAND_IN_NOTE))
-        return cap, None
+        return (_stand_in(cap) if stand_in_model else cap), None
     try:
         cap = model_capture(
             profile,
@@ -246,7 +247,15 @@ def _capture(profile, model, answers, stand_in_model: bool) -> tuple[PrefillCapt
         )
     except InputError as exc:
         return None, exc
-    return cap, None
+    return (_stand_in(cap) if stand_in_model else cap), None
+
+
+def _stand_in(cap: PrefillCapture) -> PrefillCapture:
+    """No model was given: one entry says the rules on it were not checked."""
+    from bcgtune.core.capture import ARCH_UNCHECKED
+
+    rest = tuple(u for u in cap.unchecked if not u.startswith(ARCH_UNCHECKED))
+    return replace(cap, unchecked=(STAND_IN_NOTE, *rest))
 
 
 def capture_for_profile(

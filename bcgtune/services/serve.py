@@ -29,12 +29,14 @@ def _silent(_: str) -> None:
 
 @dataclass
 class ServePlan:
-    """A launch ready to run: the profile's name, the command, and what was said about it
-    (the flag check's verdict and the command's own notes), in order."""
+    """A launch ready to run: the profile, the command, and what was said about it (the
+    flag check's verdict and the command's own notes), in order; with a dry run, also what
+    SGLang will capture (`capture`)."""
 
     profile: Profile
     cmd: ServerCommand
     notes: list[str] = field(default_factory=list)
+    capture: PrefillCapture | None = None
 
     @property
     def profile_name(self) -> str:
@@ -50,6 +52,9 @@ class DryRun:
     capture: PrefillCapture
 
 
+SGLANG_INSTALL_HINT = "pip install 'bcgtune[sglang]', or --python for an interpreter that has it"
+
+
 def plan_serve(
     profile_ref: str,
     *,
@@ -60,59 +65,64 @@ def plan_serve(
     skipped_by: str | None = None,
     refresh: bool = False,
     say: Say = _silent,
+    capture: bool = False,
 ) -> ServePlan:
     """Load the profile, build the launch command and check its flags against the installed
-    SGLang's parser, in a child process (its verdict is cached; `skipped_by`: the user's
-    reason not to start SGLang, then only a cached verdict is used). Skipped with another
-    interpreter (--python) or without sglang. Raises InputError naming the profile key or
-    argument SGLang refuses."""
+    SGLang's parser (bcgtune never imports SGLang itself: a child process answers, and its
+    verdict is cached). With `capture`, the same child also answers what the launch
+    captures (else bcgtune's model of SGLang's rules does). `skipped_by`: the user's reason
+    not to start SGLang (then only cached answers are used). The flag check is skipped with
+    another interpreter (--python) or without sglang. Raises InputError naming the profile
+    key or argument SGLang refuses."""
     from bcgtune.adapters import launcher
     from bcgtune.adapters.profiles import load_profile
+    from bcgtune.adapters.sglang_resolve import sglang_installed
+    from bcgtune.errors import InputError
+    from bcgtune.services.launch import answers_for_profile
 
     prof = load_profile(profile_ref)
     cmd = launcher.build_server_command(prof, model=model, port=port, extra=list(extra), python=python)
     plan = ServePlan(prof, cmd)
-    plan.notes.append(_check_flags(cmd, python, skipped_by, refresh, say))
+    check = python is None and sglang_installed()
+    answers = answers_for_profile(
+        prof,
+        model,
+        sglang="ask" if (check or capture) else "never",
+        skipped_by=skipped_by,
+        refresh=refresh,
+        check_flags=check,
+        resolve=capture,
+        say=say,
+        flags_cmd=cmd,
+    )
+    if python is not None:
+        plan.notes.append("flag check skipped: --python runs another interpreter's SGLang")
+    elif not check:
+        plan.notes.append(f"flag check skipped: sglang is not installed here ({SGLANG_INSTALL_HINT})")
+    else:
+        verdict = answers.flags
+        if verdict.ok is False:
+            raise InputError(verdict.message or "SGLang refuses the launch", verdict.where)
+        if verdict.ok is None:
+            plan.notes.append(f"flag check skipped: {verdict.message}")
+        else:
+            n = len({s.flag for s in cmd.sources})
+            cached = f" (answer cached {verdict.cached_at}; --refresh asks again)" if verdict.cached_at else ""
+            plan.notes.append(
+                f"flags checked against sglang {verdict.version or 'unknown version'}'s parser: {n} flags ok{cached}"
+            )
     plan.notes += [f"note: {n}" for n in cmd.notes]
+    if capture:
+        plan.capture = answers.capture_or_raise()
     return plan
 
 
-def _check_flags(cmd: ServerCommand, python: str | None, skipped_by: str | None, refresh: bool, say: Say) -> str:
-    from bcgtune.adapters.sglang_resolve import sglang_installed
-    from bcgtune.errors import InputError
-    from bcgtune.services.launch import check_flags
-
-    if python is not None:
-        return "flag check skipped: --python runs another interpreter's SGLang"
-    if not sglang_installed():
-        return f"flag check skipped: sglang is not installed here ({SGLANG_INSTALL_HINT})"
-    verdict = check_flags(cmd, skipped_by=skipped_by, refresh=refresh, say=say)
-    if verdict.ok is False:
-        raise InputError(verdict.message or "SGLang refuses the launch", verdict.where)
-    if verdict.ok is None:
-        return f"flag check skipped: {verdict.message}"
-    n = len({s.flag for s in cmd.sources})
-    cached = f" (answer cached {verdict.cached_at}; --refresh asks again)" if verdict.cached_at else ""
-    return f"flags checked against sglang {verdict.version or 'unknown version'}'s parser: {n} flags ok{cached}"
-
-
-SGLANG_INSTALL_HINT = "pip install 'bcgtune[sglang]', or --python for an interpreter that has it"
-
-
-def dry_run(
-    plan: ServePlan,
-    *,
-    model: str | None = None,
-    skipped_by: str | None = None,
-    refresh: bool = False,
-    say: Say = _silent,
-) -> DryRun:
-    """What SGLang will capture for the planned launch: SGLang's own answer (cached, or
-    asked in a child process unless `skipped_by` says why not), else bcgtune's model of its
-    rules, which says what it could not check."""
-    from bcgtune.services.launch import capture_for_profile
-
-    return DryRun(plan, capture_for_profile(plan.profile, model, skipped_by=skipped_by, refresh=refresh, say=say))
+def dry_run(plan: ServePlan) -> DryRun:
+    """`serve --dry-run`: the planned launch and what it captures (plan_serve with
+    capture=True asked it)."""
+    if plan.capture is None:
+        raise ValueError("plan_serve(..., capture=True) answers what a dry run prints")
+    return DryRun(plan, plan.capture)
 
 
 def run_server(plan: ServePlan, *, log_file: str | None, grace: float, say: Say = _silent) -> Path:

@@ -86,11 +86,11 @@ def serve_command(
         skipped_by=skipped_by,
         refresh=refresh,
         say=lambda m: note(m, quiet),
+        capture=dry_run,
     )
     for line in plan.notes:
         note(line, quiet)
     if dry_run:
-        result = serve.dry_run(plan, model=model_path, skipped_by=skipped_by, refresh=refresh, say=lambda m: note(m, quiet))
-        out(render_dry_run(result), nl=False)
+        out(render_dry_run(serve.dry_run(plan)), nl=False)
         return
     serve.run_server(plan, log_file=log_file, grace=grace, say=lambda m: note(m, quiet))

@@ -196,10 +196,20 @@ def suggest_buckets_command(
             show_default=False,
         ),
     ] = None,
+    ask_sglang: Annotated[
+        bool,
+        typer.Option(
+            "--ask-sglang",
+            help="When the installed SGLang has not answered for this launch before, ask it (in a child process: 10-35 s "
+            "once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
+            rich_help_panel=_OPT,
+        ),
+    ] = False,
     quiet: Quiet = False,
     layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
+    from bcgtune.cli.render.doctor import capture_note
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
     from bcgtune.core.trace import load_trace
     from bcgtune.services.suggest import SuggestRequest, suggest
@@ -239,15 +249,17 @@ def suggest_buckets_command(
         server_flags=layout.flags() or None,
         tolerance_pct=tolerance,
         group=group,
+        sglang="ask" if ask_sglang else "cache",
     )
     try:
-        result = suggest(req)
+        result = suggest(req, say=lambda m: note(m, quiet))
     except InputError as exc:
         if exc.field == "attention_dp_size":
             raise InputError(exc.what, "--dp / --attn-dp-size") from None
         raise
     for line in result.notes:
         note(line, quiet)
+    note(capture_note(result.capture), quiet)
     plan = result.plan
     if plan is None:
         _graphs_off(result.capture, as_json)

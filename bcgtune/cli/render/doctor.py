@@ -74,3 +74,22 @@ def source_text(r: PrefillCapture) -> str:
     if r.source.kind == "sglang":
         return r.source.label + (f", answer cached {r.source.cached_at}" if r.source.cached_at else "")
     return r.source.label if r.source.not_asked is None else f"{r.source.label}; SGLang not asked: {r.source.not_asked}"
+
+
+def capture_note(r: PrefillCapture, ask_flag: str = "--ask-sglang") -> str:
+    """One line for commands that price a launch (suggest-buckets, drift): whose answer says
+    what SGLang captures, and what was not checked."""
+    from bcgtune.services.launch import NOT_CACHED
+
+    if r.source.kind == "sglang":
+        text = f"note: SGLang's capture for this launch is {r.source.label}'s own answer"
+        text += f" (cached {r.source.cached_at})" if r.source.cached_at else ""
+    else:
+        text = "note: SGLang's capture for this launch is bcgtune's model of its rules"
+        why = r.source.not_asked
+        if why == NOT_CACHED:
+            why = f"no cached answer from SGLang: {ask_flag} asks it, 10-35 s once"
+        text += f" ({why})" if why else ""
+    if r.unchecked:
+        text += "; not checked: " + "; ".join(r.unchecked)
+    return text
