@@ -36,6 +36,7 @@ EXPECTED = {
     "never_true_condition.py": "refusal-removed",
     "text_refusing.py": "unknown",
     "unimportable.py": "unimportable",
+    "patched_with_deepstack_slot.py": "patched",
 }
 # a reading of the source never says patched (running could contradict it)
 EXPECTED_READING = {
@@ -50,6 +51,7 @@ EXPECTED_READING = {
     "never_true_condition.py": "refusal-removed",
     "text_refusing.py": "unknown",
     "unimportable.py": "unverified",
+    "patched_with_deepstack_slot.py": "unverified",
 }
 H200 = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
 
@@ -265,7 +267,11 @@ def test_bucket_gap_names_only_sizes_that_run_eager():
     # although 202 is more than twice 100; 202->500 leaves 203..249 eager (500 > 2 x 249)
     prof = _profile('cuda-graph-backend-prefill = "breakable"', "[100, 202, 500]", model="meta-llama/Llama-3.1-8B")
     found = {f.code: f for f in profile_findings(prof, _gate("patched"), resolved=_resolved(buckets=(100, 202, 500)))}
-    assert found["bucket-gap"].message == "neighbouring buckets more than 2x apart: 202->500 (sizes 203..249 run eager)"
+    assert found["bucket-gap"].message.startswith(
+        "neighbouring buckets more than 2x apart: 202->500 (sizes 203..249 run eager); "
+    )
+    # doctor has no traffic: it says so, and does not warn
+    assert found["bucket-gap"].severity == "info" and "doctor has no traffic" in found["bucket-gap"].message
     found = {f.code for f in profile_findings(prof, _gate("patched"), resolved=_resolved(buckets=(100, 202)))}
     assert "bucket-gap" not in found
 
@@ -446,3 +452,77 @@ def test_cli_doctor_blocks_what_sglang_refuses_and_a_runner_it_cannot_import(tmp
     # asked again: every answer from the cache, none of SGLang started
     code, out2, err = run_cli(["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "unimportable.py")], capsys)
     assert code == 1 and "answer cached" in out2 and "asking the installed SGLang" not in err
+
+
+# ------------------------------------------------------------------ DeepStack visual inputs
+DEEPSTACK_VL = Path(__file__).parent / "data" / "models" / "qwen3-vl-deepstack-tiny"
+
+
+def _breakable(buckets=(256, 512)):
+    return PrefillCapture("breakable", "x", tuple(buckets), 8192, 1, tuple(buckets), 8192)
+
+
+def test_deepstack_warning_by_behaviour_and_by_reading():
+    from bcgtune.services.doctor import _deepstack_findings
+
+    model = str(DEEPSTACK_VL)
+    plain_slots = ("input_ids", "positions", "out_cache_loc", "mrope_positions", "input_embeds")
+    ran = RunnerAnswers(True, True, {}, slots=plain_slots)
+    (f,) = _deepstack_findings(model, ran, RUNNERS / "unpatched_0.5.23.py", _breakable())
+    assert (f.severity, f.code) == ("warning", "deepstack-not-preserved")
+    assert "by behaviour" in f.message and "[0, 1, 2]" in f.message
+    with_slot = RunnerAnswers(True, True, {}, slots=(*plain_slots, "input_deepstack_embeds"))
+    assert _deepstack_findings(model, with_slot, RUNNERS / "unpatched_0.5.23.py", _breakable()) == []
+    # not run: a reading of the source, which says so
+    not_run = RunnerAnswers(False, None, {}, "sglang is not installed")
+    (f,) = _deepstack_findings(model, not_run, RUNNERS / "unpatched_0.5.23.py", _breakable())
+    assert "reads as registering none, not run: sglang is not installed" in f.message
+    assert _deepstack_findings(model, not_run, RUNNERS / "patched_with_deepstack_slot.py", _breakable()) == []
+    # no DeepStack in the model, or no breakable graphs: nothing to say
+    assert _deepstack_findings(str(PROBE_CONFIG_DIR), ran, None, _breakable()) == []
+    off = PrefillCapture("disabled", "x", None, 8192, 1, (), 8192)
+    assert _deepstack_findings(model, ran, None, off) == []
+
+
+@pytest.mark.sglang
+def test_cli_doctor_deepstack_by_the_runners_behaviour(tmp_path, capsys, sglang_probe):
+    prof = tmp_path / "vl.toml"
+    prof.write_text(
+        f'[profile]\nname = "vl"\nplatform = "cuda"\nhardware = "h200"\nmodel = "{DEEPSTACK_VL}"\n'
+        '[server]\ncuda-graph-backend-prefill = "breakable"\n'
+    )
+    code, out, err = run_cli(["doctor", "--profile", str(prof), "--json"], capsys)
+    found = {f["code"]: f for f in json.loads(out)["findings"]}
+    assert "by behaviour" in found["deepstack-not-preserved"]["message"], (code, err)
+    code, out, err = run_cli(
+        ["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "patched_with_deepstack_slot.py"), "--json"],
+        capsys,
+    )
+    assert "deepstack-not-preserved" not in {f["code"] for f in json.loads(out)["findings"]}, err
+
+
+def test_a_list_suggest_buckets_chose_is_not_judged_without_traffic(tmp_path, capsys, monkeypatch):
+    """The README's flow: suggest-buckets writes a list for a trace; doctor on that profile
+    reports its gaps as information, saying it has no traffic to judge them, and nothing
+    blocks or warns about them."""
+    monkeypatch.chdir(tmp_path)
+    sizes = [7, 508, 509, 1024, 3000, 8000] * 3
+    (tmp_path / "t.json").write_text(json.dumps(sizes))
+    code, _, err = run_cli(["suggest-buckets", "t.json", "--max-buckets", "3", "--write-profile", "h200.toml"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["doctor", "--profile", "h200.toml", "--no-sglang-probe", "--json"], capsys)
+    gap = [f for f in json.loads(out)["findings"] if f["code"] == "bucket-gap"]
+    assert gap and gap[0]["severity"] == "info" and "chosen by suggest-buckets" in gap[0]["message"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "device", "huge"])
+def test_runner_source_that_is_not_a_runner_file_is_refused(tmp_path, capsys, kind):
+    target = {"missing": tmp_path / "nope.py", "folder": tmp_path, "device": Path("/dev/null")}.get(kind)
+    if kind == "huge":
+        target = tmp_path / "huge.py"
+        with open(target, "wb") as fh:
+            fh.truncate(5 * 2**20)
+    code, out, err = run_cli(["doctor", "--no-sglang-probe", "--runner-source", str(target)], capsys)
+    assert code == 2 and out == "", err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: ") and f"(--runner-source {target})" in line, line

@@ -71,6 +71,7 @@ def test_no_model_is_an_input_error(tmp_path, capsys):
     p.write_text('[profile]\nname = "p"\nplatform = "cuda"\n')
     code, _, err = run_cli(["serve", "--profile", str(p), "--dry-run"], capsys)
     assert code == 2 and "no model" in err and str(p) in err
+    assert "pass --model-path" in err  # the option's name
 
 
 # ------------------------------------------------------------- against SGLang's real parser
@@ -221,3 +222,25 @@ def test_crash_reports_code_and_log_in_one_line(tmp_path):
     logs = list(tmp_path.glob("mi355x-*.log"))  # default: ./<profile>-<timestamp>.log
     assert len(logs) == 1 and "fake crash" in logs[0].read_text()
     assert lines[0] == f"error: server exited with code 7 (log: {logs[0]})"
+
+
+def test_serve_without_sglang_says_how_to_install_it_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    code, out, err = run_cli(["serve", "--profile", "h200", "--log-file", str(tmp_path / "x.log")], capsys)
+    assert code == 3 and "asking" not in err, err
+    assert err.strip().splitlines()[-1].startswith("error: sglang is not installed for ")
+    assert "pip install 'bcgtune[sglang]'" in err and not (tmp_path / "x.log").exists()
+    # a dry run still prints the command, priced by bcgtune's model
+    code, out, err = run_cli(["serve", "--profile", "h200", "--dry-run"], capsys)
+    assert code == 0 and "SGLang not asked" in out and "asking" not in err
+    assert "flag check skipped: sglang is not installed here (pip install 'bcgtune[sglang]'" in err
+
+
+def test_serve_log_file_may_not_be_the_profile(tmp_path, capsys):
+    p = tmp_path / "p.toml"
+    p.write_text('[profile]\nname = "p"\nplatform = "cuda"\nmodel = "m"\n')
+    before = p.read_bytes()
+    code, _, err = run_cli(["serve", "--profile", str(p), "--log-file", str(p), "--python", "/bin/false"], capsys)
+    assert code == 2 and "is also an input of this run" in err and p.read_bytes() == before

@@ -259,3 +259,16 @@ def runner_gate_state(path: str | Path | None) -> GateReport:
         # exist): a reading never says patched
         return GateReport("unverified", f"reads as patched ({detail})", where, answers=answers, reads_as="patched")
     return GateReport(state, f"reads as {state} ({detail})", where, answers=answers, reads_as=state)
+
+
+def reads_deepstack_slot(path: str | Path | None) -> bool | str:
+    """Whether the runner's source registers a capture slot for DeepStack visual inputs:
+    its __init__, where the capture slots are registered, names them. A reading (nothing
+    runs); a string says why it cannot tell."""
+    if path is None or not Path(path).is_file():
+        return "no runner source to read"
+    methods = _runner_methods(Path(path))
+    if isinstance(methods, str):
+        return methods
+    init, _ = methods
+    return "deepstack" in ast.unparse(init).lower()

@@ -353,6 +353,7 @@ def check_flags(req: dict) -> dict:
 
 # --------------------------------------------------------------------------- the runner gate
 QWEN4_EXP_ARCH = "Qwen4ExpForConditionalGeneration"
+DEEPSTACK_LAYERS = 3
 
 
 def _load_runner_module(source: str | None):
@@ -402,8 +403,14 @@ def _fake_model_runner(server_args, spec_name: str, num_layers: int = 2):
     import torch
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    # a model with DeepStack visual inputs (as Qwen3-VL declares them), so that a runner that
+    # registers a capture slot for them only for such models shows it
     hf_config = types.SimpleNamespace(
-        architectures=[QWEN4_EXP_ARCH], model_type="qwen4_exp", hidden_size=64, num_hidden_layers=num_layers
+        architectures=[QWEN4_EXP_ARCH],
+        model_type="qwen4_exp",
+        hidden_size=64,
+        num_hidden_layers=num_layers,
+        vision_config=types.SimpleNamespace(deepstack_visual_indexes=list(range(DEEPSTACK_LAYERS))),
     )
     model_config = types.SimpleNamespace(
         hf_config=hf_config,
@@ -423,6 +430,8 @@ def _fake_model_runner(server_args, spec_name: str, num_layers: int = 2):
             return input_ids
 
     class _Model(torch.nn.Module):
+        num_deepstack_embeddings = DEEPSTACK_LAYERS
+
         def __init__(self):
             super().__init__()
             self.model = _Layers()
@@ -553,12 +562,15 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
     if not hasattr(module, "PrefillCudaGraphRunner"):
         return {"ok": False, "imported": True, "error": "the runner module has no PrefillCudaGraphRunner"}
     answers: dict[str, bool] = {}
+    slots: list[str] | None = None
     for spec_label, (spec_name, server_args) in launches.items():
         try:
             publish(server_args, role="scheduler")
             runner = _build_runner(module, server_args, spec_name)
             for kind in ("image", "text"):
                 answers[f"{kind}_spec_{spec_label}"] = _ask(runner, image=kind == "image")
+            if slots is None:
+                slots = _capture_slots(runner)
         except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
             traceback.print_exc()  # to the child's captured stderr, for diagnosis
             where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -569,7 +581,26 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
                 f" at {os.path.basename(where.filename)}:{where.lineno}",
                 "answers": answers,
             }
-    return {"ok": True, "imported": True, "answers": answers, "module_file": getattr(module, "__file__", None)}
+    return {
+        "ok": True,
+        "imported": True,
+        "answers": answers,
+        "slots": slots,
+        "module_file": getattr(module, "__file__", None),
+    }
+
+
+def _capture_slots(runner) -> list[str] | None:
+    """The inputs the runner registers a static capture slot for (its buffer registry,
+    model_executor/cuda_graph_buffer_registry.py): what replay copies into the graph."""
+    registry = getattr(runner, "buffer_registry", None)
+    names = getattr(registry, "slot_names", None)
+    if not callable(names):
+        return None
+    try:
+        return [str(n) for n in names()]
+    except Exception:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
+        return None
 
 
 # --------------------------------------------------------------------------- main

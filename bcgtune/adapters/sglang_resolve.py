@@ -52,6 +52,7 @@ class RunnerAnswers:
     answers: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
     cached_at: str | None = None
+    slots: tuple[str, ...] | None = None  # the inputs it registers a capture slot for
 
 
 @dataclass(frozen=True)
@@ -511,6 +512,7 @@ def _runner_answer(answer: Answer) -> RunnerAnswers:
         answers={k: v for k, v in answers.items() if isinstance(k, str) and isinstance(v, bool)},
         error=str(r["error"])[:400] if r.get("error") else None,
         cached_at=answer.cached_at,
+        slots=tuple(str(x) for x in r["slots"]) if isinstance(r.get("slots"), list) else None,
     )
 
 

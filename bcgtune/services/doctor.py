@@ -224,14 +224,28 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
     return out
 
 
-def _gap_finding(buckets: list[int]) -> list[Finding]:
+def _gap_finding(buckets: list[int], profile) -> list[Finding]:
     """Neighbouring buckets so far apart that the sizes between them replay in neither
-    (SGLang's replay rule: bcgtune.core.replay)."""
+    (SGLang's replay rule: bcgtune.core.replay). doctor has no traffic: whether batches of
+    those sizes occur is for suggest-buckets or drift, given a trace, to judge (a list
+    suggest-buckets chose for a trace leaves such gaps where that trace had no batches)."""
     gaps = [(x, y, smallest_replaying_size(y)) for x, y in zip(buckets, buckets[1:])]
     spans = ", ".join(f"{x}->{y} (sizes {x + 1}..{lo - 1} run eager)" for x, y, lo in gaps if lo > x + 1)
     if not spans:
         return []
-    return [Finding(WARNING, "bucket-gap", f"neighbouring buckets more than {DEFAULT_PADDING_FACTOR:g}x apart: {spans}")]
+    tuned = getattr(profile, "provenance", {}) or {}
+    judged = (
+        f"the list was chosen by suggest-buckets for a trace (objective {tuned['objective']}): " if tuned.get("objective") else ""
+    )
+    return [
+        Finding(
+            INFO,
+            "bucket-gap",
+            f"neighbouring buckets more than {DEFAULT_PADDING_FACTOR:g}x apart: {spans}; "
+            f"{judged}doctor has no traffic to judge whether batches of those sizes occur "
+            "(bcgtune drift --profile P --trace T does)",
+        )
+    ]
 
 
 def _above_chunk_finding(buckets: list[int], resolved: PrefillCapture, server: dict) -> list[Finding]:
@@ -304,7 +318,7 @@ def profile_findings(
     if resolved.graphs_on:
         buckets = list(resolved.captured)
         out += _qwen_gate_findings(gate, qwen, profile.server.get("speculative_algorithm"))
-        out += _gap_finding(buckets)
+        out += _gap_finding(buckets, profile)
         out += _above_chunk_finding(buckets, resolved, profile.server)
         out += _rounded_finding(profile.buckets, buckets, resolved)
     return out
@@ -318,6 +332,69 @@ def _platform_findings(profile, tor: TorchInfo) -> list[Finding]:
         return []
     here = "ROCm" if hip else "CUDA"
     return [Finding(INFO, "platform-mismatch", f"profile is for {profile.platform}, this machine runs {here} torch")]
+
+
+def _deepstack_findings(
+    model: str | None, runner: RunnerAnswers | None, path: str | Path | None, resolved: PrefillCapture | None
+) -> list[Finding]:
+    """A model with DeepStack visual inputs (Qwen3-VL) replayed from breakable graphs by a
+    runner that registers no capture slot for them loses them on image prefills (SGLang's
+    fix registers one at capture and copies it at replay). By the runner's behaviour when
+    SGLang built it, else a reading of its source."""
+    from bcgtune.adapters.model_config import deepstack_indexes, locate_model_config, read_model_config
+    from bcgtune.adapters.runner_source import reads_deepstack_slot
+
+    if resolved is None or not resolved.graphs_on or resolved.backend != "breakable":
+        return []
+    folder, _ = locate_model_config(model)
+    idx = deepstack_indexes(read_model_config(folder))
+    if not idx:
+        return []
+    if runner is not None and runner.ok and runner.slots is not None:
+        if any("deepstack" in slot.lower() for slot in runner.slots):
+            return []
+        how = "by behaviour: the runner SGLang built registers capture slots for " + ", ".join(runner.slots) + " only"
+    else:
+        reading = reads_deepstack_slot(path)
+        if reading is True:
+            return []
+        why = runner.error if runner is not None and runner.error else "the runner was not run"
+        how = f"reads as registering none, not run: {why}" if reading is False else f"cannot read it: {reading}"
+    return [
+        Finding(
+            WARNING,
+            "deepstack-not-preserved",
+            f"the model declares DeepStack visual inputs (deepstack_visual_indexes {idx}) and the prefill runner "
+            f"registers no capture slot for them ({how}): image prefills replayed from breakable graphs lose them "
+            "(SGLang's fix preserves DeepStack inputs during replay)",
+        )
+    ]
+
+
+def _check_runner_source(path: str | Path) -> None:
+    """--runner-source must name a readable Python file of reasonable size."""
+    import os
+    import stat
+
+    where = f"--runner-source {path}"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("no such file", where) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", where) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder, not a prefill_cuda_graph_runner.py", where)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("is not a regular file (a device, pipe or socket)", where)
+    if st.st_size > RUNNER_SOURCE_MAX_BYTES:
+        raise InputError(f"is {st.st_size:,} bytes, more than a runner's source ({RUNNER_SOURCE_MAX_BYTES:,})", where)
+    if not os.access(path, os.R_OK):
+        raise InputError("cannot read it: permission denied", where)
+
+
+# SGLang 0.5.23's runner is about 90 kB
+RUNNER_SOURCE_MAX_BYTES = 4 * 2**20
 
 
 def _runner_findings(gate: GateReport) -> list[Finding]:
@@ -345,6 +422,8 @@ def run_doctor(
     so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
     from bcgtune.services.launch import answers_for_profile
 
+    if runner_path is not None:
+        _check_runner_source(runner_path)
     sg = sglang_info()
     installed_runner = find_runner_source(sg.path) if sg.installed else None
     path = runner_path if runner_path is not None else installed_runner
@@ -382,5 +461,6 @@ def run_doctor(
             findings.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {answers.invalid}"))
         else:
             findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
+            findings += _deepstack_findings(model or profile.model, runner, path, answers.capture)
         report.findings += findings + _platform_findings(profile, tor)
     return report

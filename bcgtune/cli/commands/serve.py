@@ -75,7 +75,7 @@ def serve_command(
     from bcgtune.services import serve
 
     if log_file is not None and not dry_run:
-        guard.outputs({"--log-file": log_file})
+        guard.outputs({"--log-file": log_file}, inputs=[profile])  # the log is appended to: never the profile
     skipped_by = "--no-sglang-probe" if (dry_run and no_sglang_probe) else None
     plan = serve.plan_serve(
         profile,
