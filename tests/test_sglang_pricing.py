@@ -100,9 +100,12 @@ def test_drift_prices_with_sglangs_answer_and_says_so(fake_probe, tmp_path, caps
         f'[profile]\nname = "p"\nplatform = "cuda"\nhardware = "h200"\nmodel = "{PROBE_CONFIG_DIR}"\n[server]\ntp-size = 1\n'
     )
     t = str(_trace_file(tmp_path))
-    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang", "--json"], capsys)
+    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang"], capsys)
     assert code in (0, 1) and "sglang 0.5.23's own answer" in err
-    assert json.loads(out)["deployed"]["metrics"]["buckets"] == LADDER_4096
+    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["deployed"]["metrics"]["buckets"] == LADDER_4096
+    assert doc["launch_capture"]["source"] == "sglang 0.5.23" and doc["launch_capture"]["cached_at"]
 
 
 def test_a_launch_with_graphs_off_prices_nothing(tmp_path, capsys):
@@ -126,8 +129,9 @@ def test_suggest_and_drift_with_the_real_sglang_include_the_capture_filter(sglan
     t = str(_trace_file(tmp_path))
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang", "--json"], capsys)
     assert code in (0, 1), err
-    assert "sglang 0.5.23's own answer" in err
-    current = json.loads(out)["deployed"]["metrics"]["buckets"]
+    doc = json.loads(out)
+    assert doc["launch_capture"]["source"] == "sglang 0.5.23"
+    current = doc["deployed"]["metrics"]["buckets"]
     assert len(current) == 50 and current[-1] == 4096
     # doctor reads the same answer from the cache
     code, out, err = run_cli(["doctor", "--profile", str(prof), "--json"], capsys)

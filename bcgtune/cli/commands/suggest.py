@@ -259,7 +259,8 @@ def suggest_buckets_command(
         raise
     for line in result.notes:
         note(line, quiet)
-    note(capture_note(result.capture), quiet)
+    if not as_json:  # --json: the document says it (launch_capture)
+        note(capture_note(result.capture), quiet)
     plan = result.plan
     if plan is None:
         _graphs_off(result.capture, as_json)
@@ -270,12 +271,16 @@ def suggest_buckets_command(
     if profile_path:
         _write_profile(profile_path, base, plan, result.trace)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
-    emit(plan.to_json_obj, lambda: render_plan_text(plan), as_json=as_json)
+    emit(
+        lambda: {**plan.to_json_obj(), "launch_capture": result.capture.to_json()},
+        lambda: render_plan_text(plan),
+        as_json=as_json,
+    )
 
 
 def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
     if as_json:
-        out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None})
+        out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None, "launch_capture": capture.to_json()})
     else:
         out(f"prefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
 
