@@ -78,13 +78,16 @@ def test_suggest_uses_sglang_when_asked_then_its_cached_answer(fake_probe):
 
 def test_the_cli_says_which_answer_priced_the_launch(fake_probe, tmp_path, capsys):
     t = str(_trace_file(tmp_path))
-    code, _, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
-    assert code == 0 and "bcgtune's model of its rules (no cached answer from SGLang: --ask-sglang asks it" in err
-    code, _, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--ask-sglang"], capsys)
-    assert code == 0 and "sglang 0.5.23's own answer" in err and "asking the installed SGLang" in err
-    code, _, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
-    assert code == 0 and "sglang 0.5.23's own answer (cached " in err
-    assert "not checked: SGLang's rules on the model (none given)" in err
+    code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
+    first = out.splitlines()[0]
+    assert code == 0 and first.startswith("SGLang's capture for this launch: bcgtune's model of its rules")
+    assert "(no cached answer from SGLang: --ask-sglang asks it" in first
+    code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--ask-sglang"], capsys)
+    assert code == 0 and "sglang 0.5.23's own answer" in out.splitlines()[0] and "asking the installed SGLang" in err
+    code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
+    first = out.splitlines()[0]
+    assert code == 0 and "sglang 0.5.23's own answer (cached " in first
+    assert "not checked: SGLang's rules on the model (none given)" in first
 
 
 def test_the_test_switch_never_starts_sglang(fake_probe, monkeypatch):
@@ -101,7 +104,7 @@ def test_drift_prices_with_sglangs_answer_and_says_so(fake_probe, tmp_path, caps
     )
     t = str(_trace_file(tmp_path))
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang"], capsys)
-    assert code in (0, 1) and "sglang 0.5.23's own answer" in err
+    assert code in (0, 1) and out.startswith("SGLang's capture for this launch: sglang 0.5.23's own answer")
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--json"], capsys)
     doc = json.loads(out)
     assert doc["deployed"]["metrics"]["buckets"] == LADDER_4096
@@ -112,6 +115,7 @@ def test_a_launch_with_graphs_off_prices_nothing(tmp_path, capsys):
     t = str(_trace_file(tmp_path))
     code, out, err = run_cli(["suggest-buckets", t, "--enable-two-batch-overlap", "--tp", "2"], capsys)
     assert code == 0 and "prefill graphs are off for this launch" in out and "two-batch overlap" in out
+    assert "no bucket list to suggest" in out and "--cuda-graph-bs-prefill" not in out
 
 
 @pytest.mark.sglang

@@ -19,7 +19,9 @@ from typing import Literal, cast
 from bcgtune.core.ladder import (
     DEEPEP_BUCKET_MULTIPLE,
     PP_BREAKABLE_PREFILL_MAX_BS,
+    PREFILL_BACKENDS,
     ParallelLayout,
+    PrefillBackend,
     align_buckets,
     ceil_to,
     deepep_round,
@@ -31,10 +33,6 @@ from bcgtune.core.model_rules import DEEPSEEK_V3_ARCH, ModelFacts
 from bcgtune.errors import InputError
 
 # --------------------------------------------------------------------------- what a launch captures
-# Prefill graph backends SGLang accepts (model_executor/cuda_graph_config.py,
-# ALLOWED_BACKENDS_PER_PHASE); "disabled" captures nothing.
-PREFILL_BACKENDS = ("breakable", "full", "disabled")
-PrefillBackend = Literal["breakable", "full", "disabled"]
 # disable_breakable_cudagraph_if_incompatible: MoE all-to-all backends validated with
 # breakable prefill graphs; any other one turns them off unless the backend was chosen.
 BREAKABLE_VALIDATED_A2A = ("none", "deepep", "megamoe", "flashinfer")

@@ -11,6 +11,7 @@ Must match SGLang exactly (sglang 0.5.23):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from bcgtune.errors import InputError
 
@@ -62,6 +63,11 @@ def default_chunked_prefill_size(gpu_mem_gib: float | None) -> int:
         return 8192
     return 16384
 
+
+# Prefill graph backends SGLang accepts (model_executor/cuda_graph_config.py,
+# ALLOWED_BACKENDS_PER_PHASE); "disabled" captures nothing.
+PREFILL_BACKENDS = ("breakable", "full", "disabled")
+PrefillBackend = Literal["breakable", "full", "disabled"]
 
 # memory_hook.py: _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS
 PP_BREAKABLE_PREFILL_MAX_BS = 8192

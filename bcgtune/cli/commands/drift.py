@@ -96,7 +96,7 @@ def drift_command(
     re-tuning. Exit 0 keeps the lists, so a cron job can run it on each day's logs.
     """
     from bcgtune.adapters.profiles import load_profile
-    from bcgtune.cli.render.doctor import capture_note
+    from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
     from bcgtune.services.drift import drift_fleet, load_traffic
 
@@ -126,8 +126,6 @@ def drift_command(
 
     def said(capture) -> None:
         priced.append(capture)
-        if not as_json:  # --json: the document says it (launch_capture)
-            note(capture_note(capture), quiet)
 
     fleet = drift_fleet(
         profiles,
@@ -148,11 +146,14 @@ def drift_command(
             out["launch_captures"] = [c.to_json() for c in priced]
         return out
 
+    def source() -> str:  # whose answer priced each profile's launch, first
+        return "".join(capture_line(c) + "\n" for c in priced)
+
     if len(fleet.rows) == 1 and not fleet.unjudged:
         row = fleet.rows[0]
-        emit(doc, lambda: render_drift_text(row.report, row.batches), as_json=as_json)
+        emit(doc, lambda: source() + render_drift_text(row.report, row.batches), as_json=as_json)
     else:
-        emit(doc, lambda: render_fleet_text(fleet, trace.n_batches), as_json=as_json)
+        emit(doc, lambda: source() + render_fleet_text(fleet, trace.n_batches), as_json=as_json)
     if target is not None:
         _write(target, fleet, trace, profile, quiet)
     if fleet.verdict == "re-tune":

@@ -209,7 +209,7 @@ def suggest_buckets_command(
     layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
-    from bcgtune.cli.render.doctor import capture_note
+    from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
     from bcgtune.core.trace import load_trace
     from bcgtune.services.suggest import SuggestRequest, suggest
@@ -259,11 +259,9 @@ def suggest_buckets_command(
         raise
     for line in result.notes:
         note(line, quiet)
-    if not as_json:  # --json: the document says it (launch_capture)
-        note(capture_note(result.capture), quiet)
     plan = result.plan
     if plan is None:
-        _graphs_off(result.capture, as_json)
+        _graphs_off(result.capture, as_json, capture_line(result.capture))
         return
     if plot:
         plot_plan(result.trace, plan, plot)
@@ -273,16 +271,16 @@ def suggest_buckets_command(
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
     emit(
         lambda: {**plan.to_json_obj(), "launch_capture": result.capture.to_json()},
-        lambda: render_plan_text(plan),
+        lambda: capture_line(result.capture) + "\n" + render_plan_text(plan),
         as_json=as_json,
     )
 
 
-def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
+def _graphs_off(capture: PrefillCapture, as_json: bool, source: str) -> None:
     if as_json:
         out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None, "launch_capture": capture.to_json()})
     else:
-        out(f"prefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
+        out(f"{source}\nprefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
 
 
 def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:

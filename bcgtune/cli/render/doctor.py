@@ -76,16 +76,16 @@ def source_text(r: PrefillCapture) -> str:
     return r.source.label if r.source.not_asked is None else f"{r.source.label}; SGLang not asked: {r.source.not_asked}"
 
 
-def capture_note(r: PrefillCapture, ask_flag: str = "--ask-sglang") -> str:
-    """One line for commands that price a launch (suggest-buckets, drift): whose answer says
-    what SGLang captures, and what was not checked."""
+def capture_line(r: PrefillCapture, ask_flag: str = "--ask-sglang") -> str:
+    """The first line of commands that price a launch (suggest-buckets, drift): whose answer
+    says what SGLang captures for it, and what was not checked."""
     from bcgtune.services.launch import NOT_CACHED
 
     if r.source.kind == "sglang":
-        text = f"note: SGLang's capture for this launch is {r.source.label}'s own answer"
+        text = f"SGLang's capture for this launch: {r.source.label}'s own answer"
         text += f" (cached {r.source.cached_at})" if r.source.cached_at else ""
     else:
-        text = "note: SGLang's capture for this launch is bcgtune's model of its rules"
+        text = "SGLang's capture for this launch: bcgtune's model of its rules"
         why = r.source.not_asked
         if why == NOT_CACHED:
             why = f"no cached answer from SGLang: {ask_flag} asks it, 10-35 s once"
