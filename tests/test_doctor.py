@@ -20,7 +20,7 @@ from bcgtune.adapters.sglang_resolve import (
     run_probe,
     sglang_installed,
 )
-from bcgtune.core.ladder import CaptureSource, PrefillCapture
+from bcgtune.core.capture import CaptureSource, PrefillCapture
 from bcgtune.services.doctor import classify_gate, gate_report, profile_findings, run_doctor
 
 RUNNERS = Path(__file__).parent / "data" / "runner"
@@ -33,12 +33,38 @@ EXPECTED = {
     "patched_check_in_gate.py": "patched",
     "inverted_condition.py": "inverted",
     "refusal_removed.py": "refusal-removed",
+    "never_true_condition.py": "refusal-removed",
+    "text_refusing.py": "unknown",
+    "unimportable.py": "unimportable",
+    "patched_with_deepstack_slot.py": "patched",
+}
+# a reading of the source never says patched (running could contradict it)
+EXPECTED_READING = {
+    "unpatched_0.5.23.py": "unpatched",
+    "patched_as_proposed.py": "unverified",
+    "patched_nested_if.py": "unverified",
+    "patched_local_variable.py": "unverified",
+    "patched_renamed_flag.py": "unverified",
+    "patched_check_in_gate.py": "unverified",
+    "inverted_condition.py": "inverted",
+    "refusal_removed.py": "refusal-removed",
+    "never_true_condition.py": "refusal-removed",
+    "text_refusing.py": "unknown",
+    "unimportable.py": "unverified",
+    "patched_with_deepstack_slot.py": "unverified",
 }
 H200 = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
 
 
 def test_every_runner_copy_has_an_expectation():
-    assert sorted(p.name for p in RUNNERS.glob("*.py")) == sorted(EXPECTED)
+    assert sorted(p.name for p in RUNNERS.glob("*.py")) == sorted(EXPECTED) == sorted(EXPECTED_READING)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_READING))
+def test_copies_classified_by_reading(name):
+    g = gate_report(RunnerAnswers(False, None, {}, "--no-sglang-probe"), RUNNERS / name)
+    assert (g.state, g.method) == (EXPECTED_READING[name], "source reading"), g.detail
+    assert g.state != "patched" and "not run: --no-sglang-probe" in g.detail
 
 
 # ------------------------------------------------------------------ the gate, by behaviour
@@ -63,10 +89,12 @@ def runner_answers():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_copies_classified_by_behaviour(runner_answers, name):
     r = runner_answers[name]
+    g = gate_report(RunnerAnswers(r["ok"], r.get("imported"), r.get("answers") or {}, r.get("error")), RUNNERS / name)
+    assert (g.state, g.method) == (EXPECTED[name], "behaviour"), (r, g.detail)
+    if EXPECTED[name] in ("unknown", "unimportable"):
+        return
     assert r["ok"], r.get("error")
-    g = gate_report(RunnerAnswers(True, True, r["answers"]), RUNNERS / name)
-    assert (g.state, g.method) == (EXPECTED[name], "behaviour"), (r["answers"], g.detail)
-    # every copy still replays text batches, with and without speculative decoding
+    # every other copy still replays text batches, with and without speculative decoding
     assert r["answers"]["text_spec_off"] and r["answers"]["text_spec_on"]
 
 
@@ -105,18 +133,26 @@ def _src(name):
     return RUNNERS / name
 
 
-def test_reading_when_the_module_does_not_import(tmp_path):
-    g = gate_report(RunnerAnswers(False, False, {}, "sglang is not installed"), _src("unpatched_0.5.23.py"))
+def test_reading_when_the_runner_was_not_run(tmp_path):
+    g = gate_report(RunnerAnswers(False, None, {}, "sglang is not installed"), _src("unpatched_0.5.23.py"))
     assert (g.state, g.method) == ("unpatched", "source reading")
-    assert "read from the source, not run: sglang is not installed" in g.detail
-    assert gate_report(None, _src("patched_as_proposed.py")).state == "patched"
+    assert g.detail.startswith("reads as unpatched") and "not run: sglang is not installed" in g.detail
+    # a reading never says patched: running could contradict it
+    g = gate_report(None, _src("patched_as_proposed.py"))
+    assert (g.state, g.reads_as) == ("unverified", "patched") and "not run" in g.detail
+
+
+def test_a_runner_sglang_cannot_import_is_unimportable():
+    g = gate_report(RunnerAnswers(False, False, {}, "the runner module does not import: ImportError: x"), "r.py")
+    assert (g.state, g.method) == ("unimportable", "behaviour") and "does not import" in g.detail
 
 
 def test_reading_shapes(tmp_path):
     assert runner_gate_state(_src("unpatched_0.5.23.py")).state == "unpatched"
-    assert runner_gate_state(_src("patched_as_proposed.py")).state == "patched"
-    # the reading only knows one spelling: this is why behaviour is asked first
-    assert runner_gate_state(_src("patched_local_variable.py")).state == "unknown"
+    # right copies written differently all read as patched, and are never called patched
+    for name in ("patched_as_proposed.py", "patched_local_variable.py", "patched_nested_if.py"):
+        g = runner_gate_state(_src(name))
+        assert (g.state, g.reads_as) == ("unverified", "patched"), name
     p = tmp_path / "r.py"
     p.write_text(
         "class PrefillCudaGraphRunner:\n"
@@ -231,7 +267,11 @@ def test_bucket_gap_names_only_sizes_that_run_eager():
     # although 202 is more than twice 100; 202->500 leaves 203..249 eager (500 > 2 x 249)
     prof = _profile('cuda-graph-backend-prefill = "breakable"', "[100, 202, 500]", model="meta-llama/Llama-3.1-8B")
     found = {f.code: f for f in profile_findings(prof, _gate("patched"), resolved=_resolved(buckets=(100, 202, 500)))}
-    assert found["bucket-gap"].message == "neighbouring buckets more than 2x apart: 202->500 (sizes 203..249 run eager)"
+    assert found["bucket-gap"].message.startswith(
+        "neighbouring buckets more than 2x apart: 202->500 (sizes 203..249 run eager); "
+    )
+    # doctor has no traffic: it says so, and does not warn
+    assert found["bucket-gap"].severity == "info" and "doctor has no traffic" in found["bucket-gap"].message
     found = {f.code for f in profile_findings(prof, _gate("patched"), resolved=_resolved(buckets=(100, 202)))}
     assert "bucket-gap" not in found
 
@@ -291,9 +331,7 @@ def test_doctor_reports_a_profile_serve_refuses_before_any_flag(monkeypatch):
 
 # ------------------------------------------------------------------ CLI, SGLang asked
 @pytest.mark.sglang
-def test_cli_json_resolved_prefill_and_exit_code(capsys):
-    if not sglang_installed():
-        pytest.skip("sglang not installed")
+def test_cli_json_resolved_prefill_and_exit_code(capsys, sglang_probe):
     code, out, err = run_cli(["doctor", "--profile", "mi355x", "--json"], capsys)
     assert code == 1 and "error: 1 blocking finding: qwen-mm-unpatched-runner (doctor)" in err
     obj = json.loads(out)
@@ -307,9 +345,7 @@ def test_cli_json_resolved_prefill_and_exit_code(capsys):
 
 
 @pytest.mark.sglang
-def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys):
-    if not sglang_installed():
-        pytest.skip("sglang not installed")
+def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys, sglang_probe):
     prof = tmp_path / "abbrev.toml"
     prof.write_text(
         '[profile]\nname = "abbrev"\nplatform = "cuda"\nhardware = "h200"\n'
@@ -354,3 +390,139 @@ def test_effective_prefill_backend_follows_the_model():
     assert effective_prefill_backend({"cuda_graph_backend_prefill": "breakable"}, "rocm") == ("breakable", True)
     assert effective_prefill_backend({"enable_two_batch_overlap": True}, "cuda") == ("disabled", False)
     assert effective_prefill_backend({"disable_prefill_cuda_graph": True}, "cuda") == ("disabled", True)
+
+
+# ------------------------------------------------------------------ launches that would not start
+def test_a_refused_launch_blocks(monkeypatch):
+    prof = _profile('cuda-graph-backend-prefill = "breakable"', "[256, 512]")
+    refused = PrefillCapture(
+        "disabled",
+        "SGLang refuses this launch",
+        None,
+        None,
+        1,
+        (),
+        None,
+        source=CaptureSource("sglang", "0.5.23"),
+        refused="AssertionError: Flashinfer MoE A2A requires ... (srt/arg_groups/moe_hook.py:475)",
+    )
+    found = {f.code: f for f in profile_findings(prof, _gate("patched"), resolved=refused)}
+    assert set(found) == {"launch-refused"} and found["launch-refused"].severity == "blocking"
+    assert "would not start" in found["launch-refused"].message and "moe_hook.py:475" in found["launch-refused"].message
+
+
+def test_the_model_blocks_a_launch_it_knows_sglang_refuses(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096}))
+    prof = _profile("context-length = 8192", model=str(model))
+    found = {f.code: f for f in profile_findings(prof, _gate("patched"))}  # bcgtune's model
+    assert found["launch-refused"].severity == "blocking" and "4096" in found["launch-refused"].message
+
+
+def test_an_unimportable_runner_blocks_with_or_without_a_profile():
+    g = gate_report(RunnerAnswers(False, False, {}, "the runner module does not import: ImportError: cannot import name"), "r.py")
+    from bcgtune.services.doctor import _runner_findings
+
+    (f,) = _runner_findings(g)
+    assert (f.severity, f.code) == ("blocking", "runner-does-not-import") and "would not start" in f.message
+
+
+@pytest.mark.sglang
+def test_cli_doctor_blocks_what_sglang_refuses_and_a_runner_it_cannot_import(tmp_path, capsys, sglang_probe, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "models" / "plain"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text((PROBE_CONFIG_DIR / "config.json").read_text())
+    prof = tmp_path / "p.toml"
+    # a relative model folder: SGLang is asked from another working directory
+    prof.write_text(
+        '[profile]\nname = "p"\nplatform = "cuda"\nhardware = "h200"\nmodel = "models/plain"\n[server]\ncontext-length = 100000\n'
+    )
+    code, out, err = run_cli(
+        ["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "unimportable.py"), "--json"], capsys
+    )
+    assert code == 1, err
+    obj = json.loads(out)
+    codes = {f["code"] for f in obj["findings"] if f["severity"] == "blocking"}
+    assert codes == {"launch-refused", "runner-does-not-import"}
+    rp = obj["resolved_prefill"]
+    assert rp["source"] == "sglang 0.5.23" and "context_length" in rp["refused"] and "model_config.py" in rp["refused"]
+    assert obj["prefill_runner_gate"]["state"] == "unimportable"
+    # asked again: every answer from the cache, none of SGLang started
+    code, out2, err = run_cli(["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "unimportable.py")], capsys)
+    assert code == 1 and "answer cached" in out2 and "asking the installed SGLang" not in err
+
+
+# ------------------------------------------------------------------ DeepStack visual inputs
+DEEPSTACK_VL = Path(__file__).parent / "data" / "models" / "qwen3-vl-deepstack-tiny"
+
+
+def _breakable(buckets=(256, 512)):
+    return PrefillCapture("breakable", "x", tuple(buckets), 8192, 1, tuple(buckets), 8192)
+
+
+def test_deepstack_warning_by_behaviour_and_by_reading():
+    from bcgtune.services.doctor import _deepstack_findings
+
+    model = str(DEEPSTACK_VL)
+    plain_slots = ("input_ids", "positions", "out_cache_loc", "mrope_positions", "input_embeds")
+    ran = RunnerAnswers(True, True, {}, slots=plain_slots)
+    (f,) = _deepstack_findings(model, ran, RUNNERS / "unpatched_0.5.23.py", _breakable())
+    assert (f.severity, f.code) == ("warning", "deepstack-not-preserved")
+    assert "by behaviour" in f.message and "[0, 1, 2]" in f.message
+    with_slot = RunnerAnswers(True, True, {}, slots=(*plain_slots, "input_deepstack_embeds"))
+    assert _deepstack_findings(model, with_slot, RUNNERS / "unpatched_0.5.23.py", _breakable()) == []
+    # not run: a reading of the source, which says so
+    not_run = RunnerAnswers(False, None, {}, "sglang is not installed")
+    (f,) = _deepstack_findings(model, not_run, RUNNERS / "unpatched_0.5.23.py", _breakable())
+    assert "reads as registering none, not run: sglang is not installed" in f.message
+    assert _deepstack_findings(model, not_run, RUNNERS / "patched_with_deepstack_slot.py", _breakable()) == []
+    # no DeepStack in the model, or no breakable graphs: nothing to say
+    assert _deepstack_findings(str(PROBE_CONFIG_DIR), ran, None, _breakable()) == []
+    off = PrefillCapture("disabled", "x", None, 8192, 1, (), 8192)
+    assert _deepstack_findings(model, ran, None, off) == []
+
+
+@pytest.mark.sglang
+def test_cli_doctor_deepstack_by_the_runners_behaviour(tmp_path, capsys, sglang_probe):
+    prof = tmp_path / "vl.toml"
+    prof.write_text(
+        f'[profile]\nname = "vl"\nplatform = "cuda"\nhardware = "h200"\nmodel = "{DEEPSTACK_VL}"\n'
+        '[server]\ncuda-graph-backend-prefill = "breakable"\n'
+    )
+    code, out, err = run_cli(["doctor", "--profile", str(prof), "--json"], capsys)
+    found = {f["code"]: f for f in json.loads(out)["findings"]}
+    assert "by behaviour" in found["deepstack-not-preserved"]["message"], (code, err)
+    code, out, err = run_cli(
+        ["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "patched_with_deepstack_slot.py"), "--json"],
+        capsys,
+    )
+    assert "deepstack-not-preserved" not in {f["code"] for f in json.loads(out)["findings"]}, err
+
+
+def test_a_list_suggest_buckets_chose_is_not_judged_without_traffic(tmp_path, capsys, monkeypatch):
+    """The README's flow: suggest-buckets writes a list for a trace; doctor on that profile
+    reports its gaps as information, saying it has no traffic to judge them, and nothing
+    blocks or warns about them."""
+    monkeypatch.chdir(tmp_path)
+    sizes = [7, 508, 509, 1024, 3000, 8000] * 3
+    (tmp_path / "t.json").write_text(json.dumps(sizes))
+    code, _, err = run_cli(["suggest-buckets", "t.json", "--max-buckets", "3", "--write-profile", "h200.toml"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["doctor", "--profile", "h200.toml", "--no-sglang-probe", "--json"], capsys)
+    gap = [f for f in json.loads(out)["findings"] if f["code"] == "bucket-gap"]
+    assert gap and gap[0]["severity"] == "info" and "chosen by suggest-buckets" in gap[0]["message"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "device", "huge"])
+def test_runner_source_that_is_not_a_runner_file_is_refused(tmp_path, capsys, kind):
+    target = {"missing": tmp_path / "nope.py", "folder": tmp_path, "device": Path("/dev/null")}.get(kind)
+    if kind == "huge":
+        target = tmp_path / "huge.py"
+        with open(target, "wb") as fh:
+            fh.truncate(5 * 2**20)
+    code, out, err = run_cli(["doctor", "--no-sglang-probe", "--runner-source", str(target)], capsys)
+    assert code == 2 and out == "", err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: ") and f"(--runner-source {target})" in line, line

@@ -11,14 +11,13 @@ from bcgtune.adapters.sglang_flags import (
     layout_from_server_flags,
     prefill_launch_from_server_flags,
 )
+from bcgtune.core.capture import PrefillLaunch, resolve_prefill_capture
 from bcgtune.core.ladder import (
     ParallelLayout,
-    PrefillLaunch,
     align_buckets,
     deepep_breakable_ladder,
     default_chunked_prefill_size,
     layout_alignment,
-    resolve_prefill_capture,
     sglang_default_ladder,
 )
 from bcgtune.errors import InputError
@@ -169,8 +168,10 @@ def test_capture_chunked_prefill_off_means_no_graphs():
     assert "--chunked-prefill-size -1" in c.reason and "disables prefill CUDA graphs" in c.reason
     # an explicit list does not depend on the chunk
     assert _cap({"chunked-prefill-size": -1}, buckets=[64, 128]).captured == (64, 128)
-    with pytest.raises(InputError):
-        _cap({"chunked-prefill-size": 0})
+    # SGLang accepts 0 as well: no ladder, so no graphs (checked against SGLang in
+    # tests/test_sglang_resolve.py)
+    c = _cap({"chunked-prefill-size": 0})
+    assert (c.backend, c.captured) == ("disabled", ()) and "--chunked-prefill-size 0" in c.reason
 
 
 def test_capture_explicit_lists_unsorted_duplicate_unaligned():

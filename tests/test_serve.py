@@ -23,9 +23,7 @@ GOLDEN = HERE / "data" / "serve"
 
 @pytest.mark.parametrize("name", ["mi355x", "h200"])
 def test_dry_run_golden(name, capsys, monkeypatch):
-    import bcgtune.adapters.launcher as launcher
-
-    monkeypatch.setattr(launcher, "sglang_check_available", lambda: (False, "test"))
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent/hub")  # the models are not on this machine
     code, out, err = run_cli(["serve", "--profile", name, "--dry-run", "--no-sglang-probe"], capsys)
     assert code == 0, err
     assert out.replace(sys.executable, "{python}") == (GOLDEN / f"{name}.dry-run.txt").read_text()
@@ -33,9 +31,6 @@ def test_dry_run_golden(name, capsys, monkeypatch):
 
 
 def test_dry_run_env_model_port_extra(tmp_path, capsys, monkeypatch):
-    import bcgtune.adapters.launcher as launcher
-
-    monkeypatch.setattr(launcher, "sglang_check_available", lambda: (False, "test"))
     p = tmp_path / "p.toml"
     p.write_text(
         '[profile]\nname = "p"\nplatform = "rocm"\n[server]\ntp-size = 2\nport = 1\n'
@@ -65,7 +60,9 @@ def test_dry_run_env_model_port_extra(tmp_path, capsys, monkeypatch):
         "--port 31000 --log-level debug\n"
     )
     # what SGLang will capture follows as shell comments: ROCm's default backend is disabled
-    assert "# prefill graphs (bcgtune model; SGLang not asked: --no-sglang-probe):" in out
+    assert (
+        "# prefill graphs (bcgtune model; SGLang not asked: '/m dir' is neither a local model folder nor a Hugging Face hub id):"
+    ) in out
     assert "#   captures   nothing" in out
 
 
@@ -74,6 +71,7 @@ def test_no_model_is_an_input_error(tmp_path, capsys):
     p.write_text('[profile]\nname = "p"\nplatform = "cuda"\n')
     code, _, err = run_cli(["serve", "--profile", str(p), "--dry-run"], capsys)
     assert code == 2 and "no model" in err and str(p) in err
+    assert "pass --model-path" in err  # the option's name
 
 
 # ------------------------------------------------------------- against SGLang's real parser
@@ -139,8 +137,7 @@ def test_profile_keys_refused(tmp_path, line, message, key, sglang_parser):
 
 
 @pytest.mark.sglang
-def test_cli_refuses_abbreviation_with_sglang(capsys):
-    pytest.importorskip("sglang.srt.server_args")
+def test_cli_refuses_abbreviation_with_sglang(capsys, sglang_probe):
     code, out, err = run_cli(["serve", "--profile", "mi355x", "--dry-run", "--", "--cuda-graph-bs-prefil", "8"], capsys)
     assert code == 2 and out == ""
     assert err.strip().splitlines()[-1] == (
@@ -225,3 +222,25 @@ def test_crash_reports_code_and_log_in_one_line(tmp_path):
     logs = list(tmp_path.glob("mi355x-*.log"))  # default: ./<profile>-<timestamp>.log
     assert len(logs) == 1 and "fake crash" in logs[0].read_text()
     assert lines[0] == f"error: server exited with code 7 (log: {logs[0]})"
+
+
+def test_serve_without_sglang_says_how_to_install_it_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    import bcgtune.adapters.sglang_resolve as sr
+
+    monkeypatch.setattr(sr, "sglang_installed", lambda: False)
+    code, out, err = run_cli(["serve", "--profile", "h200", "--log-file", str(tmp_path / "x.log")], capsys)
+    assert code == 3 and "asking" not in err, err
+    assert err.strip().splitlines()[-1].startswith("error: sglang is not installed for ")
+    assert "pip install 'bcgtune[sglang]'" in err and not (tmp_path / "x.log").exists()
+    # a dry run still prints the command, priced by bcgtune's model
+    code, out, err = run_cli(["serve", "--profile", "h200", "--dry-run"], capsys)
+    assert code == 0 and "SGLang not asked" in out and "asking" not in err
+    assert "flag check skipped: sglang is not installed here (pip install 'bcgtune[sglang]'" in err
+
+
+def test_serve_log_file_may_not_be_the_profile(tmp_path, capsys):
+    p = tmp_path / "p.toml"
+    p.write_text('[profile]\nname = "p"\nplatform = "cuda"\nmodel = "m"\n')
+    before = p.read_bytes()
+    code, _, err = run_cli(["serve", "--profile", str(p), "--log-file", str(p), "--python", "/bin/false"], capsys)
+    assert code == 2 and "is also an input of this run" in err and p.read_bytes() == before

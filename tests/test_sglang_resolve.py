@@ -20,18 +20,18 @@ import pytest
 
 from bcgtune.adapters.hardware import gpu_for
 from bcgtune.adapters.launcher import build_server_command
-from bcgtune.adapters.model_config import is_mla, locate_model_config, read_model_config
+from bcgtune.adapters.model_config import locate_model_config
 from bcgtune.adapters.profiles import Profile
-from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
 from bcgtune.cli.render.doctor import render_resolved_prefill
-from bcgtune.core.ladder import resolve_prefill_capture
 from bcgtune.services.launch import capture_for_profile as resolve_prefill
 from bcgtune.services.launch import model_capture
 
 DATA = Path(__file__).parent / "data"
 MLA_CONFIG = DATA / "models" / "deepseek-v2-mla-tiny"
 MOE_CONFIG = DATA / "models" / "qwen3-moe-tiny"
+VL_CONFIG = DATA / "models" / "qwen2.5-vl-tiny"
+DSV3_CONFIG = DATA / "models" / "deepseek-v3-tiny"
 
 # (tp, dp, extra flags): replicas, attention DP in both spellings, and plain TP
 LAYOUTS = [
@@ -161,16 +161,7 @@ def _device(hw: str) -> dict:
 
 
 def _ours(p: Profile):
-    spec = gpu_for(p.hardware)
-    launch = prefill_launch_from_server_flags(
-        p.server,
-        platform=p.platform,
-        gpu_memory_gib=spec.memory_gib,
-        buckets=p.buckets,
-        model_path=p.model,
-        mla=is_mla(read_model_config(Path(p.model))),
-    )
-    return resolve_prefill_capture(launch)
+    return model_capture(p)
 
 
 @pytest.mark.sglang
@@ -213,6 +204,103 @@ def test_fallback_model_equals_sglang_resolution(tmp_path):
     outcomes = {(answers[i]["backend"] if answers[i]["captured"] else "disabled") for i in answers}
     assert {"breakable", "full", "disabled"} <= outcomes
     assert any(answers[i]["alignment"] > 1 for i in answers)
+
+
+# The rules the model gained, each against SGLang: (GPU, model, [server], bucket list, the
+# model checks this rule itself). Every answer of the model must equal SGLang's or name what
+# it could not check; the answers of rules it checks must equal SGLang's.
+OFF_RULES = [
+    # multimodal models outside SGLang's breakable allowlist run prefill eager (unless chosen)
+    ("h100", "vl", {}, None, True),
+    ("h100", "vl", {"cuda-graph-backend-prefill": "breakable"}, None, True),
+    ("h100", "vl", {"enable-multimodal": True}, None, True),
+    # DeepSeek-V3 on an sm100 GPU: trtllm_mla attention by default, so prefill runs eager
+    ("b200", "dsv3", {}, None, True),
+    ("b200", "dsv3", {"cuda-graph-backend-prefill": "breakable"}, None, True),
+    ("b200", "dsv3", {"attention-backend": "fa3"}, None, True),
+    ("h200", "dsv3", {}, None, True),
+    # torch_native and flex_attention: no CUDA graphs, even chosen ones
+    ("h100", "plain", {"attention-backend": "torch_native"}, None, True),
+    ("h100", "plain", {"attention-backend": "flex_attention", "cuda-graph-backend-prefill": "breakable"}, None, True),
+    # prefill context parallelism: refused without a strategy; with one, not modelled
+    ("h100", "plain", {"enable-prefill-cp": True}, None, True),
+    ("h100", "plain", {"enable-prefill-cp": True, "cp-strategy": "zigzag", "tp-size": 2}, None, False),
+    ("h100", "plain", {"debug-tensor-dump-output-folder": "/tmp/dump"}, None, True),
+    # the capture step drops buckets above request rows x context length
+    ("h100", "plain", {"max-running-requests": 2, "context-length": 2048}, None, True),
+    ("h100", "plain", {"max-running-requests": 2, "context-length": 2048, "cuda-graph-backend-prefill": "full"}, None, True),
+    ("h100", "plain", {"cuda-graph-backend-prefill": "full", "chunked-prefill-size": 1024, "context-length": 512}, None, True),
+    ("h200", "plain", {"tp-size": 8, "attn-dp-size": 4, "max-running-requests": 8, "context-length": 512}, None, True),
+    # ascend_tp: unvalidated for breakable graphs, then reset to no all-to-all (alignment 1)
+    ("h100", "plain", {"tp-size": 2, "moe-a2a-backend": "ascend_tp"}, None, True),
+    ("h100", "plain", {"tp-size": 2, "moe-a2a-backend": "ascend_tp", "cuda-graph-backend-prefill": "breakable"}, None, True),
+    (
+        "h200",
+        "plain",
+        {"tp-size": 4, "attn-dp-size": 2, "moe-a2a-backend": "ascend_tp", "cuda-graph-backend-prefill": "breakable"},
+        [100, 301],
+        True,
+    ),
+    # --chunked-prefill-size 0, which SGLang accepts
+    ("h100", "plain", {"chunked-prefill-size": 0}, None, True),
+    ("h100", "plain", {"chunked-prefill-size": 0}, [64, 128], True),
+    # launches SGLang refuses
+    ("h100", "plain", {"context-length": 100000}, None, True),
+    ("h100", "plain", {"attention-backend": "flex_attention", "speculative-algorithm": "NGRAM"}, None, True),
+    ("b200", "dsv3", {"tp-size": 4, "moe-a2a-backend": "flashinfer"}, None, False),
+    ("h100", "plain", {"enable-mis": True}, None, False),
+    ("h100", "plain", {"enable-kv-cache-sharding": True}, None, False),
+    ("h100", "vl", {"language-model-only": True}, None, False),
+    # speculative decoding's default request pool (48) and the capture filter
+    ("h100", "plain", {"speculative-algorithm": "NGRAM", "context-length": 64}, None, False),
+]
+
+
+def _outcome(sg: dict) -> tuple:
+    if not sg["ok"]:
+        assert sg.get("refused"), sg  # a failure to ask is not an answer
+        return ("refused",)
+    backend = sg["backend"] if sg["captured"] else "disabled"
+    return (backend, tuple(sg["captured"]), sg["alignment"], sg["max_bs"], sg["chunked_prefill_size"])
+
+
+def _our_outcome(ours) -> tuple:
+    if ours.refused is not None:
+        return ("refused",)
+    backend = ours.backend if ours.captured else "disabled"
+    return (backend, ours.captured, ours.alignment, ours.max_bs, ours.chunked_prefill_size)
+
+
+@pytest.mark.sglang
+def test_model_equals_sglang_or_names_what_it_could_not_check():
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    models = {"plain": PROBE_CONFIG_DIR, "vl": VL_CONFIG.resolve(), "dsv3": DSV3_CONFIG.resolve()}
+    cases = [(hw, _profile(dict(srv), lst, gpu_for(hw).platform, hw, models[m]), exact) for hw, m, srv, lst, exact in OFF_RULES]
+    answers: dict[int, dict] = {}
+    for hw in sorted({c[0] for c in cases}):
+        idx = [i for i, c in enumerate(cases) if c[0] == hw]
+        launches = [build_server_command(cases[i][1]).argv[3:] for i in idx]
+        result = run_probe({"device": _device(hw), "launches": launches}, timeout=600)
+        assert "error" not in result, result.get("error")
+        answers.update(zip(idx, result["launches"]))
+    wrong, silent = [], []
+    for i, (hw, prof, exact) in enumerate(cases):
+        got, ours = _outcome(answers[i]), _model_capture_of(prof)
+        want = _our_outcome(ours)
+        if exact and got != want:
+            wrong.append((hw, prof.model, prof.server, prof.buckets, "sglang:", got, "bcgtune:", want))
+        if got != want and not ours.unchecked:
+            silent.append((hw, prof.model, prof.server, "sglang:", got, "bcgtune:", want))
+    assert not wrong, "\n".join(map(str, wrong))
+    assert not silent, "answers that differ from SGLang's without naming what was not checked:\n" + "\n".join(map(str, silent))
+    # the cases reach the outcomes they are there for
+    assert sum(_outcome(a) == ("refused",) for a in answers.values()) >= 6
+    assert any(0 < len(a["captured"]) < 58 and a.get("capture_limit", {}).get("pool_known") for a in answers.values() if a["ok"])
+
+
+def _model_capture_of(prof):
+    return model_capture(prof)
 
 
 # ---------------------------------------------------------------- the resolution API
@@ -268,9 +356,7 @@ def test_resolve_with_model_reads_mla_from_config():
 
 
 @pytest.mark.sglang
-def test_resolve_prefill_asks_sglang(tmp_path):
-    if not sglang_installed():
-        pytest.skip("sglang not installed")
+def test_resolve_prefill_asks_sglang(tmp_path, sglang_probe):
     prof = _profile({"tp": 2, "moe-a2a-backend": "deepep"}, [100, 300, 1000], "cuda", "h200", PROBE_CONFIG_DIR)
     r = resolve_prefill(prof)
     assert r.source.label == "sglang 0.5.23" and r.source.not_asked is None
@@ -299,7 +385,7 @@ def test_pipeline_steps_mirror_sglang_functions_in_order():
     import ast
     import importlib.util
 
-    from bcgtune.core.ladder import PIPELINE_STEPS
+    from bcgtune.core.capture import PIPELINE_STEPS
 
     hooks = Path(importlib.util.find_spec("sglang").origin).parent / "srt" / "arg_groups"
 
@@ -313,13 +399,28 @@ def test_pipeline_steps_mirror_sglang_functions_in_order():
         body(*name.rsplit(".", 1))
     config_src = body("cuda_graph_hook", "handle_cuda_graph_config")
     pipeline_src = body("pipeline", "run_resolution_pipeline")
-    # the parse step first, then each step where SGLang calls it: the cuda_graph_hook
-    # steps inside handle_cuda_graph_config, the others as hooks of the pipeline
+    # the parse step first, then each step where SGLang calls it: inside
+    # handle_cuda_graph_config, or as a hook of the pipeline
     positions = [(pipeline_src.index("run_hook(handle_cuda_graph_config,"), config_src.index("parse_cuda_graph_config("))]
     for name, _step in PIPELINE_STEPS:
         module, func = name.rsplit(".", 1)
-        if module == "cuda_graph_hook":
+        if module == "cuda_graph_hook" and f"\n    {func}(" in config_src:
             positions.append((positions[0][0], config_src.index(f"\n    {func}(")))
         else:
             positions.append((pipeline_src.index(f"run_hook({func},"), 0))
     assert positions == sorted(positions)
+
+
+@pytest.mark.sglang
+def test_architecture_tables_match_the_installed_sglang():
+    """bcgtune/core/sglang_tables.py (the multimodal allowlist, the architectures SGLang's
+    resolution treats specially) is what scripts/extract_sglang_tables.py reads from the
+    installed SGLang's source."""
+    import subprocess
+    import sys
+
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "extract_sglang_tables.py"
+    r = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

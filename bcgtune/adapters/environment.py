@@ -1,10 +1,14 @@
 """Facts about this machine's Python, torch and sglang that doctor reports, and the prefill
-graph backend SGLang would default to here.
+graph backend SGLang would default to here. Nothing here imports torch or sglang (each
+takes seconds): their versions and builds are read from their installed files.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,34 +83,111 @@ def python_info() -> PythonInfo:
     return PythonInfo(platform.python_version(), sys.executable)
 
 
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+def _torch_build() -> dict[str, str | None] | None:
+    """torch's version and its CUDA / HIP runtime from torch/version.py, read without
+    importing torch (seconds); None when torch is not installed."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    found: dict[str, str | None] = {"__version__": None, "cuda": None, "hip": None}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return found
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and target.id in found and isinstance(value, ast.Constant):
+            found[target.id] = value.value if isinstance(value.value, str) else None
+    return found
+
+
+def _hidden_by_env(var: str) -> bool:
+    v = os.environ.get(var)
+    return v is not None and v.strip() in ("", "-1")
+
+
+def _nvidia_gpus() -> tuple[list[Gpu], str | None]:
+    """GPUs nvidia-smi lists (name, memory), or why none could be listed."""
+    if _hidden_by_env("CUDA_VISIBLE_DEVICES"):
+        return [], None
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return [], "nvidia-smi not found"
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"nvidia-smi failed: {type(exc).__name__}"
+    gpus = []
+    for line in out.stdout.splitlines():
+        name, _, mib = line.rpartition(",")
+        try:
+            gpus.append(Gpu(name.strip(), round(float(mib) / 1024, 1)))
+        except ValueError:
+            continue
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible and gpus:
+        wanted = [v.strip() for v in visible.split(",") if v.strip().isdigit()]
+        gpus = [gpus[int(i)] for i in wanted if int(i) < len(gpus)] or gpus
+    return gpus, None if out.returncode == 0 else "nvidia-smi found no GPU"
+
+
+def _amd_gpus() -> tuple[list[Gpu], str | None]:
+    """AMD GPUs the kernel driver lists (/sys/class/kfd topology: one node per GPU, CPUs
+    have gpu_id 0), without ROCm's tools; memory is not read."""
+    if _hidden_by_env("HIP_VISIBLE_DEVICES") or _hidden_by_env("ROCR_VISIBLE_DEVICES"):
+        return [], None
+    nodes = Path("/sys/class/kfd/kfd/topology/nodes")
+    gpus = []
+    try:
+        for node in sorted(nodes.iterdir()):
+            gpu_id = (node / "gpu_id").read_text().strip()
+            if gpu_id and gpu_id != "0":
+                name = (node / "name").read_text().strip() or "AMD GPU"
+                gpus.append(Gpu(name, 0.0))
+    except OSError:
+        return [], "no AMD GPU driver found"
+    return gpus, None
 
 
 def torch_info() -> TorchInfo:
-    """torch's version, CUDA or HIP runtime and GPUs. torch absent is fine."""
-    try:
-        import torch
-    except Exception as exc:  # ImportError, or a broken install
-        return TorchInfo(installed=False, error=_one_line(exc))
+    """torch's version, CUDA or HIP runtime and GPUs, without importing torch (which takes
+    seconds): the build from torch/version.py, the GPUs from nvidia-smi (CUDA builds) or
+    the AMD kernel driver (ROCm builds), as CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES
+    leave them visible."""
+    build = _torch_build()
+    if build is None:
+        return TorchInfo(installed=False, error="torch is not installed")
+    cuda, hip = build["cuda"], build["hip"]
     gpus: list[Gpu] = []
-    try:
-        available = bool(torch.cuda.is_available())
-        if available:
-            for i in range(torch.cuda.device_count()):
-                props = torch.cuda.get_device_properties(i)
-                gpus.append(Gpu(props.name, round(props.total_memory / 2**30, 1)))
-        gpu_error = None
-    except Exception as exc:
-        available, gpu_error = False, _one_line(exc)
+    why = None
+    if cuda:
+        gpus, why = _nvidia_gpus()
+    elif hip:
+        gpus, why = _amd_gpus()
     return TorchInfo(
         installed=True,
-        version=getattr(torch, "__version__", "unknown"),
-        cuda=getattr(torch.version, "cuda", None),
-        hip=getattr(torch.version, "hip", None),
+        version=build["__version__"] or "unknown",
+        cuda=cuda,
+        hip=hip,
         gpus=tuple(gpus),
-        gpu_available=available,
-        gpu_error=gpu_error,
+        gpu_available=bool(gpus),
+        gpu_error=why,
     )
 
 

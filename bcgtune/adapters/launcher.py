@@ -374,10 +374,10 @@ def build_server_command(
     where = profile.where
     model_path = model or profile.model
     if not model_path:
-        raise InputError("no model: set [profile].model or pass --model", where)
+        raise InputError("no model: set [profile].model or pass --model-path", where)
     argv = [python or sys.executable, "-m", SGLANG_MODULE, "--model-path", model_path]
     sources = [
-        FlagSource("--model-path", "--model" if model else f"{where}: [profile].model", model_path, from_profile=not model)
+        FlagSource("--model-path", "--model-path" if model else f"{where}: [profile].model", model_path, from_profile=not model)
     ]
     for key, value in profile.server.items():
         flag = flag_name(key)

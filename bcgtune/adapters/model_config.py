@@ -110,3 +110,14 @@ def model_is_qwen4_exp(model: str | None) -> bool | None:
     if _QWEN4_NAME_RE.search(model):
         return True
     return None
+
+
+def deepstack_indexes(config: dict[str, Any]) -> list[int] | None:
+    """The layers a model adds DeepStack visual features to (Qwen3-VL's
+    `deepstack_visual_indexes`, in its vision_config or at the top), or None."""
+    for cfg in (config.get("vision_config"), config):
+        if isinstance(cfg, dict):
+            idx = cfg.get("deepstack_visual_indexes")
+            if isinstance(idx, list) and idx and all(isinstance(i, int) and not isinstance(i, bool) for i in idx):
+                return idx
+    return None

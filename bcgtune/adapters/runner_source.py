@@ -1,5 +1,9 @@
 """The prefill runner's multimodal gate read from its source with `ast` (nothing runs): the
-fallback when SGLang cannot run the runner itself.
+fallback when SGLang cannot run the runner itself. The reading evaluates the runner's own
+conditions (in `__init__` and `can_replay_locally`) for the four questions the running
+runner is asked, and classifies the answers the same way (bcgtune.core.runner_gate). A
+reading never says "patched": running could still contradict it (a module that does not
+import), so a copy that reads as patched is "unverified".
 
 SGLang 0.5.23's runner (srt/model_executor/runner/prefill_cuda_graph_runner.py) refuses
 every Qwen4-Exp image batch under breakable graphs:
@@ -22,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bcgtune.core.runner_gate import GateState, classify_gate
+
 RUNNER_RELPATH = Path("srt/model_executor/runner/prefill_cuda_graph_runner.py")
 
-GateState = Literal["patched", "unpatched", "refusal-removed", "inverted", "absent", "unknown"]
 GateMethod = Literal["behaviour", "source reading"]
 
 
@@ -39,6 +44,7 @@ class GateReport:
     path: str | None
     method: GateMethod = "source reading"
     answers: dict[str, bool] | None = None
+    reads_as: GateState | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +53,7 @@ class GateReport:
             "path": self.path,
             "method": self.method,
             "answers": None if self.answers is None else dict(self.answers),
+            "reads_as": self.reads_as,
         }
 
 
@@ -59,20 +66,6 @@ def find_runner_source(sglang_path: str | None = None) -> Path | None:
     if not sglang_path:
         return None
     return Path(sglang_path) / RUNNER_RELPATH
-
-
-def _self_attrs(node: ast.AST) -> set[str]:
-    return {
-        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-    }
-
-
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _returns_false(body: list[ast.stmt]) -> bool:
-    return any(isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is False for s in body)
 
 
 Method = ast.FunctionDef | ast.AsyncFunctionDef
@@ -96,59 +89,150 @@ def _runner_methods(p: Path) -> tuple[Method, Method] | str:
     return init, can
 
 
-def _qwen_bcg_assignments(init: ast.AST) -> dict[str, ast.expr]:
-    """`self._qwen_bcg_* = <expr>` in __init__: each attribute and its expression."""
-    assigned: dict[str, ast.expr] = {}
-    for node in ast.walk(init):
+def _assignments(fn: ast.AST) -> tuple[dict[str, ast.expr], dict[str, ast.expr]]:
+    """(`self.X = expr` by X, `name = expr` by name) in a method (the last assignment wins)."""
+    attrs: dict[str, ast.expr] = {}
+    names: dict[str, ast.expr] = {}
+    for node in ast.walk(fn):
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
-            if (
-                isinstance(t, ast.Attribute)
-                and isinstance(t.value, ast.Name)
-                and t.value.id == "self"
-                and t.attr.startswith("_qwen_bcg")
-            ):
-                assigned[t.attr] = node.value
-    return assigned
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                attrs[t.attr] = node.value
+            elif isinstance(t, ast.Name):
+                names[t.id] = node.value
+    return attrs, names
 
 
-def _multimodal_gate_attrs(can: ast.AST) -> set[str]:
-    """The `self._qwen_bcg_*` attributes read by `if contains_mm_inputs and ...: return
-    False` in can_replay_locally."""
-    gate_attrs: set[str] = set()
-    for node in ast.walk(can):
-        if isinstance(node, ast.If) and "contains_mm_inputs" in _names(node.test) and _returns_false(node.body):
-            gate_attrs |= {a for a in _self_attrs(node.test) if a.startswith("_qwen_bcg")}
-    return gate_attrs
+Truth = bool | None  # None: the reading cannot tell
 
 
-def _classify_reading(assigned: dict[str, ast.expr], gate_attrs: set[str], where: str) -> GateReport:
-    """The gate's state from the attributes __init__ sets and the ones the multimodal
-    refusal reads."""
-    if not gate_attrs:
-        if not assigned:
-            return GateReport("absent", "no Qwen4-Exp multimodal refusal in can_replay_locally", where)
-        return GateReport(
-            "unknown",
-            f"__init__ sets {', '.join(sorted(assigned))} but no multimodal gate reads them",
-            where,
-        )
-    if gate_attrs == {"_qwen_bcg_multimodal_eager"}:
-        expr = assigned.get("_qwen_bcg_multimodal_eager")
-        if expr is not None and "is_speculative" in ast.unparse(expr):
-            return GateReport(
-                "patched", "image batches replay unless speculative decoding is on (_qwen_bcg_multimodal_eager)", where
-            )
-        return GateReport("unknown", "gate reads _qwen_bcg_multimodal_eager, not derived from is_speculative()", where)
-    if "_qwen_bcg_hc_sidechannel" in gate_attrs:
-        return GateReport(
-            "unpatched",
-            "every Qwen4-Exp image batch runs eager under breakable graphs (gate on " + " / ".join(sorted(gate_attrs)) + ")",
-            where,
-        )
-    return GateReport("unknown", f"unrecognized gate on {', '.join(sorted(gate_attrs))}", where)
+class _Reader:
+    """Evaluates the runner's own conditions for one scenario: a Qwen4-Exp model on the
+    target (not draft) runner under breakable graphs, an image or a text batch, speculative
+    decoding off or on. What it cannot evaluate is unknown (None)."""
+
+    def __init__(self, init: ast.AST, can: ast.AST, *, image: bool, spec: bool):
+        self.attrs, self.init_names = _assignments(init)
+        _, self.can_names = _assignments(can)
+        self.image, self.spec = image, spec
+        self.depth = 0
+
+    def truth(self, node: ast.AST, names: dict[str, ast.expr] | None = None) -> Truth:
+        if self.depth > 40:
+            return None
+        self.depth += 1
+        try:
+            return self._truth(node, self.can_names if names is None else names)
+        finally:
+            self.depth -= 1
+
+    def _truth(self, node: ast.AST, names: dict[str, ast.expr]) -> Truth:  # noqa: C901 (one case per node kind)
+        if isinstance(node, ast.Constant):
+            return bool(node.value) if isinstance(node.value, (bool, int, type(None))) else None
+        if isinstance(node, ast.Name):
+            if node.id == "contains_mm_inputs":
+                return self.image
+            if node.id in names:
+                return self.truth(names[node.id], names)
+            return None
+        if isinstance(node, ast.Attribute):
+            if node.attr == "is_draft_worker":
+                return False  # the target runner
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in self.attrs:
+                return self.truth(self.attrs[node.attr], self.init_names)
+            return None
+        if isinstance(node, ast.Call):
+            func = node.func
+            fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if fname == "is_speculative":
+                return self.spec
+            if fname == "is_qwen4_exp":
+                return True
+            if fname == "bool" and len(node.args) == 1:
+                return self.truth(node.args[0], names)
+            return None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            v = self.truth(node.operand, names)
+            return None if v is None else not v
+        if isinstance(node, ast.BoolOp):
+            vals = [self.truth(v, names) for v in node.values]
+            if isinstance(node.op, ast.And):
+                return False if False in vals else (None if None in vals else True)
+            return True if True in vals else (None if None in vals else False)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            text = ast.unparse(node)
+            equal = "BREAKABLE" in text or "'breakable'" in text or '"breakable"' in text
+            if not equal and ("FULL" in text or "'full'" in text or '"full"' in text):
+                equal = False
+            elif not equal:
+                return None
+            return equal if isinstance(node.ops[0], ast.Eq) else not equal
+        if isinstance(node, ast.IfExp):
+            t = self.truth(node.test, names)
+            return None if t is None else self.truth(node.body if t else node.orelse, names)
+        return None
+
+
+_GATE_WORDS = ("is_qwen4_exp", "qwen", "is_speculative", "spec_algorithm")
+
+
+def _mentions_gate(node: ast.AST, reader: _Reader, seen: frozenset[str] = frozenset()) -> bool:
+    """The condition depends on the Qwen4-Exp / speculative-decoding gate: it reads
+    something (directly, or through a local or `self.` attribute) set from those."""
+    text = ast.unparse(node)
+    if any(w in text for w in _GATE_WORDS):
+        return True
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            key = "self." + n.attr
+            if key not in seen and n.attr in reader.attrs and _mentions_gate(reader.attrs[n.attr], reader, seen | {key}):
+                return True
+        if isinstance(n, ast.Name) and n.id not in seen and n.id in reader.can_names:
+            if _mentions_gate(reader.can_names[n.id], reader, seen | {n.id}):
+                return True
+        if isinstance(n, ast.Name) and n.id not in seen and n.id in reader.init_names:
+            if _mentions_gate(reader.init_names[n.id], reader, seen | {n.id}):
+                return True
+    return False
+
+
+def _refusals(body: list[ast.stmt], conds: tuple[ast.expr, ...] = ()) -> list[tuple[ast.expr, ...]]:
+    """The conditions under which can_replay_locally's statements `return False` (each a
+    conjunction along its nested ifs)."""
+    out: list[tuple[ast.expr, ...]] = []
+    for st in body:
+        if isinstance(st, ast.Return) and isinstance(st.value, ast.Constant) and st.value.value is False:
+            out.append(conds)
+        elif isinstance(st, ast.If):
+            out += _refusals(st.body, (*conds, st.test))
+            out += _refusals(st.orelse, (*conds, ast.UnaryOp(op=ast.Not(), operand=st.test)))
+    return out
+
+
+def read_gate_answers(init: ast.AST, can: ast.AST) -> dict[str, bool] | str:
+    """What can_replay_locally would answer, read from its source, for the four questions
+    asked of the running runner; or why the reading cannot tell."""
+    answers: dict[str, bool] = {}
+    gate_refusals = [c for c in _refusals(getattr(can, "body", [])) if c]
+    for image in (True, False):
+        for spec in (False, True):
+            reader = _Reader(init, can, image=image, spec=spec)
+            refused = False
+            for conds in gate_refusals:
+                if not any(_mentions_gate(c, reader) for c in conds):
+                    continue  # another feature's refusal (LoRA, logprobs, ...): not what is asked
+                vals = [reader.truth(c) for c in conds]
+                if False in vals:
+                    continue
+                if None in vals:
+                    return "a condition of the multimodal gate could not be read: " + " and ".join(
+                        ast.unparse(c)[:80] for c in conds
+                    )
+                refused = True
+            answers[f"{'image' if image else 'text'}_spec_{'on' if spec else 'off'}"] = not refused
+    return answers
 
 
 def runner_gate_state(path: str | Path | None) -> GateReport:
@@ -164,4 +248,27 @@ def runner_gate_state(path: str | Path | None) -> GateReport:
     if isinstance(methods, str):
         return GateReport("unknown", methods, where)
     init, can = methods
-    return _classify_reading(_qwen_bcg_assignments(init), _multimodal_gate_attrs(can), where)
+    if not any(w in ast.unparse(init) + ast.unparse(can) for w in ("qwen", "is_speculative")):
+        return GateReport("absent", "no Qwen4-Exp multimodal refusal in can_replay_locally", where, reads_as="absent")
+    answers = read_gate_answers(init, can)
+    if isinstance(answers, str):
+        return GateReport("unknown", answers, where)
+    state, detail = classify_gate(answers)
+    if state == "patched":
+        # running could still contradict it (an import that fails, a name that does not
+        # exist): a reading never says patched
+        return GateReport("unverified", f"reads as patched ({detail})", where, answers=answers, reads_as="patched")
+    return GateReport(state, f"reads as {state} ({detail})", where, answers=answers, reads_as=state)
+
+
+def reads_deepstack_slot(path: str | Path | None) -> bool | str:
+    """Whether the runner's source registers a capture slot for DeepStack visual inputs:
+    its __init__, where the capture slots are registered, names them. A reading (nothing
+    runs); a string says why it cannot tell."""
+    if path is None or not Path(path).is_file():
+        return "no runner source to read"
+    methods = _runner_methods(Path(path))
+    if isinstance(methods, str):
+        return methods
+    init, _ = methods
+    return "deepstack" in ast.unparse(init).lower()

@@ -13,7 +13,9 @@ from typing import Any
 
 from bcgtune.adapters.layout_flags import LAYOUT_DEFAULTS
 from bcgtune.adapters.profiles import snake
-from bcgtune.core.ladder import PREFILL_BACKENDS, ParallelLayout, PrefillLaunch
+from bcgtune.core.capture import PREFILL_BACKENDS, PrefillLaunch
+from bcgtune.core.ladder import ParallelLayout
+from bcgtune.core.model_rules import ModelFacts, model_facts, model_launch_defaults
 from bcgtune.errors import InputError
 
 # Bounds that make sense for a launch (SGLang counts tokens in int32).
@@ -127,6 +129,26 @@ def _bucket_list(value: Any, where: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _model_facts(norm: Mapping[str, Any], model_config: Mapping[str, Any] | None) -> ModelFacts | None:
+    if model_config is None:
+        return None
+    enable_mm = norm.get("enable_multimodal")
+    return model_facts(
+        model_config,
+        enable_multimodal=None if enable_mm is None else _flag_bool(norm, "enable_multimodal"),
+        language_model_only=_flag_bool(norm, "language_model_only"),
+    )
+
+
+def _flags_set(norm: Mapping[str, Any]) -> frozenset[str]:
+    """The flags a launch sets: those present and not false (`false` means left out, as in
+    serve's command); `model_impl` only when it selects the transformers implementation."""
+    out = {k for k, v in norm.items() if v is not False and v is not None}
+    if str(norm.get("model_impl", "")).lower() != "transformers":
+        out.discard("model_impl")
+    return frozenset(out)
+
+
 def prefill_launch_from_server_flags(
     flags: Mapping[str, Any],
     *,
@@ -135,15 +157,24 @@ def prefill_launch_from_server_flags(
     buckets: list[int] | tuple[int, ...] | None = None,
     model_path: str = "",
     mla: bool = False,
+    model_config: Mapping[str, Any] | None = None,
+    gpu_capability: tuple[int, int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> PrefillLaunch:
     """A PrefillLaunch from launch flags (as `layout_from_server_flags` takes them).
     `buckets`: the list passed as --cuda-graph-bs-prefill (a profile's [buckets].list);
-    a `cuda-graph-config` JSON's prefill keys win, as in SGLang."""
+    a `cuda-graph-config` JSON's prefill keys win, as in SGLang. `model_config`: the
+    model's config.json as a dict (None: not on this machine); `gpu_capability`: the GPU's
+    compute capability; `env`: the environment the server starts with (a profile's [env])."""
     norm = _norm(flags)
     js = prefill_graph_json(norm)
-    backend = _flag_str(norm, "cuda_graph_backend_prefill", None)
-    if "backend" in js:
-        backend = str(js["backend"])
+    facts = _model_facts(norm, model_config)
+    backend_flag = _flag_str(norm, "cuda_graph_backend_prefill", None)
+    max_bs = _flag_int(norm, "cuda_graph_max_bs_prefill", None)
+    backend_flag, max_bs = model_launch_defaults(
+        facts, backend_flag=backend_flag, disable_prefill_flag=_flag_bool(norm, "disable_prefill_cuda_graph"), max_bs_flag=max_bs
+    )
+    backend = str(js["backend"]) if "backend" in js else backend_flag
     if backend is not None and backend not in PREFILL_BACKENDS:
         raise InputError(f"must be one of {', '.join(PREFILL_BACKENDS)}, got {backend!r}"[:120], "cuda_graph_backend_prefill")
     forced_off = _flag_bool(norm, "disable_prefill_cuda_graph") or _flag_bool(norm, "disable_cuda_graph")
@@ -151,12 +182,15 @@ def prefill_launch_from_server_flags(
         buckets = _bucket_list(norm["cuda_graph_bs_prefill"], "cuda_graph_bs_prefill")
     if "bs" in js:
         buckets = _bucket_list(js["bs"], "cuda_graph_config prefill.bs")
-    max_bs = _flag_int(norm, "cuda_graph_max_bs_prefill", None)
     if "max_bs" in js:
         max_bs = _flag_int({"max_bs": js["max_bs"]}, "max_bs", None)
+    full_rows = (
+        _flag_int({"full_prefill_max_req": js["full_prefill_max_req"]}, "full_prefill_max_req", None)
+        if ("full_prefill_max_req" in js)
+        else None
+    )
+    # -1 and 0 both turn chunked prefill off (SGLang accepts either)
     chunk = _flag_int(norm, "chunked_prefill_size", None, minimum=-1)
-    if chunk == 0:
-        raise InputError("chunked_prefill_size must be positive, or -1 to turn chunked prefill off", "chunked_prefill_size")
     return PrefillLaunch(
         layout=layout_from_server_flags(norm, is_hip=platform == "rocm"),
         platform=platform,
@@ -174,6 +208,22 @@ def prefill_launch_from_server_flags(
         disaggregation_mode=_flag_str(norm, "disaggregation_mode", "null") or "null",
         dcp_size=_flag_count(norm, "dcp_size"),
         enable_prefill_cp=_flag_bool(norm, "enable_prefill_cp"),
+        model=facts,
+        gpu_capability=gpu_capability,
+        attention_backend=_flag_str(norm, "attention_backend", None),
+        prefill_attention_backend=_flag_str(norm, "prefill_attention_backend", None),
+        decode_attention_backend=_flag_str(norm, "decode_attention_backend", None),
+        max_running_requests=_flag_int(norm, "max_running_requests", None),
+        context_length=_flag_int(norm, "context_length", None),
+        speculative_algorithm=_flag_str(norm, "speculative_algorithm", None),
+        debug_tensor_dump=norm.get("debug_tensor_dump_output_folder") not in (None, False),
+        enable_mis=_flag_bool(norm, "enable_mis"),
+        kv_cache_sharding=_flag_bool(norm, "enable_kv_cache_sharding"),
+        dllm_algorithm=_flag_str(norm, "dllm_algorithm", None),
+        full_prefill_max_req=full_rows,
+        flags=_flags_set(norm),
+        allow_longer_context=str((env or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")).lower()
+        in ("1", "true", "yes", "on"),
     )
 
 
@@ -181,7 +231,7 @@ def effective_prefill_backend(server: Mapping[str, Any], platform_name: str) -> 
     """(backend, explicit) for a [server] table, by bcgtune's model of SGLang's resolution
     (no SGLang needed): "disabled" whenever nothing would be captured. `explicit`: the
     launch chose the backend or switched graphs off."""
-    from bcgtune.core.ladder import resolve_prefill_capture
+    from bcgtune.core.capture import resolve_prefill_capture
 
     launch = prefill_launch_from_server_flags(server, platform=platform_name)
     cap = resolve_prefill_capture(launch)

@@ -4,15 +4,17 @@ shown (it is kept only to quote the last line of a crash).
 
     python -m bcgtune.adapters.sglang_probe REQUEST.json RESULT.json
 
-It answers, with SGLang's own code:
+It answers, with SGLang's own code, each question importing only what it needs:
   * launches: SGLang's parser and `prepare_server_args`, then `ServerArgs.resolve_once`
     (srt/arg_groups/pipeline.py runs every resolution hook), then `publish` and
-    `get_cuda_graph_batch_size_alignment` for the capture alignment. The device queries
+    `get_cuda_graph_batch_size_alignment` for the capture alignment, and the capture
+    step's own filter (buckets above request rows x the model's context length) from the
+    values SGLang resolved. The device queries
     SGLang makes are answered from the profile's GPU: `torch.cuda.is_available`,
     `device_count`, `get_device_capability`, `get_device_properties`, `get_device_name`,
     `torch.version.cuda` / `torch.version.hip` (CUDA vs ROCm), and the GPU memory that
     `utils/common.py` reads through nvidia-smi / rocminfo. Hugging Face stays offline.
-  * flags: bcgtune's own `check_command_flags` (the check `serve` runs).
+  * flags: bcgtune's own `check_command_flags` (the check `serve` runs) on SGLang's parser.
   * runner: the prefill runner's own `__init__` and `can_replay_locally`
     (model_executor/runner/prefill_cuda_graph_runner.py, or a copy given as a file) on a
     Qwen4-Exp model, for an image batch and a text batch, with speculative decoding off
@@ -217,10 +219,13 @@ def _prefill_messages(lines: list[str]) -> list[str]:
 
 
 def resolve_launch(argv: list[str]) -> dict:
-    """One launch through SGLang's own pipeline; the prefill graph settings it resolves."""
-    from sglang.srt.arg_groups.overrides import resolved_view
+    """One launch through SGLang's own pipeline; the prefill graph settings it resolves and
+    the buckets its capture step keeps. A launch SGLang's own code refuses (its parser, or
+    an assertion or ValueError raised in its resolution) is answered as refused, with the
+    SGLang file and line; any other failure is an error (SGLang could not be asked)."""
+    from sglang.srt.arg_groups.overrides import model_config_of, resolved_view
     from sglang.srt.layers.moe.utils import initialize_moe_config
-    from sglang.srt.runtime_context import publish
+    from sglang.srt.runtime_context import get_parallel, publish
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import common
 
@@ -237,27 +242,80 @@ def resolve_launch(argv: list[str]) -> dict:
         alignment = int(common.get_cuda_graph_batch_size_alignment())
         bs = [int(b) for b in (prefill.bs or [])]
         backend = str(prefill.backend)
-        if backend == "disabled" or not bs:
-            captured: list[int] = []
-        else:
-            captured = _captured_buckets(bs)
+        chunk = int(view.chunked_prefill_size)
+        limit = _capture_limit(
+            backend,
+            max_running_requests=view.max_running_requests,
+            attn_dp_size=int(get_parallel().attn_dp_size),
+            context_len=int(model_config_of(server_args).context_len),
+            chunk=chunk,
+            full_rows=getattr(prefill, "full_prefill_max_req", None),
+        )
+        kept = [b for b in bs if b <= limit["tokens"]]
+        captured = [] if backend == "disabled" or not kept else _captured_buckets(kept)
         return {
             "ok": True,
             "backend": backend,
             "bs": bs,
+            "kept": kept,
             "max_bs": None if prefill.max_bs is None else int(prefill.max_bs),
-            "chunked_prefill_size": int(view.chunked_prefill_size),
+            "chunked_prefill_size": chunk,
             "alignment": alignment,
             "captured": captured,
+            "capture_limit": limit,
             "messages": _prefill_messages(records.lines),
             "model_path": str(view.model_path),
         }
     except SystemExit as exc:  # argparse
-        return {"ok": False, "error": f"SGLang's parser refused the launch (exit {exc.code})"}
+        return {"ok": False, "refused": f"SGLang's parser refused the launch (exit {exc.code})", "where": "server_args.py"}
+    except (AssertionError, ValueError, NotImplementedError) as exc:
+        where = _sglang_frame(exc)
+        if where is None:
+            return {"ok": False, "error": _one_line(exc)}
+        return {"ok": False, "refused": _one_line(exc), "where": where}
     except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
         return {"ok": False, "error": _one_line(exc)}
     finally:
         sg_logger.removeHandler(records)
+
+
+# mem_cache/kv_cache_configurator.py, resolve_max_num_reqs: the request pool without
+# --max-running-requests is at most 4096 rows
+_MAX_DEFAULT_REQUEST_POOL = 4096
+# model_executor/model_runner_components/cuda_graph_setup.py, capture_prefill_graph
+_FULL_PREFILL_TOKENS_PER_REQUEST_ROW = 512
+
+
+def _capture_limit(
+    backend: str, *, max_running_requests, attn_dp_size: int, context_len: int, chunk: int, full_rows
+) -> dict[str, Any]:
+    """cuda_graph_setup.py, capture_prefill_graph: buckets above request rows x the
+    model's context length are dropped before capture. Request rows: the request pool
+    (kv_cache_configurator.py, resolve_max_num_reqs: --max-running-requests per attention-DP
+    rank, which the KV cache's capacity known at start-up can only lower; at most 4096
+    without it), and for full graphs full_prefill_max_req or max(chunk // 512, 1)."""
+    pool_known = max_running_requests is not None
+    rows = max(1, int(max_running_requests) // max(1, attn_dp_size)) if pool_known else _MAX_DEFAULT_REQUEST_POOL
+    if backend == "full":
+        full = int(full_rows) if full_rows else max(chunk // _FULL_PREFILL_TOKENS_PER_REQUEST_ROW, 1)
+        rows = min(rows, full)
+    return {"rows": rows, "context_len": context_len, "tokens": rows * context_len, "pool_known": pool_known}
+
+
+def _sglang_frame(exc: BaseException) -> str | None:
+    """`file:line` (relative to the sglang package) of the innermost frame of SGLang's own
+    code that raised `exc`, or None when it was raised elsewhere."""
+    root = _sglang_root()
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if root and frame.filename.startswith(root + os.sep):
+            return f"{os.path.relpath(frame.filename, root)}:{frame.lineno}"
+    return None
+
+
+def _sglang_root() -> str:
+    spec = importlib.util.find_spec("sglang")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return os.path.realpath(locations[0]) if locations else ""
 
 
 def _captured_buckets(bs: list[int]) -> list[int]:
@@ -295,6 +353,7 @@ def check_flags(req: dict) -> dict:
 
 # --------------------------------------------------------------------------- the runner gate
 QWEN4_EXP_ARCH = "Qwen4ExpForConditionalGeneration"
+DEEPSTACK_LAYERS = 3
 
 
 def _load_runner_module(source: str | None):
@@ -344,8 +403,14 @@ def _fake_model_runner(server_args, spec_name: str, num_layers: int = 2):
     import torch
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    # a model with DeepStack visual inputs (as Qwen3-VL declares them), so that a runner that
+    # registers a capture slot for them only for such models shows it
     hf_config = types.SimpleNamespace(
-        architectures=[QWEN4_EXP_ARCH], model_type="qwen4_exp", hidden_size=64, num_hidden_layers=num_layers
+        architectures=[QWEN4_EXP_ARCH],
+        model_type="qwen4_exp",
+        hidden_size=64,
+        num_hidden_layers=num_layers,
+        vision_config=types.SimpleNamespace(deepstack_visual_indexes=list(range(DEEPSTACK_LAYERS))),
     )
     model_config = types.SimpleNamespace(
         hf_config=hf_config,
@@ -365,6 +430,8 @@ def _fake_model_runner(server_args, spec_name: str, num_layers: int = 2):
             return input_ids
 
     class _Model(torch.nn.Module):
+        num_deepstack_embeddings = DEEPSTACK_LAYERS
+
         def __init__(self):
             super().__init__()
             self.model = _Layers()
@@ -495,12 +562,15 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
     if not hasattr(module, "PrefillCudaGraphRunner"):
         return {"ok": False, "imported": True, "error": "the runner module has no PrefillCudaGraphRunner"}
     answers: dict[str, bool] = {}
+    slots: list[str] | None = None
     for spec_label, (spec_name, server_args) in launches.items():
         try:
             publish(server_args, role="scheduler")
             runner = _build_runner(module, server_args, spec_name)
             for kind in ("image", "text"):
                 answers[f"{kind}_spec_{spec_label}"] = _ask(runner, image=kind == "image")
+            if slots is None:
+                slots = _capture_slots(runner)
         except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
             traceback.print_exc()  # to the child's captured stderr, for diagnosis
             where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -511,25 +581,97 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
                 f" at {os.path.basename(where.filename)}:{where.lineno}",
                 "answers": answers,
             }
-    return {"ok": True, "imported": True, "answers": answers, "module_file": getattr(module, "__file__", None)}
+    return {
+        "ok": True,
+        "imported": True,
+        "answers": answers,
+        "slots": slots,
+        "module_file": getattr(module, "__file__", None),
+    }
+
+
+def _capture_slots(runner) -> list[str] | None:
+    """The inputs the runner registers a static capture slot for (its buffer registry,
+    model_executor/cuda_graph_buffer_registry.py): what replay copies into the graph."""
+    registry = getattr(runner, "buffer_registry", None)
+    names = getattr(registry, "slot_names", None)
+    if not callable(names):
+        return None
+    try:
+        return [str(n) for n in names()]
+    except Exception:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
+        return None
 
 
 # --------------------------------------------------------------------------- main
+def load_sglang() -> str:
+    """Make `sglang` importable without running its package __init__, which imports the
+    frontend language API and patches transformers (seconds that no answer here needs):
+    the package's folder is registered as `sglang` and its submodules import as usual.
+    What the __init__ does that the server's resolution relies on is done where needed:
+    the third-party cache redirection here, the transformers patches before a model
+    config is read (_prepare_resolution). Returns sglang's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("sglang is not installed")
+    pkg: Any = types.ModuleType("sglang")
+    pkg.__path__ = list(spec.submodule_search_locations)
+    pkg.__spec__ = spec
+    pkg.__file__ = spec.origin
+    sys.modules["sglang"] = pkg
+    from sglang.srt.environ import redirect_third_party_caches
+
+    redirect_third_party_caches()
+    try:
+        pkg.__version__ = version("sglang")
+    except PackageNotFoundError:
+        from sglang.version import __version__ as source_version
+
+        pkg.__version__ = source_version
+    return str(pkg.__version__)
+
+
+def _prepare_resolution(device: dict) -> None:
+    """Before SGLang reads a model's config: the transformers patches sglang's package
+    __init__ applies (utils/hf_transformers_patches.py), and the GPU memory queries."""
+    from sglang.srt.utils.hf_transformers_patches import apply_all
+
+    apply_all()
+    _answer_memory_queries(device)
+
+
+def sglang_files() -> list[list[Any]]:
+    """[path, size, mtime_ns] of every SGLang source file imported so far: what an answer
+    given now was read from."""
+    root = _sglang_root()
+    out = []
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if not isinstance(path, str) or not root:
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(root + os.sep):
+            continue
+        try:
+            st = os.stat(real)
+        except OSError:
+            continue
+        out.append([real, st.st_size, st.st_mtime_ns])
+    return sorted(out)
+
+
 def run(request: dict) -> dict:
-    result: dict[str, Any] = {}
+    """Answer what `request` asks, each question importing only what it needs: the flag
+    check SGLang's parser, a launch its resolution pipeline, a runner its module. Every
+    answer records the SGLang files it was read from (`files`, per question kind)."""
+    result: dict[str, Any] = {"files": {}}
     finder = _PlaceholderFinder(GPU_ONLY_PACKAGES)
     sys.meta_path.append(finder)
     try:
         fake_device(request["device"])
-        import sglang
-
-        try:
-            from importlib.metadata import version
-
-            result["sglang_version"] = version("sglang")
-        except Exception:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
-            result["sglang_version"] = getattr(sglang, "__version__", "unknown")
-        _answer_memory_queries(request["device"])
+        result["sglang_version"] = load_sglang()
     except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
         result["error"] = f"sglang does not import here: {_one_line(exc)}"
         result["placeholders"] = sorted(finder.used)
@@ -539,14 +681,24 @@ def run(request: dict) -> dict:
             result["flags"] = check_flags(request["flags"])
         except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
             result["flags"] = {"ok": None, "error": _one_line(exc)}
+        result["files"]["flags"] = sglang_files()
+    if "launches" in request or "runners" in request:
+        try:
+            _prepare_resolution(request["device"])
+        except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
+            result["error"] = f"SGLang's resolution does not load here: {_one_line(exc)}"
+            result["placeholders"] = sorted(finder.used)
+            return result
+    if "launches" in request:
+        result["launches"] = [resolve_launch(argv) for argv in request["launches"]]
+        result["files"]["launches"] = sglang_files()
     if "runners" in request:
         try:
             result["runners"] = runner_gates(request["runners"])
         except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
             err = {"ok": False, "imported": None, "error": f"cannot prepare the runner check: {_one_line(exc)}"}
             result["runners"] = [err for _ in request["runners"]["sources"]]
-    if "launches" in request:
-        result["launches"] = [resolve_launch(argv) for argv in request["launches"]]
+        result["files"]["runners"] = sglang_files()
     result["placeholders"] = sorted(finder.used)
     return result
 

@@ -1,11 +1,13 @@
 """Ask the installed SGLang itself what it will do with a profile's launch.
 
-`ask_sglang` runs `bcgtune.adapters.sglang_probe` in a child process (its own session,
-a deadline, its output kept away from ours) and returns typed answers: the prefill
-graphs SGLang's resolution pipeline settles on, whether `serve`'s flag check accepts the
-launch, and how the prefill runner's multimodal gate behaves. It never substitutes a
-model for an answer: when SGLang cannot answer, the answer says why, and the caller
-(bcgtune.services.launch) decides what to say instead.
+`ask_sglang` returns typed answers: the prefill graphs SGLang's resolution pipeline
+settles on (a launch it refuses included), whether `serve`'s flag check accepts the
+launch, and how the prefill runner's multimodal gate behaves. Each answer comes from the
+answer cache (bcgtune.adapters.answer_cache) when SGLang already answered the same
+question, else from `bcgtune.adapters.sglang_probe` run in one child process (its own
+session, a deadline, its output kept away from ours), and is then cached. It never
+substitutes a model for an answer: when SGLang cannot answer, the answer says why, and
+the caller (bcgtune.services.launch) decides what to say instead.
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bcgtune.adapters.hardware import GpuSpec, gpu_for
 from bcgtune.adapters.launcher import ServerCommand, build_server_command
 from bcgtune.adapters.model_config import locate_model_config
-from bcgtune.core.ladder import CaptureSource, PrefillBackend, PrefillCapture
+from bcgtune.core.capture import CaptureSource, PrefillBackend, PrefillCapture
 from bcgtune.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -39,23 +43,29 @@ _BACKENDS: tuple[PrefillBackend, ...] = ("breakable", "full", "disabled")
 
 @dataclass(frozen=True)
 class RunnerAnswers:
-    """The prefill runner's own answers, or why there are none. `imported`: whether the
-    runner module imported (False: callers fall back to reading its source)."""
+    """The prefill runner's own answers, or why there are none. `imported`: whether SGLang
+    imported the runner module (False: it does not import; None: not tried). `cached_at`:
+    when the answer was cached (None: asked just now)."""
 
     ok: bool
     imported: bool | None
     answers: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
+    cached_at: str | None = None
+    slots: tuple[str, ...] | None = None  # the inputs it registers a capture slot for
 
 
 @dataclass(frozen=True)
 class FlagCheck:
     """serve's flag check run on the launch: ok, or the message and where (the profile
-    key); ok None when it could not run."""
+    key); ok None when it could not run (`message` says why). `version`: the SGLang whose
+    parser answered; `cached_at`: when its answer was cached (None: asked just now)."""
 
     ok: bool | None
     message: str | None = None
     where: str | None = None
+    version: str | None = None
+    cached_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,232 @@ def capture_from_sglang(
     )
 
 
+# --------------------------------------------------------------------------- questions
+QuestionKind = Literal["launches", "flags", "runners"]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One thing SGLang is asked: `payload` is what the child is sent, `parts` everything
+    the answer depends on (its cache key)."""
+
+    kind: QuestionKind
+    parts: dict[str, Any]
+    payload: Any
+
+    @property
+    def key(self) -> str:
+        from bcgtune.adapters.answer_cache import key_of
+
+        return key_of(self.parts)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """SGLang's answer to one question (`raw`, as the child wrote it; None: no answer, see
+    `why`), and when it was cached (None: asked just now)."""
+
+    raw: dict[str, Any] | None
+    sglang_version: str | None = None
+    cached_at: str | None = None
+    why: str | None = None
+
+
+_WHAT = {"launches": "its launch resolution", "flags": "its parser", "runners": "its prefill runner"}
+# bcgtune's own code that asking depends on: a change to it makes earlier answers stale
+_PROBE_CODE = ("sglang_probe.py", "launcher.py")
+_CONFIG_FILES_MAX_BYTES = 4 * 2**20
+
+
+@lru_cache(maxsize=1)
+def _base_parts() -> dict[str, Any]:
+    """What every answer depends on: this interpreter, the SGLang installation (version
+    and folder), the torch and transformers it runs with, and bcgtune's probe code."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from bcgtune.adapters.answer_cache import file_digest
+    from bcgtune.adapters.environment import sglang_info
+
+    def v(dist: str) -> str | None:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return None
+
+    here = Path(__file__).resolve().parent
+    sg = sglang_info()
+    return {
+        "format": 1,
+        "python": sys.executable,
+        "sglang": [sg.version, sg.path],
+        "torch": v("torch"),
+        "transformers": v("transformers"),
+        "probe": [file_digest(here / name) for name in _PROBE_CODE],
+    }
+
+
+def config_digest(folder: Path | None) -> str | None:
+    """A digest of the model folder's JSON files (config.json and its neighbours up to
+    4 MiB each): what SGLang reads when it resolves a launch for that model."""
+    if folder is None:
+        return None
+    import hashlib
+
+    from bcgtune.adapters.answer_cache import file_digest
+
+    h = hashlib.sha256()
+    try:
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".json" and p.is_file())
+    except OSError:
+        return None
+    for f in files:
+        try:
+            if f.stat().st_size > _CONFIG_FILES_MAX_BYTES:
+                continue
+        except OSError:
+            continue
+        h.update(f.name.encode() + b"\0" + (file_digest(f) or "unreadable").encode() + b"\0")
+    return h.hexdigest()
+
+
+def launch_question(argv: list[str], device: dict, config_dir: Path) -> Question:
+    return Question(
+        "launches",
+        {**_base_parts(), "q": "launch", "device": device, "argv": argv, "config": config_digest(config_dir)},
+        argv,
+    )
+
+
+def flags_question(cmd: ServerCommand) -> Question:
+    payload = {
+        "argv": cmd.argv,
+        "sources": [
+            {"flag": s.flag, "origin": s.origin, "value": _jsonable(s.value), "from_profile": s.from_profile} for s in cmd.sources
+        ],
+    }
+    return Question("flags", {**_base_parts(), "q": "flags", **payload}, payload)
+
+
+def runner_question(source: str | None, device: dict) -> Question:
+    """The installed runner (source None) or a copy; keyed by the file's content."""
+    from bcgtune.adapters.answer_cache import file_digest
+    from bcgtune.adapters.runner_source import find_runner_source
+
+    path = Path(source).resolve() if source is not None else find_runner_source()
+    parts = {
+        **_base_parts(),
+        "q": "runner",
+        "device": device,
+        "installed": source is None,
+        "runner": file_digest(path) if path is not None else None,
+        "probe_config": file_digest(PROBE_CONFIG_DIR / "config.json"),
+    }
+    return Question("runners", parts, None if source is None else str(path))
+
+
+def _request(questions: Sequence[Question], device: dict) -> dict[str, Any]:
+    request: dict[str, Any] = {"device": device}
+    for q in questions:
+        if q.kind == "launches":
+            request.setdefault("launches", []).append(q.payload)
+        elif q.kind == "flags":
+            request["flags"] = q.payload
+        else:
+            request.setdefault("runners", {"config_dir": str(PROBE_CONFIG_DIR), "sources": []})["sources"].append(q.payload)
+    return request
+
+
+def _split(result: dict, questions: Sequence[Question]) -> list[dict[str, Any] | None]:
+    """The child's answer to each question, in order (None where it gave none)."""
+    out: list[dict[str, Any] | None] = []
+    seen = {"launches": 0, "runners": 0}
+    for q in questions:
+        if q.kind == "flags":
+            raw = result.get("flags")
+        else:
+            items = result.get(q.kind)
+            i = seen[q.kind]
+            seen[q.kind] += 1
+            raw = items[i] if isinstance(items, list) and i < len(items) else None
+        out.append(raw if isinstance(raw, dict) else None)
+    return out
+
+
+def _cacheable(kind: QuestionKind, raw: dict[str, Any] | None) -> bool:
+    """An answer worth keeping: SGLang's verdict (a launch resolved or refused, flags
+    accepted or refused, a runner that answered or does not import), not a failure to ask."""
+    if raw is None:
+        return False
+    if raw.get("ok") is True:
+        return True
+    if kind == "launches":
+        return raw.get("refused") is not None
+    if kind == "flags":
+        return raw.get("ok") is False and "message" in raw
+    return raw.get("imported") is False
+
+
+def _stamps(result: dict, kind: QuestionKind) -> list[Any]:
+    files = result.get("files")
+    stamps = files.get(kind) if isinstance(files, dict) else None
+    return stamps if isinstance(stamps, list) else []
+
+
+def ask(
+    questions: Sequence[Question],
+    device: dict,
+    *,
+    probe: bool = True,
+    refresh: bool = False,
+    not_asked: str = "not asked",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    cache=None,
+    say=None,
+) -> list[Answer]:
+    """SGLang's answer to each question: from the answer cache (unless `refresh`), else
+    asked of SGLang in one child process (when `probe`), and cached. Another bcgtune asking
+    at the same time is waited for, and its answers used."""
+    from bcgtune.adapters.answer_cache import AnswerCache
+
+    cache = cache if cache is not None else AnswerCache()
+    answers: dict[int, Answer] = {}
+    started = time.time()
+
+    def from_cache(i: int, q: Question, newer_than: float | None) -> None:
+        hit = cache.get(q.key)
+        if hit is not None and (newer_than is None or hit.created >= newer_than):
+            version = hit.answer.get("sglang_version")
+            answers[i] = Answer(hit.answer.get("answer"), version if isinstance(version, str) else None, hit.created_text)
+
+    if not refresh:
+        for i, q in enumerate(questions):
+            from_cache(i, q, None)
+    missing = [i for i in range(len(questions)) if i not in answers]
+    if missing and not probe:
+        for i in missing:
+            answers[i] = Answer(None, why=not_asked)
+        missing = []
+    if missing:
+        with cache.asking(on_wait=say):
+            for i in missing:  # answered by another bcgtune while this one waited
+                from_cache(i, questions[i], started if refresh else None)
+            missing = [i for i in missing if i not in answers]
+            if missing:
+                asked = [questions[i] for i in missing]
+                if say is not None:
+                    what = ", ".join(sorted({_WHAT[q.kind] for q in asked}))
+                    say(f"bcgtune: asking the installed SGLang ({what}); the first answer takes 10-35 s, then it is cached")
+                result = run_probe(_request(asked, device), timeout=timeout)
+                version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
+                error = result.get("error") if isinstance(result.get("error"), str) else None
+                for i, q, raw in zip(missing, asked, _split(result, asked)):
+                    answers[i] = Answer(raw, version, None, None if raw is not None else (error or "no answer from SGLang"))
+                    if _cacheable(q.kind, raw):
+                        cache.put(q.key, {"sglang_version": version, "answer": raw}, _stamps(result, q.kind), q.parts)
+    return [answers[i] for i in range(len(questions))]
+
+
+# --------------------------------------------------------------------------- a profile's launch
 def _backend_explicit(profile) -> bool:
     from bcgtune.adapters.sglang_flags import prefill_graph_json
 
@@ -242,116 +478,72 @@ def _backend_explicit(profile) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class _ProbeRequest:
-    """What one child process is asked (`request`: the device, and the launches, flag
-    check and runners asked about), with what building it found: `notes` on the device,
-    the model's config folder or why it is not on this machine, and serve's command for
-    the profile or why serve refuses it."""
-
-    request: dict[str, Any]
-    notes: tuple[str, ...]
-    config_dir: Path | None
-    config_why: str | None
-    cmd: ServerCommand | None
-    refused: InputError | None
-
-    @property
-    def asks_anything(self) -> bool:
-        return len(self.request) > 1  # more than the device
-
-
-def _build_request(
-    profile, model: str | None, *, resolve: bool, check_flags: bool, runner_sources: Sequence[str | None]
-) -> _ProbeRequest:
-    request: dict[str, Any] = {}
-    notes: list[str] = []
-    if profile is not None:
-        request["device"], notes = device_for(profile)
-    else:
-        request["device"] = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
-    config_dir, config_why = locate_model_config(model) if (resolve and profile is not None) else (None, None)
-    cmd = None
-    refused: InputError | None = None
-    if profile is not None and (resolve or check_flags):
-        try:
-            cmd = build_server_command(profile, model=model)
-        except InputError as exc:  # serve refuses before any flag is checked
-            refused = exc
-    if resolve and profile is not None and config_dir is not None and cmd is not None:
-        argv = list(cmd.argv[3:])
-        argv[argv.index("--model-path") + 1] = str(config_dir)
-        request["launches"] = [argv]
-    if check_flags and cmd is not None:
-        request["flags"] = {
-            "argv": cmd.argv,
-            "sources": [
-                {"flag": s.flag, "origin": s.origin, "value": _jsonable(s.value), "from_profile": s.from_profile}
-                for s in cmd.sources
-            ],
-        }
-    if runner_sources:
-        request["runners"] = {
-            "config_dir": str(PROBE_CONFIG_DIR),
-            "sources": [None if s is None else str(Path(s).resolve()) for s in runner_sources],
-        }
-    return _ProbeRequest(request, tuple(notes), config_dir, config_why, cmd, refused)
-
-
-def _capture_answer(
-    result: dict, asked: _ProbeRequest, profile, version: str | None, error: str | None
-) -> tuple[PrefillCapture | None, str | None]:
-    """SGLang's resolution of the launch from the child's answer, or why there is none."""
-    launches = result.get("launches")
-    launch = launches[0] if isinstance(launches, list) and launches and isinstance(launches[0], dict) else None
-    if launch is not None and launch.get("ok") is True:
+def _capture_answer(answer: Answer, profile) -> tuple[PrefillCapture | None, str | None]:
+    """SGLang's resolution of the launch from its answer, or why there is none. A launch
+    SGLang refuses is an answer: nothing is captured, and `refused` says why."""
+    raw = answer.raw
+    requested = tuple(profile.buckets) if profile.buckets is not None else None
+    source = CaptureSource("sglang", sglang_version=answer.sglang_version, cached_at=answer.cached_at)
+    if raw is None:
+        return None, answer.why
+    if raw.get("ok") is True:
         capture = capture_from_sglang(
-            launch,
-            version or "unknown version",
-            tuple(profile.buckets) if profile.buckets is not None else None,
-            profile.platform,
-            _backend_explicit(profile),
+            raw, answer.sglang_version or "unknown version", requested, profile.platform, _backend_explicit(profile)
         )
         if capture is None:
             return None, "SGLang's answer was incomplete"
-        return capture, None
-    if launch is not None:
-        return None, f"SGLang refused the launch: {launch.get('error')}"
-    return None, error or asked.config_why or "the launch could not be built from the profile"
+        return replace(capture, source=source), None
+    if raw.get("refused"):
+        why = f"{str(raw['refused'])[:300]} ({str(raw.get('where') or 'SGLang')[:120]})"
+        off = PrefillCapture("disabled", f"SGLang refuses this launch: {why}", None, None, 1, (), None)
+        return replace(off, source=source, requested=requested, refused=why), None
+    return None, f"SGLang could not resolve the launch here: {str(raw.get('error'))[:300]}"
 
 
-def _runner_answers(raw: Any, runner_sources: Sequence[str | None], error: str | None) -> tuple[RunnerAnswers, ...]:
-    """The child's answer for each runner asked about, in order; a missing one says why."""
-    runners = []
-    for i, _src in enumerate(runner_sources):
-        r = raw[i] if isinstance(raw, list) and i < len(raw) and isinstance(raw[i], dict) else None
-        if r is None:
-            runners.append(RunnerAnswers(False, None, {}, error or "no answer from the SGLang check"))
-            continue
-        answers = r.get("answers") if isinstance(r.get("answers"), dict) else {}
-        runners.append(
-            RunnerAnswers(
-                ok=r.get("ok") is True,
-                imported=r.get("imported") if isinstance(r.get("imported"), bool) else None,
-                answers={k: v for k, v in answers.items() if isinstance(k, str) and isinstance(v, bool)},
-                error=str(r["error"])[:400] if r.get("error") else None,
-            )
-        )
-    return tuple(runners)
+def _runner_answer(answer: Answer) -> RunnerAnswers:
+    r = answer.raw
+    if r is None:
+        return RunnerAnswers(False, None, {}, answer.why or "no answer from the SGLang check")
+    raw_answers = r.get("answers")
+    answers = raw_answers if isinstance(raw_answers, dict) else {}
+    return RunnerAnswers(
+        ok=r.get("ok") is True,
+        imported=r.get("imported") if isinstance(r.get("imported"), bool) else None,
+        answers={k: v for k, v in answers.items() if isinstance(k, str) and isinstance(v, bool)},
+        error=str(r["error"])[:400] if r.get("error") else None,
+        cached_at=answer.cached_at,
+        slots=tuple(str(x) for x in r["slots"]) if isinstance(r.get("slots"), list) else None,
+    )
 
 
-def _flag_answer(raw: Any, asked: _ProbeRequest, error: str | None) -> FlagCheck | None:
-    """serve's flag check: refused before any flag was checked, SGLang's verdict, or why
-    there is none (None when there was no command to check)."""
-    if asked.refused is not None:
-        return FlagCheck(False, asked.refused.what, asked.refused.where)
-    if asked.cmd is None:
-        return None
+def _flag_answer(answer: Answer) -> FlagCheck:
+    """serve's flag check from SGLang's answer, or why there is none."""
+    raw = answer.raw
     if isinstance(raw, dict) and raw.get("ok") is True:
-        return FlagCheck(True)
-    if isinstance(raw, dict) and raw.get("ok") is False:
-        return FlagCheck(False, str(raw.get("message"))[:400], str(raw.get("where") or "")[:200] or None)
-    return FlagCheck(None, error or (str(raw.get("error")) if isinstance(raw, dict) else "no answer"))
+        return FlagCheck(True, version=answer.sglang_version, cached_at=answer.cached_at)
+    if isinstance(raw, dict) and raw.get("ok") is False and "message" in raw:
+        return FlagCheck(
+            False,
+            str(raw.get("message"))[:400],
+            str(raw.get("where") or "")[:200] or None,
+            version=answer.sglang_version,
+            cached_at=answer.cached_at,
+        )
+    why = answer.why or (str(raw.get("error")) if isinstance(raw, dict) else "no answer")
+    return FlagCheck(None, why)
+
+
+def check_flags(
+    cmd: ServerCommand, *, probe: bool = True, refresh: bool = False, not_asked: str = "not asked", say=None
+) -> FlagCheck:
+    """serve's flag check of a command against the installed SGLang's parser (cached)."""
+    if not sglang_installed():
+        return FlagCheck(None, "sglang is not installed")
+    (answer,) = ask([flags_question(cmd)], _DEFAULT_DEVICE, probe=probe, refresh=refresh, not_asked=not_asked, say=say)
+    return _flag_answer(answer)
+
+
+_DEFAULT_DEVICE = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
 
 
 def unasked(profile, model: str | None, why: str, runner_sources: Sequence[str | None], check_flags: bool) -> SglangAnswers:
@@ -361,7 +553,7 @@ def unasked(profile, model: str | None, why: str, runner_sources: Sequence[str |
     if profile is not None:
         _, notes = device_for(profile)
         config_dir, _ = locate_model_config(model)
-    runners = tuple(RunnerAnswers(False, False, {}, why) for _ in runner_sources)
+    runners = tuple(RunnerAnswers(False, None, {}, why) for _ in runner_sources)
     flags = FlagCheck(None, why) if check_flags and profile is not None else None
     return SglangAnswers(None, None, runners, flags, why, capture_error=why, notes=tuple(notes), config_dir=config_dir)
 
@@ -374,48 +566,68 @@ def ask_sglang(
     check_flags: bool = False,
     resolve: bool = True,
     timeout: float = DEFAULT_TIMEOUT_S,
+    probe: bool = True,
+    refresh: bool = False,
+    not_asked: str = "not asked",
+    say=None,
+    flags_cmd: ServerCommand | None = None,
 ) -> SglangAnswers:
-    """One child process answers everything asked: the resolved prefill capture of the
-    profile's launch (`resolve`), serve's flag check (`check_flags`), and the runner gate
-    of each of `runner_sources` (None: the installed runner; a path: a copy)."""
+    """SGLang's answers for a profile: the resolved prefill capture of its launch
+    (`resolve`), serve's flag check (`check_flags`; of `flags_cmd` when given, e.g. with
+    serve's --port and extra arguments), and the runner gate of each of
+    `runner_sources` (None: the installed runner; a path: a copy). Each comes from the
+    answer cache, or, when `probe`, from one child process that answers every question
+    not cached; `not_asked` says why SGLang was not asked when it is not."""
     model = model or (profile.model if profile is not None else None)
     if not sglang_installed():
         return unasked(profile, model, "sglang is not installed", runner_sources, check_flags)
-    asked = _build_request(profile, model, resolve=resolve, check_flags=check_flags, runner_sources=runner_sources)
-    if not asked.asks_anything:
-        answers = unasked(profile, model, asked.config_why or "nothing to ask", runner_sources, False)
-        if check_flags and asked.refused is not None:
-            return SglangAnswers(
-                None,
-                None,
-                answers.runners,
-                _flag_answer(None, asked, None),
-                answers.error,
-                answers.capture_error,
-                notes=answers.notes,
-                config_dir=answers.config_dir,
-            )
-        return answers
-    result = run_probe(asked.request, timeout=timeout)
-    version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
-    error = result.get("error") if isinstance(result.get("error"), str) else None
-    capture, capture_error = (None, None)
-    if resolve and profile is not None:
-        capture, capture_error = _capture_answer(result, asked, profile, version, error)
-    runners = _runner_answers(result.get("runners"), runner_sources, error)
-    flags = _flag_answer(result.get("flags"), asked, error) if check_flags else None
-    raw_placeholders = result.get("placeholders")
-    placeholders = raw_placeholders if isinstance(raw_placeholders, list) else []
+    device, notes = device_for(profile) if profile is not None else (dict(_DEFAULT_DEVICE), [])
+    config_dir, config_why = locate_model_config(model) if (resolve and profile is not None) else (None, None)
+    cmd, serve_refusal = None, None
+    if profile is not None and (resolve or check_flags):
+        try:
+            cmd = build_server_command(profile, model=model)
+        except InputError as exc:  # serve refuses before any flag is checked
+            serve_refusal = exc
+    questions: list[Question] = []
+    if resolve and config_dir is not None and cmd is not None:
+        argv = list(cmd.argv[3:])
+        argv[argv.index("--model-path") + 1] = str(config_dir)
+        questions.append(launch_question(argv, device, config_dir))
+    checked_cmd = flags_cmd if flags_cmd is not None else cmd
+    if check_flags and checked_cmd is not None:
+        questions.append(flags_question(checked_cmd))
+    questions += [runner_question(src, device) for src in runner_sources]
+    got = dict(
+        zip(
+            [id(q) for q in questions],
+            ask(questions, device, probe=probe, refresh=refresh, not_asked=not_asked, timeout=timeout, say=say),
+        )
+    )
+    by_kind = {q.kind: got[id(q)] for q in questions if q.kind != "runners"}
+    # without the model's config on this machine SGLang cannot resolve the launch at all:
+    # that is the reason, whether or not it could have been started
+    capture, capture_error = None, config_why or (serve_refusal.what if serve_refusal is not None else None)
+    if "launches" in by_kind:
+        capture, capture_error = _capture_answer(by_kind["launches"], profile)
+    flags = None
+    if check_flags and serve_refusal is not None and flags_cmd is None:
+        flags = FlagCheck(False, serve_refusal.what, serve_refusal.where)
+    elif "flags" in by_kind:
+        flags = _flag_answer(by_kind["flags"])
+    runners = tuple(_runner_answer(got[id(q)]) for q in questions if q.kind == "runners")
+    versions = [a.sglang_version for a in got.values() if a.sglang_version]
+    errors = [a.why for a in got.values() if a.raw is None and a.why]
     return SglangAnswers(
-        version,
+        versions[0] if versions else None,
         capture,
         runners,
         flags,
-        error,
+        errors[0] if errors else None,
         capture_error,
-        tuple(str(p) for p in placeholders),
-        asked.notes,
-        asked.config_dir,
+        (),
+        tuple(notes),
+        config_dir,
     )
 
 

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from bcgtune.core.document import document_header
+from bcgtune.core.runner_gate import GateState  # doctor's
 
 KIND = "bcgtune.server-validation"
 ProbeKind = Literal["text", "image"]
 RunnerState = Literal["patched", "replays", "unpatched", "eager-images", "not-applicable", "unknown"]
-GateState = Literal["patched", "unpatched", "refusal-removed", "inverted", "absent", "unknown"]  # doctor's
 
 
 @dataclass

@@ -39,11 +39,13 @@ from bcgtune.adapters.environment import (
     torch_info,
 )
 from bcgtune.adapters.model_config import model_is_qwen4_exp
-from bcgtune.adapters.runner_source import GateReport, GateState, find_runner_source, runner_gate_state
+from bcgtune.adapters.runner_source import GateReport, find_runner_source, runner_gate_state
 from bcgtune.adapters.sglang_resolve import FlagCheck, RunnerAnswers
-from bcgtune.core.ladder import PrefillCapture
+from bcgtune.core.capture import PrefillCapture
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, smallest_replaying_size
+from bcgtune.core.runner_gate import classify_gate
 from bcgtune.errors import InputError
+from bcgtune.services.launch import SglangUse
 
 Severity = Literal["blocking", "warning", "info"]
 BLOCKING: Severity = "blocking"
@@ -71,6 +73,7 @@ class DoctorReport:
     profile: str | None = None
     findings: list[Finding] = field(default_factory=list)
     resolved_prefill: PrefillCapture | None = None
+    gate_cached_at: str | None = None
 
     @property
     def blocking(self) -> list[Finding]:
@@ -86,42 +89,22 @@ class DoctorReport:
             "profile": self.profile,
             "findings": [f.to_json() for f in self.findings],
             "resolved_prefill": None if self.resolved_prefill is None else self.resolved_prefill.to_json(),
+            "gate_cached_at": self.gate_cached_at,
             "ok": not self.blocking,
         }
 
 
 # --------------------------------------------------------------------------- the gate, by behaviour
-GATE_QUESTIONS = ("image_spec_off", "image_spec_on", "text_spec_off", "text_spec_on")
-
-
-def classify_gate(answers: dict[str, bool]) -> tuple[GateState, str]:
-    """(state, detail) from the runner's own answers for a Qwen4-Exp image batch and a
-    text batch, with speculative decoding off and on."""
-    if any(q not in answers for q in GATE_QUESTIONS):
-        return "unknown", "the runner did not answer every question"
-    if not (answers["text_spec_off"] and answers["text_spec_on"]):
-        return "unknown", "a text batch did not replay either, so the answers say nothing about images"
-    img_off, img_on = answers["image_spec_off"], answers["image_spec_on"]
-    if img_off and not img_on:
-        return "patched", "image batches replay unless speculative decoding is on"
-    if not img_off and not img_on:
-        return "unpatched", "every Qwen4-Exp image batch runs eager under breakable graphs"
-    if img_off and img_on:
-        return (
-            "refusal-removed",
-            "image batches replay even under speculative decoding, where the draft runner refuses them "
-            "(ranks can split between replay and eager)",
-        )
-    return "inverted", "image batches replay only under speculative decoding"
-
-
 def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateReport:
-    """The gate by behaviour when the runner ran; a source reading when its module could
-    not be imported; unknown when it imported but could not be run."""
+    """The gate by behaviour when the runner ran; unimportable when SGLang could not import
+    it; unknown when it imported but could not be run; a reading of its source when SGLang
+    did not run it (which says so, and never says patched)."""
     where = str(path) if path is not None else None
     if runner is not None and runner.ok:
         state, detail = classify_gate(runner.answers)
         return GateReport(state, detail, where, method="behaviour", answers=dict(runner.answers))
+    if runner is not None and runner.imported is False:
+        return GateReport("unimportable", runner.error or "the runner module does not import", where, method="behaviour")
     if runner is not None and runner.imported:
         return GateReport(
             "unknown",
@@ -132,7 +115,7 @@ def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateRe
         )
     reading = runner_gate_state(path)
     why = runner.error if runner is not None and runner.error else "the runner was not run"
-    reading.detail = f"{reading.detail} (read from the source, not run: {why})"
+    reading.detail = f"{reading.detail}, not run: {why}"
     return reading
 
 
@@ -222,6 +205,14 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
         )
     elif gate.state == "unknown":
         out.append(Finding(WARNING, "qwen-mm-gate-unknown", f"cannot tell whether image prefills replay: {gate.detail}"))
+    elif gate.state == "unverified":
+        out.append(
+            Finding(
+                WARNING,
+                "qwen-mm-gate-unverified",
+                f"the prefill runner was not run, only read: {gate.detail} (doctor with SGLang installed runs it)",
+            )
+        )
     if bool(spec) and str(spec).upper() not in ("NONE", "FALSE"):
         out.append(
             Finding(
@@ -233,14 +224,28 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
     return out
 
 
-def _gap_finding(buckets: list[int]) -> list[Finding]:
+def _gap_finding(buckets: list[int], profile) -> list[Finding]:
     """Neighbouring buckets so far apart that the sizes between them replay in neither
-    (SGLang's replay rule: bcgtune.core.replay)."""
+    (SGLang's replay rule: bcgtune.core.replay). doctor has no traffic: whether batches of
+    those sizes occur is for suggest-buckets or drift, given a trace, to judge (a list
+    suggest-buckets chose for a trace leaves such gaps where that trace had no batches)."""
     gaps = [(x, y, smallest_replaying_size(y)) for x, y in zip(buckets, buckets[1:])]
     spans = ", ".join(f"{x}->{y} (sizes {x + 1}..{lo - 1} run eager)" for x, y, lo in gaps if lo > x + 1)
     if not spans:
         return []
-    return [Finding(WARNING, "bucket-gap", f"neighbouring buckets more than {DEFAULT_PADDING_FACTOR:g}x apart: {spans}")]
+    tuned = getattr(profile, "provenance", {}) or {}
+    judged = (
+        f"the list was chosen by suggest-buckets for a trace (objective {tuned['objective']}): " if tuned.get("objective") else ""
+    )
+    return [
+        Finding(
+            INFO,
+            "bucket-gap",
+            f"neighbouring buckets more than {DEFAULT_PADDING_FACTOR:g}x apart: {spans}; "
+            f"{judged}doctor has no traffic to judge whether batches of those sizes occur "
+            "(bcgtune drift --profile P --trace T does)",
+        )
+    ]
 
 
 def _above_chunk_finding(buckets: list[int], resolved: PrefillCapture, server: dict) -> list[Finding]:
@@ -298,12 +303,22 @@ def profile_findings(
         except InputError as exc:
             out.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {exc}"))
             return out
+    if resolved.refused is not None:
+        out.append(
+            Finding(
+                BLOCKING,
+                "launch-refused",
+                f"SGLang refuses this launch, the server would not start: {resolved.refused}"
+                + ("" if resolved.source.kind == "sglang" else " (bcgtune's model of SGLang's checks)"),
+            )
+        )
+        return out
     qwen = model_is_qwen4_exp(model)
     out += _graphs_off_findings(profile, resolved)
     if resolved.graphs_on:
         buckets = list(resolved.captured)
         out += _qwen_gate_findings(gate, qwen, profile.server.get("speculative_algorithm"))
-        out += _gap_finding(buckets)
+        out += _gap_finding(buckets, profile)
         out += _above_chunk_finding(buckets, resolved, profile.server)
         out += _rounded_finding(profile.buckets, buckets, resolved)
     return out
@@ -319,31 +334,110 @@ def _platform_findings(profile, tor: TorchInfo) -> list[Finding]:
     return [Finding(INFO, "platform-mismatch", f"profile is for {profile.platform}, this machine runs {here} torch")]
 
 
+def _deepstack_findings(
+    model: str | None, runner: RunnerAnswers | None, path: str | Path | None, resolved: PrefillCapture | None
+) -> list[Finding]:
+    """A model with DeepStack visual inputs (Qwen3-VL) replayed from breakable graphs by a
+    runner that registers no capture slot for them loses them on image prefills (SGLang's
+    fix registers one at capture and copies it at replay). By the runner's behaviour when
+    SGLang built it, else a reading of its source."""
+    from bcgtune.adapters.model_config import deepstack_indexes, locate_model_config, read_model_config
+    from bcgtune.adapters.runner_source import reads_deepstack_slot
+
+    if resolved is None or not resolved.graphs_on or resolved.backend != "breakable":
+        return []
+    folder, _ = locate_model_config(model)
+    idx = deepstack_indexes(read_model_config(folder))
+    if not idx:
+        return []
+    if runner is not None and runner.ok and runner.slots is not None:
+        if any("deepstack" in slot.lower() for slot in runner.slots):
+            return []
+        how = "by behaviour: the runner SGLang built registers capture slots for " + ", ".join(runner.slots) + " only"
+    else:
+        reading = reads_deepstack_slot(path)
+        if reading is True:
+            return []
+        why = runner.error if runner is not None and runner.error else "the runner was not run"
+        how = f"reads as registering none, not run: {why}" if reading is False else f"cannot read it: {reading}"
+    return [
+        Finding(
+            WARNING,
+            "deepstack-not-preserved",
+            f"the model declares DeepStack visual inputs (deepstack_visual_indexes {idx}) and the prefill runner "
+            f"registers no capture slot for them ({how}): image prefills replayed from breakable graphs lose them "
+            "(SGLang's fix preserves DeepStack inputs during replay)",
+        )
+    ]
+
+
+def _check_runner_source(path: str | Path) -> None:
+    """--runner-source must name a readable Python file of reasonable size."""
+    import os
+    import stat
+
+    where = f"--runner-source {path}"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("no such file", where) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", where) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder, not a prefill_cuda_graph_runner.py", where)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("is not a regular file (a device, pipe or socket)", where)
+    if st.st_size > RUNNER_SOURCE_MAX_BYTES:
+        raise InputError(f"is {st.st_size:,} bytes, more than a runner's source ({RUNNER_SOURCE_MAX_BYTES:,})", where)
+    if not os.access(path, os.R_OK):
+        raise InputError("cannot read it: permission denied", where)
+
+
+# SGLang 0.5.23's runner is about 90 kB
+RUNNER_SOURCE_MAX_BYTES = 4 * 2**20
+
+
+def _runner_findings(gate: GateReport) -> list[Finding]:
+    """Whatever the profile: a runner module that SGLang cannot import stops the server."""
+    if gate.state != "unimportable":
+        return []
+    return [Finding(BLOCKING, "runner-does-not-import", f"the server would not start: {gate.detail} ({gate.path})")]
+
+
 def run_doctor(
     profile=None,
     *,
     runner_path: str | Path | None = None,
     model: str | None = None,
-    probe: bool = True,
+    sglang: SglangUse = "ask",
+    skipped_by: str | None = None,
+    refresh: bool = False,
     ask=None,
+    say=None,
 ) -> DoctorReport:
-    """Everything doctor reports. `probe` False: SGLang is not started (bcgtune's model and
-    a reading of the runner's source answer). `ask`: how SGLang is asked
-    (sglang_resolve.ask_sglang; one child process answers the resolution, the flag check
-    and the runner gate)."""
+    """Everything doctor reports. SGLang's answers come from the answer cache, else from one
+    child process that answers the resolution, the flag check and the runner gate
+    (`sglang`, `skipped_by` and `refresh` as bcgtune.services.launch takes them); where
+    SGLang did not answer, bcgtune's model and a reading of the runner's source do, and say
+    so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
     from bcgtune.services.launch import answers_for_profile
 
+    if runner_path is not None:
+        _check_runner_source(runner_path)
     sg = sglang_info()
     installed_runner = find_runner_source(sg.path) if sg.installed else None
     path = runner_path if runner_path is not None else installed_runner
     answers = answers_for_profile(
         profile,
         model,
-        probe=probe,
+        sglang=sglang,
+        skipped_by=skipped_by,
+        refresh=refresh,
         runner_sources=[None if runner_path is None else str(runner_path)],
         check_flags=profile is not None,
         resolve=profile is not None,
         ask=ask,
+        say=say,
     )
     runner = answers.runners[0] if answers.runners else None
     if runner_path is None and not sg.installed:
@@ -358,12 +452,15 @@ def run_doctor(
         prefill_runner_gate=gate,
         profile=profile.name if profile is not None else None,
         resolved_prefill=answers.capture,
+        gate_cached_at=runner.cached_at if runner is not None and gate.method == "behaviour" else None,
     )
+    report.findings = _runner_findings(gate)
     if profile is not None:
         findings = _flag_findings(answers.flags)
         if answers.invalid is not None:
             findings.append(Finding(BLOCKING, "launch-invalid", f"the launch cannot be resolved: {answers.invalid}"))
         else:
             findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
-        report.findings = findings + _platform_findings(profile, tor)
+            findings += _deepstack_findings(model or profile.model, runner, path, answers.capture)
+        report.findings += findings + _platform_findings(profile, tor)
     return report

@@ -15,14 +15,17 @@ traffic of a server launched otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bcgtune.core.calibration import Calibration
+from bcgtune.core.capture import PrefillCapture
 from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, drift_report
 from bcgtune.core.plan import assumed_chunked_prefill_size
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
+from bcgtune.services.launch import SglangUse
 
 
 def load_traffic(logs: list[str] | None, trace_path: str | None) -> PrefillTrace:
@@ -40,10 +43,20 @@ def load_traffic(logs: list[str] | None, trace_path: str | None) -> PrefillTrace
 
 
 def drift_for_profile(
-    profile, trace: PrefillTrace, *, calibration: Calibration | None = None, threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    profile,
+    trace: PrefillTrace,
+    *,
+    calibration: Calibration | None = None,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    sglang: SglangUse = "cache",
+    say: Callable[[PrefillCapture], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> DriftReport:
     """The profile's captured list (its [buckets], or SGLang's default ladder for its
-    launch) against today's optimum of as many buckets on `trace` (one configuration's)."""
+    launch) against today's optimum of as many buckets on `trace` (one configuration's).
+    `sglang`: when SGLang's own answer for the launch is used (bcgtune.services.launch);
+    `say` is given the capture priced, to say whose answer it is; `progress` is told when
+    SGLang is asked."""
     from bcgtune.adapters.hardware import gpu_for
     from bcgtune.services.launch import capture_for_flags
 
@@ -56,8 +69,13 @@ def drift_for_profile(
         platform=profile.platform,
         buckets=profile.buckets,
         model_path=profile.model or "",
-        gpu_memory_gib=gpu.memory_gib if gpu is not None else None,
+        hardware=profile.hardware or None,
+        env=profile.env,
+        sglang=sglang,
+        say=progress,
     )
+    if say is not None:
+        say(capture)
     if not capture.graphs_on:
         raise InputError(f"the profile runs no prefill graphs: {capture.reason}", profile.where)
     what = "list" if profile.buckets else "SGLang default ladder (no list)"
@@ -153,6 +171,9 @@ def drift_fleet(
     groups: list[int] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    sglang: SglangUse = "cache",
+    say: Callable[[PrefillCapture], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> FleetDrift:
     """Every deployed list against today's traffic, one row each.
 
@@ -160,7 +181,8 @@ def drift_fleet(
     `trace` whose logged settings it agrees with (a trace of one configuration, or none
     known: that one); a profile that agrees with none is refused with the configurations
     named. No profile: every configuration (or those in `groups`) is judged
-    by the list its servers logged capturing."""
+    by the list its servers logged capturing. `sglang`, `say`, `progress`: as
+    drift_for_profile takes them, for each profile's launch."""
     from bcgtune.core.trace_groups import check_group_index
 
     for g in groups or []:
@@ -190,7 +212,15 @@ def drift_fleet(
                 )
         for target in targets:
             view = trace if target is None else trace.group_view(target)
-            rep = drift_for_profile(prof, view, calibration=calibration, threshold_pct=threshold_pct)
+            rep = drift_for_profile(
+                prof,
+                view,
+                calibration=calibration,
+                threshold_pct=threshold_pct,
+                sglang=sglang,
+                say=say,
+                progress=progress,
+            )
             if target is not None:
                 label = trace.groups[target].label()
                 judged.add(target)

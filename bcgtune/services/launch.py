@@ -1,40 +1,81 @@
 """What SGLang will capture for a launch: the one answer every command prices with.
 
-Two sources answer: SGLang's own resolution, asked in a child process
-(bcgtune.adapters.sglang_resolve), and bcgtune's model of its rules
-(bcgtune.core.ladder.resolve_prefill_capture), which says which of SGLang's rules it could
-not check. `answers_for_profile` decides which one answers a profile's launch (doctor and
-`serve --dry-run`); `capture_for_flags` answers a launch given as flags (suggest-buckets,
-drift).
+Two sources answer. SGLang's own resolution, asked in a child process
+(bcgtune.adapters.sglang_resolve) and kept in the answer cache
+(bcgtune.adapters.answer_cache), is used whenever it is available. Otherwise bcgtune's
+model of its rules answers (bcgtune.core.capture.resolve_prefill_capture) and names what it
+could not check, and the answer says why SGLang's own was not used.
+
+When SGLang is asked (`sglang`):
+  "ask"    the cache, else SGLang in a child process (10-35 s the first time), cached;
+           doctor and `serve --dry-run` by default, suggest-buckets and drift with
+           --ask-sglang
+  "cache"  the cache only: an answer SGLang gave before is used, nothing is started;
+           suggest-buckets and drift by default (they answer in about a second)
+  "never"  the model only
+BCGTUNE_SGLANG_PROBE=off never starts SGLang ("ask" reads the cache only); the test suite
+sets it so that ordinary tests run on the model.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from bcgtune.core.ladder import CaptureSource, PrefillCapture, resolve_prefill_capture
+from bcgtune.core.capture import CaptureSource, PrefillCapture, resolve_prefill_capture
 from bcgtune.errors import InputError
 
+SglangUse = Literal["ask", "cache", "never"]
+PROBE_ENV = "BCGTUNE_SGLANG_PROBE"
+# why SGLang's own answer is missing when only the cache was read
+NOT_CACHED = "no cached answer from SGLang for this launch"
 
-def capture_for_flags(
+
+def probe_switched_off() -> bool:
+    """BCGTUNE_SGLANG_PROBE=off (or 0, no, false): never start SGLang."""
+    return os.environ.get(PROBE_ENV, "").strip().lower() in ("0", "off", "no", "false")
+
+
+def _may_start(use: SglangUse, skipped_by: str | None) -> tuple[bool, str]:
+    """(whether SGLang may be started, why it is not when it is not)."""
+    if use == "ask" and skipped_by is None and not probe_switched_off():
+        return True, ""
+    if skipped_by is not None:
+        return False, skipped_by
+    if use == "ask":
+        return False, f"{PROBE_ENV}=off"
+    return False, NOT_CACHED
+
+
+def _model_launch(
     flags: Mapping[str, Any],
     *,
-    platform: str = "cuda",
-    buckets: list[int] | tuple[int, ...] | None = None,
-    model_path: str = "",
-    gpu_memory_gib: float | None = None,
-) -> PrefillCapture:
-    """The prefill graphs SGLang captures for a launch given as flags (a profile's [server]
-    table, or the layout flags of suggest-buckets), with the profile's bucket list."""
+    platform: str,
+    buckets,
+    model_path: str,
+    gpu_memory_gib: float | None,
+    hardware: str | None,
+    env: Mapping[str, str] | None,
+    config_dir: Path | None,
+):
+    from bcgtune.adapters.hardware import gpu_for
+    from bcgtune.adapters.model_config import read_model_config
     from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
 
-    launch = prefill_launch_from_server_flags(
-        flags, platform=platform, buckets=buckets, model_path=model_path, gpu_memory_gib=gpu_memory_gib
+    spec = gpu_for(hardware)
+    return prefill_launch_from_server_flags(
+        flags,
+        platform=platform,
+        gpu_memory_gib=spec.memory_gib if spec is not None and gpu_memory_gib is None else gpu_memory_gib,
+        buckets=buckets,
+        model_path=model_path,
+        model_config=read_model_config(config_dir) if config_dir is not None else None,
+        gpu_capability=spec.capability if spec is not None else None,
+        env=env,
     )
-    return resolve_prefill_capture(launch)
 
 
 def model_capture(
@@ -47,31 +88,76 @@ def model_capture(
 ) -> PrefillCapture:
     """bcgtune's model of SGLang's rules for a profile's launch (no SGLang needed). Raises
     InputError when the launch's own values are invalid."""
-    from bcgtune.adapters.hardware import gpu_for
-    from bcgtune.adapters.model_config import is_mla, read_model_config
-    from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+    from bcgtune.adapters.model_config import locate_model_config
 
     model = model or profile.model or ""
-    spec = gpu_for(getattr(profile, "hardware", None))
-    launch = prefill_launch_from_server_flags(
+    if config_dir is None and model:
+        config_dir, _ = locate_model_config(model)
+    launch = _model_launch(
         profile.server,
         platform=profile.platform,
-        gpu_memory_gib=spec.memory_gib if spec is not None else None,
         buckets=profile.buckets,
         model_path=model,
-        mla=is_mla(read_model_config(config_dir)),
+        gpu_memory_gib=None,
+        hardware=getattr(profile, "hardware", None),
+        env=getattr(profile, "env", None),
+        config_dir=config_dir,
     )
     cap = resolve_prefill_capture(launch)
-    notes = list(extra_notes) + list(cap.notes)
-    if config_dir is None:
-        notes.append("rules that depend on the model's architecture were not checked (its config is not on this machine)")
     return replace(
         cap,
-        backend=cap.backend if cap.captured else "disabled",
-        notes=tuple(notes),
+        backend=cap.backend if cap.graphs_on else "disabled",
+        notes=tuple(extra_notes) + cap.notes,
         source=CaptureSource("model", not_asked=not_asked),
         requested=tuple(profile.buckets) if profile.buckets is not None else None,
     )
+
+
+def capture_for_flags(
+    flags: Mapping[str, Any],
+    *,
+    platform: str = "cuda",
+    buckets: list[int] | tuple[int, ...] | None = None,
+    model_path: str = "",
+    gpu_memory_gib: float | None = None,
+    hardware: str | None = None,
+    env: Mapping[str, str] | None = None,
+    sglang: SglangUse = "cache",
+    refresh: bool = False,
+    say=None,
+) -> PrefillCapture:
+    """The prefill graphs SGLang captures for a launch given as flags (a profile's [server]
+    table, or the layout flags of suggest-buckets), with the launch's bucket list.
+    `hardware`: the GPU ([profile].hardware); `model_path`: the model (its config, when on
+    this machine, decides the rules on its architecture; without one SGLang is asked about
+    a plain dense model, and the answer says so). `sglang`: when SGLang's own answer is
+    used (see the module's docstring)."""
+    from bcgtune.adapters.profiles import Profile, snake
+
+    profile = Profile(
+        name="launch",
+        platform=platform,
+        hardware=hardware or "",
+        model=model_path or None,
+        server={snake(str(k)): v for k, v in flags.items()},
+        buckets=list(buckets) if buckets is not None else None,
+        env=dict(env or {}),
+    )
+    if gpu_memory_gib is not None and not hardware:
+        # a GPU known only by its memory: the model answers (SGLang is told about a GPU)
+        launch = _model_launch(
+            flags,
+            platform=platform,
+            buckets=buckets,
+            model_path=model_path,
+            gpu_memory_gib=gpu_memory_gib,
+            hardware=None,
+            env=env,
+            config_dir=None,
+        )
+        cap = resolve_prefill_capture(launch)
+        return replace(cap, source=CaptureSource("model", not_asked="the GPU is known only by its memory"))
+    return answers_for_profile(profile, sglang=sglang, refresh=refresh, stand_in_model=not model_path, say=say).capture_or_raise()
 
 
 @dataclass(frozen=True)
@@ -87,50 +173,110 @@ class LaunchAnswers:
     runners: tuple[Any, ...]
     sglang_version: str | None
 
+    def capture_or_raise(self) -> PrefillCapture:
+        if self.capture is None:
+            raise self.invalid or InputError("the launch could not be resolved")
+        return self.capture
+
 
 def answers_for_profile(
     profile,
     model: str | None = None,
     *,
-    probe: bool = True,
+    sglang: SglangUse = "ask",
+    skipped_by: str | None = None,
+    refresh: bool = False,
     runner_sources: Sequence[str | None] = (),
     check_flags: bool = False,
     resolve: bool = True,
+    stand_in_model: bool = False,
     ask=None,
+    say=None,
+    flags_cmd=None,
 ) -> LaunchAnswers:
-    """Ask SGLang (one child process answers the capture, the flag check and every runner
-    asked about) unless `probe` is False; the model answers the capture when SGLang did not.
-    `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
+    """SGLang's answers for a profile's launch (the capture, serve's flag check, each runner
+    asked about), from the cache or one child process as `sglang` allows; the model answers
+    the capture when SGLang did not. `skipped_by`: the user's reason not to start SGLang
+    (e.g. --no-sglang-probe); `stand_in_model`: the profile names no model, so SGLang is
+    asked about a plain dense one (Qwen3-0.6B's config) and the answer says so. `ask`: how
+    SGLang is asked (sglang_resolve.ask_sglang); `flags_cmd`: the command whose flags are
+    checked (default: the profile's own launch)."""
     from bcgtune.adapters import sglang_resolve as sr
 
     model = model or (profile.model if profile is not None else None)
-    if not probe:
-        answers = sr.unasked(profile, model, "--no-sglang-probe", runner_sources, check_flags)
+    asked_profile, asked_model = profile, model
+    if stand_in_model and profile is not None:
+        asked_profile = replace(profile, model=str(sr.PROBE_CONFIG_DIR))
+        asked_model = asked_profile.model
+    start, why = _may_start(sglang, skipped_by)
+    if sglang == "never":
+        answers = sr.unasked(profile, model, skipped_by or "not asked", runner_sources, check_flags)
     else:
-        answers = (ask or sr.ask_sglang)(profile, model, runner_sources=runner_sources, check_flags=check_flags, resolve=resolve)
+        answers = (ask or sr.ask_sglang)(
+            asked_profile,
+            asked_model,
+            runner_sources=runner_sources,
+            check_flags=check_flags,
+            resolve=resolve,
+            probe=start,
+            refresh=refresh,
+            not_asked=why,
+            say=say,
+            flags_cmd=flags_cmd,
+        )
     capture, invalid = None, None
     if resolve and profile is not None:
-        if answers.capture is not None:
-            capture = replace(answers.capture, notes=answers.notes + answers.capture.notes)
-        else:
-            try:
-                capture = model_capture(
-                    profile,
-                    model,
-                    not_asked=answers.capture_error or answers.error,
-                    config_dir=answers.config_dir,
-                    extra_notes=answers.notes,
-                )
-            except InputError as exc:
-                invalid = exc
+        capture, invalid = _capture(profile, model, answers, stand_in_model)
     return LaunchAnswers(capture, invalid, answers.flags, answers.runners, answers.sglang_version)
 
 
-def capture_for_profile(profile, model: str | None = None, *, probe: bool = True) -> PrefillCapture:
+STAND_IN_NOTE = "SGLang's rules on the model (none given)"
+
+
+def _capture(profile, model, answers, stand_in_model: bool) -> tuple[PrefillCapture | None, InputError | None]:
+    if answers.capture is not None:
+        cap = replace(answers.capture, notes=answers.notes + answers.capture.notes)
+        return (_stand_in(cap) if stand_in_model else cap), None
+    try:
+        cap = model_capture(
+            profile,
+            model,
+            not_asked=answers.capture_error or answers.error,
+            config_dir=None if stand_in_model else answers.config_dir,
+            extra_notes=answers.notes,
+        )
+    except InputError as exc:
+        return None, exc
+    return (_stand_in(cap) if stand_in_model else cap), None
+
+
+def _stand_in(cap: PrefillCapture) -> PrefillCapture:
+    """No model was given: one entry says the rules on it were not checked."""
+    from bcgtune.core.capture import ARCH_UNCHECKED
+
+    rest = tuple(u for u in cap.unchecked if not u.startswith(ARCH_UNCHECKED))
+    return replace(cap, unchecked=(STAND_IN_NOTE, *rest))
+
+
+def capture_for_profile(
+    profile,
+    model: str | None = None,
+    *,
+    sglang: SglangUse = "ask",
+    skipped_by: str | None = None,
+    refresh: bool = False,
+    say=None,
+) -> PrefillCapture:
     """The prefill graphs the server will capture for `profile` (model: overrides
-    [profile].model): SGLang's own resolution when it can be asked, else bcgtune's model
-    of its rules with the reason. Raises InputError when the launch's values are invalid."""
-    answers = answers_for_profile(profile, model, probe=probe)
-    if answers.capture is None:
-        raise answers.invalid or InputError("the launch could not be resolved", profile.where)
-    return answers.capture
+    [profile].model): SGLang's own resolution when it answers, else bcgtune's model of its
+    rules with the reason. Raises InputError when the launch's values are invalid."""
+    return answers_for_profile(profile, model, sglang=sglang, skipped_by=skipped_by, refresh=refresh, say=say).capture_or_raise()
+
+
+def check_flags(cmd, *, sglang: SglangUse = "ask", skipped_by: str | None = None, refresh: bool = False, say=None):
+    """serve's flag check of a launch command against the installed SGLang's parser: cached,
+    or asked in a child process as `sglang` allows (bcgtune never imports SGLang itself)."""
+    from bcgtune.adapters import sglang_resolve as sr
+
+    start, why = _may_start(sglang, skipped_by)
+    return sr.check_flags(cmd, probe=start, refresh=refresh, not_asked=why, say=say)

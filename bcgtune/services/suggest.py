@@ -9,11 +9,13 @@ largest bucket worth offering.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bcgtune.core.calibration import Calibration
-from bcgtune.core.ladder import PrefillCapture, ceil_to
+from bcgtune.core.capture import PrefillCapture
+from bcgtune.core.ladder import ceil_to
 from bcgtune.core.plan import (
     MI355X_PR_HAND_LIST,
     MI355X_PR_HAND_LIST_NAME,
@@ -25,6 +27,7 @@ from bcgtune.core.plan import (
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
+from bcgtune.services.launch import SglangUse
 
 
 @dataclass
@@ -36,7 +39,9 @@ class SuggestRequest:
     `max_bucket` None: the launch's capture alignment and ladder maximum. `tolerance_pct`
     (time objective): recommend the fewest graphs within this % of the best predicted time;
     None: within the noise of the calibration's rounds. `group`: which server configuration
-    of a trace that holds several to price (None: the trace must hold one)."""
+    of a trace that holds several to price (None: the trace must hold one). `sglang`: when
+    SGLang's own answer for the launch is used (bcgtune.services.launch: "cache" uses one
+    it gave before, "ask" asks it in a child process when there is none)."""
 
     trace: PrefillTrace | None = None
     max_buckets: int = 12
@@ -55,6 +60,7 @@ class SuggestRequest:
     server_flags: dict[str, Any] | None = None
     tolerance_pct: float | None = None
     group: int | None = None
+    sglang: SglangUse = "cache"
 
 
 @dataclass
@@ -205,7 +211,7 @@ def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | 
     return capture.max_bs if smallest <= capture.max_bs else None
 
 
-def suggest(req: SuggestRequest) -> Suggestion:
+def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) -> Suggestion:
     """The optimal list for the request's trace and launch, with its comparison rows."""
     from bcgtune.services.launch import capture_for_flags
 
@@ -222,7 +228,7 @@ def suggest(req: SuggestRequest) -> Suggestion:
     trace = select_group(trace, req.group, notes)
     flags = _launch_flags(req, trace, notes)
     launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
-    capture = capture_for_flags(launch_flags, platform="cuda")
+    capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)
     if not capture.graphs_on:
         return Suggestion(trace, capture, None, flags, notes)
     align = capture.alignment if req.align is None else req.align

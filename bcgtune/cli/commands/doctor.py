@@ -30,9 +30,14 @@ def doctor_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="Do not start the installed SGLang to ask it (20-45 s): bcgtune's model of its rules and a reading of the "
-            "runner's source answer instead.",
+            help="Never start the installed SGLang (a first answer takes 10-35 s, a cached one under a second): answers it "
+            "gave before are still used, otherwise bcgtune's model of its rules and a reading of the runner's source "
+            "answer, and say so.",
         ),
+    ] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option("--refresh", help="Ask the installed SGLang again instead of using its cached answers."),
     ] = False,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
@@ -46,12 +51,14 @@ def doctor_command(
     from bcgtune.services.doctor import run_doctor
 
     prof = load_profile(profile) if profile is not None else None
-    if not no_sglang_probe:
-        note(
-            "bcgtune: asking the installed SGLang (its parser, resolution and prefill runner; --no-sglang-probe skips this)",
-            quiet,
-        )
-    report = run_doctor(prof, runner_path=runner_source, model=model_path, probe=not no_sglang_probe)
+    report = run_doctor(
+        prof,
+        runner_path=runner_source,
+        model=model_path,
+        skipped_by="--no-sglang-probe" if no_sglang_probe else None,
+        refresh=refresh,
+        say=lambda m: note(m, quiet),
+    )
     emit(report.to_json, lambda: render_text(report), as_json=as_json)
     if report.blocking:
         n = len(report.blocking)

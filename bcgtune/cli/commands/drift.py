@@ -77,6 +77,14 @@ def drift_command(
             show_default=False,
         ),
     ] = None,
+    ask_sglang: Annotated[
+        bool,
+        typer.Option(
+            "--ask-sglang",
+            help="When the installed SGLang has not answered for a profile's launch before, ask it (in a child process: "
+            "10-35 s once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
     extra: Annotated[Optional[List[str]], typer.Argument(hidden=True, show_default=False)] = None,
@@ -88,6 +96,7 @@ def drift_command(
     re-tuning. Exit 0 keeps the lists, so a cron job can run it on each day's logs.
     """
     from bcgtune.adapters.profiles import load_profile
+    from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
     from bcgtune.services.drift import drift_fleet, load_traffic
 
@@ -113,12 +122,38 @@ def drift_command(
         from bcgtune.core.calibration import load_calibration
 
         cal = load_calibration(calibration)
-    fleet = drift_fleet(profiles, trace, groups=group, calibration=cal, threshold_pct=threshold)
+    priced = []  # what SGLang captures for each profile's launch, and whose answer it is
+
+    def said(capture) -> None:
+        priced.append(capture)
+
+    fleet = drift_fleet(
+        profiles,
+        trace,
+        groups=group,
+        calibration=cal,
+        threshold_pct=threshold,
+        sglang="ask" if ask_sglang else "cache",
+        say=said,
+        progress=lambda m: note(m, quiet),
+    )
+
+    def doc() -> dict:
+        out = fleet.to_dict()
+        if priced and "rows" not in out:
+            out["launch_capture"] = priced[0].to_json()
+        elif priced:
+            out["launch_captures"] = [c.to_json() for c in priced]
+        return out
+
+    def source() -> str:  # whose answer priced each profile's launch, first
+        return "".join(capture_line(c) + "\n" for c in priced)
+
     if len(fleet.rows) == 1 and not fleet.unjudged:
         row = fleet.rows[0]
-        emit(fleet.to_dict, lambda: render_drift_text(row.report, row.batches), as_json=as_json)
+        emit(doc, lambda: source() + render_drift_text(row.report, row.batches), as_json=as_json)
     else:
-        emit(fleet.to_dict, lambda: render_fleet_text(fleet, trace.n_batches), as_json=as_json)
+        emit(doc, lambda: source() + render_fleet_text(fleet, trace.n_batches), as_json=as_json)
     if target is not None:
         _write(target, fleet, trace, profile, quiet)
     if fleet.verdict == "re-tune":

@@ -52,9 +52,14 @@ def serve_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="With --dry-run: do not start the installed SGLang to ask what it will capture (20-45 s); bcgtune's model "
-            "of its rules answers.",
+            help="With --dry-run: never start the installed SGLang (a first answer takes 10-35 s, a cached one under a "
+            "second); answers SGLang gave before are still used, otherwise bcgtune's model of its rules answers and the "
+            "flags are not checked.",
         ),
+    ] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option("--refresh", help="Ask the installed SGLang again instead of using its cached answers."),
     ] = False,
     extra: Annotated[
         Optional[List[str]], typer.Argument(help="Extra SGLang flags, after `--`.", metavar="[-- EXTRA...]", show_default=False)
@@ -70,12 +75,22 @@ def serve_command(
     from bcgtune.services import serve
 
     if log_file is not None and not dry_run:
-        guard.outputs({"--log-file": log_file})
-    plan = serve.plan_serve(profile, model=model_path, port=port, extra=list(extra or []), python=python)
+        guard.outputs({"--log-file": log_file}, inputs=[profile])  # the log is appended to: never the profile
+    skipped_by = "--no-sglang-probe" if (dry_run and no_sglang_probe) else None
+    plan = serve.plan_serve(
+        profile,
+        model=model_path,
+        port=port,
+        extra=list(extra or []),
+        python=python,
+        skipped_by=skipped_by,
+        refresh=refresh,
+        say=lambda m: note(m, quiet),
+        capture=dry_run,
+    )
     for line in plan.notes:
         note(line, quiet)
     if dry_run:
-        result = serve.dry_run(plan, model=model_path, probe=not no_sglang_probe, say=lambda m: note(m, quiet))
-        out(render_dry_run(result), nl=False)
+        out(render_dry_run(serve.dry_run(plan)), nl=False)
         return
     serve.run_server(plan, log_file=log_file, grace=grace, say=lambda m: note(m, quiet))

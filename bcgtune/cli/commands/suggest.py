@@ -18,7 +18,7 @@ from bcgtune.core.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJEC
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.ladder import PrefillCapture
+    from bcgtune.core.capture import PrefillCapture
     from bcgtune.core.plan import BucketPlan
     from bcgtune.core.trace import PrefillTrace
 
@@ -196,10 +196,20 @@ def suggest_buckets_command(
             show_default=False,
         ),
     ] = None,
+    ask_sglang: Annotated[
+        bool,
+        typer.Option(
+            "--ask-sglang",
+            help="When the installed SGLang has not answered for this launch before, ask it (in a child process: 10-35 s "
+            "once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
+            rich_help_panel=_OPT,
+        ),
+    ] = False,
     quiet: Quiet = False,
     layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
+    from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
     from bcgtune.core.trace import load_trace
     from bcgtune.services.suggest import SuggestRequest, suggest
@@ -239,9 +249,10 @@ def suggest_buckets_command(
         server_flags=layout.flags() or None,
         tolerance_pct=tolerance,
         group=group,
+        sglang="ask" if ask_sglang else "cache",
     )
     try:
-        result = suggest(req)
+        result = suggest(req, say=lambda m: note(m, quiet))
     except InputError as exc:
         if exc.field == "attention_dp_size":
             raise InputError(exc.what, "--dp / --attn-dp-size") from None
@@ -250,7 +261,7 @@ def suggest_buckets_command(
         note(line, quiet)
     plan = result.plan
     if plan is None:
-        _graphs_off(result.capture, as_json)
+        _graphs_off(result.capture, as_json, capture_line(result.capture))
         return
     if plot:
         plot_plan(result.trace, plan, plot)
@@ -258,14 +269,18 @@ def suggest_buckets_command(
     if profile_path:
         _write_profile(profile_path, base, plan, result.trace)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
-    emit(plan.to_json_obj, lambda: render_plan_text(plan), as_json=as_json)
+    emit(
+        lambda: {**plan.to_json_obj(), "launch_capture": result.capture.to_json()},
+        lambda: capture_line(result.capture) + "\n" + render_plan_text(plan),
+        as_json=as_json,
+    )
 
 
-def _graphs_off(capture: PrefillCapture, as_json: bool) -> None:
+def _graphs_off(capture: PrefillCapture, as_json: bool, source: str) -> None:
     if as_json:
-        out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None})
+        out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None, "launch_capture": capture.to_json()})
     else:
-        out(f"prefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
+        out(f"{source}\nprefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
 
 
 def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:

@@ -1,9 +1,9 @@
 """Rendering of a DoctorReport (bcgtune.services.doctor) and of what a launch captures
-(bcgtune.core.ladder.PrefillCapture), which `serve --dry-run` prints too."""
+(bcgtune.core.capture.PrefillCapture), which `serve --dry-run` prints too."""
 
 from __future__ import annotations
 
-from bcgtune.core.ladder import PrefillCapture
+from bcgtune.core.capture import PrefillCapture
 from bcgtune.services.doctor import DoctorReport
 
 
@@ -21,7 +21,8 @@ def render_text(report: DoctorReport) -> str:
     else:
         lines.append("sglang   not installed")
     lines.append(f"default prefill backend here: {report.default_prefill_backend or 'unknown (no torch)'}")
-    lines.append(f"prefill runner multimodal gate: {g.state} ({g.method}): {g.detail}")
+    cached = f", answer cached {report.gate_cached_at}" if report.gate_cached_at else ""
+    lines.append(f"prefill runner multimodal gate: {g.state} ({g.method}{cached}): {g.detail}")
     if g.answers:
         lines.append(f"  Qwen4-Exp batches: {_answers_text(g.answers)}")
     if report.profile is not None:
@@ -47,8 +48,7 @@ def _answers_text(answers: dict[str, bool]) -> str:
 
 def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     """Lines describing what the server will do (doctor and serve --dry-run print them)."""
-    src = r.source.label if r.source.not_asked is None else f"{r.source.label}; SGLang not asked: {r.source.not_asked}"
-    lines = [f"prefill graphs ({src}):"]
+    lines = [f"prefill graphs ({source_text(r)}):"]
     lines.append(f"  backend    {r.backend if r.graphs_on else 'disabled'}: {r.reason}")
     if r.graphs_on:
         c = r.captured
@@ -63,4 +63,33 @@ def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     lines.append("  " + ", ".join(extra))
     for n in r.notes:
         lines.append(f"  note: {n}")
+    for u in r.unchecked:
+        lines.append(f"  not checked: {u}")
     return lines
+
+
+def source_text(r: PrefillCapture) -> str:
+    """Who answered: SGLang (and when its answer was cached), or bcgtune's model and why
+    SGLang's own answer was not used."""
+    if r.source.kind == "sglang":
+        return r.source.label + (f", answer cached {r.source.cached_at}" if r.source.cached_at else "")
+    return r.source.label if r.source.not_asked is None else f"{r.source.label}; SGLang not asked: {r.source.not_asked}"
+
+
+def capture_line(r: PrefillCapture, ask_flag: str = "--ask-sglang") -> str:
+    """The first line of commands that price a launch (suggest-buckets, drift): whose answer
+    says what SGLang captures for it, and what was not checked."""
+    from bcgtune.services.launch import NOT_CACHED
+
+    if r.source.kind == "sglang":
+        text = f"SGLang's capture for this launch: {r.source.label}'s own answer"
+        text += f" (cached {r.source.cached_at})" if r.source.cached_at else ""
+    else:
+        text = "SGLang's capture for this launch: bcgtune's model of its rules"
+        why = r.source.not_asked
+        if why == NOT_CACHED:
+            why = f"no cached answer from SGLang: {ask_flag} asks it, 10-35 s once"
+        text += f" ({why})" if why else ""
+    if r.unchecked:
+        text += "; not checked: " + "; ".join(r.unchecked)
+    return text

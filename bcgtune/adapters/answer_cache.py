@@ -1,0 +1,219 @@
+"""A cache of SGLang's answers in the user cache directory, so that asking SGLang again
+about the same launch takes milliseconds instead of the 10-35 s of importing it.
+
+An entry is one JSON file named by the hash of everything its answer depends on (the
+question, the launch's flags, the GPU it was asked for, the model config's content, the
+runner file's content, the SGLang installation and bcgtune's own probe code). It also
+records the size and modification time of every SGLang source file the answering process
+imported: an entry whose files changed since is stale and asked again. Writes go to a
+temporary file renamed into place (a reader never sees half an entry); a corrupt or foreign
+entry is ignored and replaced; the oldest entries are evicted beyond MAX_ENTRIES. While one
+bcgtune process asks SGLang, others that need an answer wait on a lock file and then read
+what it wrote instead of starting SGLang a second time.
+
+Location: $BCGTUNE_CACHE_DIR, else $XDG_CACHE_HOME/bcgtune, else ~/.cache/bcgtune (the
+answers live in its `sglang-answers` folder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "BCGTUNE_CACHE_DIR"
+FORMAT_VERSION = 1
+KIND = "bcgtune.sglang-answer"
+MAX_ENTRIES = 512
+# An entry larger than this is not one of ours.
+MAX_ENTRY_BYTES = 4 * 2**20
+
+FileStamp = tuple[str, int, int]  # path, size, mtime in ns
+
+
+def cache_root() -> Path:
+    """The bcgtune cache folder (BCGTUNE_CACHE_DIR, else the XDG user cache directory)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path("~/.cache").expanduser()
+    return base / "bcgtune"
+
+
+def key_of(parts: Mapping[str, Any]) -> str:
+    """The entry name for a question: a hash of its parts in a canonical JSON form."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_digest(path: str | os.PathLike[str]) -> str | None:
+    """sha256 of a file's content (None when it cannot be read)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def stamp_files(paths: Sequence[str]) -> list[FileStamp]:
+    """(path, size, mtime_ns) of each file that exists."""
+    out = []
+    for p in sorted(set(paths)):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.append((p, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def stamps_current(stamps: Sequence[Sequence[Any]]) -> bool:
+    """Every recorded file still has its size and modification time."""
+    for entry in stamps:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 3):
+            return False
+        path, size, mtime = entry
+        try:
+            st = os.stat(path)
+        except (OSError, TypeError, ValueError):
+            return False
+        if st.st_size != size or st.st_mtime_ns != mtime:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    answer: dict[str, Any]
+    created: float  # seconds since the epoch
+
+    @property
+    def created_text(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
+
+
+class AnswerCache:
+    """The answers folder; `None` root means cache_root()/sglang-answers."""
+
+    def __init__(self, root: Path | None = None, *, max_entries: int = MAX_ENTRIES):
+        self.root = root if root is not None else cache_root() / "sglang-answers"
+        self.max_entries = max_entries
+
+    def _path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, key: str) -> CachedAnswer | None:
+        """The entry for `key`, or None: absent, unreadable, corrupt, foreign or stale."""
+        path = self._path(key)
+        try:
+            if path.stat().st_size > MAX_ENTRY_BYTES:
+                return None
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError, UnicodeDecodeError):
+            return None
+        if not (
+            isinstance(doc, dict)
+            and doc.get("kind") == KIND
+            and doc.get("format_version") == FORMAT_VERSION
+            and doc.get("key") == key
+            and isinstance(doc.get("answer"), dict)
+            and isinstance(doc.get("created"), (int, float))
+            and isinstance(doc.get("files"), list)
+        ):
+            return None
+        if not stamps_current(doc["files"]):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: evicted last
+        return CachedAnswer(doc["answer"], float(doc["created"]))
+
+    def put(self, key: str, answer: Mapping[str, Any], files: Sequence[FileStamp], parts: Mapping[str, Any]) -> bool:
+        """Store an answer (atomically); False when the cache folder is not writable (the
+        answer is then simply not cached)."""
+        doc = {
+            "kind": KIND,
+            "format_version": FORMAT_VERSION,
+            "key": key,
+            "created": time.time(),
+            "question": parts,
+            "files": [list(f) for f in files],
+            "answer": answer,
+        }
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key[:16]}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump(doc, fh, default=str)
+                os.replace(tmp, self._path(key))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError:
+            return False
+        self.evict()
+        return True
+
+    def evict(self) -> None:
+        """Remove the least recently used entries beyond max_entries, and temporary files
+        older than an hour (left by a process that was killed while writing)."""
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError:
+            return
+        now = time.time()
+        answers = []
+        for e in entries:
+            try:
+                st = e.stat()
+            except OSError:
+                continue
+            if e.name.endswith(".tmp") and now - st.st_mtime > 3600:
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+            elif e.name.endswith(".json"):
+                answers.append((st.st_mtime, e.path))
+        answers.sort()
+        for _, path in answers[: max(0, len(answers) - self.max_entries)]:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    @contextlib.contextmanager
+    def asking(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Held while this process asks SGLang: another bcgtune asking at the same time
+        waits here (`on_wait` is told), then finds the answers this one wrote. Without a
+        writable folder or without fcntl (not POSIX), nothing is locked."""
+        try:
+            import fcntl
+        except ImportError:
+            yield
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fh = open(self.root / ".asking.lock", "a+b")  # noqa: SIM115 (held for the block)
+        except OSError:
+            yield
+            return
+        try:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait("bcgtune: waiting for another bcgtune that is asking SGLang")
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fh.close()
