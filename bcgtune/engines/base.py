@@ -203,6 +203,15 @@ class StaticPrefillEngine:
                 on_record(rec)
         return records
 
+    def declare(self, buckets: Iterable[int]) -> None:
+        """Without a GPU only (padded-eager): make `buckets` replayable with no capture run,
+        their padded forward running at replay. For a caller whose next step runs every
+        bucket anyway (a calibration's timed rounds), where a capture run would repeat it."""
+        if self.graphs_enabled:
+            raise RuntimeError("declare() is for padded-eager engines; capture() the buckets on a GPU")
+        for b in self._capture_order(buckets):
+            self.graphs.setdefault(b, None)
+
     def release(self) -> None:
         """Drop every graph and the pool (memory goes back to the caching allocator)."""
         self.graphs.clear()

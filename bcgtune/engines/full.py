@@ -52,7 +52,7 @@ class FullPrefillEngine(StaticPrefillEngine):
         return "torch.cuda.CUDAGraph, whole forward"
 
     def attention(self) -> contextlib.AbstractContextManager[Any]:
-        return sdpa_context(self.sdpa_backend, self.device)
+        return sdpa_context(self.sdpa_backend)
 
     def _fwd(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model(self.s_inp[:b], self.s_pos[..., :b], self.s_last)

@@ -45,11 +45,11 @@ ReportOut = Annotated[
 def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     from bcgtune.core.replay import parse_bucket_list
 
-    if buckets and profile:
+    if buckets is not None and profile is not None:
         raise InputError("give --buckets or --profile, not both")
-    if buckets:
+    if buckets is not None:
         return parse_bucket_list(buckets, "--buckets")
-    if profile:
+    if profile is not None:
         from bcgtune.adapters.profiles import load_profile
 
         prof = load_profile(profile)
@@ -59,26 +59,20 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     raise InputError("give --buckets LIST or --profile P")
 
 
-def _hf_fix(value: str) -> bool:
-    if value not in ("causal", "sdpa"):
-        raise InputError(f"must be causal or sdpa, got {value[:40]!r}", "--hf-attention")
-    return value == "causal"
-
-
 def _spec(engine: EngineOptions) -> EngineSpec:
-    from bcgtune.engines.build import EngineSpec, check_runner
+    from bcgtune.engines.build import EngineSpec
 
     return EngineSpec(
         model=engine.model,
         device=engine.device,
-        dtype=engine.dtype,
-        sdpa_backend=engine.sdpa_backend,
+        dtype=engine.dtype.value,
+        sdpa_backend=engine.sdpa_backend.value,
         seed=engine.seed,
-        hf_fix_attention=_hf_fix(engine.hf_attention),
+        hf_attention=engine.hf_attention.value,
         random_weights=engine.random_weights,
-        runner=check_runner(engine.runner),
+        runner=engine.runner.value,
         chunked_prefill_size=engine.chunked_prefill_size,
-        graph_impl=engine.graph_impl,
+        graph_impl=engine.graph_impl.value,
     )
 
 
@@ -93,7 +87,8 @@ def capture_command(
             "--warmup",
             min=0,
             max=1000,
-            help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full.",
+            help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full. "
+            "Without a GPU the breakable runner runs each bucket's segments once instead.",
             show_default=False,
         ),
     ] = None,
@@ -107,11 +102,11 @@ def capture_command(
     Largest bucket first, one shared memory pool, as SGLang captures them.
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
+    bl = _bucket_list(buckets, profile)
     require_torch()
     from bcgtune.cli.render.engine import format_capture, text
     from bcgtune.services import capture
 
-    bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
     rep = capture.run_capture(bl, _spec(engine), warmup=warmup, progress=progress)
     emit(rep.to_json, lambda: text(format_capture(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
@@ -203,18 +198,20 @@ def validate_command(
         return
     if prompts is not None or min_replay_share is not None or workdir is not None:
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
-    require_torch()
-    from bcgtune.cli.render.engine import format_validation, text
     from bcgtune.core.replay import parse_bucket_list
-    from bcgtune.services import validate
 
     bl = _bucket_list(buckets, profile)
+    request_counts = parse_bucket_list(requests, "--requests")
+    require_torch()
+    from bcgtune.cli.render.engine import format_validation, text
+    from bcgtune.services import validate
+
     progress = None if quiet else (lambda e: note(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"))
     rep = validate.run_validate(
         bl,
         _spec(engine),
         sizes_per_bucket=sizes_per_bucket,
-        requests=parse_bucket_list(requests, "--requests"),
+        requests=request_counts,
         gap_threshold=accuracy.gap_threshold,
         max_logprob_delta=accuracy.max_logprob_delta,
         images=images,
@@ -313,7 +310,13 @@ def calibrate_command(
     ] = DEFAULT_PADDING_FACTOR,
     warmup: Annotated[
         Optional[int],
-        typer.Option("--warmup", min=0, max=1000, help="Untimed rounds before the timed ones. Default: 3.", show_default=False),
+        typer.Option(
+            "--warmup",
+            min=0,
+            max=1000,
+            help="Untimed rounds before the timed ones. Default: 3 on a GPU, 0 on the CPU (a dry run).",
+            show_default=False,
+        ),
     ] = None,
     repeats: Annotated[
         Optional[int],
@@ -321,7 +324,8 @@ def calibrate_command(
             "--repeats",
             min=1,
             max=10000,
-            help="Timed rounds (every size once per round; the median is kept, and every round, for intervals). Default: 10.",
+            help="Timed rounds, each running every size once (the median is kept, and every round, for "
+            "intervals). Default: 10 on a GPU, 1 on the CPU (a dry run: its times describe no GPU).",
             show_default=False,
         ),
     ] = None,
@@ -359,7 +363,7 @@ def calibrate_command(
     from bcgtune.services import calibrate
 
     plan = calibrate.calibration_sizes(
-        parse_bucket_list(sizes, "--sizes") if sizes else None, max_tokens, grid, sizes_from, padding_factor, mix_every
+        None if sizes is None else parse_bucket_list(sizes, "--sizes"), max_tokens, grid, sizes_from, padding_factor, mix_every
     )
     require_torch()
     from bcgtune.core.calibration import save_calibration
@@ -368,8 +372,8 @@ def calibrate_command(
     result = calibrate.calibrate(
         plan,
         _spec(engine),
-        warmup=3 if warmup is None else warmup,
-        repeats=10 if repeats is None else repeats,
+        warmup=warmup,
+        repeats=repeats,
         memory=memory,
         progress=say,
     )
