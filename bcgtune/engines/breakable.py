@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.attention import varlen_attention
 from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
+from bcgtune.engines.choices import FaultName
 from bcgtune.engines.inputs import PrefillInputs
 from bcgtune.engines.sdpa import sdpa_context
 from bcgtune.errors import InputError
@@ -96,12 +97,13 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         warmup: int = 2,
         padding_factor: float = DEFAULT_PADDING_FACTOR,
         graph_impl: str = "auto",
+        fault: FaultName = "none",
     ):
         from bcgtune.engines.segmented import GraphImpl, resolve_impl
 
         if not hasattr(model, "body"):
             raise InputError("the breakable runner needs a model with a separate body and logits tail")
-        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor)
+        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor, fault)
         self.mode = "breakable-cuda-graph" if self.graphs_enabled else "padded-eager"
         if not self.graphs_enabled:
             self.impl = None
@@ -182,7 +184,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         return varlen_attention(self._attend)
 
     def _body(self, b: int):
-        hidden = self.model.body(self.s_inp[:b], self.s_pos[..., :b])
+        hidden = self.model.body(*self.static_inputs(b))
         self.s_out[:b].copy_(hidden)
         return hidden
 
@@ -197,7 +199,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         """(hidden [n, H], logits of each request's last row [r, V])."""
         self.meta = self.prepare(x.lengths)
         with self.attention():
-            hidden = self.model.body(x.inp, x.positions)
+            hidden = self.model.body(x.inp, x.positions, x.deepstack)
         return hidden, self._tail(hidden)
 
     # ---- capture --------------------------------------------------------------------

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from bcgtune.engines.choices import DtypeName, GraphImplName, HfAttentionName, RunnerName, SdpaBackendName
+from bcgtune.engines.choices import DtypeName, FaultName, GraphImplName, HfAttentionName, RunnerName, SdpaBackendName
 from bcgtune.errors import InputError
 
 RUNNERS: tuple[str, ...] = get_args(RunnerName)
@@ -32,6 +32,7 @@ class EngineSpec:
     runner: RunnerName = "breakable"
     chunked_prefill_size: int | None = None
     graph_impl: GraphImplName = "auto"
+    fault: FaultName = "none"  # a negative control: a replay that breaks one side input on purpose
 
 
 def check_runner(runner: str) -> RunnerName:
@@ -84,12 +85,13 @@ def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | Non
             sdpa_backend=spec.sdpa_backend,
             warmup=2 if warmup is None else warmup,
             graph_impl=spec.graph_impl,
+            fault=spec.fault,
         )
     else:
         from bcgtune.engines.full import FullPrefillEngine
 
         engine = FullPrefillEngine(
-            model, device, max_tokens, sdpa_backend=spec.sdpa_backend, warmup=1 if warmup is None else warmup
+            model, device, max_tokens, sdpa_backend=spec.sdpa_backend, warmup=1 if warmup is None else warmup, fault=spec.fault
         )
     env = environment(device)
     env["graph_mode"] = engine.mode

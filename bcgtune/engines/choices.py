@@ -13,6 +13,8 @@ GraphImplName = Literal["auto", "sglang", "bcgtune"]
 DtypeName = Literal["auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"]
 SdpaBackendName = Literal["auto", "flash", "efficient", "cudnn", "math", "none"]
 HfAttentionName = Literal["causal", "sdpa"]
+# Negative controls for `validate`: a replay that breaks one side input on purpose.
+FaultName = Literal["none", "drop-deepstack", "stale-deepstack"]
 
 
 # The same sets as enumerations, the form typer turns into a parse-time choice.
@@ -49,6 +51,12 @@ class SdpaBackend(StrEnum):
 class HfAttention(StrEnum):
     causal = "causal"
     sdpa = "sdpa"
+
+
+class Fault(StrEnum):
+    none = "none"
+    drop_deepstack = "drop-deepstack"
+    stale_deepstack = "stale-deepstack"
 
 
 DEVICE_WORDS = ("auto", "cpu", "cuda", "gpu", "hip", "rocm")  # gpu, hip, rocm: the torch.cuda device

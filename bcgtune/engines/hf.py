@@ -77,6 +77,7 @@ class HFPrefillModel(nn.Module):
     """transformers causal LM behind the engine's signature forward(ids, positions, last_index)."""
 
     input_kind = "ids"
+    deepstack_layers = 0
     transformers_version: str | None = None
 
     def __init__(self, lm, name: str, attention: str):
@@ -97,11 +98,13 @@ class HFPrefillModel(nn.Module):
     def logits(self, hidden):
         return self.head(hidden)
 
-    def body(self, ids, positions):
+    def body(self, ids, positions, deepstack=None):
+        if deepstack is not None:
+            raise InputError(f"{self.name} takes no DeepStack embeddings (a text model)")
         return self.base(input_ids=ids[None], position_ids=positions[None], use_cache=False)[0][0]
 
-    def forward(self, ids, positions, last_index):
-        hidden = self.body(ids, positions)
+    def forward(self, ids, positions, last_index, deepstack=None):
+        hidden = self.body(ids, positions, deepstack)
         return hidden, self.head(hidden.index_select(0, last_index))
 
     def describe(self) -> dict:

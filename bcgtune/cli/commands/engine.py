@@ -4,6 +4,7 @@ commands, after a check that torch is installed at all."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -13,6 +14,7 @@ from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
 from bcgtune.core.constants import DEFAULT_PADDING_FACTOR
+from bcgtune.engines.choices import Fault
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
 
@@ -142,7 +144,20 @@ def validate_command(
     images: Annotated[
         Optional[bool],
         typer.Option(
-            "--images/--no-images", help="Also sweep image-style inputs. Default: on for VL models.", show_default=False
+            "--images/--no-images",
+            help="Also sweep image inputs (then a text batch after an image in each bucket). Default: on for VL models.",
+            show_default=False,
+        ),
+    ] = None,
+    inject_fault: Annotated[
+        Optional[Fault],
+        typer.Option(
+            "--inject-fault",
+            help="A negative control: replay with one side input broken on purpose, to see validation fail naming it "
+            "(exit 1). drop-deepstack: no DeepStack slot, so replay ignores the per-layer visual embeddings (SGLang's "
+            "breakable runner before its fix); stale-deepstack: the slot is filled but never zeroed, so a text batch "
+            "replays a previous image's. Needs a model with DeepStack (qwen3-vl-tiny, qwen3-vl-8b).",
+            show_default=False,
         ),
     ] = None,
     server: Annotated[
@@ -193,6 +208,8 @@ def validate_command(
     guard.outputs({"-o": out_path}, inputs=[p for p in (profile, prompts) if p])
     if workdir is not None:
         guard.workdir(workdir)
+    if server and inject_fault is not None:
+        raise InputError("--inject-fault applies to the torch engine, not --server")
     if server:
         _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy)
         return
@@ -207,9 +224,12 @@ def validate_command(
     from bcgtune.services import validate
 
     progress = None if quiet else (lambda e: note(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"))
+    spec = _spec(engine)
+    if inject_fault is not None:
+        spec = dataclasses.replace(spec, fault=inject_fault.value)
     rep = validate.run_validate(
         bl,
-        _spec(engine),
+        spec,
         sizes_per_bucket=sizes_per_bucket,
         requests=request_counts,
         gap_threshold=accuracy.gap_threshold,
@@ -219,8 +239,7 @@ def validate_command(
     )
     emit(rep.to_json, lambda: text(format_validation(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep.ok:
-        bad = [str(b) for b in rep.failed_buckets]
-        raise CheckFailed(f"validation failed: {'buckets ' + ', '.join(bad) if bad else 'image sweep'} failed")
+        raise CheckFailed("validation failed: " + "; ".join(rep.problems()))
 
 
 def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy) -> None:
