@@ -4,6 +4,7 @@ and what a CPU dry run does differently from a GPU run (no capture warm-up of at
 one timed round by default, SDPA's tiled flash kernel)."""
 
 import importlib.util
+import os
 from typing import get_args
 
 import pytest
@@ -130,3 +131,18 @@ def test_cpu_calibration_defaults_to_one_round_and_sdpa_flash():
     result = run_calibrate([16, 32], spec, warmup=1, repeats=3, memory=False)  # given values are kept
     assert (result.calibration.meta["engine"]["warmup"], result.calibration.meta["engine"]["repeats"]) == (1, 3)
     assert all(len(r) == 3 for r in result.rounds.graph_ms)
+
+
+def test_a_cpu_run_lets_openmp_threads_sleep_unless_told_otherwise(monkeypatch):
+    from bcgtune.engines import preflight
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(preflight, "gpu_device_nodes", lambda: True)
+    preflight.check_run("tiny", "auto", [16])  # a GPU may answer: nothing set
+    assert "OMP_WAIT_POLICY" not in os.environ
+    preflight.check_run("tiny", "cpu", [16])
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setattr(preflight, "gpu_device_nodes", lambda: False)
+    preflight.check_run("tiny", "auto", [16])  # no GPU here: a CPU run, but the user's choice stands
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
