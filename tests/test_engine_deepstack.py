@@ -176,3 +176,104 @@ def test_cli_negative_control_exits_1_naming_the_dropped_input(tmp_path):
     assert r.code == 2 and "needs a model with DeepStack" in r.err
     r = cli(["validate", "--server", "--profile", "mi355x", "--inject-fault", "drop-deepstack"])
     assert r.code == 2 and "not --server" in r.err
+
+
+# ---- a checkpoint folder whose config declares DeepStack ----------------------------------
+@pytest.fixture(scope="module")
+def qwen3_vl_folder(tmp_path_factory):
+    """A tiny Qwen3-VL config (transformers' own class), saved as a checkpoint folder."""
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("qwen3-vl-mini")
+    transformers.Qwen3VLConfig(
+        text_config={
+            "vocab_size": 600,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True},
+            "max_position_embeddings": 4096,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "deepstack_visual_indexes": [0, 1],
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 64,
+        },
+        image_token_id=500,
+        vision_start_token_id=501,
+        vision_end_token_id=502,
+    ).save_pretrained(folder)
+    return folder
+
+
+def test_a_checkpoint_declaring_deepstack_runs_it_as_transformers_does(qwen3_vl_folder):
+    from bcgtune.engines.hf import HFVisionLanguageModel
+    from bcgtune.engines.loader import load_model
+
+    model, desc = load_model(str(qwen3_vl_folder), CPU, torch.float32, random_weights=True)
+    assert isinstance(model, HFVisionLanguageModel) and model.deepstack_layers == 2 and desc["deepstack_layers"] == 2
+    assert model.language.config._attn_implementation == "bcgtune_causal_sdpa"
+    assert model.lm.model.visual.config._attn_implementation == "sdpa"  # an image attends both ways
+    x = image_inputs(model, 90, 128, CPU, seed=4)
+    mask = (x.deepstack != 0).any(dim=1)
+    assert int(mask.sum()) == x.visual_tokens == 16
+    h = model.hidden_size
+    with torch.no_grad():
+        ours = model.body(x.inp, x.positions, x.deepstack)
+        theirs = model.language(
+            inputs_embeds=x.inp[None],
+            position_ids=x.positions[:, None, :],
+            use_cache=False,
+            visual_pos_masks=mask[None],
+            deepstack_visual_embeds=[x.deepstack[mask, i * h : (i + 1) * h] for i in range(2)],
+        )[0][0]
+        plain = model.body(x.inp, x.positions)
+    assert torch.allclose(ours, theirs, atol=1e-6) and not torch.allclose(ours, plain, atol=1e-3)
+
+
+@pytest.mark.parametrize("runner", ["breakable", "full"])
+def test_validate_a_deepstack_checkpoint_and_its_negative_control(qwen3_vl_folder, runner):
+    spec = EngineSpec(model=str(qwen3_vl_folder), device="cpu", random_weights=True, runner=runner)
+    rep = run_validate([64, 128], spec, sizes_per_bucket=2, requests=(1, 3), image_px=(128,))
+    assert rep.ok, rep.problems()
+    assert rep.side_inputs == ["input_embeds", "mrope_positions", "deepstack"]
+    assert all(c.side_inputs[2].replay_used for c in rep.image_sweep.done)
+    bad = run_validate(
+        [64, 128], EngineSpec(**{**spec.__dict__, "fault": "drop-deepstack"}), sizes_per_bucket=1, requests=(1,), image_px=(128,)
+    )
+    assert not bad.ok and any("replay dropped DeepStack" in p for p in bad.problems())
+
+
+def test_the_device_script_passes_then_fails_both_negative_controls_on_cpu(tmp_path):
+    """benchmarks/h200_deepstack_validate.sh (the H200 run) on qwen3-vl-tiny: the plain run
+    passes, both negative controls fail naming DeepStack, and the script says so (exit 0)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path),
+        MODEL="qwen3-vl-tiny",
+        BUCKETS="32 64",
+        DEVICE="cpu",
+        EXTRA="--sizes-per-bucket 2",
+        PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    p = subprocess.run(
+        ["bash", "benchmarks/h200_deepstack_validate.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "none: exit 0" in p.stdout and "drop-deepstack: exit 1" in p.stdout and "stale-deepstack: exit 1" in p.stdout
+    assert json.loads((tmp_path / "validate_qwen3-vl-tiny_drop-deepstack.json").read_text())["ok"] is False

@@ -108,7 +108,9 @@ def image_inputs(model: Any, n: int, image_px: int, device, seed: int = 0) -> Pr
     )
     h = model.hidden_size
     with torch.no_grad():
-        embeds = model.embed(ids)
+        # placeholder ids beyond the vocabulary are clamped before the lookup, as SGLang's
+        # embed_mm_inputs does: their rows are replaced by the visual tokens anyway
+        embeds = model.embed(ids.clamp(0, model.vocab_size - 1))
         visual = model.visual(pixels).to(embeds.dtype)  # [vis, H * (1 + deepstack)]
         mask = (ids == vc.image_token_id).unsqueeze(-1)
         embeds = embeds.masked_scatter(mask, visual[:, :h])

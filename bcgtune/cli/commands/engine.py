@@ -118,6 +118,8 @@ def capture_command(
 
 @examples(
     "bcgtune validate --buckets '256 512 1024' --model qwen3-0.6b",
+    "bcgtune validate --buckets '512 1024' --model qwen3-vl-8b \\",
+    "    --inject-fault drop-deepstack   # a negative control: must fail",
     "bcgtune validate --server --profile h200   # a live server, graphs on vs off",
 )
 @options("accuracy", AccuracyOptions)
@@ -204,7 +206,13 @@ def validate_command(
     engine: EngineOptions = None,  # type: ignore[assignment]
     accuracy: AccuracyOptions = None,  # type: ignore[assignment]
 ) -> None:
-    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure."""
+    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure.
+
+    Every batch also lists its side inputs (input embeddings, positions, DeepStack) with
+    whether replay read them; VL models add image batches and, in each bucket, a text batch
+    right after an image batch. --inject-fault breaks one side input on purpose: the run
+    must fail naming it.
+    """
     guard.outputs({"-o": out_path}, inputs=[p for p in (profile, prompts) if p])
     if workdir is not None:
         guard.workdir(workdir)
