@@ -80,6 +80,9 @@ def test_the_closed_sets_agree_with_the_engine():
         assert tuple(m.value for m in enum) == get_args(literal)
     assert tuple(CALIBRATION_RUNNERS) == get_args(choices.RunnerName)
     assert IMPLEMENTATIONS == get_args(choices.GraphImplName)
+    from bcgtune.engines.base import SIDE_INPUT_LABELS
+
+    assert tuple(SIDE_INPUT_LABELS) == get_args(choices.SideInputName)
     assert choices.device_name(" CUDA:3 ") == "cuda:3" and choices.device_name("cpu") == "cpu"
     for bad in ("", "cuda:", "cuda:01", "cuda:-1", "mps", "cpu0"):
         with pytest.raises(ValueError, match="must be auto, cpu, cuda or cuda:N"):

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from bcgtune.core.replay import assign_buckets
-from bcgtune.engines.choices import FaultName
+from bcgtune.engines.choices import FaultName, GraphMode, SideInputName
 from bcgtune.engines.inputs import PrefillInputs
 from bcgtune.engines.timing import TimeSummary, time_calls
 from bcgtune.errors import InputError
@@ -47,7 +47,7 @@ from bcgtune.errors import InputError
 GIB = float(2**30)
 
 # The inputs a captured forward reads beside its weights, by name, as reports show them.
-SIDE_INPUT_LABELS = {
+SIDE_INPUT_LABELS: dict[SideInputName, str] = {
     "input_ids": "input ids",
     "input_embeds": "input embeddings",
     "positions": "positions",
@@ -95,7 +95,7 @@ class StaticPrefillEngine:
     (`_replay_filled`) and its eager forward (`eager`)."""
 
     runner = ""
-    mode = ""
+    mode: GraphMode = "padded-eager"
 
     def __init__(
         self,
@@ -170,16 +170,16 @@ class StaticPrefillEngine:
         ds = None if self.s_deepstack is None else self.s_deepstack[:b]
         return self.s_inp[:b], self.s_pos[..., :b], ds
 
-    def side_inputs(self) -> list[str]:
+    def side_inputs(self) -> list[SideInputName]:
         """The model's side inputs by name (SIDE_INPUT_LABELS), whether or not this engine
         gives its graphs a slot for each."""
-        names = ["input_ids" if self.s_inp.dtype == torch.long else "input_embeds"]
+        names: list[SideInputName] = ["input_ids" if self.s_inp.dtype == torch.long else "input_embeds"]
         names.append("mrope_positions" if self.s_pos.dim() == 2 else "positions")
         if self.deepstack_layers:
             names.append("deepstack")
         return names
 
-    def _neutralize(self, name: str, b: int) -> None:
+    def _neutralize(self, name: SideInputName, b: int) -> None:
         """Zero side input `name` in the static buffers up to b (after a fill), so a replay
         shows whether its graph reads it."""
         if name in ("input_ids", "input_embeds"):
@@ -308,7 +308,7 @@ class StaticPrefillEngine:
 
     @torch.no_grad()
     def replay(
-        self, x: PrefillInputs, bucket: int | None = None, neutral: tuple[str, ...] = ()
+        self, x: PrefillInputs, bucket: int | None = None, neutral: tuple[SideInputName, ...] = ()
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Padded replay: (hidden [n, H], logits of each request's last row [r, V], bucket).
         The outputs are views of graph memory, valid until the next replay. `neutral`: side

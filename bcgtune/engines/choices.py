@@ -15,6 +15,10 @@ SdpaBackendName = Literal["auto", "flash", "efficient", "cudnn", "math", "none"]
 HfAttentionName = Literal["causal", "sdpa"]
 # Negative controls for `validate`: a replay that breaks one side input on purpose.
 FaultName = Literal["none", "drop-deepstack", "stale-deepstack"]
+# The inputs a captured forward reads beside its weights (engines/base.py SIDE_INPUT_LABELS).
+SideInputName = Literal["input_ids", "input_embeds", "positions", "mrope_positions", "deepstack"]
+# How an engine runs its buckets: graphs on a GPU, the same static-buffer forward without one.
+GraphMode = Literal["breakable-cuda-graph", "cuda-graph", "padded-eager"]
 
 
 # The same sets as enumerations, the form typer turns into a parse-time choice.

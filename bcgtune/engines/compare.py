@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.engines.choices import SideInputName
 from bcgtune.engines.inputs import PrefillInputs, seeded_generator
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class SideInputUse:
     the batch carries: a carried input left unread was dropped; an uncarried one read is a
     previous batch's, left behind."""
 
-    name: str
+    name: SideInputName
     given: bool
     replay_used: bool | None
 
@@ -112,7 +113,7 @@ class SideInputUse:
         return {"name": self.name, "given": self.given, "replay_used": self.replay_used, "ok": self.ok}
 
 
-def _carries(x: PrefillInputs, name: str) -> tuple[bool, bool]:
+def _carries(x: PrefillInputs, name: SideInputName) -> tuple[bool, bool]:
     """(the batch carries side input `name`, zeroing it could change the batch's output)."""
     if name == "deepstack":
         given = x.deepstack is not None and bool(x.deepstack.any())

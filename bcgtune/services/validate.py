@@ -13,7 +13,7 @@ import numpy as np
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.core.calibration import Runner
 from bcgtune.engines.build import EngineSpec
-from bcgtune.engines.choices import FaultName
+from bcgtune.engines.choices import FaultName, SideInputName
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class ValidationReport:
     per_bucket: list[BucketValidation]
     image_sweep: ImageSweep | None
     injected_fault: FaultName = "none"
-    side_inputs: list[str] = field(default_factory=list)  # the model's, by name
+    side_inputs: list[SideInputName] = field(default_factory=list)  # the model's, by name
 
     @property
     def checks(self) -> list[BatchCheck]:
