@@ -1,7 +1,7 @@
-"""The torch engine's options: closed sets refused at parse time with the allowed values
-listed (before torch is even looked for), empty values refused instead of read as unset,
-and what a CPU dry run does differently from a GPU run (no capture warm-up of attention,
-one timed round by default, SDPA's tiled flash kernel)."""
+"""The torch engine's options, without torch: closed sets refused at parse time with the
+allowed values listed (before torch is even looked for), empty values refused instead of read
+as unset, and a run on the CPU letting OpenMP threads sleep. What a CPU dry run does with
+torch is tests/test_engine_cpu_dry_run.py."""
 
 import importlib.util
 import os
@@ -68,7 +68,6 @@ def test_empty_values_are_errors_not_defaults(no_torch, tmp_path, args, flag):
 
 def test_the_closed_sets_agree_with_the_engine():
     from bcgtune.core.calibration import RUNNERS as CALIBRATION_RUNNERS
-    from bcgtune.engines.segmented import IMPLEMENTATIONS
 
     for enum, literal in (
         (choices.Runner, choices.RunnerName),
@@ -79,67 +78,17 @@ def test_the_closed_sets_agree_with_the_engine():
     ):
         assert tuple(m.value for m in enum) == get_args(literal)
     assert tuple(CALIBRATION_RUNNERS) == get_args(choices.RunnerName)
-    assert IMPLEMENTATIONS == get_args(choices.GraphImplName)
-    from bcgtune.engines.base import SIDE_INPUT_LABELS
-
-    assert tuple(SIDE_INPUT_LABELS) == get_args(choices.SideInputName)
     assert choices.device_name(" CUDA:3 ") == "cuda:3" and choices.device_name("cpu") == "cpu"
     for bad in ("", "cuda:", "cuda:01", "cuda:-1", "mps", "cpu0"):
         with pytest.raises(ValueError, match="must be auto, cpu, cuda or cuda:N"):
             choices.device_name(bad)
 
 
-torch = pytest.importorskip("torch")
-
-
-def test_dtype_names_are_the_loaders():
-    from bcgtune.engines.loader import DTYPES
-
-    assert {"auto", *DTYPES} == set(get_args(choices.DtypeName))
-
-
-def test_cpu_capture_runs_each_buckets_segments_once_without_attention(monkeypatch):
-    """No GPU: a capture runs what the graph would hold (the segments), once, and never the
-    attention over the whole bucket (its cost grows with the square of the bucket)."""
-    import bcgtune.engines.breakable as bk
-    from bcgtune.engines.breakable import BreakablePrefillEngine
-    from bcgtune.engines.models import build_model, preset
-
-    cpu = torch.device("cpu")
-    model = build_model(preset("tiny"), cpu, dtype=torch.float32)
-    eng = BreakablePrefillEngine(model, cpu, 256, warmup=5)
-    sdpa, bodies = [], []
-    real_sdpa, real_body = bk.F.scaled_dot_product_attention, model.body
-    monkeypatch.setattr(bk.F, "scaled_dot_product_attention", lambda *a, **k: sdpa.append(1) or real_sdpa(*a, **k))
-    monkeypatch.setattr(model, "body", lambda *a: bodies.append(a[0].shape[0]) or real_body(*a))
-    recs = eng.capture([64, 256])
-    assert all(r.ok for r in recs) and sdpa == [] and bodies == [256, 64]
-    from bcgtune.engines.inputs import text_inputs
-
-    eng.replay(text_inputs(model, 200, cpu, requests=2))
-    assert len(sdpa) == 2 * model.cfg.num_layers  # replay runs attention on each request's rows
-
-
-def test_cpu_calibration_defaults_to_one_round_and_sdpa_flash():
-    from bcgtune.engines.build import EngineSpec
-    from bcgtune.services.calibrate import CPU_ROUNDS, GPU_ROUNDS, run_calibrate
-
-    assert GPU_ROUNDS == (3, 10) and CPU_ROUNDS == (0, 1)
-    spec = EngineSpec(model="tiny", device="cpu")
-    result = run_calibrate([16, 32], spec, memory=False)
-    eng = result.calibration.meta["engine"]
-    assert (eng["warmup"], eng["repeats"]) == CPU_ROUNDS and eng["sdpa_backend"] == "flash"
-    assert all(len(r) == 1 for r in result.rounds.graph_ms + result.rounds.eager_ms)
-    assert result.calibration.meta["capture_s"] == {}  # declared, not captured: the round runs every bucket
-    result = run_calibrate([16, 32], spec, warmup=1, repeats=3, memory=False)  # given values are kept
-    assert (result.calibration.meta["engine"]["warmup"], result.calibration.meta["engine"]["repeats"]) == (1, 3)
-    assert all(len(r) == 3 for r in result.rounds.graph_ms)
-
-
 def test_a_cpu_run_lets_openmp_threads_sleep_unless_told_otherwise(monkeypatch):
     from bcgtune.engines import preflight
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(preflight, "require_torch", lambda: None)  # the check runs before torch loads
     monkeypatch.setattr(preflight, "gpu_device_nodes", lambda: True)
     preflight.check_run("tiny", "auto", [16])  # a GPU may answer: nothing set
     assert "OMP_WAIT_POLICY" not in os.environ
