@@ -1,7 +1,14 @@
-"""Every test runs with its own bcgtune cache folder (never the user's) and with SGLang
-never started by bcgtune (BCGTUNE_SGLANG_PROBE=off): ordinary tests answer from bcgtune's
-model of SGLang's rules in milliseconds. Tests of asking SGLang itself use the
-`sglang_probe` fixture, which turns it back on."""
+"""Test-session settings.
+
+Every test runs with its own bcgtune cache folder (never the user's) and with SGLang never
+started by bcgtune (BCGTUNE_SGLANG_PROBE=off): ordinary tests answer from bcgtune's model of
+SGLang's rules in milliseconds. Tests of asking SGLang itself use the `sglang_probe` fixture,
+which turns it back on.
+
+OpenMP threads sleep at barriers instead of spinning: the tests run on every core
+(pytest-xdist), so each worker's torch threads would otherwise spin while another worker
+holds the core they wait for (torch reads this when it loads, so here, before any test
+module imports it)."""
 
 from __future__ import annotations
 
@@ -10,10 +17,11 @@ import tempfile
 
 import pytest
 
-# set at import, before any test module imports bcgtune, and inherited by the commands
-# tests run in child processes
+# set at import, before any test module imports bcgtune or torch, and inherited by the
+# commands tests run in child processes
 os.environ["BCGTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bcgtune-test-cache-")
 os.environ["BCGTUNE_SGLANG_PROBE"] = "off"
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture

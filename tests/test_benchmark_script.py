@@ -112,7 +112,8 @@ def test_h200_script_aa_mode_runs_on_cpu_with_tiny_model(tmp_path):
     assert {"ladder", "tuned", "mine", "eager"} <= names and "oracle" not in names
     rec, opt = plan["recommended"]["buckets"], plan["optimal"]["buckets"]
     assert ("recommended" in names) == (rec not in ([], opt))
-    assert rep["recommended"] == ("tuned" if rec == opt else "eager" if not rec else "recommended")
+    # on a loaded CPU the optimum itself can be no graphs: the recommended list is then eager
+    assert rep["recommended"] == ("eager" if not rec else "tuned" if rec == opt else "recommended")
     for name, row in rep["lists"].items():
         assert len(row["runs_ms"]) == 3 and row["predicted_half_ms"] is not None and 0 <= row["inside"] <= 3, name
         assert all(len(r) == 2 for r in rep["passes"][name]["round_totals_ms"])

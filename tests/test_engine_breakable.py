@@ -305,7 +305,7 @@ def test_hf_checkpoint_under_the_breakable_runner(tmp_path):
     from bcgtune.services.capture import run_capture
 
     with pytest.raises(InputError, match="hf-attention causal"):
-        run_capture([16], EngineSpec(model=str(tmp_path), device="cpu", random_weights=True, hf_fix_attention=False))
+        run_capture([16], EngineSpec(model=str(tmp_path), device="cpu", random_weights=True, hf_attention="sdpa"))
 
 
 def test_weak_ref_view_shares_memory():

@@ -19,6 +19,7 @@ import typer
 from bcgtune.adapters.layout_flags import LAYOUT_FLAGS
 from bcgtune.cli.schema_options import OptionSpec, option_set
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.engines.choices import DEVICE_HELP, Dtype, GraphImpl, HfAttention, Runner, SdpaBackend, device_name
 
 
 def options(name: str, cls: type) -> Callable:
@@ -125,6 +126,16 @@ LayoutOptions: Any = option_set(
 
 # ---- the torch engine (capture, validate, calibrate) -----------------------------------
 _ENGINE = "Engine"
+
+
+def _device_option(value: str) -> str:
+    """--device checked at parse time (engines/choices.py: no torch import)."""
+    try:
+        return device_name(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 ENGINE_MODELS = "qwen3-8b, qwen3-0.6b, qwen3-vl-8b, tiny, qwen3-vl-tiny"
 
 
@@ -140,27 +151,29 @@ class EngineOptions:
             rich_help_panel=_ENGINE,
         ),
     ] = "qwen3-8b"
-    device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:N or cpu.", rich_help_panel=_ENGINE)] = "auto"
+    device: Annotated[str, typer.Option("--device", help=DEVICE_HELP + ".", callback=_device_option, rich_help_panel=_ENGINE)] = (
+        "auto"
+    )
     dtype: Annotated[
-        str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.", rich_help_panel=_ENGINE)
-    ] = "auto"
+        Dtype, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32.", rich_help_panel=_ENGINE)
+    ] = Dtype.auto
     sdpa_backend: Annotated[
-        str,
+        SdpaBackend,
         typer.Option(
             "--sdpa-backend",
-            help="SDPA backend pinned for eager and capture alike: auto (flash on GPU, math on CPU), flash, efficient, "
-            "cudnn, math, none.",
+            help="SDPA backend pinned for eager and capture alike: auto (flash; on the CPU torch's tiled flash "
+            "kernel), flash, efficient, cudnn, math, none.",
             rich_help_panel=_ENGINE,
         ),
-    ] = "auto"
+    ] = SdpaBackend.auto
     hf_attention: Annotated[
-        str,
+        HfAttention,
         typer.Option(
             "--hf-attention",
             help="Checkpoint folders: causal (bcgtune's fixed causal SDPA, replay equals eager) or sdpa (transformers' own).",
             rich_help_panel=_ENGINE,
         ),
-    ] = "causal"
+    ] = HfAttention.causal
     random_weights: Annotated[
         bool,
         typer.Option("--random-weights", help="Checkpoint folders: random weights from config.json.", rich_help_panel=_ENGINE),
@@ -169,7 +182,7 @@ class EngineOptions:
         int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed for weights and inputs.", rich_help_panel=_ENGINE)
     ] = 0
     runner: Annotated[
-        str,
+        Runner,
         typer.Option(
             "--runner",
             help="Prefill graph runner: breakable (SGLang's default on CUDA: captured segments, attention eager between them "
@@ -177,7 +190,7 @@ class EngineOptions:
             "per bucket).",
             rich_help_panel=_ENGINE,
         ),
-    ] = "breakable"
+    ] = Runner.breakable
     chunked_prefill_size: Annotated[
         Optional[int],
         typer.Option(
@@ -190,14 +203,14 @@ class EngineOptions:
         ),
     ] = None
     graph_impl: Annotated[
-        str,
+        GraphImpl,
         typer.Option(
             "--graph-impl",
             help="Breakable capture machinery: auto (SGLang's own classes when they import, else bcgtune's copy), sglang, "
             "bcgtune.",
             rich_help_panel=_ENGINE,
         ),
-    ] = "auto"
+    ] = GraphImpl.auto
 
 
 @dataclass

@@ -8,6 +8,16 @@ and engines/full.py).
   graph reads a prefix slice of them.
 * Padded replay copies a batch's real inputs into the static buffers, zero-fills the padding
   (token 0 / zero embeddings, position 0) and runs the bucket's graph.
+* Side inputs beside the tokens: a model with DeepStack (Qwen3-VL) gets a static DeepStack
+  slot, registered before capture so every graph reads it, and copied at replay with its
+  padded tail zeroed; a text batch (no DeepStack) zeroes it, so no previous image's
+  contribution leaks into it. That is the fix SGLang's breakable runner needed ("preserve
+  Qwen3-VL DeepStack inputs during replay", sglang pull request 33726): in sglang 0.5.23 its
+  replay closure copies only `input_embeds` into a static slot
+  (srt/model_executor/runner/prefill_cuda_graph_runner.py, `_execute_body_capture`,
+  `_fill_input_embeds_slot`), so an image batch replays as if it had no DeepStack.
+  `fault` rebuilds that bug on purpose (a negative control for `validate`): "drop-deepstack"
+  registers no slot, "stale-deepstack" never zeroes it.
 * SGLang's replay rule over the captured buckets (bcgtune.core.replay).
 
 Runs through `torch.cuda`, so CUDA and ROCm (HIP) builds alike; on a machine without a GPU
@@ -29,11 +39,21 @@ import numpy as np
 import torch
 
 from bcgtune.core.replay import assign_buckets
+from bcgtune.engines.choices import FaultName, GraphMode, SideInputName
 from bcgtune.engines.inputs import PrefillInputs
 from bcgtune.engines.timing import TimeSummary, time_calls
 from bcgtune.errors import InputError
 
 GIB = float(2**30)
+
+# The inputs a captured forward reads beside its weights, by name, as reports show them.
+SIDE_INPUT_LABELS: dict[SideInputName, str] = {
+    "input_ids": "input ids",
+    "input_embeds": "input embeddings",
+    "positions": "positions",
+    "mrope_positions": "M-RoPE positions",
+    "deepstack": "DeepStack (per-layer visual embeddings)",
+}
 
 
 @dataclass
@@ -75,11 +95,24 @@ class StaticPrefillEngine:
     (`_replay_filled`) and its eager forward (`eager`)."""
 
     runner = ""
-    mode = ""
+    mode: GraphMode = "padded-eager"
 
-    def __init__(self, model: Any, device: torch.device, max_tokens: int, sdpa_backend: str, warmup: int, padding_factor: float):
+    def __init__(
+        self,
+        model: Any,
+        device: torch.device,
+        max_tokens: int,
+        sdpa_backend: str,
+        warmup: int,
+        padding_factor: float,
+        fault: FaultName = "none",
+    ):
         if max_tokens < 1:
             raise InputError(f"max tokens must be positive, got {max_tokens}")
+        self.deepstack_layers = int(getattr(model, "deepstack_layers", 0))
+        if fault != "none" and not self.deepstack_layers:
+            raise InputError(f"{fault} needs a model with DeepStack (qwen3-vl-tiny, qwen3-vl-8b)", "--inject-fault")
+        self.fault = fault
         self.model = model
         self.device = device
         self.sdpa_backend = sdpa_backend
@@ -99,6 +132,10 @@ class StaticPrefillEngine:
             else:
                 self.s_inp = torch.zeros(self.max_tokens, model.hidden_size, dtype=self.dtype, device=device)
             self.s_pos = torch.zeros((3, self.max_tokens) if mrope else (self.max_tokens,), dtype=torch.long, device=device)
+            self.s_deepstack: torch.Tensor | None = None
+            if self.deepstack_layers and fault != "drop-deepstack":
+                width = model.hidden_size * self.deepstack_layers
+                self.s_deepstack = torch.zeros(self.max_tokens, width, dtype=self.dtype, device=device)
 
     @property
     def graph_impl(self) -> str:
@@ -112,12 +149,48 @@ class StaticPrefillEngine:
 
     def _fill(self, x: PrefillInputs, b: int) -> None:
         """The batch's real inputs into the static buffers, the padding up to b zeroed
-        (token 0 / zero embeddings, position 0)."""
+        (token 0 / zero embeddings, position 0, no DeepStack); a batch without DeepStack
+        zeroes the whole slot."""
         n = x.n
         self.s_inp[:n].copy_(x.inp)
         self.s_inp[n:b].zero_()
         self.s_pos[..., :n].copy_(x.positions)
         self.s_pos[..., n:b].zero_()
+        ds = self.s_deepstack
+        if ds is not None:
+            zero_from = b if self.fault == "stale-deepstack" else 0
+            if x.deepstack is not None:
+                ds[:n].copy_(x.deepstack)
+                zero_from = max(zero_from, n)
+            ds[zero_from:b].zero_()
+
+    def static_inputs(self, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """What bucket b's forward reads: (inputs, positions, DeepStack or None), prefixes of
+        the static buffers, the same tensors at capture and replay."""
+        ds = None if self.s_deepstack is None else self.s_deepstack[:b]
+        return self.s_inp[:b], self.s_pos[..., :b], ds
+
+    def side_inputs(self) -> list[SideInputName]:
+        """The model's side inputs by name (SIDE_INPUT_LABELS), whether or not this engine
+        gives its graphs a slot for each."""
+        names: list[SideInputName] = ["input_ids" if self.s_inp.dtype == torch.long else "input_embeds"]
+        names.append("mrope_positions" if self.s_pos.dim() == 2 else "positions")
+        if self.deepstack_layers:
+            names.append("deepstack")
+        return names
+
+    def _neutralize(self, name: SideInputName, b: int) -> None:
+        """Zero side input `name` in the static buffers up to b (after a fill), so a replay
+        shows whether its graph reads it."""
+        if name in ("input_ids", "input_embeds"):
+            self.s_inp[:b].zero_()
+        elif name in ("positions", "mrope_positions"):
+            self.s_pos[..., :b].zero_()
+        elif name == "deepstack":
+            if self.s_deepstack is not None:
+                self.s_deepstack[:b].zero_()
+        else:
+            raise InputError(f"unknown side input {name!r} ({', '.join(SIDE_INPUT_LABELS)})")
 
     def bucket_for(self, n: int) -> int | None:
         """SGLang's rule over the captured buckets: smallest b >= n, and b <= factor * n."""
@@ -203,6 +276,15 @@ class StaticPrefillEngine:
                 on_record(rec)
         return records
 
+    def declare(self, buckets: Iterable[int]) -> None:
+        """Without a GPU only (padded-eager): make `buckets` replayable with no capture run,
+        their padded forward running at replay. For a caller whose next step runs every
+        bucket anyway (a calibration's timed rounds), where a capture run would repeat it."""
+        if self.graphs_enabled:
+            raise RuntimeError("declare() is for padded-eager engines; capture() the buckets on a GPU")
+        for b in self._capture_order(buckets):
+            self.graphs.setdefault(b, None)
+
     def release(self) -> None:
         """Drop every graph and the pool (memory goes back to the caching allocator)."""
         self.graphs.clear()
@@ -225,11 +307,16 @@ class StaticPrefillEngine:
         raise NotImplementedError
 
     @torch.no_grad()
-    def replay(self, x: PrefillInputs, bucket: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def replay(
+        self, x: PrefillInputs, bucket: int | None = None, neutral: tuple[SideInputName, ...] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Padded replay: (hidden [n, H], logits of each request's last row [r, V], bucket).
-        The outputs are views of graph memory, valid until the next replay."""
+        The outputs are views of graph memory, valid until the next replay. `neutral`: side
+        inputs zeroed after the fill (a probe of what the graph reads)."""
         b = self._check_bucket(x.n, bucket)
         self._fill(x, b)
+        for name in neutral:
+            self._neutralize(name, b)
         hidden, logits = self._replay_filled(x, b)
         return hidden, logits, b
 

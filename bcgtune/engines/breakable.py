@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.attention import varlen_attention
 from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
+from bcgtune.engines.choices import FaultName
 from bcgtune.engines.inputs import PrefillInputs
 from bcgtune.engines.sdpa import sdpa_context
 from bcgtune.errors import InputError
@@ -96,12 +97,13 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         warmup: int = 2,
         padding_factor: float = DEFAULT_PADDING_FACTOR,
         graph_impl: str = "auto",
+        fault: FaultName = "none",
     ):
         from bcgtune.engines.segmented import GraphImpl, resolve_impl
 
         if not hasattr(model, "body"):
             raise InputError("the breakable runner needs a model with a separate body and logits tail")
-        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor)
+        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor, fault)
         self.mode = "breakable-cuda-graph" if self.graphs_enabled else "padded-eager"
         if not self.graphs_enabled:
             self.impl = None
@@ -144,7 +146,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
             out[:n].copy_(o)
         else:
             rep = q.shape[1] // k.shape[1]
-            with sdpa_context(self.sdpa_backend, self.device):
+            with sdpa_context(self.sdpa_backend):
                 for s, e in m.spans:
                     qs, ks, vs = (z[s:e].transpose(0, 1).unsqueeze(0) for z in (q, k, v))
                     if rep > 1:
@@ -182,7 +184,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         return varlen_attention(self._attend)
 
     def _body(self, b: int):
-        hidden = self.model.body(self.s_inp[:b], self.s_pos[..., :b])
+        hidden = self.model.body(*self.static_inputs(b))
         self.s_out[:b].copy_(hidden)
         return hidden
 
@@ -197,7 +199,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         """(hidden [n, H], logits of each request's last row [r, V])."""
         self.meta = self.prepare(x.lengths)
         with self.attention():
-            hidden = self.model.body(x.inp, x.positions)
+            hidden = self.model.body(x.inp, x.positions, x.deepstack)
         return hidden, self._tail(hidden)
 
     # ---- capture --------------------------------------------------------------------
@@ -206,24 +208,27 @@ class BreakablePrefillEngine(StaticPrefillEngine):
 
     def _capture_one(self, b: int, rec: CaptureRecord, record_attention: bool) -> None:
         """Warm-up forwards on the capture stream, then one breakable graph of the body
-        (breaks at every attention); padded-eager: the warm-up alone."""
+        (breaks at every attention). Padded-eager (no GPU): the bucket's segments run once,
+        breaks skipped: what a graph of it would hold, at its shapes. Nothing is there to
+        warm up, and the attention over the whole bucket that a capture runs once eagerly
+        (its cost grows with the square of the bucket) would measure nothing on a CPU; every
+        replay runs attention on the real rows of its batch."""
+        if not self.graphs_enabled:
+            self.graphs[b] = None
+            self._segments_alone(b)
+            return
+        side, impl = self.capture_stream, self.impl
+        assert side is not None and impl is not None  # both exist where graphs are enabled
         with self.attention():
-            if self.graphs_enabled:
-                side, impl = self.capture_stream, self.impl
-                assert side is not None and impl is not None  # both exist where graphs are enabled
-                self._warm_up_on(side, self._body, b)
-                t1 = time.perf_counter()
-                graph = impl.new_graph()
-                with impl.capture(graph, self.pool, side):
-                    self._body(b)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                self.sync()
-                rec.record_s = time.perf_counter() - t1
-                self.graphs[b] = graph
-            else:
-                for _ in range(max(1, self.warmup)):
-                    self._body(b)
-                self.graphs[b] = None
+            self._warm_up_on(side, self._body, b)
+            t1 = time.perf_counter()
+            graph = impl.new_graph()
+            with impl.capture(graph, self.pool, side):
+                self._body(b)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self.sync()
+            rec.record_s = time.perf_counter() - t1
+            self.graphs[b] = graph
 
     def segment_count(self, bucket: int) -> int:
         g = self.graphs.get(bucket)
@@ -260,9 +265,13 @@ class BreakablePrefillEngine(StaticPrefillEngine):
             for seg in self.impl.segments(self.graphs[bucket]):
                 seg.replay()
         else:
-            self._skip_breaks = True
-            try:
-                with self.attention():
-                    self._body(bucket)
-            finally:
-                self._skip_breaks = False
+            self._segments_alone(bucket)
+
+    def _segments_alone(self, bucket: int) -> None:
+        """The padded forward of `bucket` on the static buffers, attention breaks skipped."""
+        self._skip_breaks = True
+        try:
+            with self.attention():
+                self._body(bucket)
+        finally:
+            self._skip_breaks = False

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
-from bcgtune.core.calibration import Runner
+from bcgtune.engines.choices import DtypeName, FaultName, GraphImplName, HfAttentionName, RunnerName, SdpaBackendName
 from bcgtune.errors import InputError
 
-RUNNERS: tuple[str, ...] = get_args(Runner)
+RUNNERS: tuple[str, ...] = get_args(RunnerName)
 RUNNER_HELP: dict[str, str] = {
     "breakable": "SGLang's breakable prefill runner (its default on CUDA): captured segments, attention eager between them",
     "full": "SGLang's `full` prefill backend with one request slot: one whole-forward graph per bucket",
 }
-GraphImplChoice = Literal["auto", "sglang", "bcgtune"]
-DtypeName = Literal["auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"]
-HfAttention = Literal["causal", "sdpa"]
 
 
 @dataclass(frozen=True)
@@ -27,20 +24,21 @@ class EngineSpec:
 
     model: str = "qwen3-8b"  # a built-in shape or a Hugging Face checkpoint folder (hf:PATH or PATH)
     device: str = "auto"  # auto, cuda, cuda:N, cpu
-    dtype: str = "auto"
-    sdpa_backend: str = "auto"
+    dtype: DtypeName = "auto"
+    sdpa_backend: SdpaBackendName = "auto"
     seed: int = 0
-    hf_fix_attention: bool = True  # checkpoint folders: bcgtune's causal SDPA (True) or transformers' own
+    hf_attention: HfAttentionName = "causal"  # checkpoint folders: bcgtune's fixed causal SDPA, or transformers' own
     random_weights: bool = False
-    runner: Runner = "breakable"
+    runner: RunnerName = "breakable"
     chunked_prefill_size: int | None = None
-    graph_impl: str = "auto"
+    graph_impl: GraphImplName = "auto"
+    fault: FaultName = "none"  # a negative control: a replay that breaks one side input on purpose
 
 
-def check_runner(runner: str) -> Runner:
+def check_runner(runner: str) -> RunnerName:
     if runner not in RUNNERS:
         raise InputError(f"unknown runner {runner!r} ({', '.join(RUNNERS)})", "--runner")
-    return runner  # type: ignore[return-value]
+    return runner  # type: ignore[return-value]  # checked against RUNNERS just above
 
 
 @dataclass
@@ -67,11 +65,15 @@ def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | Non
     device = resolve_device(spec.device)
     refuse_cpu_for_large(shape, device.type)
     is_hf = spec.model.startswith("hf:") or os.path.isdir(spec.model)
-    if runner == "breakable" and is_hf and not spec.hf_fix_attention:
+    if spec.hf_attention not in get_args(HfAttentionName):
+        raise InputError(f"must be causal or sdpa, got {spec.hf_attention[:40]!r}", "--hf-attention")
+    if runner == "breakable" and is_hf and spec.hf_attention != "causal":
         raise InputError("the breakable runner needs --hf-attention causal (its attention runs per request)", "--hf-attention")
     dtype = parse_dtype(spec.dtype, device)
     torch.manual_seed(spec.seed)
-    model, desc = load_model(spec.model, device, dtype, spec.sdpa_backend, spec.seed, spec.hf_fix_attention, spec.random_weights)
+    model, desc = load_model(
+        spec.model, device, dtype, spec.sdpa_backend, spec.seed, spec.hf_attention == "causal", spec.random_weights
+    )
     engine: Any
     if runner == "breakable":
         from bcgtune.engines.breakable import BreakablePrefillEngine
@@ -83,12 +85,13 @@ def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | Non
             sdpa_backend=spec.sdpa_backend,
             warmup=2 if warmup is None else warmup,
             graph_impl=spec.graph_impl,
+            fault=spec.fault,
         )
     else:
         from bcgtune.engines.full import FullPrefillEngine
 
         engine = FullPrefillEngine(
-            model, device, max_tokens, sdpa_backend=spec.sdpa_backend, warmup=1 if warmup is None else warmup
+            model, device, max_tokens, sdpa_backend=spec.sdpa_backend, warmup=1 if warmup is None else warmup, fault=spec.fault
         )
     env = environment(device)
     env["graph_mode"] = engine.mode
@@ -99,5 +102,5 @@ def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | Non
         env["attention"] = engine.attention_kind
         if engine.impl is not None and engine.impl.note:
             env["graph_impl_note"] = engine.impl.note
-    env["sdpa_backend"] = resolved_sdpa_backend(spec.sdpa_backend, device)
+    env["sdpa_backend"] = resolved_sdpa_backend(spec.sdpa_backend)
     return EngineSession(engine, desc, env)

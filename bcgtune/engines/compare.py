@@ -1,5 +1,6 @@
-"""Replay against eager, token by token: the comparisons `validate` runs on every batch, and
-the pad-invariance check (garbage in the padded rows must not change any real row)."""
+"""Replay against eager, token by token: the comparisons `validate` runs on every batch, which
+side inputs a replay reads (probed by zeroing each one), and the pad-invariance check
+(garbage in the padded rows must not change any real row)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.engines.choices import SideInputName
 from bcgtune.engines.inputs import PrefillInputs, seeded_generator
 
 if TYPE_CHECKING:
@@ -74,6 +76,71 @@ class PadInvariance:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass
+class SideInputUse:
+    """One side input of a batch (engines/base.py SIDE_INPUT_LABELS): whether the batch
+    carries it (DeepStack: image batches only) and whether replay read it, probed by replaying
+    the batch with it zeroed in the static buffers (None: it cannot change this batch's
+    output, e.g. positions when every request has one token). Replay must read exactly what
+    the batch carries: a carried input left unread was dropped; an uncarried one read is a
+    previous batch's, left behind."""
+
+    name: SideInputName
+    given: bool
+    replay_used: bool | None
+
+    @property
+    def label(self) -> str:
+        from bcgtune.engines.base import SIDE_INPUT_LABELS
+
+        return SIDE_INPUT_LABELS[self.name]
+
+    @property
+    def problem(self) -> str | None:
+        if self.replay_used is None or self.replay_used == self.given:
+            return None
+        if self.given:
+            return f"replay dropped {self.label}"
+        return f"replay read {self.label} the batch does not carry (a previous batch's)"
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "given": self.given, "replay_used": self.replay_used, "ok": self.ok}
+
+
+def _carries(x: PrefillInputs, name: SideInputName) -> tuple[bool, bool]:
+    """(the batch carries side input `name`, zeroing it could change the batch's output)."""
+    if name == "deepstack":
+        given = x.deepstack is not None and bool(x.deepstack.any())
+        return given, True
+    if name in ("positions", "mrope_positions"):  # relative within a request: one token cannot tell
+        return True, max(x.lengths) > 1
+    return True, bool(x.inp.any())
+
+
+@torch.no_grad()
+def probe_side_inputs(
+    engine: StaticPrefillEngine, x: PrefillInputs, bucket: int, hidden: torch.Tensor, logits: torch.Tensor
+) -> list[SideInputUse]:
+    """Which of the engine's side inputs replay reads for batch x in `bucket`, given the
+    batch's plain replay (`hidden`, `logits`, copies): the batch replayed once per side input
+    with that input zeroed, the real rows compared exactly with the plain replay. Leaves the
+    static buffers as the batch's plain fill, as its replay did."""
+    out = []
+    for name in engine.side_inputs():
+        given, can_matter = _carries(x, name)
+        used: bool | None = None
+        if can_matter:
+            h1, l1, _ = engine.replay(x, bucket, neutral=(name,))
+            used = not (torch.equal(hidden, h1) and torch.equal(logits, l1))
+        out.append(SideInputUse(name, given, used))
+    engine._fill(x, bucket)
+    return out
 
 
 @torch.no_grad()
@@ -211,6 +278,8 @@ def check_pad_invariance(engine: StaticPrefillEngine, x: PrefillInputs, bucket: 
             junk = torch.randn((bucket - n, engine.s_inp.shape[1]), generator=g)
         engine.s_inp[n:bucket].copy_(junk.to(engine.s_inp.dtype))
         engine.s_pos[..., n:bucket].copy_(torch.randint(0, 4 * bucket, (bucket - n,), generator=g))
+        if engine.s_deepstack is not None:
+            engine.s_deepstack[n:bucket].copy_(torch.randn((bucket - n, engine.s_deepstack.shape[1]), generator=g))
     h1, l1 = engine._replay_filled(x, bucket)
     diff = max(float((h0 - h1).abs().max()), float((l0 - l1).abs().max()))
     return PadInvariance(ok=diff == 0.0, max_abs_diff=diff, requests=x.requests)

@@ -22,6 +22,7 @@ import torch
 
 from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
+from bcgtune.engines.choices import FaultName
 from bcgtune.engines.inputs import PrefillInputs
 from bcgtune.engines.sdpa import SdpaRecorder, maybe, sdpa_context
 
@@ -40,8 +41,9 @@ class FullPrefillEngine(StaticPrefillEngine):
         sdpa_backend: str = "auto",
         warmup: int = 1,
         padding_factor: float = DEFAULT_PADDING_FACTOR,
+        fault: FaultName = "none",
     ):
-        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor)
+        super().__init__(model, device, max_tokens, sdpa_backend, warmup, padding_factor, fault)
         self.mode = "cuda-graph" if self.graphs_enabled else "padded-eager"
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         with torch.no_grad():
@@ -52,10 +54,11 @@ class FullPrefillEngine(StaticPrefillEngine):
         return "torch.cuda.CUDAGraph, whole forward"
 
     def attention(self) -> contextlib.AbstractContextManager[Any]:
-        return sdpa_context(self.sdpa_backend, self.device)
+        return sdpa_context(self.sdpa_backend)
 
     def _fwd(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.model(self.s_inp[:b], self.s_pos[..., :b], self.s_last)
+        inp, pos, deepstack = self.static_inputs(b)
+        return self.model(inp, pos, self.s_last, deepstack)
 
     def _fill(self, x: PrefillInputs, b: int) -> None:
         super()._fill(x, b)
@@ -66,7 +69,7 @@ class FullPrefillEngine(StaticPrefillEngine):
     def eager(self, x: PrefillInputs) -> tuple[torch.Tensor, torch.Tensor]:
         last = torch.tensor([x.n - 1], device=self.device)
         with self.attention():
-            return self.model(x.inp, x.positions, last)
+            return self.model(x.inp, x.positions, last, x.deepstack)
 
     # ---- capture ------------------------------------------------------------------
     def _prepare_capture(self, b: int) -> None:
@@ -124,6 +127,6 @@ class FullPrefillEngine(StaticPrefillEngine):
         @torch.no_grad()
         def call() -> object:
             with self.attention():
-                return self.model(x.inp, x.positions, last)
+                return self.model(x.inp, x.positions, last, x.deepstack)
 
         return call

@@ -22,7 +22,10 @@ chunked attention are refused, since a plain causal mask would be wrong for them
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -77,6 +80,7 @@ class HFPrefillModel(nn.Module):
     """transformers causal LM behind the engine's signature forward(ids, positions, last_index)."""
 
     input_kind = "ids"
+    deepstack_layers = 0
     transformers_version: str | None = None
 
     def __init__(self, lm, name: str, attention: str):
@@ -97,11 +101,13 @@ class HFPrefillModel(nn.Module):
     def logits(self, hidden):
         return self.head(hidden)
 
-    def body(self, ids, positions):
+    def body(self, ids, positions, deepstack=None):
+        if deepstack is not None:
+            raise InputError(f"{self.name} takes no DeepStack embeddings (a text model)")
         return self.base(input_ids=ids[None], position_ids=positions[None], use_cache=False)[0][0]
 
-    def forward(self, ids, positions, last_index):
-        hidden = self.body(ids, positions)
+    def forward(self, ids, positions, last_index, deepstack=None):
+        hidden = self.body(ids, positions, deepstack)
         return hidden, self.head(hidden.index_select(0, last_index))
 
     def describe(self) -> dict:
@@ -120,6 +126,152 @@ class HFPrefillModel(nn.Module):
         }
 
 
+@dataclass(frozen=True)
+class _TextShape:
+    """What the engines read of a vision-language checkpoint's language model."""
+
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vision: Any  # engines.presets.VisionConfig: the image geometry and token ids
+    architectures: tuple[str, ...] = ()
+
+
+class _HFVision(nn.Module):
+    """A Qwen3-VL checkpoint's vision tower behind the interface of the built-in models'
+    vision stub: `grid(h, w)` and `forward(pixels [C, H, W]) -> [tokens, H * (1 +
+    deepstack)]`, the merged embedding then each DeepStack feature (the layout SGLang's
+    separate_deepstack_embeds splits, srt/models/qwen3_vl.py)."""
+
+    def __init__(self, tower: nn.Module, vision: Any, temporal_patch_size: int):
+        super().__init__()
+        self.tower = tower
+        self.vc = vision
+        self.temporal = int(temporal_patch_size)
+
+    def grid(self, height: int, width: int) -> tuple[int, int]:
+        unit = self.vc.patch_size * self.vc.merge_size
+        return max(1, round(height / unit)), max(1, round(width / unit))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """pixels [C, H, W], H and W multiples of patch * merge. Patches in the order of
+        transformers' Qwen2-VL image processor (models/qwen2_vl/image_processing_qwen2_vl.py,
+        `patchify`): merge windows row by row, the frame repeated over the temporal patch."""
+        c, hh, ww = pixels.shape
+        p, m, t = self.vc.patch_size, self.vc.merge_size, self.temporal
+        gh, gw = hh // p, ww // p
+        patches = pixels.reshape(c, gh // m, m, p, gw // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
+        flat = patches.unsqueeze(5).expand(-1, -1, -1, -1, -1, t, -1, -1).reshape(gh * gw, c * t * p * p)
+        out = self.tower(flat, grid_thw=torch.tensor([[1, gh, gw]], device=pixels.device))
+        return torch.cat([out.pooler_output, *out.deepstack_features], dim=1)
+
+
+class HFVisionLanguageModel(nn.Module):
+    """A Qwen3-VL-style checkpoint (transformers' image-text-to-text model whose vision config
+    declares deepstack_visual_indexes) behind the engines' signature: merged input
+    embeddings, 3-axis positions, and DeepStack. The language model runs as transformers
+    builds it; DeepStack slice i is added to decoder layer i's output by a forward hook, on
+    every row of a tensor that is zero off the image tokens. That is the sums of transformers'
+    own `Qwen3VLTextModel._deepstack_process` (an add at the visual positions after layer i,
+    models/qwen3_vl/modeling_qwen3_vl.py) and of SGLang's Qwen3LLMModel.forward, without its
+    boolean indexing (a host sync, which no CUDA graph can hold)."""
+
+    input_kind = "embeds"
+    transformers_version: str | None = None
+
+    def __init__(self, lm, name: str, attention: str):
+        super().__init__()
+        from bcgtune.engines.presets import VisionConfig
+
+        self.lm = lm
+        core = lm.model
+        self.language = core.language_model
+        self.head = lm.get_output_embeddings()
+        self.name = name
+        self.attention_impl = attention
+        top, text, vcfg = lm.config, lm.config.text_config, lm.config.vision_config
+        self.hidden_size = int(text.hidden_size)
+        self.vocab_size = int(text.vocab_size)
+        self.deepstack_layers = len(vcfg.deepstack_visual_indexes)
+        vision = VisionConfig(
+            patch_size=int(vcfg.patch_size),
+            merge_size=int(vcfg.spatial_merge_size),
+            in_channels=int(vcfg.in_channels),
+            hidden_size=int(vcfg.hidden_size),
+            image_token_id=int(top.image_token_id),
+            vision_start_id=int(top.vision_start_token_id),
+            vision_end_id=int(top.vision_end_token_id),
+            deepstack=self.deepstack_layers,
+        )
+        heads = int(text.num_attention_heads)
+        self.cfg = _TextShape(
+            int(text.num_hidden_layers),
+            heads,
+            int(getattr(text, "num_key_value_heads", None) or heads),
+            int(getattr(text, "head_dim", None) or self.hidden_size // heads),
+            vision,
+            tuple(getattr(top, "architectures", None) or [type(lm).__name__]),
+        )
+        self.visual = _HFVision(core.visual, vision, int(getattr(vcfg, "temporal_patch_size", 2)))
+        self.embed_tokens = self.language.embed_tokens
+        self._deepstack: torch.Tensor | None = None
+        for i in range(self.deepstack_layers):
+            self.language.layers[i].register_forward_hook(functools.partial(self._add_deepstack, i))
+
+    def _add_deepstack(self, i: int, module, args, output):
+        ds = self._deepstack
+        if ds is None:
+            return None
+        h = self.hidden_size
+        if isinstance(output, tuple):
+            return (output[0] + ds[:, i * h : (i + 1) * h], *output[1:])
+        return output + ds[:, i * h : (i + 1) * h]
+
+    def embed(self, ids):
+        return self.embed_tokens(ids)
+
+    def logits(self, hidden):
+        return self.head(hidden)
+
+    def body(self, embeds, positions, deepstack=None):
+        pos = positions[:, None, :] if positions.dim() == 2 else positions[None]
+        self._deepstack = deepstack
+        try:
+            out = self.language(inputs_embeds=embeds[None], position_ids=pos, use_cache=False)
+        finally:
+            self._deepstack = None
+        return out[0][0]
+
+    def forward(self, embeds, positions, last_index, deepstack=None):
+        hidden = self.body(embeds, positions, deepstack)
+        return hidden, self.head(hidden.index_select(0, last_index))
+
+    def describe(self) -> dict:
+        c = self.cfg
+        return {
+            "source": "transformers",
+            "name": self.name,
+            "architecture": c.architectures[0] if c.architectures else type(self.lm).__name__,
+            "attention_implementation": self.attention_impl,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "num_layers": c.num_hidden_layers,
+            "num_heads": c.num_attention_heads,
+            "num_kv_heads": c.num_key_value_heads,
+            "deepstack_layers": self.deepstack_layers,
+            "vision": {"patch_size": c.vision.patch_size, "merge_size": c.vision.merge_size},
+            "params": sum(p.numel() for p in self.lm.parameters()),
+        }
+
+
+def declares_deepstack(config) -> bool:
+    """Does a checkpoint's config declare Qwen3-VL's DeepStack (its vision config's
+    deepstack_visual_indexes)?"""
+    vision = getattr(config, "vision_config", None)
+    return vision is not None and isinstance(getattr(vision, "deepstack_visual_indexes", None), (list, tuple))
+
+
 def _has_weights(path: Path) -> bool:
     return any(path.glob("*.safetensors")) or any(path.glob("*.bin")) or any(path.glob("*.safetensors.index.json"))
 
@@ -132,13 +284,16 @@ def load_hf_model(
     random_weights: bool = False,
     seed: int = 0,
     config_overrides: dict | None = None,
-) -> HFPrefillModel:
+) -> HFPrefillModel | HFVisionLanguageModel:
+    """A causal LM, or a vision-language model whose config declares DeepStack (then its
+    language model runs the attention fix and its vision tower transformers' SDPA: the
+    fix's causal mask would be wrong for an image's bidirectional attention)."""
     p = Path(path)
     if not p.is_dir() or not (p / "config.json").is_file():
         raise InputError("not a Hugging Face checkpoint folder (needs config.json)", path)
     try:
         import transformers
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
     except ImportError:
         raise ExternalError("loading a checkpoint needs transformers (pip install 'bcgtune[hf]')") from None
     try:
@@ -147,28 +302,30 @@ def load_hf_model(
         raise InputError(f"cannot read config.json: {' '.join(str(exc).split())[:300]}", path) from None
     for k, v in (config_overrides or {}).items():
         setattr(config, k, v)
+    vl = declares_deepstack(config)
+    text_config = config.text_config if vl else config
     if fix_attention:
-        if getattr(config, "use_sliding_window", False) or getattr(config, "attention_chunk_size", None):
+        if getattr(text_config, "use_sliding_window", False) or getattr(text_config, "attention_chunk_size", None):
             raise InputError(
                 "sliding-window/chunked attention: the causal-SDPA fix would be wrong; pass --hf-attention sdpa", path
             )
         register_attention()
     attn = ATTN_NAME if fix_attention else "sdpa"
+    attn_arg: Any = {"text_config": attn, "vision_config": "sdpa"} if vl else attn
+    auto = AutoModelForImageTextToText if vl else AutoModelForCausalLM
     if not random_weights and not _has_weights(p):
         raise InputError("no weights (*.safetensors / *.bin) in the folder; pass --random-weights to use random ones", path)
     torch.manual_seed(seed)
     try:
         if random_weights:
             with torch.device(device):
-                lm = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype)
+                lm = auto.from_config(config, attn_implementation=attn_arg, dtype=dtype)
         else:
             try:
-                lm = AutoModelForCausalLM.from_pretrained(
-                    str(p), config=config, local_files_only=True, dtype=dtype, attn_implementation=attn
-                )
+                lm = auto.from_pretrained(str(p), config=config, local_files_only=True, dtype=dtype, attn_implementation=attn_arg)
             except TypeError:  # transformers 4.x spells it torch_dtype
-                lm = AutoModelForCausalLM.from_pretrained(
-                    str(p), config=config, local_files_only=True, torch_dtype=dtype, attn_implementation=attn
+                lm = auto.from_pretrained(
+                    str(p), config=config, local_files_only=True, torch_dtype=dtype, attn_implementation=attn_arg
                 )
             lm = lm.to(device)  # type: ignore[arg-type]  # transformers' stub of `to`
     except (OSError, ValueError, KeyError) as exc:
@@ -176,6 +333,7 @@ def load_hf_model(
     lm = lm.to(dtype=dtype)
     lm.eval()
     lm.requires_grad_(False)
-    model = HFPrefillModel(lm, name=p.name, attention=attn)
+    model: HFPrefillModel | HFVisionLanguageModel
+    model = HFVisionLanguageModel(lm, name=p.name, attention=attn) if vl else HFPrefillModel(lm, name=p.name, attention=attn)
     model.transformers_version = transformers.__version__
     return model

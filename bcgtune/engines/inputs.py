@@ -21,6 +21,9 @@ class PrefillInputs:
     kind: str = "text"  # "text" | "image:<px>"
     visual_tokens: int = 0
     seq_lens: tuple[int, ...] | None = None  # tokens of each request, in order; None: one request
+    # Qwen3-VL DeepStack [n, H * deepstack_layers]: zero except on image tokens' rows; None for
+    # a text batch (SGLang passes none then: srt/managers/mm_utils.py)
+    deepstack: torch.Tensor | None = None
 
     @property
     def n(self) -> int:
@@ -78,7 +81,9 @@ def image_inputs(model: Any, n: int, image_px: int, device, seed: int = 0) -> Pr
     """A Qwen-VL-style prefill of n tokens: text, <vision_start>, the visual tokens of one
     image_px x image_px image, <vision_end>, text. The vision stub encodes the patches and the
     visual tokens replace the image placeholders in the text embeddings, eagerly, outside any
-    graph; the graph sees only input_embeds + 3-axis positions. None if n cannot hold it."""
+    graph; the graph sees input_embeds, 3-axis positions and, for a model with DeepStack, the
+    per-layer visual embeddings: zero on every row but the image tokens', as SGLang's
+    embed_mm_inputs builds them (srt/managers/mm_utils.py). None if n cannot hold it."""
     from bcgtune.engines.models import image_token_count, mrope_positions
 
     vc = model.cfg.vision
@@ -101,10 +106,17 @@ def image_inputs(model: Any, n: int, image_px: int, device, seed: int = 0) -> Pr
     pixels = torch.rand((vc.in_channels, gh * unit, gw * unit), generator=g).to(
         device=device, dtype=model.embed_tokens.weight.dtype
     )
+    h = model.hidden_size
     with torch.no_grad():
-        embeds = model.embed(ids)
-        visual = model.visual(pixels)
+        # placeholder ids beyond the vocabulary are clamped before the lookup, as SGLang's
+        # embed_mm_inputs does: their rows are replaced by the visual tokens anyway
+        embeds = model.embed(ids.clamp(0, model.vocab_size - 1))
+        visual = model.visual(pixels).to(embeds.dtype)  # [vis, H * (1 + deepstack)]
         mask = (ids == vc.image_token_id).unsqueeze(-1)
-        embeds = embeds.masked_scatter(mask, visual.to(embeds.dtype))
+        embeds = embeds.masked_scatter(mask, visual[:, :h])
+        deepstack = None
+        if model.deepstack_layers:
+            deepstack = torch.zeros((n, h * model.deepstack_layers), dtype=embeds.dtype, device=embeds.device)
+            deepstack = deepstack.masked_scatter(mask, visual[:, h:])
     pos = mrope_positions(n_before + 1, (gh, gw), n_after + 1).to(device)
-    return PrefillInputs(embeds, pos, kind=f"image:{image_px}", visual_tokens=vis)
+    return PrefillInputs(embeds, pos, kind=f"image:{image_px}", visual_tokens=vis, deepstack=deepstack)

@@ -35,7 +35,7 @@ def probe_native_gqa(device: torch.device, dtype, sdpa_backend: str) -> bool:
     q = torch.randn(1, 4, 8, 64, device=device, dtype=dtype)
     k = torch.randn(1, 2, 8, 64, device=device, dtype=dtype)
     try:
-        with sdpa_context(sdpa_backend, device):
+        with sdpa_context(sdpa_backend):
             torch.nn.functional.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)
         return True
     except RuntimeError:

@@ -3,11 +3,14 @@
 prefill consumes merged text+vision `input_embeds` with 3-axis (interleaved mRoPE) positions.
 
 Every model exposes the one signature the graph engine captures:
-    forward(inp, positions, last_index) -> (hidden [T, H], last_logits [1, V])
+    forward(inp, positions, last_index, deepstack=None) -> (hidden [T, H], last_logits [1, V])
 with `inp` token ids [T] (text models, `input_kind == "ids"`) or embeddings [T, H]
-(`input_kind == "embeds"`), `positions` [T] or [3, T], and `last_index` a 1-element long
+(`input_kind == "embeds"`), `positions` [T] or [3, T], `last_index` a 1-element long
 tensor holding the last real token's row, so padded replay picks the right row without a
-host sync, and `body(inp, positions) -> hidden` without the LM head. Attention is
+host sync, and `deepstack` [T, H * deepstack_layers] or None (Qwen3-VL's DeepStack: zero
+except on image tokens' rows; None for a text batch); and `body(inp, positions, deepstack)
+-> hidden` without the LM head. `deepstack_layers` says how many decoder layers take
+DeepStack embeddings (0: none). Attention is
 `scaled_dot_product_attention(is_causal=True)` over one sequence (with padding at the end,
 real tokens never attend to pads), or, inside `attention.varlen_attention(fn)`, `fn` over
 a batch of several requests (the breakable engine).
@@ -103,6 +106,19 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class DeepStackMerger(nn.Module):
+    """A merger with its norm after the 2x2 shuffle (Qwen3-VL's use_postshuffle_norm=True)."""
+
+    def __init__(self, merged: int, text_hidden: int, **fk):
+        super().__init__()
+        self.norm = nn.LayerNorm(merged, **fk)
+        self.fc1 = nn.Linear(merged, text_hidden, **fk)
+        self.fc2 = nn.Linear(text_hidden, text_hidden, **fk)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
 class VisionStub(nn.Module):
     """Patches -> visual tokens, the shape of Qwen3-VL's vision tower without its depth:
     patch embedding, one MLP block, and the 2x2 merger into the text hidden size. Runs eagerly
@@ -120,6 +136,11 @@ class VisionStub(nn.Module):
         self.merger = nn.Sequential(
             nn.Linear(m * m * vc.hidden_size, text_hidden, **fk), nn.GELU(), nn.Linear(text_hidden, text_hidden, **fk)
         )
+        # Qwen3-VL's deepstack_merger_list: one merger (norm after the 2x2 shuffle) per tapped
+        # feature map. The stub has one block, so every merger reads its output.
+        self.deepstack_mergers = nn.ModuleList(
+            DeepStackMerger(m * m * vc.hidden_size, text_hidden, **fk) for _ in range(vc.deepstack)
+        )
 
     def grid(self, height: int, width: int) -> tuple[int, int]:
         """Merged token grid of an image resized to multiples of patch*merge (smart_resize's
@@ -130,7 +151,10 @@ class VisionStub(nn.Module):
         return gh, gw
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        """pixels [C, H, W] (already a multiple of patch*merge) -> visual tokens [gh*gw, text_hidden]."""
+        """pixels [C, H, W] (already a multiple of patch*merge) -> visual tokens
+        [gh*gw, text_hidden * (1 + deepstack)]: the embedding that replaces the image
+        placeholders, then each DeepStack feature (the layout of SGLang's Qwen3-VL vision
+        output, which separate_deepstack_embeds splits at text_hidden; srt/models/qwen3_vl.py)."""
         vc = self.vc
         p, m = vc.patch_size, vc.merge_size
         c, hh, ww = pixels.shape
@@ -139,7 +163,8 @@ class VisionStub(nn.Module):
         x = x.reshape(gh * gw * m * m, c * p * p)
         x = self.patch_embed(x)
         x = x + self.fc2(F.gelu(self.fc1(self.norm(x))))
-        return self.merger(x.reshape(gh * gw, m * m * vc.hidden_size))
+        merged = x.reshape(gh * gw, m * m * vc.hidden_size)
+        return torch.cat([self.merger(merged), *(ds(merged) for ds in self.deepstack_mergers)], dim=1)
 
 
 class DecoderLM(nn.Module):
@@ -156,6 +181,9 @@ class DecoderLM(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, **fk)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, **fk)
         self.visual = VisionStub(cfg.vision, cfg.hidden_size, **fk) if cfg.vision is not None else None
+        self.deepstack_layers = cfg.vision.deepstack if cfg.vision is not None else 0
+        if not 0 <= self.deepstack_layers <= cfg.num_layers:
+            raise InputError(f"deepstack {self.deepstack_layers} must be between 0 and the {cfg.num_layers} decoder layers")
         half = cfg.head_dim // 2
         inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, device=device, dtype=torch.float32) / half))
         self.register_buffer("inv_freq", inv, persistent=False)
@@ -194,17 +222,25 @@ class DecoderLM(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def body(self, inp: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def body(self, inp: torch.Tensor, positions: torch.Tensor, deepstack: torch.Tensor | None = None) -> torch.Tensor:
         """The transformer body: final-norm hidden states [T, H], no LM head (what SGLang's
-        breakable and full prefill runners capture; the logits tail runs eagerly)."""
+        breakable and full prefill runners capture; the logits tail runs eagerly). DeepStack,
+        when given: its i-th slice added to the output of decoder layer i, for the first
+        `deepstack_layers` layers, as SGLang's Qwen3-VL language model does on its inference
+        path (srt/models/qwen3_vl.py, Qwen3LLMModel.forward)."""
         x = self.embed_tokens(inp) if self.input_kind == "ids" else inp
         cos, sin = self._rope(positions, x.dtype)
-        for layer in self.layers:
+        h = self.cfg.hidden_size
+        for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin)
+            if deepstack is not None and i < self.deepstack_layers:
+                x = x + deepstack[:, i * h : (i + 1) * h]
         return self.norm(x)
 
-    def forward(self, inp: torch.Tensor, positions: torch.Tensor, last_index: torch.Tensor):
-        hidden = self.body(inp, positions)
+    def forward(
+        self, inp: torch.Tensor, positions: torch.Tensor, last_index: torch.Tensor, deepstack: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.body(inp, positions, deepstack)
         return hidden, self.logits(hidden.index_select(0, last_index))
 
 

@@ -139,7 +139,20 @@ def check_run(model: str, device: str, buckets, chunked_prefill_size: int | None
             f"{shape.name} (~{shape.params / 1e9:.1f}B parameters) needs a CUDA or ROCm GPU "
             f"and this machine shows none; {CPU_DRY_RUN}"
         )
+    if dev == "cpu" or (dev == "auto" and not gpu_device_nodes()):
+        quiet_cpu_threads()
     return shape
+
+
+def quiet_cpu_threads() -> None:
+    """A run on the CPU: OpenMP's threads sleep at the end of each parallel operation
+    instead of spinning (OMP_WAIT_POLICY=PASSIVE, unless the environment sets it). The dry
+    run's operations are microseconds long, so a thread spinning at each barrier, while the
+    thread it waits for has no core, costs more than the operation: on the 2-core
+    development machine, shared with other work, capture and calibrate ran 3-4x longer in
+    wall time with spinning threads (benchmarks/RESULTS.md). Read when torch loads: no effect
+    once it is imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def refuse_cpu_for_large(shape: ModelShape, device_type: str) -> None:

@@ -20,6 +20,11 @@ class VisionConfig:
     image_token_id: int = 151655
     vision_start_id: int = 151652
     vision_end_id: int = 151653
+    # DeepStack: how many visual feature maps the vision tower taps (Qwen3-VL: the outputs of
+    # its blocks deepstack_visual_indexes = [8, 16, 24], sglang srt/configs/qwen3_vl.py), each
+    # added to the hidden states after one of the first `deepstack` decoder layers, on the
+    # image tokens' rows. 0: a model without DeepStack.
+    deepstack: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class DecoderConfig:
         return d
 
 
-_TINY_VISION = VisionConfig(hidden_size=32, image_token_id=500, vision_start_id=501, vision_end_id=502)
+_TINY_VISION = VisionConfig(hidden_size=32, image_token_id=500, vision_start_id=501, vision_end_id=502, deepstack=2)
 
 PRESETS: dict[str, DecoderConfig] = {
     # For CPU tests: runs a forward in milliseconds.
@@ -79,7 +84,9 @@ PRESETS: dict[str, DecoderConfig] = {
         mrope_section=(4, 2, 2),
         max_context=16384,
     ),
-    "qwen3-vl-8b": DecoderConfig("qwen3-vl-8b", 151936, 4096, 12288, 36, 32, 8, 128, vision=VisionConfig(), max_context=262144),
+    "qwen3-vl-8b": DecoderConfig(
+        "qwen3-vl-8b", 151936, 4096, 12288, 36, 32, 8, 128, vision=VisionConfig(deepstack=3), max_context=262144
+    ),
 }
 
 

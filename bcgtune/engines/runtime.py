@@ -25,7 +25,13 @@ def backend_name() -> str:
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
-    spec = (spec or "auto").lower()
+    """The torch device of a --device value (engines/choices.py spells the syntax)."""
+    from bcgtune.engines.choices import device_name
+
+    try:
+        spec = device_name(spec)
+    except ValueError as exc:
+        raise InputError(str(exc), "--device") from None
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if spec in ("cuda", "gpu", "hip", "rocm") or spec.startswith("cuda:"):
@@ -35,9 +41,7 @@ def resolve_device(spec: str = "auto") -> torch.device:
                 f"cuda {torch.version.cuda}, hip {getattr(torch.version, 'hip', None)})"
             )
         return torch.device(spec if spec.startswith("cuda") else "cuda")
-    if spec == "cpu":
-        return torch.device("cpu")
-    raise InputError(f"unknown device {spec!r} (auto, cuda, cuda:N, cpu)", "--device")
+    return torch.device("cpu")
 
 
 def _driver_version(backend: str) -> str | None:

@@ -25,9 +25,11 @@ import warnings
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import torch
+
+from bcgtune.engines.choices import GraphImplName
 
 _current: ContextVar[SegmentedCapture | None] = ContextVar("bcgtune_segmented_capture", default=None)
 
@@ -153,7 +155,7 @@ class SegmentedCapture:
 # which implementation captures
 # ---------------------------------------------------------------------------------------
 SGLANG_MODULE = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
-IMPLEMENTATIONS = ("auto", "sglang", "bcgtune")
+IMPLEMENTATIONS: tuple[str, ...] = get_args(GraphImplName)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,11 @@ DEFAULT_CALIBRATION_SIZES = (16, 64, 128, 256, 512, 768, 1024, 1536, 2048, 2560,
 MAX_POOL_SIZES = 16  # graph memory alone is measured at most at this many sizes (smooth in n)
 MAX_GRID_SIZES = 4096  # a 64-token grid to 16k tokens is 256 sizes; each costs seconds on a GPU
 DEFAULT_GRID = 64
+# (warm-up rounds, timed rounds) when not given. On a GPU the rounds beat clock, power and
+# host noise. Without one (padded-eager: the static-buffer forward run eagerly on the CPU)
+# the times describe no GPU: the run checks the pipeline, and one round runs every call.
+GPU_ROUNDS = (3, 10)
+CPU_ROUNDS = (0, 1)
 
 Say = Callable[[str], None]
 
@@ -118,11 +123,16 @@ def calibration_sizes(
 ) -> CalibrationSizes:
     """The sizes to measure: `sizes` (default DEFAULT_CALIBRATION_SIZES), or a bucket grid
     (`grid`, default 64 with a trace) up to `max_tokens` or over the sizes the trace
-    `sizes_from` can replay in, `sizes` then added to the grid. Reads the trace; no torch."""
-    if sizes_from or grid:
+    `sizes_from` can replay in, `sizes` then added to the grid. Reads the trace; no torch.
+    An empty value is an error, never "unset"."""
+    if sizes is not None and not sizes:
+        raise InputError("no sizes given (an empty list)", "--sizes")
+    if sizes_from is not None and not sizes_from.strip():
+        raise InputError("no trace given (an empty path)", "--sizes-from")
+    if sizes_from is not None or grid is not None:
         trace_sizes = mix = None
         meta: dict[str, Any] = {"bucket_grid": grid or DEFAULT_GRID, "sizes_from": sizes_from}
-        if sizes_from:
+        if sizes_from is not None:
             from bcgtune.core.mix import batch_mix
             from bcgtune.core.trace import load_trace
 
@@ -131,13 +141,13 @@ def calibration_sizes(
             mix = batch_mix(trace).sample(mix_every)
             meta["mix_every"] = mix_every
         wanted = grid_sizes(grid or DEFAULT_GRID, max_tokens=max_tokens, trace_sizes=trace_sizes, factor=factor)
-        if sizes:
+        if sizes is not None:
             extra = [s for s in sizes if max_tokens is None or s <= max_tokens]
             meta["sizes_added"] = sorted(set(extra) - set(wanted))
             wanted = sorted(set(wanted) | set(extra))
             _check_count(wanted)
         return CalibrationSizes(wanted, mix, meta)
-    wanted = list(sizes) if sizes else list(DEFAULT_CALIBRATION_SIZES)
+    wanted = list(sizes) if sizes is not None else list(DEFAULT_CALIBRATION_SIZES)
     if max_tokens is not None:
         wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
     _check_count(wanted)
@@ -179,8 +189,8 @@ class CalibrateResult:
 def calibrate(
     request: CalibrationSizes,
     spec: EngineSpec,
-    warmup: int = 3,
-    repeats: int = 10,
+    warmup: int | None = None,
+    repeats: int | None = None,
     memory: bool = True,
     progress: Say | None = None,
 ) -> CalibrateResult:
@@ -196,8 +206,8 @@ def calibrate(
 def run_calibrate(
     sizes: Sequence[int] = DEFAULT_CALIBRATION_SIZES,
     spec: EngineSpec | None = None,
-    warmup: int = 3,
-    repeats: int = 10,
+    warmup: int | None = None,
+    repeats: int | None = None,
     memory: bool = True,
     progress: Say | None = None,
     mix: BatchMix | None = None,
@@ -207,7 +217,9 @@ def run_calibrate(
     breakable: segments(b) at every size of `sizes` (the bucket grid), and eager(n, r) and
     breaks(n, r) at every batch of `mix` (core.mix.BatchMix; default: each size as one
     request). breaks(n, r) = replay of the batch in the smallest grid bucket >= n minus that
-    bucket's segments. full: eager and whole-forward replay at every size (one request)."""
+    bucket's segments. full: eager and whole-forward replay at every size (one request).
+    `warmup` and `repeats` (untimed and timed rounds) default to GPU_ROUNDS on a GPU and
+    CPU_ROUNDS without one."""
     from bcgtune.engines.build import check_runner, open_engine
     from bcgtune.engines.preflight import check_run
 
@@ -221,6 +233,9 @@ def run_calibrate(
     shape = check_run(spec.model, spec.device, wanted, spec.chunked_prefill_size, what="calibration size")
     session = open_engine(spec, max(wanted), shape)
     say = progress or (lambda msg: None)
+    default_warmup, default_repeats = GPU_ROUNDS if session.engine.graphs_enabled else CPU_ROUNDS
+    warmup = default_warmup if warmup is None else warmup
+    repeats = default_repeats if repeats is None else repeats
     run = _Run(session.engine, session.environment, session.model, spec, warmup, repeats, say)
     if spec.runner == "breakable":
         return _calibrate_breakable(run, wanted, mix, memory)
@@ -281,7 +296,12 @@ def _pool_by_largest(
 
 
 def _capture_all(engine: StaticPrefillEngine, sizes: list[int], record_attention: bool = True) -> list[CaptureRecord]:
-    """Capture every size; a failed capture ends the calibration (ExternalError)."""
+    """Capture every size; a failed capture ends the calibration (ExternalError). Without a
+    GPU nothing is captured: the sizes are declared, and the timed rounds run each one's
+    forward (a run at capture would only repeat it)."""
+    if not engine.graphs_enabled:
+        engine.declare(sizes)
+        return []
     recs = engine.capture(sizes, record_attention=record_attention)
     failed = [r for r in recs if not r.ok]
     if failed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,11 +13,12 @@ import numpy as np
 from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.core.calibration import Runner
 from bcgtune.engines.build import EngineSpec
+from bcgtune.engines.choices import FaultName, SideInputName
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
     from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
-    from bcgtune.engines.compare import BatchComparison, PadInvariance
+    from bcgtune.engines.compare import BatchComparison, PadInvariance, SideInputUse
     from bcgtune.engines.inputs import PrefillInputs
 
 VALIDATION_KIND = "bcgtune.validation-report"
@@ -27,23 +28,31 @@ DEFAULT_VALIDATE_REQUESTS = (1, 4)
 
 @dataclass
 class BatchCheck:
-    """One batch run eagerly and replayed: the comparison, its size and the bucket used."""
+    """One batch run eagerly and replayed: the comparison, its size, the bucket used, and
+    every side input of the batch with whether replay read it (engines/compare.py)."""
 
     comparison: BatchComparison
     n: int
     bucket: int
-    kind: str  # "text" | "image:<px>"
+    kind: str  # "text" | "image:<px>" | "text after image"
+    side_inputs: list[SideInputUse] = field(default_factory=list)
     visual_tokens: int | None = None  # image batches
     image_px: int | None = None
 
     @property
+    def problems(self) -> list[str]:
+        return [s.problem for s in self.side_inputs if s.problem]
+
+    @property
     def ok(self) -> bool:
-        return self.comparison.ok
+        return self.comparison.ok and not self.problems
 
     def to_json(self) -> dict[str, Any]:
         out = {**self.comparison.to_json(), "n": self.n, "bucket": self.bucket, "kind": self.kind}
         if self.image_px is not None:
             out.update(visual_tokens=self.visual_tokens, image_px=self.image_px)
+        out["side_inputs"] = [s.to_json() for s in self.side_inputs]
+        out["ok"] = self.ok
         return out
 
 
@@ -97,18 +106,26 @@ class BucketValidation:
 @dataclass
 class ImageSweep:
     """Image batches replayed in every captured bucket they fit, compared with eager, and
-    no new capture or torch.compile recompilation on the way."""
+    no new capture or torch.compile recompilation on the way; then, in each of those
+    buckets, a text batch replayed right after the bucket's last image batch, as long as it
+    (covering every image row), which must not see that image's side inputs."""
 
     image_px: list[int]
     new_captures: int
     dynamo_recompiles: int
     dynamo_new_graphs: int
     checks: list[BatchCheck | SkippedImage]
+    text_after_image: list[BatchCheck] = field(default_factory=list)
     torch_compile_used: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.new_captures == 0 and self.dynamo_recompiles == 0 and all(r.ok for r in self.checks)
+        return (
+            self.new_captures == 0
+            and self.dynamo_recompiles == 0
+            and all(r.ok for r in self.checks)
+            and all(t.ok for t in self.text_after_image)
+        )
 
     @property
     def done(self) -> list[BatchCheck]:
@@ -122,6 +139,7 @@ class ImageSweep:
             "dynamo_new_graphs": self.dynamo_new_graphs,
             "torch_compile_used": self.torch_compile_used,
             "checks": [r.to_json() for r in self.checks],
+            "text_after_image": [t.to_json() for t in self.text_after_image],
             "ok": self.ok,
         }
 
@@ -140,6 +158,8 @@ class ValidationReport:
     max_logprob_delta: float
     per_bucket: list[BucketValidation]
     image_sweep: ImageSweep | None
+    injected_fault: FaultName = "none"
+    side_inputs: list[SideInputName] = field(default_factory=list)  # the model's, by name
 
     @property
     def checks(self) -> list[BatchCheck]:
@@ -161,6 +181,28 @@ class ValidationReport:
     def failed_buckets(self) -> list[int]:
         return [e.bucket for e in self.per_bucket if not e.ok]
 
+    def problems(self) -> list[str]:
+        """What failed, one line per kind of failure, each naming the side input at fault."""
+        out = []
+        if self.failed_buckets:
+            out.append("buckets " + ", ".join(map(str, self.failed_buckets)) + " failed")
+        groups = [("text batches", self.checks)]
+        sw = self.image_sweep
+        if sw is not None:
+            groups += [("image batches", sw.done), ("text batches after an image batch", sw.text_after_image)]
+            if sw.new_captures or sw.dynamo_recompiles:
+                out.append(f"image sweep: {sw.new_captures} new captures, {sw.dynamo_recompiles} recompilations")
+        for what, checks in groups:
+            counts: dict[str, int] = {}
+            for c in checks:
+                for p in c.problems:
+                    counts[p] = counts.get(p, 0) + 1
+            out += [f"{what}: {p} in {k} of {len(checks)}" for p, k in counts.items()]
+            failing = sum(1 for c in checks if not c.comparison.ok)
+            if failing and what != "text batches":
+                out.append(f"{what}: {failing} of {len(checks)} differ from eager beyond the thresholds")
+        return out or (["image sweep failed"] if not self.ok else [])
+
     def to_json(self) -> dict[str, Any]:
         return {
             **self.header,
@@ -171,6 +213,8 @@ class ValidationReport:
             "requests": self.requests,
             "gap_threshold": self.gap_threshold,
             "max_logprob_delta": self.max_logprob_delta,
+            "injected_fault": self.injected_fault,
+            "side_inputs": self.side_inputs,
             "batches_checked": self.batches_checked,
             "bitwise_batches": self.bitwise_batches,
             "per_bucket": [e.to_json() for e in self.per_bucket],
@@ -204,14 +248,18 @@ def _request_counts(requests: Iterable[int], runner: str) -> list[int]:
     return [1] if runner == "full" else req_list
 
 
-def _replay_vs_eager(engine: StaticPrefillEngine, x: PrefillInputs, th: _Thresholds) -> tuple[BatchComparison, int]:
-    """One batch run eagerly and replayed: the token-level comparison and the bucket used."""
-    from bcgtune.engines.compare import compare_batch
+def _replay_vs_eager(engine: StaticPrefillEngine, x: PrefillInputs, th: _Thresholds, kind: str, **image: int) -> BatchCheck:
+    """One batch run eagerly and replayed: the token-level comparison, the bucket used, and
+    which side inputs replay read (probed after the comparison; the static buffers end as
+    the batch's own fill, so the next batch meets what this one left)."""
+    from bcgtune.engines.compare import compare_batch, probe_side_inputs
 
     he, le = engine.eager(x)
     he, le = he.clone(), le.clone()
     hr, lr, used = engine.replay(x)
-    return compare_batch(engine.model, he, hr, le, lr, x.lengths, th.gap_threshold, th.max_logprob_delta), used
+    comparison = compare_batch(engine.model, he, hr, le, lr, x.lengths, th.gap_threshold, th.max_logprob_delta)
+    side = probe_side_inputs(engine, x, used, hr.clone(), lr.clone())
+    return BatchCheck(comparison, n=x.n, bucket=used, kind=kind, side_inputs=side, **image)
 
 
 def _validate_bucket(
@@ -239,8 +287,7 @@ def _validate_bucket(
         for n in sizes:
             for r in (r for r in req_list if r <= n):
                 x = text_inputs(engine.model, n, engine.device, seed=seed * 7919 + n, requests=r, split="random")
-                c, used = _replay_vs_eager(engine, x, th)
-                checks.append(BatchCheck(c, n=n, bucket=used, kind="text"))
+                checks.append(_replay_vs_eager(engine, x, th, "text"))
         if sizes:
             r_pad = min(req_list[-1], sizes[0])
             x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
@@ -271,19 +318,21 @@ def _image_sweep(
 ) -> ImageSweep:
     """Image batches of each size in `image_px` replayed in every captured bucket they fit:
     compared with eager, and no new capture or torch.compile recompilation on the way."""
-    from bcgtune.engines.inputs import image_inputs
+    from bcgtune.engines.inputs import image_inputs, text_inputs
     from bcgtune.engines.models import image_token_count
     from bcgtune.engines.runtime import dynamo_counters
 
     captures_before = engine.capture_count
     dyn_before = dynamo_counters()
     rows: list[BatchCheck | SkippedImage] = []
+    after: list[BatchCheck] = []
     prev = 0
     for b in buckets:
         if b not in engine.graphs:
             prev = b
             continue
         lo = max(b // 2, prev) + 1
+        last: BatchCheck | None = None
         for px in image_px:
             vis = image_token_count(engine.model, px, px)
             n_min = max(lo, vis + 3)
@@ -293,8 +342,12 @@ def _image_sweep(
             n = int(rng.integers(n_min, b + 1))
             x = image_inputs(engine.model, n, px, engine.device, seed=seed + px + b)
             assert x is not None  # n >= vis + 3
-            c, used = _replay_vs_eager(engine, x, th)
-            rows.append(BatchCheck(c, n=n, bucket=used, kind=x.kind, visual_tokens=vis, image_px=px))
+            last = _replay_vs_eager(engine, x, th, x.kind, visual_tokens=vis, image_px=px)
+            rows.append(last)
+        if last is not None:
+            # straight after the image batch, a text batch as long, in the same bucket
+            t = text_inputs(engine.model, last.n, engine.device, seed=seed + 31 * b)
+            after.append(_replay_vs_eager(engine, t, th, "text after image"))
         prev = b
     dyn_after = dynamo_counters()
     return ImageSweep(
@@ -303,6 +356,7 @@ def _image_sweep(
         dynamo_recompiles=dyn_after["recompiles"] - dyn_before["recompiles"],
         dynamo_new_graphs=dyn_after["unique_graphs"] - dyn_before["unique_graphs"],
         checks=rows,
+        text_after_image=after,
     )
 
 
@@ -341,6 +395,8 @@ def run_validate(
     do_images = is_vl if images is None else bool(images)
     if do_images and not is_vl:
         raise InputError("--images needs a VL model (e.g. --model qwen3-vl-8b)")
+    if spec.fault != "none" and not do_images:
+        raise InputError(f"{spec.fault} shows on image batches: drop --no-images", "--inject-fault")
     rng = np.random.default_rng(spec.seed)
     th = _Thresholds(gap_threshold, max_logprob_delta)
     per_bucket = []
@@ -363,4 +419,6 @@ def run_validate(
         max_logprob_delta=max_logprob_delta,
         per_bucket=per_bucket,
         image_sweep=sweep,
+        injected_fault=spec.fault,
+        side_inputs=engine.side_inputs(),
     )

@@ -4,6 +4,7 @@ commands, after a check that torch is installed at all."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -13,6 +14,7 @@ from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
 from bcgtune.core.constants import DEFAULT_PADDING_FACTOR
+from bcgtune.engines.choices import Fault
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
 
@@ -45,11 +47,11 @@ ReportOut = Annotated[
 def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     from bcgtune.core.replay import parse_bucket_list
 
-    if buckets and profile:
+    if buckets is not None and profile is not None:
         raise InputError("give --buckets or --profile, not both")
-    if buckets:
+    if buckets is not None:
         return parse_bucket_list(buckets, "--buckets")
-    if profile:
+    if profile is not None:
         from bcgtune.adapters.profiles import load_profile
 
         prof = load_profile(profile)
@@ -59,26 +61,20 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     raise InputError("give --buckets LIST or --profile P")
 
 
-def _hf_fix(value: str) -> bool:
-    if value not in ("causal", "sdpa"):
-        raise InputError(f"must be causal or sdpa, got {value[:40]!r}", "--hf-attention")
-    return value == "causal"
-
-
 def _spec(engine: EngineOptions) -> EngineSpec:
-    from bcgtune.engines.build import EngineSpec, check_runner
+    from bcgtune.engines.build import EngineSpec
 
     return EngineSpec(
         model=engine.model,
         device=engine.device,
-        dtype=engine.dtype,
-        sdpa_backend=engine.sdpa_backend,
+        dtype=engine.dtype.value,
+        sdpa_backend=engine.sdpa_backend.value,
         seed=engine.seed,
-        hf_fix_attention=_hf_fix(engine.hf_attention),
+        hf_attention=engine.hf_attention.value,
         random_weights=engine.random_weights,
-        runner=check_runner(engine.runner),
+        runner=engine.runner.value,
         chunked_prefill_size=engine.chunked_prefill_size,
-        graph_impl=engine.graph_impl,
+        graph_impl=engine.graph_impl.value,
     )
 
 
@@ -93,7 +89,8 @@ def capture_command(
             "--warmup",
             min=0,
             max=1000,
-            help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full.",
+            help="Eager warm-up runs before each capture. Default: 2 on the breakable runner (as SGLang), 1 on full. "
+            "Without a GPU the breakable runner runs each bucket's segments once instead.",
             show_default=False,
         ),
     ] = None,
@@ -107,11 +104,11 @@ def capture_command(
     Largest bucket first, one shared memory pool, as SGLang captures them.
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
+    bl = _bucket_list(buckets, profile)
     require_torch()
     from bcgtune.cli.render.engine import format_capture, text
     from bcgtune.services import capture
 
-    bl = _bucket_list(buckets, profile)
     progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
     rep = capture.run_capture(bl, _spec(engine), warmup=warmup, progress=progress)
     emit(rep.to_json, lambda: text(format_capture(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
@@ -121,6 +118,8 @@ def capture_command(
 
 @examples(
     "bcgtune validate --buckets '256 512 1024' --model qwen3-0.6b",
+    "bcgtune validate --buckets '512 1024' --model qwen3-vl-8b \\",
+    "    --inject-fault drop-deepstack   # a negative control: must fail",
     "bcgtune validate --server --profile h200   # a live server, graphs on vs off",
 )
 @options("accuracy", AccuracyOptions)
@@ -147,7 +146,20 @@ def validate_command(
     images: Annotated[
         Optional[bool],
         typer.Option(
-            "--images/--no-images", help="Also sweep image-style inputs. Default: on for VL models.", show_default=False
+            "--images/--no-images",
+            help="Also sweep image inputs (then a text batch after an image in each bucket). Default: on for VL models.",
+            show_default=False,
+        ),
+    ] = None,
+    inject_fault: Annotated[
+        Optional[Fault],
+        typer.Option(
+            "--inject-fault",
+            help="A negative control: replay with one side input broken on purpose, to see validation fail naming it "
+            "(exit 1). drop-deepstack: no DeepStack slot, so replay ignores the per-layer visual embeddings (SGLang's "
+            "breakable runner before its fix); stale-deepstack: the slot is filled but never zeroed, so a text batch "
+            "replays a previous image's. Needs a model with DeepStack (qwen3-vl-tiny, qwen3-vl-8b).",
+            show_default=False,
         ),
     ] = None,
     server: Annotated[
@@ -194,27 +206,40 @@ def validate_command(
     engine: EngineOptions = None,  # type: ignore[assignment]
     accuracy: AccuracyOptions = None,  # type: ignore[assignment]
 ) -> None:
-    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure."""
+    """Check padded graph replay against eager, bucket by bucket. Exit 1 on a failure.
+
+    Every batch also lists its side inputs (input embeddings, positions, DeepStack) with
+    whether replay read them; VL models add image batches and, in each bucket, a text batch
+    right after an image batch. --inject-fault breaks one side input on purpose: the run
+    must fail naming it.
+    """
     guard.outputs({"-o": out_path}, inputs=[p for p in (profile, prompts) if p])
     if workdir is not None:
         guard.workdir(workdir)
+    if server and inject_fault is not None:
+        raise InputError("--inject-fault applies to the torch engine, not --server")
     if server:
         _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy)
         return
     if prompts is not None or min_replay_share is not None or workdir is not None:
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
-    require_torch()
-    from bcgtune.cli.render.engine import format_validation, text
     from bcgtune.core.replay import parse_bucket_list
-    from bcgtune.services import validate
 
     bl = _bucket_list(buckets, profile)
+    request_counts = parse_bucket_list(requests, "--requests")
+    require_torch()
+    from bcgtune.cli.render.engine import format_validation, text
+    from bcgtune.services import validate
+
     progress = None if quiet else (lambda e: note(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"))
+    spec = _spec(engine)
+    if inject_fault is not None:
+        spec = dataclasses.replace(spec, fault=inject_fault.value)
     rep = validate.run_validate(
         bl,
-        _spec(engine),
+        spec,
         sizes_per_bucket=sizes_per_bucket,
-        requests=parse_bucket_list(requests, "--requests"),
+        requests=request_counts,
         gap_threshold=accuracy.gap_threshold,
         max_logprob_delta=accuracy.max_logprob_delta,
         images=images,
@@ -222,8 +247,7 @@ def validate_command(
     )
     emit(rep.to_json, lambda: text(format_validation(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep.ok:
-        bad = [str(b) for b in rep.failed_buckets]
-        raise CheckFailed(f"validation failed: {'buckets ' + ', '.join(bad) if bad else 'image sweep'} failed")
+        raise CheckFailed("validation failed: " + "; ".join(rep.problems()))
 
 
 def _validate_server(profile, prompts, min_replay_share, workdir, out_path, as_json, quiet, accuracy) -> None:
@@ -313,7 +337,13 @@ def calibrate_command(
     ] = DEFAULT_PADDING_FACTOR,
     warmup: Annotated[
         Optional[int],
-        typer.Option("--warmup", min=0, max=1000, help="Untimed rounds before the timed ones. Default: 3.", show_default=False),
+        typer.Option(
+            "--warmup",
+            min=0,
+            max=1000,
+            help="Untimed rounds before the timed ones. Default: 3 on a GPU, 0 on the CPU (a dry run).",
+            show_default=False,
+        ),
     ] = None,
     repeats: Annotated[
         Optional[int],
@@ -321,7 +351,8 @@ def calibrate_command(
             "--repeats",
             min=1,
             max=10000,
-            help="Timed rounds (every size once per round; the median is kept, and every round, for intervals). Default: 10.",
+            help="Timed rounds, each running every size once (the median is kept, and every round, for "
+            "intervals). Default: 10 on a GPU, 1 on the CPU (a dry run: its times describe no GPU).",
             show_default=False,
         ),
     ] = None,
@@ -359,7 +390,7 @@ def calibrate_command(
     from bcgtune.services import calibrate
 
     plan = calibrate.calibration_sizes(
-        parse_bucket_list(sizes, "--sizes") if sizes else None, max_tokens, grid, sizes_from, padding_factor, mix_every
+        None if sizes is None else parse_bucket_list(sizes, "--sizes"), max_tokens, grid, sizes_from, padding_factor, mix_every
     )
     require_torch()
     from bcgtune.core.calibration import save_calibration
@@ -368,8 +399,8 @@ def calibrate_command(
     result = calibrate.calibrate(
         plan,
         _spec(engine),
-        warmup=3 if warmup is None else warmup,
-        repeats=10 if repeats is None else repeats,
+        warmup=warmup,
+        repeats=repeats,
         memory=memory,
         progress=say,
     )

@@ -42,8 +42,10 @@ def format_capture(rep: CaptureReport) -> list[str]:
 
 
 def format_validation(rep: ValidationReport) -> list[str]:
-    lines = [
-        format_environment(rep.environment, rep.model),
+    lines = [format_environment(rep.environment, rep.model)]
+    if rep.injected_fault != "none":
+        lines.append(f"NEGATIVE CONTROL: replay with the fault {rep.injected_fault!r} injected; this run must FAIL")
+    lines += [
         (
             f"gap threshold {rep.gap_threshold}, max logprob delta {rep.max_logprob_delta}; "
             f"requests per batch {','.join(map(str, rep.requests))}; "
@@ -60,10 +62,46 @@ def format_validation(rep: ValidationReport) -> list[str]:
         lines.append(
             f"image sweep {sw.image_px} px: {len(done)} prefills, new captures {sw.new_captures}, "
             f"dynamo recompiles {sw.dynamo_recompiles} (torch.compile not used), "
-            f"min top1 {min((r.comparison.top1_agree for r in done), default=1.0):.4f}: {'ok' if sw.ok else 'FAIL'}"
+            f"min top1 {min((r.comparison.top1_agree for r in done), default=1.0):.4f}, "
+            f"{sum(r.comparison.bitwise for r in done)} bit for bit: {'ok' if all(r.ok for r in sw.checks) else 'FAIL'}"
         )
+        after = sw.text_after_image
+        lines.append(
+            f"text batch after an image batch, same bucket and length: {len(after)} buckets, "
+            f"{sum(t.comparison.bitwise for t in after)} bit for bit: {'ok' if all(t.ok for t in after) else 'FAIL'}"
+        )
+        lines += _batch_problems([*done, *after])
+    lines += _side_input_lines(rep)
     lines.append("PASS" if rep.ok else "FAIL")
+    if not rep.ok:
+        lines += [f"  {p}" for p in rep.problems()]
     return lines
+
+
+def _side_input_lines(rep: ValidationReport) -> list[str]:
+    """Per side input: in how many batches replay read it, of those that carry it, and how
+    many batches without it left it unread (each probed by zeroing it)."""
+    from bcgtune.engines.base import SIDE_INPUT_LABELS
+
+    checks = list(rep.checks)
+    if rep.image_sweep is not None:
+        checks += [*rep.image_sweep.done, *rep.image_sweep.text_after_image]
+    lines = ["side inputs, read by replay (probed by zeroing each):"]
+    for name in rep.side_inputs:
+        uses = [s for c in checks for s in c.side_inputs if s.name == name]
+        given = [s for s in uses if s.given and s.replay_used is not None]
+        absent = [s for s in uses if not s.given]
+        line = (
+            f"  {SIDE_INPUT_LABELS[name]}: read in {sum(bool(s.replay_used) for s in given)} of {len(given)} batches carrying it"
+        )
+        if absent:
+            line += f"; unread in {sum(s.replay_used is False for s in absent)} of {len(absent)} batches without it"
+        lines.append(line + ("" if all(s.ok for s in uses) else "  FAIL"))
+    return lines
+
+
+def _batch_problems(checks: list) -> list[str]:
+    return [f"         {c.kind} n={c.n} in {c.bucket}: {'; '.join(c.problems)}" for c in checks if c.problems]
 
 
 def _bucket_lines(e: BucketValidation) -> list[str]:
@@ -91,6 +129,7 @@ def _bucket_lines(e: BucketValidation) -> list[str]:
             lines.append(
                 f"         n={check.n} r={c.requests}: requests differing {c.differing_requests}, failing {c.failing_requests}"
             )
+    lines += _batch_problems(e.checks)
     if not e.attention_match:
         lines.append(f"         eager:   {'; '.join(e.attention_eager)}")
         lines.append(f"         capture: {'; '.join(e.attention_capture)}")
