@@ -76,12 +76,13 @@ print("\n@@" + json.dumps({"code": code, "seconds": dt, "rss_kb": self_kb, "chil
 
 
 def bcgtune(args: list[str], repo: Path, cwd: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", RUN, *args], cwd=cwd, env=env, capture_output=True, text=True)
     tail = out.stderr.rsplit("@@", 1)
-    if len(tail) != 2:
+    result = json.loads(tail[1]) if len(tail) == 2 else None
+    if result is None or result["code"] != 0:
         raise SystemExit(f"bcgtune {' '.join(args)} failed:\n{out.stderr[-2000:]}")
-    return json.loads(tail[1])
+    return result
 
 
 def memory(a, tmp: Path) -> None:
@@ -134,7 +135,7 @@ def scaling(a, tmp: Path) -> None:
     r = bcgtune(["trace", "--log", *map(str, files), "--histogram-only", "-j", "1", "--quiet"], REPO, tmp)
     print(f"  serial parse, one process (histogram-only): {r['seconds']:.1f} s = {total / r['seconds']:.0f} MB/s")
     base = None
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     for n in a.workers:
         out = subprocess.run(
             [sys.executable, "-c", SCALE, str(n), *map(str, files)], cwd=tmp, env=env, capture_output=True, text=True
@@ -181,7 +182,7 @@ def reduce(a, tmp: Path) -> None:
             fh.write(f"[2026-08-27 23:59:59 TP0] Prefill batch, #new-seq: 1, #new-token: {k + 1}, cuda graph: True\n".encode())
         files.append(f)
     total = sum(f.stat().st_size for f in files) / 1e9
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
         [sys.executable, "-c", REDUCE, str(max(a.workers)), *map(str, files)], cwd=tmp, env=env, capture_output=True, text=True
     )
