@@ -28,7 +28,7 @@ from bcgtune.core import trace as _trace_file
 from bcgtune.core.calibration import Calibration
 from bcgtune.core.calibration import load_calibration as _load_calibration
 from bcgtune.core.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
-from bcgtune.core.drift import DriftReport, drift_report
+from bcgtune.core.drift import DriftReport
 from bcgtune.core.plan import BucketPlan
 from bcgtune.core.replay import ListMetrics, evaluate_list, parse_bucket_list
 from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
@@ -255,16 +255,15 @@ def drift(
 ) -> DriftReport:
     """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets,
     both as SGLang captures them for the launch `server_flags` (snake-case launch flags; None:
-    a plain launch), aligned to its capture alignment unless `align` is given."""
-    from bcgtune.services.launch import capture_for_flags
+    the layout the trace records, as suggest_buckets takes it), aligned to its capture
+    alignment unless `align` is given, and priced as suggest_buckets prices that launch."""
+    from bcgtune.services.drift import drift_for_list
 
     t = _trace(trace)
     buckets = _buckets(deployed, "deployed")
     flags = _flags(server_flags) or {}
     cal = _calibration(calibration)
     threshold = _check(_Threshold, threshold_pct, "threshold_pct")
-    if align is None:
-        align = capture_for_flags(flags, buckets=buckets).alignment
-    else:
+    if align is not None:
         align = _check(_Align, align, "align")
-    return drift_report(t, buckets, align=align, calibration=cal, threshold_pct=threshold)
+    return drift_for_list(t, buckets, server_flags=flags, align=align, calibration=cal, threshold_pct=threshold)

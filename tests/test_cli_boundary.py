@@ -78,7 +78,7 @@ def _exit_code_cases(tmp_path):
     return [
         (["trace", "--log", str(log)], sglang_log, "parse_logs"),
         (["suggest-buckets", str(t)], suggest_service, "make_plan"),
-        (["drift", "--profile", "mi355x", "--trace", str(t)], drift_service, "drift_report"),
+        (["drift", "--profile", "mi355x", "--trace", str(t)], drift_service, "drift_from_plan"),
         (["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu"], capture_service, "run_capture"),
         (["validate", "--buckets", "16", "--model", "tiny", "--device", "cpu"], validate_service, "run_validate"),
         (

@@ -21,7 +21,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def _trace_file(tmp_path) -> Path:
-    sizes = [100, 200, 300, 700, 1500, 3000, 5000, 7000] * 5
+    sizes = [100, 200, 300, 700, 1500, 3000, 3500, 4000] * 5  # within the fake answer's chunk (4,096)
     p = tmp_path / "t.json"
     p.write_text(json.dumps(sizes))
     return p

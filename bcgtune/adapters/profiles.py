@@ -339,8 +339,10 @@ def write_profile_buckets(
     buckets,
     provenance: Mapping[str, Any] | None = None,
     base_profile: str | os.PathLike | None = None,
+    server: Mapping[str, Any] | None = None,
 ) -> Profile:
-    """Set `path`'s [buckets] (list + provenance) atomically (temp file + rename).
+    """Set `path`'s [buckets] (list + provenance) atomically (temp file + rename), and the
+    [server] flags in `server` (the launch the list was priced for, e.g. its chunk).
 
     The document is edited with tomlkit, which keeps every other table, comment, blank line
     and key order as written: only [buckets] changes (its old keys go: provenance describes
@@ -367,15 +369,22 @@ def write_profile_buckets(
         stem = path.stem if path.suffix == ".toml" else path.name
         if stem != base.name and _NAME_RE.match(stem):
             new_name = stem
-    new = _with_buckets(old, source, blist, prov, new_name)
+    new = _with_buckets(old, source, blist, prov, new_name, dict(server or {}))
     result = parse_profile(new, where, path=path)
     atomic_write_text(path, new)
     return result
 
 
-def _with_buckets(text: str, where: str, buckets: list[int], provenance: Mapping[str, Any], name: str | None) -> str:
-    """`text` with its [buckets] table replaced (or added at the end), and [profile].name set
-    to `name` when given; everything else as written."""
+def _with_buckets(
+    text: str,
+    where: str,
+    buckets: list[int],
+    provenance: Mapping[str, Any],
+    name: str | None,
+    server: Mapping[str, Any] | None = None,
+) -> str:
+    """`text` with its [buckets] table replaced (or added at the end), [profile].name set
+    to `name` when given and the `server` flags set in [server]; everything else as written."""
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
@@ -391,7 +400,7 @@ def _with_buckets(text: str, where: str, buckets: list[int], provenance: Mapping
     if "buckets" in doc:
         # comments and blank lines after the old table's last key introduce the next table
         body = getattr(getattr(doc["buckets"], "value", None), "body", [])
-        tail = []
+        tail: list[Any] = []
         for key, item in reversed(body):
             if key is not None:
                 break
@@ -406,7 +415,12 @@ def _with_buckets(text: str, where: str, buckets: list[int], provenance: Mapping
             doc.add(tomlkit.nl())
         doc.add("buckets", table)
     if name is not None:
-        doc["profile"]["name"] = name  # type: ignore[index]
+        doc["profile"]["name"] = name
+    if server:
+        if "server" not in doc:
+            doc.add("server", tomlkit.table())
+        for key, value in server.items():
+            doc["server"][key] = value
     out = tomlkit.dumps(doc)
     return out.replace("\n", "\r\n") if crlf else out
 

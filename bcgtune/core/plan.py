@@ -241,6 +241,9 @@ class BucketPlan:
     recommended_reason: str = ""
     time: TimeInfo | None = None
     refine: Refinement | None = None
+    # the model that priced the rows with a calibration (core/predict.TimeModel), for paired
+    # comparisons of any two lists on this plan's traffic; not part of the JSON
+    model: TimeModel | None = field(default=None, repr=False, compare=False)
 
     @property
     def unit(self) -> str:
@@ -432,6 +435,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
             workload=(trace.meta.get("workload") or {}).get("name") if isinstance(trace.meta.get("workload"), dict) else None,
         ),
         dp_attention=dp_info,
+        model=pricer.model,
     )
     if pricer.model is not None:
         price_with_intervals(plan, pricer, explore)

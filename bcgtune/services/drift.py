@@ -21,8 +21,7 @@ from typing import Any
 
 from bcgtune.core.calibration import Calibration
 from bcgtune.core.capture import PrefillCapture
-from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, drift_report
-from bcgtune.core.plan import assumed_chunked_prefill_size
+from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, check_threshold, drift_from_plan
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError
 from bcgtune.services.launch import SglangUse
@@ -57,13 +56,11 @@ def drift_for_profile(
     `sglang`: when SGLang's own answer for the launch is used (bcgtune.services.launch);
     `say` is given the capture priced, to say whose answer it is; `progress` is told when
     SGLang is asked."""
-    from bcgtune.adapters.hardware import gpu_for
     from bcgtune.services.launch import capture_for_flags
+    from bcgtune.services.suggest import profile_server_flags
 
-    server = dict(profile.server)
-    gpu = gpu_for(profile.hardware)
-    if "chunked_prefill_size" not in server and (trace.chunked_prefill_size() or gpu is None):
-        server["chunked_prefill_size"] = assumed_chunked_prefill_size(trace, None)
+    check_threshold(threshold_pct)
+    server = profile_server_flags(profile, trace)
     capture = capture_for_flags(
         server,
         platform=profile.platform,
@@ -79,14 +76,69 @@ def drift_for_profile(
     if not capture.graphs_on:
         raise InputError(f"the profile runs no prefill graphs: {capture.reason}", profile.where)
     what = "list" if profile.buckets else "SGLang default ladder (no list)"
-    return drift_report(
-        trace,
-        list(capture.captured),
-        name=f"profile {profile.name}'s {what}",
-        align=capture.alignment,
+    name = f"profile {profile.name}'s {what}"
+    try:
+        plan = _todays_plan(trace, list(capture.captured), name, calibration, sglang=sglang, profile=profile)
+    except InputError as exc:
+        if exc.field != "chunked_prefill_size":
+            raise
+        # the traffic comes from servers with a larger chunk than the profile launches with:
+        # its list cannot be judged on batches its server never forms
+        wanted = exc.what.split("give --chunked-prefill-size ", 1)[-1].split(" ", 1)[0]
+        raise InputError(
+            exc.what.split("; give", 1)[0] + f"; set chunked-prefill-size = {wanted} in the profile's [server] "
+            f"(suggest-buckets --write-profile with --chunked-prefill-size {wanted} writes it with a list for "
+            "this traffic), or trace a server launched as the profile is",
+            profile.where,
+        ) from None
+    return drift_from_plan(plan, name, threshold_pct)
+
+
+def _todays_plan(trace: PrefillTrace, deployed: list[int], name: str, calibration: Calibration | None, **launch):
+    """suggest-buckets' plan for today's traffic with as many buckets as `deployed` holds, on
+    the same launch (a profile's, or the layout a trace records), with `deployed` as a row:
+    drift's optimum is the list suggest-buckets gives, priced the same way."""
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
+    req = SuggestRequest(
+        trace=trace,
+        max_buckets=max(1, len(deployed)),
+        objective="padding" if calibration is None else "time",
         calibration=calibration,
-        threshold_pct=threshold_pct,
+        baselines=False,
+        compare=[(name, deployed)],
+        **launch,
     )
+    result = suggest(req)
+    if result.plan is None:
+        raise InputError(f"prefill graphs are off for this launch: {result.capture.reason}")
+    return result.plan
+
+
+def drift_for_list(
+    trace: PrefillTrace,
+    deployed: list[int],
+    *,
+    server_flags: dict[str, Any] | None = None,
+    align: int | None = None,
+    calibration: Calibration | None = None,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    name: str = "deployed list",
+) -> DriftReport:
+    """A list as SGLang captures it for the launch `server_flags` (None: the layout the trace
+    records) against today's optimum of as many buckets, priced as suggest-buckets prices
+    that launch; `align` overrides the launch's capture alignment."""
+    from bcgtune.core.ladder import align_buckets
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
+    check_threshold(threshold_pct)
+    probe = suggest(SuggestRequest(trace=trace, max_buckets=1, baselines=False, server_flags=server_flags or None))
+    if probe.plan is None:
+        raise InputError(f"prefill graphs are off for this launch: {probe.capture.reason}", field="server_flags")
+    use = probe.capture.alignment if align is None else align
+    captured = align_buckets(deployed, use)
+    plan = _todays_plan(trace, captured, name, calibration, server_flags=server_flags or None, align=align)
+    return drift_from_plan(plan, name, threshold_pct)
 
 
 def drift_for_group(
@@ -98,9 +150,8 @@ def drift_for_group(
     if cap is None:
         which = f"group {group} ({trace.groups[group].label()})" if trace.groups else "the trace"
         raise InputError(f"{which} logged no complete prefill capture list: give --profile to judge its deployed list")
-    return drift_report(
-        view, cap.buckets, name=f"group {group}'s captured list", calibration=calibration, threshold_pct=threshold_pct
-    )
+    name = f"group {group}'s captured list"
+    return drift_from_plan(_todays_plan(view, list(cap.buckets), name, calibration), name, threshold_pct)
 
 
 # ---- many profiles, many configurations -----------------------------------------------------

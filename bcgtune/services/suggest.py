@@ -39,7 +39,9 @@ class SuggestRequest:
     `max_bucket` None: the launch's capture alignment and ladder maximum. `tolerance_pct`
     (time objective): recommend the fewest graphs within this % of the best predicted time;
     None: within the noise of the calibration's rounds. `group`: which server configuration
-    of a trace that holds several to price (None: the trace must hold one). `sglang`: when
+    of a trace that holds several to price (None: the trace must hold one). `profile`: price
+    the launch this profile makes (its [server] flags, platform, GPU and model), as drift and
+    serve will judge and launch it; its current list is a comparison row. `sglang`: when
     SGLang's own answer for the launch is used (bcgtune.services.launch: "cache" uses one
     it gave before, "ask" asks it in a child process when there is none)."""
 
@@ -61,6 +63,7 @@ class SuggestRequest:
     tolerance_pct: float | None = None
     group: int | None = None
     sglang: SglangUse = "cache"
+    profile: Any = None  # a launch profile (files: Profile): its launch is priced unless server_flags are given
 
 
 @dataclass
@@ -150,6 +153,13 @@ def _launch_flags(req: SuggestRequest, trace: PrefillTrace, notes: list[str]) ->
             )
         return flags
     flags = trace_layout_flags(trace)
+    if not flags and not logged_layout_flags(trace):
+        ranks = _rank_layout(trace)
+        if ranks is not None:
+            notes.append(
+                f"note: the logs come from {ranks['dp_size']} DP ranks and state no launch settings: if the server ran "
+                f"DP attention, give {_flags_text(ranks)} to price its steps (priced per batch now)"
+            )
     if flags and logged_layout_flags(trace):
         notes.append(
             f"note: the logs state DP attention on {_attention_dp(flags)} ranks: priced as the launch "
@@ -163,6 +173,26 @@ def _launch_flags(req: SuggestRequest, trace: PrefillTrace, notes: list[str]) ->
     else:
         flags = logged_layout_flags(trace)  # the layout the logs state: its capture alignment
     return flags
+
+
+def _rank_layout(trace: PrefillTrace) -> dict[str, Any] | None:
+    """The DP-attention launch a log's rank tags point to (`DP1 TP0` ...: DP ranks, each of
+    as many TP ranks as its tags show), when the records carry more than one DP rank."""
+    import re
+
+    tags = trace.meta.get("ranks") if isinstance(trace.meta, dict) else None
+    if not isinstance(tags, list):
+        return None
+    dps: set[int] = set()
+    tps: set[int] = set()
+    for tag in tags:
+        if isinstance(tag, str):
+            dps.update(int(m) for m in re.findall(r"\bDP(\d+)\b", tag))
+            tps.update(int(m) for m in re.findall(r"\bTP(\d+)\b", tag))
+    if len(dps) < 2:
+        return None
+    dp = max(dps) + 1
+    return {"tp_size": dp * (max(tps) + 1 if tps else 1), "dp_size": dp, "enable_dp_attention": True}
 
 
 def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None = None) -> PrefillTrace:
@@ -204,6 +234,59 @@ def _traced_chunk(trace: PrefillTrace, flags: dict[str, Any]) -> int:
     return assumed_chunked_prefill_size(trace, None) * max(1, _attention_dp(flags))
 
 
+def profile_server_flags(prof, trace: PrefillTrace, chunked_prefill_size: int | None = None) -> dict[str, Any]:
+    """A profile's [server] flags as priced against a trace: the chunk is the one given, else
+    the profile's, else the trace's (per attention-DP rank, times the ranks) when the trace
+    knows it or the profile's GPU does not set SGLang's memory-based default."""
+    from bcgtune.adapters.hardware import gpu_for
+    from bcgtune.adapters.profiles import snake
+
+    server = {snake(str(k)): v for k, v in prof.server.items()}
+    if chunked_prefill_size:
+        server["chunked_prefill_size"] = chunked_prefill_size
+    elif "chunked_prefill_size" not in server and (trace.chunked_prefill_size() or gpu_for(prof.hardware) is None):
+        server["chunked_prefill_size"] = _traced_chunk(trace, server)
+    return server
+
+
+def _profile_launch(
+    req: SuggestRequest, trace: PrefillTrace, notes: list[str], say: Callable[[str], None] | None
+) -> tuple[dict[str, Any], PrefillCapture]:
+    """The profile's launch and what SGLang captures for it (the list left to choose). The
+    chunk: --chunked-prefill-size, else the profile's, else as the trace knows it when the
+    profile's GPU does not set SGLang's default (as drift takes it)."""
+    from bcgtune.services.launch import capture_for_flags
+
+    prof = req.profile
+    server = profile_server_flags(prof, trace, req.chunked_prefill_size)
+    traced = trace_layout_flags(trace)
+    if traced and _attention_dp(traced) != _attention_dp(server):
+        notes.append(
+            f"note: the trace's servers ran {_flags_text(traced)}; priced as profile {prof.name} launches "
+            f"(attention DP {_attention_dp(server)}), the launch the list is written for"
+        )
+    capture = capture_for_flags(
+        server,
+        platform=prof.platform,
+        model_path=prof.model or "",
+        hardware=prof.hardware or None,
+        env=prof.env,
+        sglang=req.sglang,
+        say=say,
+    )
+    largest, chunk = int(trace.sizes[-1]), capture.chunked_prefill_size
+    if chunk is not None and 0 < chunk < largest:
+        wanted = assumed_chunked_prefill_size(trace, None) * max(1, _attention_dp(server))
+        raise InputError(
+            f"the trace's batches reach {largest:,} tokens, above the chunked prefill size profile {prof.name} "
+            f"launches with ({chunk:,} per attention-DP rank): its servers ran a larger chunk, and this launch "
+            f"never forms such batches; give --chunked-prefill-size {wanted} to price (and write) that launch, "
+            "or trace a server launched as the profile is",
+            field="chunked_prefill_size",
+        )
+    return server, capture
+
+
 def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | None:
     """The largest bucket worth offering: the ladder's maximum for this launch (no batch is
     larger than the chunk), unless not even the smallest traced batch fits under it."""
@@ -226,9 +309,16 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
     trace.validate()
     notes: list[str] = []
     trace = select_group(trace, req.group, notes)
-    flags = _launch_flags(req, trace, notes)
-    launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
-    capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)
+    if req.profile is not None and not req.server_flags:
+        flags, capture = _profile_launch(req, trace, notes, say)
+        if req.profile.buckets and not any(lst == list(req.profile.buckets) for _, lst in compare):
+            compare.append((f"profile {req.profile.name}'s current list", list(req.profile.buckets)))
+    else:
+        if req.profile is not None:
+            notes.append(f"note: priced with the layout flags given, not as profile {req.profile.name} launches")
+        flags = _launch_flags(req, trace, notes)
+        launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
+        capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)
     if not capture.graphs_on:
         return Suggestion(trace, capture, None, flags, notes)
     align = capture.alignment if req.align is None else req.align

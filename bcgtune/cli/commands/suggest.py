@@ -221,6 +221,7 @@ def suggest_buckets_command(
     if objective.value == "time" and calibration is None:
         raise InputError("the time objective needs --calibration FILE", "--objective time")
     base = _base_profile(profile_path, base_profile) if profile_path else None
+    target = _target_profile(profile_path, base) if profile_path else None
 
     compares = [_compare_arg(text, i) for i, text in enumerate(compare or [], start=1)]
     if chunked_prefill_size == 0:
@@ -250,6 +251,7 @@ def suggest_buckets_command(
         tolerance_pct=tolerance,
         group=group,
         sglang="ask" if ask_sglang else "cache",
+        profile=target,
     )
     try:
         result = suggest(req, say=lambda m: note(m, quiet))
@@ -267,7 +269,8 @@ def suggest_buckets_command(
         plot_plan(result.trace, plan, plot)
         note(f"wrote {plot}", quiet)
     if profile_path:
-        _write_profile(profile_path, base, plan, result.trace)
+        server = {} if chunked_prefill_size is None else {"chunked-prefill-size": chunked_prefill_size}
+        _write_profile(profile_path, base, plan, result.trace, server)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
     emit(
         lambda: {**plan.to_json_obj(), "launch_capture": result.capture.to_json()},
@@ -319,7 +322,18 @@ def _base_profile(path: str, base: str | None) -> str | None:
     )
 
 
-def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace) -> None:
+def _target_profile(path: str, base: str | None):
+    """The profile the list is written into, as it launches now (the file, or the profile it
+    is created from): suggest-buckets prices that launch, so drift agrees with the list."""
+    from bcgtune.adapters.profiles import load_profile
+    from bcgtune.fileio import path_kind
+
+    return load_profile(path if path_kind(path) is not None or base is None else base)
+
+
+def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict) -> None:
+    """Write the list, and the server flags it was priced with (an explicit chunk), into the
+    profile, so the profile launches what was priced."""
     from bcgtune.adapters.profiles import write_profile_buckets
 
     sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
@@ -330,4 +344,4 @@ def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: Prefill
         "tool_version": __version__,
         "date": dt.date.today().isoformat(),
     }
-    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base)
+    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base, server=server)

@@ -19,7 +19,8 @@ def render_drift_text(r: DriftReport, trace_batches: int) -> str:
         rows.append(row)
     if r.time_gain is not None and r.time_gain.half is not None:
         rows[1][-1] += f" ({-r.time_gain.center:+.2f}% ± {r.time_gain.half:.2f})"
-    lines = [f"today's traffic: {trace_batches:,} prefill batches; verdict on {r.basis}", ""]
+    steps = f" grouped into {r.deployed.metrics.batches:,} DP-attention steps" if r.unit == "step" else ""
+    lines = [f"today's traffic: {trace_batches:,} prefill batches{steps}; verdict on {r.basis}", ""]
     lines += table(head, rows)
     lines += ["", f"verdict: {r.verdict.upper()}: {r.reason}"]
     if r.verdict == "re-tune":
