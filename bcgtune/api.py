@@ -24,9 +24,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import Field
 
 from bcgtune import _API
-from bcgtune.core import trace as _trace_file
 from bcgtune.core.calibration import Calibration
-from bcgtune.core.calibration import load_calibration as _load_calibration
 from bcgtune.core.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
 from bcgtune.core.drift import DriftReport
 from bcgtune.core.plan import BucketPlan
@@ -34,6 +32,8 @@ from bcgtune.core.replay import ListMetrics, evaluate_list, parse_bucket_list
 from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
 from bcgtune.core.trace import PrefillTrace
 from bcgtune.errors import InputError, quote
+from bcgtune.files import trace_file as _trace_file
+from bcgtune.files.calibration_file import load_calibration as _load_calibration
 
 __all__ = list(_API)
 

@@ -42,7 +42,8 @@ DEFAULT_TRACE = Path(__file__).resolve().parent / "data" / "default_workload.jso
 
 def load_mix(path: str | None, seed: int, batches: int):
     from bcgtune.core.mix import batch_mix
-    from bcgtune.core.trace import PrefillTrace, load_trace
+    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.files.trace_file import load_trace
 
     if path:
         return batch_mix(load_trace(path)), f"trace {path}", path
@@ -134,7 +135,8 @@ def tuned_list(args, mix, trace_path: str | None) -> list[int]:
     if src is None:
         import tempfile
 
-        from bcgtune.core.trace import PrefillTrace, save_trace
+        from bcgtune.core.trace import PrefillTrace
+        from bcgtune.files.trace_file import save_trace
 
         sizes, cnt = mix.histogram()
         src = tempfile.mktemp(suffix=".csv")
@@ -258,9 +260,9 @@ class Replayer:
 
 def add_predictions(results: dict, lists: dict, calibration: str, mix, tokens, requests, counts) -> None:
     """Each list's predicted total (the time objective's model) next to the measured one."""
-    from bcgtune.core.calibration import load_calibration
     from bcgtune.core.mix import BatchMix
     from bcgtune.core.optimizer import predicted_time_ms
+    from bcgtune.files.calibration_file import load_calibration
 
     cal = load_calibration(calibration)
     pm = BatchMix(tokens, requests, counts, mix.requests_known)
@@ -393,10 +395,10 @@ def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
 
 def aa_predictions(lists: dict, calibration: str, mix, tokens, requests, counts):
     """(TimeModel on the replayed batches, each list's predicted total with its interval)."""
-    from bcgtune.core.calibration import load_calibration
     from bcgtune.core.mix import BatchMix
     from bcgtune.core.plan import resolve_candidates
     from bcgtune.core.predict import TimeModel
+    from bcgtune.files.calibration_file import load_calibration
 
     cal = load_calibration(calibration)
     pm = BatchMix(tokens, requests, counts, mix.requests_known)

@@ -37,7 +37,7 @@ import sys
 from bcgtune.core.ladder import sglang_default_ladder
 from bcgtune.core.mix import batch_mix
 from bcgtune.core.replay import parse_bucket_list
-from bcgtune.core.trace import load_trace
+from bcgtune.files.trace_file import load_trace
 trace, every, max_bs, no_oracle, *extra = sys.argv[1:]
 mix = batch_mix(load_trace(trace)).sample(int(every))
 lo, hi = int(mix.tokens.min()), int(max_bs)

@@ -143,8 +143,8 @@ def _table(model, title: str, defaults: dict[str, Any] | None = None, skip: tupl
 
 def render() -> str:
     sys.path.insert(0, str(REPO))
-    from bcgtune.adapters import profiles
     from bcgtune.core import workload
+    from bcgtune.files import profile_file as profiles
 
     wl = workload.Workload()
     step = workload.StepTimeModel()

@@ -16,7 +16,7 @@ import pytest
 
 import bcgtune.adapters.sglang_resolve as sr
 from bcgtune.adapters.answer_cache import AnswerCache, cache_root, key_of
-from bcgtune.adapters.profiles import parse_profile
+from bcgtune.files.profile_file import parse_profile
 
 DATA = Path(__file__).parent / "data"
 RUNNERS = DATA / "runner"
@@ -208,7 +208,7 @@ def test_an_unwritable_cache_still_answers(fake_sglang, tmp_path, monkeypatch):
 
 def _doctor_in_child(cache_dir: str, model_dir: str, log: str, out: str) -> None:
     import bcgtune.adapters.sglang_resolve as child_sr
-    from bcgtune.adapters.profiles import parse_profile as parse
+    from bcgtune.files.profile_file import parse_profile as parse
     from bcgtune.services.doctor import run_doctor
 
     src = Path(log).with_suffix(".src")

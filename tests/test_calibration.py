@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core.calibration import Calibration, load_calibration, save_calibration
+from bcgtune.core.calibration import Calibration
 from bcgtune.errors import InputError
+from bcgtune.files.calibration_file import load_calibration, save_calibration
 
 
 def _cal(**kw):

@@ -7,14 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bcgtune.core.calibration import (
-    BatchTimes,
-    Calibration,
-    load_calibration,
-    save_calibration,
-)
+from bcgtune.core.calibration import BatchTimes, Calibration
 from bcgtune.core.mix import BatchMix
 from bcgtune.errors import InputError
+from bcgtune.files.calibration_file import load_calibration, save_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 

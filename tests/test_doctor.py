@@ -11,7 +11,6 @@ from proc_helpers import run_cli
 
 from bcgtune.adapters.environment import sglang_info
 from bcgtune.adapters.model_config import model_is_qwen4_exp
-from bcgtune.adapters.profiles import load_profile, parse_profile
 from bcgtune.adapters.runner_source import GateReport, find_runner_source, runner_gate_state
 from bcgtune.adapters.sglang_resolve import (
     PROBE_CONFIG_DIR,
@@ -21,6 +20,7 @@ from bcgtune.adapters.sglang_resolve import (
     sglang_installed,
 )
 from bcgtune.core.capture import CaptureSource, PrefillCapture
+from bcgtune.files.profile_file import load_profile, parse_profile
 from bcgtune.services.doctor import classify_gate, gate_report, profile_findings, run_doctor
 
 RUNNERS = Path(__file__).parent / "data" / "runner"

@@ -17,9 +17,10 @@ from bcgtune.adapters.simulator import simulate
 from bcgtune.core.dp_steps import evaluate_steps
 from bcgtune.core.scheduler_lockstep import lockstep_decode
 from bcgtune.core.step_grouping import RULE_ITERATION, RULE_MS, RULE_SECONDS, RULE_SIMULATED, dp_index, group_steps
-from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+from bcgtune.core.trace import PrefillTrace
 from bcgtune.core.workload import Workload
 from bcgtune.errors import InputError
+from bcgtune.files.trace_file import load_trace, save_trace
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 

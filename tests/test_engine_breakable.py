@@ -92,8 +92,8 @@ def test_segments_alone_skip_attention(tiny, monkeypatch):
 
 
 def test_capture_report_validate_and_calibrate_breakable(tmp_path):
-    from bcgtune.core.calibration import load_calibration
     from bcgtune.core.mix import BatchMix
+    from bcgtune.files.calibration_file import load_calibration
     from bcgtune.services.calibrate import run_calibrate
     from bcgtune.services.capture import run_capture
     from bcgtune.services.validate import run_validate
@@ -114,7 +114,7 @@ def test_capture_report_validate_and_calibrate_breakable(tmp_path):
     assert cal.runner == "breakable" and cal.tokens.tolist() == [32, 64, 70]  # the largest batch gets a bucket
     assert cal.batches.tokens.tolist() == [20, 20, 40, 70] and cal.batches.requests.tolist() == [1, 2, 3, 3]
     assert (cal.batches.breaks_ms >= 0).all() and cal.meta["engine"]["runner"] == "breakable"
-    from bcgtune.core.calibration import save_calibration
+    from bcgtune.files.calibration_file import save_calibration
 
     save_calibration(cal, tmp_path / "c.json")
     back = load_calibration(tmp_path / "c.json")
@@ -124,7 +124,8 @@ def test_capture_report_validate_and_calibrate_breakable(tmp_path):
 
 
 def _trace_json(tmp_path):
-    from bcgtune.core.trace import PrefillTrace, save_trace
+    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.files.trace_file import save_trace
 
     t = PrefillTrace.from_batches({"forward_tokens": [20, 20, 40, 70, 90], "new_seq": [1, 2, 3, 3, 4]})
     p = tmp_path / "t.json"
@@ -133,7 +134,7 @@ def _trace_json(tmp_path):
 
 
 def test_cli_calibrate_from_a_trace_measures_its_request_mix(tmp_path):
-    from bcgtune.core.calibration import load_calibration
+    from bcgtune.files.calibration_file import load_calibration
 
     trace = _trace_json(tmp_path)
     out = tmp_path / "cal.json"
@@ -346,7 +347,7 @@ def test_mix_of_a_simulated_trace_keeps_request_counts():
 def test_cli_calibrate_adds_sizes_to_the_grid(tmp_path):
     """--sizes with --sizes-from measures the given buckets as well as the grid, so a list
     with sizes off the grid (the one a server runs now) is priced at measured times."""
-    from bcgtune.core.calibration import load_calibration
+    from bcgtune.files.calibration_file import load_calibration
 
     trace = _trace_json(tmp_path)
     out = tmp_path / "cal.json"

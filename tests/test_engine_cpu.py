@@ -148,7 +148,7 @@ def test_cli_errors_are_one_line():
 
 
 def test_cli_calibrate_writes_loadable_file(tmp_path):
-    from bcgtune.core.calibration import load_calibration
+    from bcgtune.files.calibration_file import load_calibration
 
     out = tmp_path / "cal.json"
     r = CliRunner().invoke(
@@ -194,7 +194,7 @@ def test_hf_tiny_random_checkpoint_cpu(tmp_path):
 def test_cli_calibrate_grid_from_trace_feeds_suggest_buckets(tmp_path):
     """calibrate --sizes-from TRACE measures a bucket grid over the trace's range and marks
     it; suggest-buckets --objective time then picks buckets among the measured sizes only."""
-    from bcgtune.core.calibration import load_calibration
+    from bcgtune.files.calibration_file import load_calibration
 
     trace = tmp_path / "t.csv"
     trace.write_text("size,count\n20,3\n40,2\n70,5\n90,1\n")

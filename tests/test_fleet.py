@@ -19,10 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bcgtune.adapters.sglang_log import ParseOptions, parse_logs, parse_server_args_text
-from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+from bcgtune.core.trace import PrefillTrace
 from bcgtune.core.trace_groups import launch_settings
 from bcgtune.core.trace_merge import merge_traces
 from bcgtune.errors import ExternalError, InputError
+from bcgtune.files.trace_file import load_trace, save_trace
 
 SHARED_LOGS = Path(__file__).resolve().parent / "data" / "sglang-logs"
 OUR_LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -540,7 +541,7 @@ def test_drift_wording_write_profile_and_captured_lists(tmp_path):
     before = prof.read_bytes()
     r = cli(["drift", "-p", prof, "--log", log, "--write-profile", prof])
     assert r.code == 1 and "verdict: RE-TUNE" in r.out and "-" not in r.out.split("wastes ")[1][:2]
-    from bcgtune.adapters.profiles import load_profile
+    from bcgtune.files.profile_file import load_profile
 
     new = load_profile(str(prof))
     assert prof.read_bytes() != before and new.buckets and new.buckets != [64, 8192]
@@ -578,7 +579,7 @@ def test_help_imports_no_fsspec_or_dask():
 
 
 def test_trace_json_is_streamed_identically(monkeypatch):
-    import bcgtune.core.trace as trace_mod
+    import bcgtune.files.trace_file as trace_mod
 
     t = parse_logs([str(p) for p in ALL_LOGS if parse_logs_ok(p)])
     whole = json.dumps(t.to_json_obj(), separators=(",", ":")) + "\n"

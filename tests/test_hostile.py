@@ -242,7 +242,7 @@ def _flatten(pairs):
 def _profile_copy(d):
     import shutil
 
-    from bcgtune.adapters.profiles import builtin_profile_path
+    from bcgtune.files.profile_file import builtin_profile_path
 
     p = os.path.join(d, "p.toml")
     shutil.copy(builtin_profile_path("mi355x"), p)

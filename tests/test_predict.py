@@ -15,12 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bcgtune
-from bcgtune.core.calibration import BatchTimes, Calibration, load_calibration, save_calibration
+from bcgtune.core.calibration import BatchTimes, Calibration
 from bcgtune.core.mix import BatchMix
 from bcgtune.core.optimizer import predicted_time_ms
 from bcgtune.core.predict import TimeModel
 from bcgtune.core.stats import round_interval, t_quantile_975
 from bcgtune.errors import InputError
+from bcgtune.files.calibration_file import load_calibration, save_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = ROOT / "tests" / "data" / "calibrations"
@@ -371,7 +372,8 @@ def test_refine_loop_through_the_cli_converges(monkeypatch, tmp_path):
     gets slower, and the file keeps its history."""
     from cli_helpers import cli
 
-    from bcgtune.core.trace import PrefillTrace, save_trace
+    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.files.trace_file import save_trace
 
     _fake_clock(monkeypatch, [0.0, 0.01, -0.01], run_calls=False)  # the calls' own path: the test above
     trace = tmp_path / "t.json"

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from bcgtune.adapters.profiles import (
+from bcgtune.errors import ExternalError, InputError
+from bcgtune.files.profile_file import (
     builtin_profile_names,
     load_profile,
     parse_profile,
     write_profile_buckets,
 )
-from bcgtune.errors import ExternalError, InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_BUCKETS = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
@@ -168,7 +168,7 @@ def test_short_flags_are_stored_under_the_full_name():
 
 
 def test_snake_is_the_one_flag_normalizer():
-    from bcgtune.adapters.profiles import flag_name, snake
+    from bcgtune.files.profile_file import flag_name, snake
 
     assert [snake(k) for k in ("--tp-size", "tp-size", "tp_size", "tp", "--tp", " dp ", "attention-data-parallel-size")] == [
         "tp_size",
@@ -192,7 +192,7 @@ def test_flag_aliases_agree_with_sglangs_parser():
 
     from sglang.srt.server_args import ServerArgs
 
-    from bcgtune.adapters.profiles import FLAG_ALIASES, flag_name
+    from bcgtune.files.profile_file import FLAG_ALIASES, flag_name
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)

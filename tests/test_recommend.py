@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bcgtune
-from bcgtune.core.calibration import BatchTimes, Calibration, extend_calibration, extension_anchors
+from bcgtune.core.calibration import BatchTimes, Calibration
+from bcgtune.core.calibration_extend import extend_calibration, extension_anchors
 from bcgtune.core.predict import TimeModel
 from bcgtune.errors import InputError
 

@@ -13,8 +13,8 @@ from proc_helpers import pid_alive as _alive
 from proc_helpers import run_cli
 
 from bcgtune.adapters.launcher import build_server_command, check_command_flags
-from bcgtune.adapters.profiles import load_profile
 from bcgtune.errors import InputError
+from bcgtune.files.profile_file import load_profile
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_sglang_server.py"

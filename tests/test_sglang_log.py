@@ -240,7 +240,7 @@ def test_missing_and_empty_inputs(tmp_path):
 
 
 def test_trace_columns_and_round_trip(tmp_path):
-    from bcgtune.core.trace import load_trace, save_trace
+    from bcgtune.files.trace_file import load_trace, save_trace
 
     path = SHARED_LOGS / "05_issue1612_time_only_prefix.log"
     trace = parse_logs([str(path)])

@@ -21,9 +21,9 @@ import pytest
 from bcgtune.adapters.hardware import gpu_for
 from bcgtune.adapters.launcher import build_server_command
 from bcgtune.adapters.model_config import locate_model_config
-from bcgtune.adapters.profiles import Profile
 from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
 from bcgtune.cli.render.doctor import render_resolved_prefill
+from bcgtune.files.profile_file import Profile
 from bcgtune.services.launch import capture_for_profile as resolve_prefill
 from bcgtune.services.launch import model_capture
 
@@ -137,7 +137,7 @@ def _grid(tmp: Path) -> list[tuple[str, Profile]]:
 
 
 def _profile(server: dict, buckets, platform: str, hardware: str, model: Path) -> Profile:
-    from bcgtune.adapters.profiles import snake
+    from bcgtune.files.profile_file import snake
 
     return Profile(
         name="grid",

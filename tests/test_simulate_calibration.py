@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from bcgtune.adapters.simulator import simulate
 from bcgtune.cli.app import app
-from bcgtune.core.calibration import load_calibration
+from bcgtune.files.calibration_file import load_calibration
 from bcgtune.files.workload_file import workload_from_options
 
 runner = CliRunner()

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 from bcgtune.cli.app import app
 from bcgtune.core.ladder import sglang_default_ladder
 from bcgtune.core.replay import evaluate_list
-from bcgtune.core.trace import PrefillTrace, load_trace, save_trace
+from bcgtune.core.trace import PrefillTrace
+from bcgtune.files.trace_file import load_trace, save_trace
 
 runner = CliRunner()
 
@@ -157,7 +158,7 @@ def test_help_imports_no_torch_sglang_or_sklearn():
 
 
 def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
-    from bcgtune.adapters.profiles import load_profile
+    from bcgtune.files.profile_file import load_profile
 
     path, _ = trace_csv
     prof = tmp_path / "tuned.toml"
@@ -216,8 +217,8 @@ def test_candidates_calibration_picks_measured_sizes(tmp_path, trace_csv):
     assert got["params"]["candidate_set"] == "calibration"
     assert all(b % 64 == 0 for b in got["recommended"]["buckets"])
     # priced by the measured model, the trace-model list is no better (the optimum is exact)
-    from bcgtune.core.calibration import load_calibration
     from bcgtune.core.optimizer import predicted_time_ms
+    from bcgtune.files.calibration_file import load_calibration
 
     t = load_trace(str(path))
     c = load_calibration(str(cal))

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from bcgtune.cli.app import app
 from bcgtune.cli.render.trace import render_trace_text
-from bcgtune.core.trace import load_trace
 from bcgtune.core.trace_summary import summarize
+from bcgtune.files.trace_file import load_trace
 
 # public SGLang log excerpts with their expected parse (tests/data/sglang-logs/SOURCES.md)
 SHARED_LOGS = Path(__file__).resolve().parent / "data" / "sglang-logs"
@@ -193,7 +193,7 @@ def test_shared_golden_through_cli():
     ],
 )
 def test_trace_inputs_users_have(tmp_path, name, content, sizes, counts):
-    from bcgtune.core.trace import load_trace
+    from bcgtune.files.trace_file import load_trace
 
     p = tmp_path / name
     p.write_bytes(content.encode("utf-8"))
@@ -211,8 +211,8 @@ def test_trace_inputs_users_have(tmp_path, name, content, sizes, counts):
     ],
 )
 def test_trace_input_errors_name_the_problem(tmp_path, content, needle):
-    from bcgtune.core.trace import load_trace
     from bcgtune.errors import InputError
+    from bcgtune.files.trace_file import load_trace
 
     p = tmp_path / "t.csv"
     p.write_text(content)

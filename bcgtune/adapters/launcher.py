@@ -369,7 +369,7 @@ def build_server_command(
     """`python -m sglang.launch_server` for a profile: --model-path, the [server] flags in
     file order, --cuda-graph-bs-prefill from [buckets].list, --port, then EXTRA (which
     argparse lets win over earlier flags; a note says so)."""
-    from bcgtune.adapters.profiles import flag_name
+    from bcgtune.files.profile_file import flag_name
 
     where = profile.where
     model_path = model or profile.model

@@ -39,7 +39,7 @@ from bcgtune.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
     from bcgtune.adapters.launcher import ServerProcess
-    from bcgtune.adapters.profiles import Profile
+    from bcgtune.files.profile_file import Profile
 
 Say = Callable[[str], None]
 

@@ -1,5 +1,5 @@
 """SGLang launch flags (a profile's [server] table, keys normalized by
-`bcgtune.adapters.profiles.snake`) turned into the domain objects of `bcgtune.core.ladder`:
+`bcgtune.files.profile_file.snake`) turned into the domain objects of `bcgtune.core.ladder`:
 the parallel layout and the prefill launch that `resolve_prefill_capture` resolves.
 
 Defaults are SGLang 0.5.23's (srt/arg_groups/fields/parallel.py, exec_.py, memory.py).
@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from bcgtune.adapters.layout_flags import LAYOUT_DEFAULTS
-from bcgtune.adapters.profiles import snake
 from bcgtune.core.capture import PREFILL_BACKENDS, PrefillLaunch
 from bcgtune.core.ladder import ParallelLayout
 from bcgtune.core.model_rules import ModelFacts, model_facts, model_launch_defaults
 from bcgtune.errors import InputError
+from bcgtune.files.profile_file import snake
 
 # Bounds that make sense for a launch (SGLang counts tokens in int32).
 _INT32_MAX = 2**31 - 1

@@ -15,7 +15,6 @@ from typing import Any
 
 import pydantic
 
-from bcgtune.adapters.profiles import snake
 from bcgtune.core import schema
 from bcgtune.core.workload import (
     _LIST_FIELDS,
@@ -28,6 +27,7 @@ from bcgtune.core.workload import (
     with_settings,
 )
 from bcgtune.errors import InputError
+from bcgtune.files.profile_file import snake
 
 PRESET_DIR = "workloads"
 DEFAULT_PRESET = "mi355x-multimodal-pr"
@@ -150,7 +150,7 @@ def load_workload_file(path_or_name: str, base: Workload | None = None) -> Workl
 def profile_server_settings(path_or_name: str) -> dict[str, Any]:
     """The `[server]` table of a profile (snake_case SGLang flags) plus `gpu_memory_gib` when
     the profile names known hardware."""
-    from bcgtune.adapters.profiles import load_profile
+    from bcgtune.files.profile_file import load_profile
 
     prof = load_profile(path_or_name)
     out = dict(prof.server)

@@ -162,8 +162,8 @@ def run_bench(
         if say is not None:
             say(msg)
 
-    from bcgtune.adapters.profiles import load_profile, resolve_profile_path
     from bcgtune.fileio import atomic_write_json, sha256_file
+    from bcgtune.files.profile_file import load_profile, resolve_profile_path
 
     profile = load_profile(plan.profile)
     ppath = resolve_profile_path(plan.profile)

@@ -134,7 +134,7 @@ def calibration_sizes(
         meta: dict[str, Any] = {"bucket_grid": grid or DEFAULT_GRID, "sizes_from": sizes_from}
         if sizes_from is not None:
             from bcgtune.core.mix import batch_mix
-            from bcgtune.core.trace import load_trace
+            from bcgtune.files.trace_file import load_trace
 
             trace = load_trace(sizes_from)
             trace_sizes = trace.sizes
@@ -573,18 +573,20 @@ def extend(
 ) -> ExtendResult:
     """Measure `sizes` into the calibration at `path` (not written here): the same engine
     (its recorded options), warm-up and number of rounds; beside them the rows nearest each
-    (core.calibration.extension_anchors), timed again in the same rounds, so the new values
-    are put on the calibration's scale (core.calibration.extend_calibration). The breakable
+    (core.calibration_extend.extension_anchors), timed again in the same rounds, so the new values
+    are put on the calibration's scale (core.calibration_extend.extend_calibration). The breakable
     runner times segments only (break and eager times belong to the trace's batches, which
     are measured already); the full runner times eager and replay. `spec_check(spec)` may
     refuse the recorded engine (options given on the command line that differ from it)."""
     import datetime as dt
 
     from bcgtune import __version__
-    from bcgtune.core.calibration import Calibration, extend_calibration, extension_anchors, load_calibration
+    from bcgtune.core.calibration import Calibration
+    from bcgtune.core.calibration_extend import extend_calibration, extension_anchors
     from bcgtune.engines import timing
     from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run
+    from bcgtune.files.calibration_file import load_calibration
 
     cal = load_calibration(path)
     spec = recorded_spec(cal, path)

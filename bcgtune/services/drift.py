@@ -35,7 +35,7 @@ def load_traffic(logs: list[str] | None, trace_path: str | None) -> PrefillTrace
 
         return trace_logs(list(logs), histogram_only=True)
     if trace_path and not logs:
-        from bcgtune.core.trace import load_trace
+        from bcgtune.files.trace_file import load_trace
 
         return load_trace(trace_path)
     raise InputError("give today's traffic as --log FILE... or --trace FILE")
@@ -193,7 +193,7 @@ _MATCH_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "chu
 def profile_matches(profile, settings: dict[str, Any]) -> bool:
     """A profile's launch agrees with a configuration's logged settings: the same model
     (path, or its last component), and every layout and chunk setting both state."""
-    from bcgtune.adapters.profiles import snake
+    from bcgtune.files.profile_file import snake
 
     server = {snake(str(k)): v for k, v in profile.server.items()}
     for short, full in (("tp", "tp_size"), ("dp", "dp_size"), ("ep", "ep_size")):

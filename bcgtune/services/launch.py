@@ -132,7 +132,7 @@ def capture_for_flags(
     this machine, decides the rules on its architecture; without one SGLang is asked about
     a plain dense model, and the answer says so). `sglang`: when SGLang's own answer is
     used (see the module's docstring)."""
-    from bcgtune.adapters.profiles import Profile, snake
+    from bcgtune.files.profile_file import Profile, snake
 
     profile = Profile(
         name="launch",

@@ -79,9 +79,9 @@ def live_trace(
     output is echoed to stderr only when there is one."""
     import numpy as np
 
-    from bcgtune.adapters.profiles import load_profile, resolve_profile_path
     from bcgtune.adapters.sglang_log import parse_logs
     from bcgtune.fileio import sha256_file
+    from bcgtune.files.profile_file import load_profile, resolve_profile_path
 
     def note(msg: str) -> None:
         if say is not None:

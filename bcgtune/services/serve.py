@@ -18,7 +18,7 @@ from bcgtune.errors import ExternalError, Interrupted
 
 if TYPE_CHECKING:
     from bcgtune.adapters.launcher import ServerCommand
-    from bcgtune.adapters.profiles import Profile
+    from bcgtune.files.profile_file import Profile
 
 Say = Callable[[str], None]
 
@@ -75,9 +75,9 @@ def plan_serve(
     another interpreter (--python) or without sglang. Raises InputError naming the profile
     key or argument SGLang refuses."""
     from bcgtune.adapters import launcher
-    from bcgtune.adapters.profiles import load_profile
     from bcgtune.adapters.sglang_resolve import sglang_installed
     from bcgtune.errors import InputError
+    from bcgtune.files.profile_file import load_profile
     from bcgtune.services.launch import answers_for_profile
 
     prof = load_profile(profile_ref)

@@ -38,9 +38,9 @@ def server_validation(
     from bcgtune.adapters.live import graphs_off, terminate_as_interrupt
     from bcgtune.adapters.live_validate import default_probes, gate_crosscheck, load_probes, log_replay, run_probes
     from bcgtune.adapters.model_config import model_is_qwen4_exp
-    from bcgtune.adapters.profiles import load_profile
     from bcgtune.adapters.sglang_flags import effective_prefill_backend
     from bcgtune.fileio import atomic_write_json
+    from bcgtune.files.profile_file import load_profile
 
     if min_replay_share is None:
         min_replay_share = DEFAULT_MIN_REPLAY_SHARE

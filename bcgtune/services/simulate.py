@@ -49,7 +49,7 @@ def simulate_trace(req: SimulationRequest, progress: ProgressFn | None = None) -
 
     wl = workload_from_options(workload=req.workload, profile=req.profile, **req.options)
     if req.calibration is not None:
-        from bcgtune.core.calibration import load_calibration
+        from bcgtune.files.calibration_file import load_calibration
 
         wl = replace(wl, step=wl.step.calibrated(load_calibration(req.calibration)))
     trace = simulate(wl, progress=progress)

@@ -239,7 +239,7 @@ def profile_server_flags(prof, trace: PrefillTrace, chunked_prefill_size: int | 
     the profile's, else the trace's (per attention-DP rank, times the ranks) when the trace
     knows it or the profile's GPU does not set SGLang's memory-based default."""
     from bcgtune.adapters.hardware import gpu_for
-    from bcgtune.adapters.profiles import snake
+    from bcgtune.files.profile_file import snake
 
     server = {snake(str(k)): v for k, v in prof.server.items()}
     if chunked_prefill_size:

@@ -58,9 +58,9 @@ def trace_logs(
 
 def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
     """`bcgtune trace merge`: trace files in, one trace out (core.trace_merge)."""
-    from bcgtune.core.trace import load_trace
     from bcgtune.core.trace_merge import merge_traces
     from bcgtune.fileio import display_path
+    from bcgtune.files.trace_file import load_trace
 
     if len(paths) < 2:
         raise InputError("give at least two trace files to merge", "TRACES")

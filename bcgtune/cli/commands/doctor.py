@@ -46,8 +46,8 @@ def doctor_command(
 
     Exit 1 when something blocks.
     """
-    from bcgtune.adapters.profiles import load_profile
     from bcgtune.cli.render.doctor import render_text
+    from bcgtune.files.profile_file import load_profile
     from bcgtune.services.doctor import run_doctor
 
     prof = load_profile(profile) if profile is not None else None

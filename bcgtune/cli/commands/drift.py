@@ -95,9 +95,9 @@ def drift_command(
     number of graphs, same alignment); with several, one table, and exit 1 if any needs
     re-tuning. Exit 0 keeps the lists, so a cron job can run it on each day's logs.
     """
-    from bcgtune.adapters.profiles import load_profile
     from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
+    from bcgtune.files.profile_file import load_profile
     from bcgtune.services.drift import drift_fleet, load_traffic
 
     if extra and log:  # `--log a.log b.log` (a shell glob): one value per --log, the rest arrive here
@@ -119,7 +119,7 @@ def drift_command(
     trace = load_traffic(log, trace_path)
     cal = None
     if calibration:
-        from bcgtune.core.calibration import load_calibration
+        from bcgtune.files.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
     priced = []  # what SGLang captures for each profile's launch, and whose answer it is
@@ -164,7 +164,7 @@ def drift_command(
 
 def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool) -> None:
     """Today's optimum into the profile, on a re-tune verdict (one judged list only)."""
-    from bcgtune.adapters.profiles import write_profile_buckets
+    from bcgtune.files.profile_file import write_profile_buckets
 
     if len(fleet.rows) != 1:
         raise InputError(

@@ -52,7 +52,7 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     if buckets is not None:
         return parse_bucket_list(buckets, "--buckets")
     if profile is not None:
-        from bcgtune.adapters.profiles import load_profile
+        from bcgtune.files.profile_file import load_profile
 
         prof = load_profile(profile)
         if not prof.buckets:
@@ -393,7 +393,7 @@ def calibrate_command(
         None if sizes is None else parse_bucket_list(sizes, "--sizes"), max_tokens, grid, sizes_from, padding_factor, mix_every
     )
     require_torch()
-    from bcgtune.core.calibration import save_calibration
+    from bcgtune.files.calibration_file import save_calibration
 
     say = None if quiet else (lambda m: note("  " + m))
     result = calibrate.calibrate(
@@ -448,7 +448,7 @@ def _extend(
     guard.outputs({"-o": target}, inputs=[cal_path] if out_path else [], in_place=[] if out_path else [cal_path])
     wanted = parse_bucket_list(sizes, "--sizes")
     require_torch()
-    from bcgtune.core.calibration import save_calibration
+    from bcgtune.files.calibration_file import save_calibration
 
     asked = _spec(engine)
 

@@ -211,7 +211,7 @@ def suggest_buckets_command(
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
     from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
-    from bcgtune.core.trace import load_trace
+    from bcgtune.files.trace_file import load_trace
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     profile_path = _profile_target(write_profile) if write_profile else None
@@ -229,7 +229,7 @@ def suggest_buckets_command(
     trace = None if trace_path is None else load_trace(trace_path)
     cal = None
     if calibration is not None:
-        from bcgtune.core.calibration import load_calibration
+        from bcgtune.files.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
     req = SuggestRequest(
@@ -305,8 +305,8 @@ def _profile_target(value: str) -> str:
 def _base_profile(path: str, base: str | None) -> str | None:
     """The profile a missing --write-profile file is created from: --base-profile, else the
     built-in profile named like the file."""
-    from bcgtune.adapters.profiles import builtin_profile_names
     from bcgtune.fileio import path_kind
+    from bcgtune.files.profile_file import builtin_profile_names
 
     if path_kind(path) is not None:
         return base
@@ -325,8 +325,8 @@ def _base_profile(path: str, base: str | None) -> str | None:
 def _target_profile(path: str, base: str | None):
     """The profile the list is written into, as it launches now (the file, or the profile it
     is created from): suggest-buckets prices that launch, so drift agrees with the list."""
-    from bcgtune.adapters.profiles import load_profile
     from bcgtune.fileio import path_kind
+    from bcgtune.files.profile_file import load_profile
 
     return load_profile(path if path_kind(path) is not None or base is None else base)
 
@@ -334,7 +334,7 @@ def _target_profile(path: str, base: str | None):
 def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict) -> None:
     """Write the list, and the server flags it was priced with (an explicit chunk), into the
     profile, so the profile launches what was priced."""
-    from bcgtune.adapters.profiles import write_profile_buckets
+    from bcgtune.files.profile_file import write_profile_buckets
 
     sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
     provenance = {

@@ -227,8 +227,8 @@ def _logs(
 
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
     from bcgtune.cli.render.trace import render_trace_text
-    from bcgtune.core.trace import save_trace
     from bcgtune.core.trace_summary import summarize
+    from bcgtune.files.trace_file import save_trace
 
     if out_path:
         save_trace(trace, out_path)
@@ -244,7 +244,7 @@ def _simulate(sim: Any, buckets: str | None, calibration: str | None, out_path: 
     """Options -> one simulation -> the trace's outputs plus image and replay shares."""
     from bcgtune.cli.render.simulation import render_simulation_text
     from bcgtune.core.replay import parse_bucket_list
-    from bcgtune.core.trace import save_trace
+    from bcgtune.files.trace_file import save_trace
     from bcgtune.services.simulate import SimulationRequest, simulate_trace
 
     req = SimulationRequest(

@@ -1,0 +1,427 @@
+"""Trace files: reading and writing a PrefillTrace.
+
+Forms (all readable by `load_trace`, every value checked against
+bcgtune.core.schema's bounds):
+  * JSON, `format_version` 1 (written by `save_trace`):
+      {"format_version": 1, "kind": "bcgtune.prefill-trace", "tool_version": ...,
+       "created": ISO-8601, "origin": "sglang-log" | "simulation" | "histogram" | ...,
+       "sources": [{"path", "sha256", "bytes", ...}], "parse_stats": {...},
+       "captures": [...], "meta": {...},
+       "histogram": {"sizes": [...], "counts": [...]},
+       "groups": [{"settings": {...}, "rank_chunk", "sources": [...], "histogram": {...},
+                   "mix": {"tokens", "requests", "counts", "requests_known"}, ...}],
+       "batches": {"forward_tokens": [...], "<column>": [...], ...} | null}
+    A trace from logs groups its batches by server configuration (core/trace_groups.py);
+    `batches: null` with groups is a histogram-only trace: counts per size and request
+    mixes per group, enough to price every list, without per-batch columns.
+  * CSV with a `size` column (also `tokens`, `num_tokens`, `forward_tokens`) and an optional
+    `count` (or `batches`) column, in any order; without a count each row is one batch;
+  * a JSON array of forward sizes, one per batch;
+  * plain text, one forward size per line (blank lines and `#` comments skipped).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any, Optional, Union
+
+import numpy as np
+import pydantic
+
+from bcgtune.core.document import check_header
+from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
+from bcgtune.core.trace import (
+    BATCH_COLUMNS,
+    FORMAT_VERSION,
+    TRACE_KIND,
+    PrefillTrace,
+    _column_to_json,
+)
+from bcgtune.core.trace_groups import MAX_GROUPS, TraceGroup, histogram_of
+from bcgtune.errors import InputError, quote
+from bcgtune.fileio import csv_rows
+
+# A trace file larger than this is not a trace (a JSON trace of a million batches with every
+# per-batch column is ~150 MB).
+MAX_TRACE_BYTES = 512 << 20
+
+
+def save_trace(trace: PrefillTrace, path: str) -> None:
+    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON (the
+    per-batch columns streamed a slice at a time: memory stays near the columns' own);
+    gzip-compressed when it ends in .gz (.csv.gz, .json.gz)."""
+    from bcgtune.fileio import atomic_write_chunks, atomic_write_text
+
+    if str(path).lower().removesuffix(".gz").endswith(".csv"):
+        atomic_write_text(path, trace.to_csv())
+    else:
+        atomic_write_chunks(path, (s.encode("utf-8") for s in json_text_chunks(trace)))
+
+
+_COLUMN_SLICE = 1 << 16
+
+
+def json_text_chunks(trace: PrefillTrace) -> Iterator[str]:
+    """The trace's JSON document (the text `json.dumps(to_json_obj())` gives, compact) in
+    pieces: the per-batch columns are turned into text a slice at a time, never into one
+    Python list each."""
+    compact = (",", ":")
+    batches = trace.batches
+    trace.batches = None
+    try:
+        head = json.dumps(trace.to_json_obj(), separators=compact)
+    finally:
+        trace.batches = batches
+    if batches is None:
+        yield head + "\n"
+        return
+    tail = '"batches":null}'
+    assert head.endswith(tail)  # batches is the document's last key
+    yield head[: -len("null}")] + "{"
+    for i, (name, col) in enumerate(batches.items()):
+        yield ("," if i else "") + json.dumps(name) + ":["
+        for start in range(0, len(col), _COLUMN_SLICE):
+            text = json.dumps(_column_to_json(col[start : start + _COLUMN_SLICE]), separators=compact)
+            yield ("," if start else "") + text[1:-1]
+        yield "]"
+    yield "}}\n"
+
+
+def load_trace(path: str) -> PrefillTrace:
+    """Read a JSON trace, a CSV, a JSON array of sizes or a one-size-per-line file.
+    Errors name the file (and the line or field)."""
+    from bcgtune.fileio import decode_text, display_path, read_input
+
+    where = display_path(path)
+    what = "trace (JSON trace, size,count CSV or one size per line)"
+    text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
+    stripped = text.lstrip()
+    if not stripped:
+        raise InputError("trace is empty", where)
+    if stripped.startswith("{"):
+        trace = _parse_json_trace(text, where)
+    elif stripped.startswith("["):
+        trace = _parse_json_list(text, where)
+    else:
+        first = stripped.splitlines()[0].strip().lower().replace(" ", "")
+        if "," in first or first.startswith(_SIZE_COLUMNS):
+            trace = _parse_csv_trace(text, where)
+        else:
+            trace = _parse_plain_trace(text, where)
+    trace.validate(where)
+    if not trace.sources:
+        trace.sources = [{"path": where}]
+    return trace
+
+
+# ---- the JSON document ----------------------------------------------------------------
+class _Histogram(Document):
+    sizes: list[Tokens]
+    counts: list[BatchCount]
+
+
+class _StartupLine(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    chunked_prefill_size: Optional[int] = None
+
+
+class _WorkloadResolved(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    chunked_prefill_size: Optional[int] = None
+
+
+class _WorkloadMeta(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    name: Optional[str] = None
+    resolved: Optional[_WorkloadResolved] = None
+
+
+class _DecodeVotes(Document):
+    """Ranks that decoded during another rank's prefill step (simulated DP attention):
+    their rows vote and pad with the step (bcgtune.core.step_grouping)."""
+
+    step: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=2**62)]]
+    rank: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=DP_RANKS_MAX - 1)]]
+    rows: list[Tokens]
+
+
+class _DPAttentionMeta(Document):
+    model_config = pydantic.ConfigDict(extra="allow")
+    ranks: Annotated[int, pydantic.Field(strict=True, ge=1, le=DP_RANKS_MAX)]
+    decode_votes: Optional[_DecodeVotes] = None
+
+
+class _TraceMeta(Document):
+    """The meta keys bcgtune reads back from a trace file, typed; others pass through."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    startup: list[_StartupLine] = []
+    workload: Optional[_WorkloadMeta] = None
+    ranks: list[str] = []
+    dp_attention: Optional[_DPAttentionMeta] = None
+
+
+class _CaptureLine(Document):
+    """A capture line as the log parser recorded it (only what is read back is typed)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    kind: Optional[str] = None
+    phase: Optional[str] = None
+    backend: Optional[str] = None
+    buckets: Optional[list[Tokens]] = None
+    elided: bool = False
+    source: Optional[int] = None
+    line: Optional[int] = None
+
+
+_Count = Annotated[int, pydantic.Field(strict=True, ge=0, le=BATCHES_MAX)]
+_Setting = Union[
+    Annotated[str, pydantic.Field(max_length=400)],
+    bool,
+    Annotated[int, pydantic.Field(strict=True, ge=-(2**31), le=2**31 - 1)],
+    None,
+]
+
+
+class _MixDoc(Document):
+    tokens: list[Tokens]
+    requests: list[Annotated[int, pydantic.Field(strict=True, ge=1, le=TOKENS_MAX)]]
+    counts: list[BatchCount]
+    requests_known: bool = True
+
+
+class _GroupDoc(Document):
+    settings: dict[Annotated[str, pydantic.Field(max_length=64)], _Setting] = {}
+    rank_chunk: Optional[Annotated[int, pydantic.Field(strict=True, ge=-1, le=TOKENS_MAX)]] = None
+    sources: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=2**31 - 1)]] = []
+    histogram: _Histogram
+    mix: _MixDoc
+    graph: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
+    saturated: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
+
+
+class _TraceDocument(Document):
+    origin: str = "histogram"
+    sources: list[dict[str, Any]] = []
+    parse_stats: dict[str, Any] = {}
+    captures: list[_CaptureLine] = []
+    meta: _TraceMeta = _TraceMeta()
+    histogram: _Histogram
+    groups: list[_GroupDoc] = []
+    batches: Optional[dict[str, Any]] = None
+
+
+def _parse_json_trace(text: str, where: str) -> PrefillTrace:
+    from bcgtune.fileio import parse_json
+
+    obj = check_header(parse_json(text, where), TRACE_KIND, FORMAT_VERSION, "prefill trace", where)
+    doc = validate(_TraceDocument, obj, where)
+    hist = doc.histogram
+    if len(hist.sizes) != len(hist.counts):
+        raise InputError("histogram.sizes and histogram.counts differ in length", where)
+    sizes = np.asarray(hist.sizes, dtype=np.int64)
+    counts = np.asarray(hist.counts, dtype=np.int64)
+    order = np.argsort(sizes, kind="stable")
+    sizes, counts = sizes[order], counts[order]
+    if (np.diff(sizes) == 0).any():
+        raise InputError("histogram.sizes holds a size twice", where)
+    batches = _batch_columns(doc.batches, where) if doc.batches else None
+    meta = doc.meta.model_dump(exclude_unset=True)
+    groups = _groups(doc.groups, len(doc.sources), sizes, counts, where)
+    if batches is not None and groups:
+        col = batches.get("group")
+        if col is not None and col.size and (col.min() < 0 or col.max() >= len(groups)):
+            raise InputError(f"batches.group: must be within 0..{len(groups) - 1}", where)
+    return PrefillTrace(
+        sizes=sizes,
+        counts=counts,
+        batches=batches,
+        origin=doc.origin,
+        sources=doc.sources,
+        parse_stats=doc.parse_stats,
+        captures=[c.model_dump(exclude_unset=True) for c in doc.captures],
+        meta=meta,
+        groups=groups,
+    )
+
+
+def _groups(docs: list[_GroupDoc], n_sources: int, sizes: np.ndarray, counts: np.ndarray, where: str) -> list[TraceGroup]:
+    """The groups of a trace file, each checked: lengths, a mix that holds its batches,
+    sources that exist, at least one batch; together they add up to the histogram."""
+    if len(docs) > MAX_GROUPS:
+        raise InputError(f"groups: at most {MAX_GROUPS} server configurations, got {len(docs)}", where)
+    out = []
+    for i, d in enumerate(docs):
+        loc = f"groups[{i}]"
+        h, m = d.histogram, d.mix
+        if len(h.sizes) != len(h.counts):
+            raise InputError(f"{loc}.histogram: sizes and counts differ in length", where)
+        if not (len(m.tokens) == len(m.requests) == len(m.counts)):
+            raise InputError(f"{loc}.mix: tokens, requests and counts differ in length", where)
+        if not h.counts or sum(h.counts) == 0:
+            raise InputError(f"{loc}: an empty group (no batches)", where)
+        bad = next((s for s in d.sources if s >= n_sources), None)
+        if bad is not None:
+            raise InputError(f"{loc}.sources: source {bad} does not exist ({n_sources} sources)", where)
+        g_sizes, g_counts = histogram_of(np.asarray(h.sizes, np.int64), np.asarray(h.counts, np.int64))
+        tokens, requests, mcounts = (np.asarray(x, np.int64) for x in (m.tokens, m.requests, m.counts))
+        if (requests > tokens).any():
+            raise InputError(f"{loc}.mix: a batch cannot hold more requests than tokens", where)
+        mix_sizes, mix_counts = histogram_of(tokens, mcounts)
+        if tokens.size and not (np.array_equal(mix_sizes, g_sizes) and np.array_equal(mix_counts, g_counts)):
+            raise InputError(f"{loc}.mix: does not add up to the group's histogram", where)
+        out.append(
+            TraceGroup(
+                settings=dict(d.settings), rank_chunk=d.rank_chunk, sources=list(d.sources), sizes=g_sizes,
+                counts=g_counts, mix_tokens=tokens, mix_requests=requests, mix_counts=mcounts,
+                requests_known=m.requests_known, graph=dict(d.graph), saturated=dict(d.saturated),
+            )
+        )  # fmt: skip
+    if out:
+        all_sizes, all_counts = histogram_of(np.concatenate([g.sizes for g in out]), np.concatenate([g.counts for g in out]))
+        if not (np.array_equal(all_sizes, sizes) and np.array_equal(all_counts, counts)):
+            raise InputError("groups: do not add up to the trace's histogram", where)
+    return out
+
+
+_COLUMN_BOUNDS = {"int64": (-(2**62), 2**62), "int32": (-(2**31), 2**31 - 1), "int8": (-1, 1)}
+
+
+def _batch_columns(raw: dict[str, Any], where: str) -> dict[str, np.ndarray]:
+    """Per-batch columns, each checked with numpy (they may hold millions of values):
+    integers (or null for float columns) within the column's range, equal lengths."""
+    out: dict[str, np.ndarray] = {}
+    n = None
+    for name, values in raw.items():
+        if name not in BATCH_COLUMNS:
+            continue  # columns from a newer writer are left out, not fatal
+        loc = f"batches.{name}"
+        if not isinstance(values, list):
+            raise InputError(f"{loc}: must be a list", where)
+        dtype = BATCH_COLUMNS[name]
+        if dtype.startswith("float"):
+            bad = next(
+                (i for i, v in enumerate(values) if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))),
+                None,
+            )
+            if bad is not None:
+                raise InputError(f"{loc}[{bad}]: must be a number or null, got {quote(values[bad])}", where)
+            arr = np.array([np.nan if v is None else float(v) for v in values], dtype=dtype)
+        else:
+            bad = next((i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, int)), None)
+            if bad is not None:
+                raise InputError(f"{loc}[{bad}]: must be an integer, got {quote(values[bad])}", where)
+            lo, hi = _COLUMN_BOUNDS[dtype]
+            if name == "forward_tokens":
+                lo, hi = 1, TOKENS_MAX
+            bad = next((i for i, v in enumerate(values) if not lo <= v <= hi), None)
+            if bad is not None:
+                raise InputError(f"{loc}[{bad}]: must be within {lo}..{hi}, got {str(values[bad])[:40]}", where)
+            arr = np.asarray(values, dtype=dtype)
+        if n is None:
+            n = arr.size
+        elif arr.size != n:
+            raise InputError(f"{loc}: has {arr.size} rows, other columns {n}", where)
+        out[name] = arr
+    return out
+
+
+def _parse_json_list(text: str, where: str) -> PrefillTrace:
+    """A JSON array of forward sizes, one per batch."""
+    from bcgtune.fileio import parse_json
+
+    values = validate(list[Tokens], parse_json(text, where), where, prefix=("sizes",))
+    if not values:
+        raise InputError("trace is empty: no sizes", where)
+    return PrefillTrace.from_sizes(values, origin="sizes")
+
+
+def _parse_int(token: str, where: str, what: str) -> int:
+    """An integer cell ('12' or '12.0'); its bounds are checked for the whole column at once."""
+    t = token.strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        f = float(t)
+    except ValueError:
+        raise InputError(f"{what}: {t[:40]!r} is not an integer", where) from None
+    if not f.is_integer():
+        raise InputError(f"{what}: {t[:40]!r} is not an integer", where)
+    return int(f)
+
+
+def _check_column(values: list[int], lines: list[int], where: str, what: str, bound, top: int) -> None:
+    """Every value within 1..top, checked vectorized; the first one out of bounds is
+    reported through the schema (one mechanism, one wording) with its line."""
+    bad = (
+        next((i for i, v in enumerate(values) if not 1 <= v <= top), None)
+        if values and (min(values) < 1 or max(values) > top)
+        else None
+    )
+    if bad is not None:
+        validate(bound, values[bad], f"{where}:{lines[bad]}", prefix=(what,))
+
+
+def _histogram(sizes: list[int], counts: list[int] | None, origin: str) -> PrefillTrace:
+    arr = np.asarray(sizes, dtype=np.int64)
+    w = np.ones(arr.size, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+    uniq, inv = np.unique(arr, return_inverse=True)
+    total = np.bincount(inv, weights=w.astype(np.float64)).astype(np.int64)
+    return PrefillTrace(sizes=uniq.astype(np.int64), counts=total, origin=origin)
+
+
+_SIZE_COLUMNS = ("size", "tokens", "num_tokens", "forward_tokens")
+_COUNT_COLUMNS = ("count", "batches")
+
+
+def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
+    """`size,count` rows (columns found by name, in any order, others ignored; `tokens` is
+    taken for `size`; without a count column each row is one batch)."""
+    header: list[str] | None = None
+    si = ci = None
+    sizes: list[int] = []
+    counts: list[int] = []
+    lines: list[int] = []
+    for lineno, row in csv_rows(text, where):
+        if header is None:
+            header = [h.strip().lower() for h in row]
+            si = next((header.index(c) for c in _SIZE_COLUMNS if c in header), None)
+            ci = next((header.index(c) for c in _COUNT_COLUMNS if c in header), None)
+            if si is None:
+                raise InputError(
+                    f"CSV header needs a 'size' column (as in 'size,count'), got {','.join(row)[:60]!r}",
+                    f"{where}:{lineno}",
+                )
+            need = max(si, ci if ci is not None else 0) + 1
+            continue
+        if len(row) < need:
+            raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
+        assert si is not None  # the header was read above
+        sizes.append(_parse_int(row[si], f"{where}:{lineno}", header[si]))
+        if ci is not None:
+            counts.append(_parse_int(row[ci], f"{where}:{lineno}", header[ci]))
+        lines.append(lineno)
+    if not sizes:
+        raise InputError("trace is empty: CSV has no rows", where)
+    assert header is not None and si is not None
+    _check_column(sizes, lines, where, header[si], Tokens, TOKENS_MAX)
+    if ci is not None:
+        _check_column(counts, lines, where, header[ci], BatchCount, BATCHES_MAX)
+    return _histogram(sizes, counts if ci is not None else None, "histogram")
+
+
+def _parse_plain_trace(text: str, where: str) -> PrefillTrace:
+    sizes: list[int] = []
+    lines: list[int] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        s = line.split("#", 1)[0].strip()
+        if s:
+            sizes.append(_parse_int(s, f"{where}:{lineno}", "size"))
+            lines.append(lineno)
+    if not sizes:
+        raise InputError("trace is empty: no sizes", where)
+    _check_column(sizes, lines, where, "size", Tokens, TOKENS_MAX)
+    return _histogram(sizes, None, "sizes")
