@@ -30,8 +30,13 @@ _PACKAGES = (
 
 def load():
     """(module, how, plain-import error or ''), or (None, reason, error) without sglang."""
+    how = "plain import"
+    if importlib.util.find_spec("sgl_kernel") is None:
+        # the module imports weak_ref_tensor (sgl_kernel's) lazily, at its first capture
+        sys.modules[_weak_module().__name__] = _weak_module()
+        how += ", with a stand-in for weak_ref_tensor (sgl_kernel is not installed)"
     try:
-        return importlib.import_module(MODULE), "plain import", ""
+        return importlib.import_module(MODULE), how, ""
     except Exception as exc:  # noqa: BLE001
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
@@ -40,8 +45,6 @@ def load():
     if spec is None or not spec.submodule_search_locations:
         return None, "sglang is not installed", error
     import torch
-
-    from bcgtune.engines.segmented import weak_ref_tensor
 
     root = Path(next(iter(spec.submodule_search_locations)))
     parts = [
@@ -60,6 +63,16 @@ def load():
     utils.is_hip = lambda: bool(torch.version.hip)
     utils.is_xpu = lambda: False
     sys.modules["sglang.srt.utils"] = utils
+    weak = _weak_module()
+    sys.modules[weak.__name__] = weak
+    module = importlib.import_module(MODULE)  # SGLang's file, with the stand-ins above
+    return module, "its file with stand-ins for sglang.srt.utils and weak_ref_tensor", error
+
+
+def _weak_module() -> types.ModuleType:
+    """SGLang's weak_ref_tensor module, on bcgtune's reimplementation of sgl_kernel's op."""
+    from bcgtune.engines.segmented import weak_ref_tensor
+
     weak = types.ModuleType("sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor")
 
     def weak_ref_tensors(t):
@@ -67,10 +80,9 @@ def load():
             return type(t)(weak_ref_tensor(x) for x in t)
         return weak_ref_tensor(t)
 
+    weak.weak_ref_tensor = weak_ref_tensor
     weak.weak_ref_tensors = weak_ref_tensors
-    sys.modules[weak.__name__] = weak
-    module = importlib.import_module(MODULE)  # SGLang's file, with the stand-ins above
-    return module, "its file with stand-ins for sglang.srt.utils and weak_ref_tensor", error
+    return weak
 
 
 def restore() -> None:

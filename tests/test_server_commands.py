@@ -216,6 +216,9 @@ def test_comparison_and_failures():
         (["--order", "A,,X"], "--order"),
         (["--order", ",".join(["A", "X"] * 60)], "--order"),
         (["--concurrency", ",".join(["4"] * 1000), "--runs", "100"], "--runs"),
+        (["--concurrency", "99999999999999999999"], "--concurrency"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--concurrency", "5000000", "--prompts-per-concurrency", "10"], "--prompts-per-concurrency"),
     ],
 )
 def test_bench_plan_refuses_empty_and_runaway_values_before_launching(extra, flag):

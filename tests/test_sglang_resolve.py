@@ -424,3 +424,29 @@ def test_architecture_tables_match_the_installed_sglang():
     script = Path(__file__).resolve().parents[1] / "scripts" / "extract_sglang_tables.py"
     r = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    "platform, installed, want_cuda, want_hip",
+    [
+        ("cuda", ("13.0", None), "13.0", None),  # a CUDA build of torch keeps its own version
+        ("cuda", (None, None), "12.9", None),  # a CPU build: a CUDA version SGLang accepts
+        ("rocm", ("13.0", None), None, "7.2.0"),
+        ("rocm", (None, "6.4.1"), None, "6.4.1"),
+    ],
+)
+def test_the_probe_keeps_the_installed_torchs_own_gpu_build(monkeypatch, platform, installed, want_cuda, want_hip):
+    """On a GPU machine the packages built against the installed torch check its CUDA
+    version at import (torchvision refuses another major): the probe's stand-in GPU keeps
+    the installed build's version and invents one only for a CPU build."""
+    torch = pytest.importorskip("torch")
+    from bcgtune.adapters import sglang_probe
+
+    for name in ("is_available", "device_count", "current_device", "get_device_capability"):
+        monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name))
+    for name in ("get_device_properties", "get_device_name", "mem_get_info", "set_device"):
+        monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name))
+    monkeypatch.setattr(torch.version, "cuda", installed[0])
+    monkeypatch.setattr(torch.version, "hip", installed[1])
+    sglang_probe.fake_device({"platform": platform, "name": "GPU", "capability": [9, 0], "memory_gib": 141})
+    assert (torch.version.cuda, torch.version.hip) == (want_cuda, want_hip)

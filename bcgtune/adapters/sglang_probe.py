@@ -178,8 +178,10 @@ def fake_device(device: dict) -> None:
         setattr(torch.cuda, name, fn)
     rocm = device["platform"] == "rocm"
     version: Any = torch.version
-    version.hip = str(device.get("hip_version", "7.2.0")) if rocm else None
-    version.cuda = None if rocm else str(device.get("cuda_version", "12.9"))
+    # the installed torch's own version where it is a build for the platform: the packages
+    # built against it check it at import (torchvision refuses a CUDA major other than its own)
+    version.hip = str(device.get("hip_version") or version.hip or "7.2.0") if rocm else None
+    version.cuda = None if rocm else str(device.get("cuda_version") or version.cuda or "12.9")
 
 
 def _answer_memory_queries(device: dict) -> None:

@@ -22,6 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from bcgtune.adapters.live import (
     Variant,
@@ -35,7 +38,7 @@ from bcgtune.adapters.live import (
     terminate_as_interrupt,
 )
 from bcgtune.core.bench_result import BenchArm, BenchLaunch, BenchResult, BenchRun
-from bcgtune.core.schema import parse_int_list
+from bcgtune.core.schema import REQUESTS_MAX, parse_int_list
 from bcgtune.errors import ExternalError, InputError
 
 LETTERS = "AXYZW"
@@ -43,6 +46,8 @@ _CONTROLLED = {"--max-concurrency", "--num-prompts", "--request-rate", "--output
 DEFAULT_CONCURRENCY = (4, 16, 32, 64, 128)
 # Launches one bench may make: each takes minutes (a server start), so more is a typo.
 LAUNCHES_MAX = 100
+# One concurrency level: at most as many requests in flight as a run may send.
+_Concurrency = Annotated[int, Field(strict=True, ge=1, le=REQUESTS_MAX)]
 # Client runs in one launch (concurrency levels x runs): each takes seconds to minutes.
 RUNS_PER_LAUNCH_MAX = 10_000
 
@@ -121,7 +126,7 @@ def plan_bench(
             )
     seq = parse_order(order if order is not None else default_order(len(variants)), variants)
     concs = (
-        parse_int_list(concurrency, "--concurrency", empty_items=False, max_items=RUNS_PER_LAUNCH_MAX)
+        parse_int_list(concurrency, "--concurrency", item=_Concurrency, empty_items=False, max_items=RUNS_PER_LAUNCH_MAX)
         if concurrency is not None
         else list(DEFAULT_CONCURRENCY)
     )
@@ -130,6 +135,11 @@ def plan_bench(
             f"{len(concs):,} concurrency levels x {runs:,} runs is {len(concs) * runs:,} client runs a launch, "
             f"at most {RUNS_PER_LAUNCH_MAX:,}",
             "--runs",
+        )
+    if max(concs) * prompts_per_concurrency > REQUESTS_MAX:
+        raise InputError(
+            f"concurrency {max(concs):,} x {prompts_per_concurrency:,} prompts is more than {REQUESTS_MAX:,} prompts a run",
+            "--prompts-per-concurrency",
         )
     return BenchPlan(profile, variants, seq, concs, runs, prompts_per_concurrency, warmup, list(bench_args))
 
