@@ -116,6 +116,12 @@ def test_a_launch_with_graphs_off_prices_nothing(tmp_path, capsys):
     code, out, err = run_cli(["suggest-buckets", t, "--enable-two-batch-overlap", "--tp", "2"], capsys)
     assert code == 0 and "prefill graphs are off for this launch" in out and "two-batch overlap" in out
     assert "no bucket list to suggest" in out and "--cuda-graph-bs-prefill" not in out
+    prof = tmp_path / "p.toml"
+    code, out, err = run_cli(
+        ["suggest-buckets", t, "--chunked-prefill-size", "-1", "--write-profile", str(prof), "--base-profile", "h200"], capsys
+    )
+    assert code == 0 and "chunked prefill is off" in out and not prof.exists()
+    assert f"nothing written to {prof}" in err
 
 
 @pytest.mark.sglang

@@ -264,6 +264,8 @@ def suggest_buckets_command(
     plan = result.plan
     if plan is None:
         _graphs_off(result.capture, as_json, capture_line(result.capture))
+        if profile_path:
+            note(f"nothing written to {profile_path}: this launch captures no prefill graphs", quiet)
         return
     if plot:
         plot_plan(result.trace, plan, plot)
