@@ -77,17 +77,15 @@ def drift_for_profile(
         raise InputError(f"the profile runs no prefill graphs: {capture.reason}", profile.where)
     what = "list" if profile.buckets else "SGLang default ladder (no list)"
     name = f"profile {profile.name}'s {what}"
+    from bcgtune.services.suggest import ChunkTooSmall
+
     try:
         plan = _todays_plan(trace, list(capture.captured), name, calibration, sglang=sglang, profile=profile)
-    except InputError as exc:
-        if exc.field != "chunked_prefill_size":
-            raise
-        # the traffic comes from servers with a larger chunk than the profile launches with:
-        # its list cannot be judged on batches its server never forms
-        wanted = exc.what.split("give --chunked-prefill-size ", 1)[-1].split(" ", 1)[0]
+    except ChunkTooSmall as exc:
+        # the profile's list cannot be judged on batches its server never forms
         raise InputError(
-            exc.what.split("; give", 1)[0] + f"; set chunked-prefill-size = {wanted} in the profile's [server] "
-            f"(suggest-buckets --write-profile with --chunked-prefill-size {wanted} writes it with a list for "
+            f"{exc.batches_outgrow()}; set chunked-prefill-size = {exc.wanted} in the profile's [server] "
+            f"(suggest-buckets --write-profile with --chunked-prefill-size {exc.wanted} writes it with a list for "
             "this traffic), or trace a server launched as the profile is",
             profile.where,
         ) from None

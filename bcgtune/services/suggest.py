@@ -277,14 +277,30 @@ def _profile_launch(
     largest, chunk = int(trace.sizes[-1]), capture.chunked_prefill_size
     if chunk is not None and 0 < chunk < largest:
         wanted = assumed_chunked_prefill_size(trace, None) * max(1, _attention_dp(server))
-        raise InputError(
-            f"the trace's batches reach {largest:,} tokens, above the chunked prefill size profile {prof.name} "
-            f"launches with ({chunk:,} per attention-DP rank): its servers ran a larger chunk, and this launch "
-            f"never forms such batches; give --chunked-prefill-size {wanted} to price (and write) that launch, "
+        raise ChunkTooSmall(prof.name, largest, chunk, wanted)
+    return server, capture
+
+
+class ChunkTooSmall(InputError):
+    """The trace's batches outgrow the chunk a profile launches with: its servers ran a
+    larger chunk (`wanted` covers the trace), and the profile's launch never forms such
+    batches. The message says what suggest-buckets takes; `batches_outgrow` says what the
+    batches and the profile are, for a command that words its own remedy."""
+
+    def __init__(self, profile: str, largest: int, chunk: int, wanted: int):
+        self.profile, self.largest, self.chunk, self.wanted = profile, largest, chunk, wanted
+        super().__init__(
+            f"{self.batches_outgrow()}; give --chunked-prefill-size {wanted} to price (and write) that launch, "
             "or trace a server launched as the profile is",
             field="chunked_prefill_size",
         )
-    return server, capture
+
+    def batches_outgrow(self) -> str:
+        return (
+            f"the trace's batches reach {self.largest:,} tokens, above the chunked prefill size profile "
+            f"{self.profile} launches with ({self.chunk:,} per attention-DP rank): its servers ran a larger "
+            "chunk, and this launch never forms such batches"
+        )
 
 
 def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | None:
