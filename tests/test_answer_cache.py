@@ -16,6 +16,7 @@ import pytest
 
 import bcgtune.adapters.sglang_resolve as sr
 from bcgtune.adapters.answer_cache import AnswerCache, cache_root, key_of
+from bcgtune.errors import InputError
 from bcgtune.files.profile_file import parse_profile
 
 DATA = Path(__file__).parent / "data"
@@ -237,3 +238,30 @@ def test_two_doctors_at_once_ask_sglang_once(tmp_path):
     reports = [json.loads(o.read_text()) for o in outs]
     assert reports[0]["resolved_prefill"]["buckets"] == reports[1]["resolved_prefill"]["buckets"] == [256, 512]
     assert sorted(r["resolved_prefill"]["cached_at"] is None for r in reports) == [False, True]
+
+
+def test_a_live_launch_is_checked_as_serve_checks_it_without_importing_sglang(fake_sglang, tmp_path, monkeypatch):
+    """trace --live, bench and validate --server build their launch with serve's flag check:
+    SGLang's parser in the child process (or its cached answer), never SGLang in this one."""
+    import sys
+
+    from bcgtune.adapters.live import build_launch
+
+    monkeypatch.delenv("BCGTUNE_SERVER_CMD", raising=False)
+    before = "sglang.srt.server_args" in sys.modules
+    prof = _profile(tmp_path)
+    launch = build_launch(prof, tmp_path / "server.log", port=30000)
+    assert launch.argv[1:3] == ["-m", "sglang.launch_server"] and len(fake_sglang.calls) == 1
+    build_launch(prof, tmp_path / "server.log", port=30000)
+    assert len(fake_sglang.calls) == 1  # the cached answer
+    assert ("sglang.srt.server_args" in sys.modules) == before
+
+    def refuses(request, timeout=0):
+        result = fake_sglang(request, timeout)
+        result["flags"] = {"ok": False, "message": "--tp-size must be an integer", "where": "[server] tp-size"}
+        return result
+
+    monkeypatch.setattr(sr, "run_probe", refuses)
+    with pytest.raises(InputError) as err:
+        build_launch(_profile(tmp_path, server="tp-size = 2"), tmp_path / "server.log", port=30000)
+    assert "--tp-size must be an integer" in str(err.value) and err.value.where == "[server] tp-size"

@@ -432,20 +432,6 @@ def _sglang_parser():
     return parser
 
 
-def sglang_check_available() -> tuple[bool, str]:
-    """(True, version) when sglang's ServerArgs imports; else (False, why)."""
-    try:
-        from sglang.srt.server_args import ServerArgs  # noqa: F401
-    except Exception as exc:  # ImportError, or a missing import-time dependency
-        return False, f"{type(exc).__name__}: {exc}".splitlines()[0]
-    try:
-        from importlib.metadata import version
-
-        return True, version("sglang")
-    except Exception:
-        return True, "unknown version"
-
-
 def check_command_flags(cmd: ServerCommand, parser=None) -> None:
     """Every flag of `cmd` must be a full SGLang option name (argparse would accept a
     unique prefix, so `--cuda-graph-bs-prefil` would slip through), switches get no value

@@ -142,8 +142,10 @@ def build_launch(
     profile: Profile, log_path: str | os.PathLike[str], *, port: int | None = None, extra: Sequence[str] = ()
 ) -> Launch:
     """The launch command for `profile`: SGLang's launcher (or BCGTUNE_SERVER_CMD) with the
-    profile's flags. The port is the profile's [server].port, else a free local one."""
-    from bcgtune.adapters.launcher import build_server_command, check_command_flags, sglang_check_available
+    profile's flags, checked as serve checks them. The port is the profile's [server].port,
+    else a free local one."""
+    from bcgtune.adapters.launcher import build_server_command
+    from bcgtune.adapters.sglang_resolve import check_flags
 
     if port is None:
         p = profile.server.get("port")
@@ -155,9 +157,11 @@ def build_launch(
         argv = head + cmd.argv[3:]  # drop `python -m sglang.launch_server`
     else:
         argv = cmd.argv
-        ok, _info = sglang_check_available()
-        if ok:
-            check_command_flags(cmd)
+        # serve's check on SGLang's own parser, in a child process or from its cached answer
+        # (this process never imports SGLang); when it cannot run, the server itself judges
+        flags = check_flags(cmd)
+        if flags.ok is False:
+            raise InputError(flags.message or "SGLang's parser refused the launch", flags.where or profile.where)
     host = str(profile.server.get("host") or "127.0.0.1")
     if host in ("0.0.0.0", "::", "localhost", ""):
         host = "127.0.0.1"
