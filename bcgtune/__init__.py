@@ -15,6 +15,7 @@ _API = (
     "save_trace",
     "trace_from_logs",
     "trace_from_sizes",
+    "merge_traces",
     "simulate_workload",
     "suggest_buckets",
     "evaluate",

@@ -31,6 +31,7 @@ from bcgtune.core.plan import BucketPlan
 from bcgtune.core.replay import ListMetrics, evaluate_list, parse_bucket_list
 from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
 from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.trace_groups import MAX_GROUPS as _MAX_GROUPS
 from bcgtune.errors import InputError, quote
 from bcgtune.files import trace_file as _trace_file
 from bcgtune.files.calibration_file import load_calibration as _load_calibration
@@ -41,6 +42,8 @@ _Factor = Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)]
 _Align = Annotated[int, Field(ge=1, le=TOKENS_MAX)]
 _Ranks = Annotated[int, Field(ge=1, le=DP_RANKS_MAX)]
 _Threshold = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+_Group = Annotated[int, Field(ge=0, le=_MAX_GROUPS)]
+_MAX_MERGE = 100_000  # traces one merge takes (a fleet's logs are parsed, then merged, in far fewer)
 
 
 # ---- the checks at the door -------------------------------------------------------------
@@ -114,6 +117,15 @@ def _path(value: Any, name: str) -> str:
     return path
 
 
+def _group(value: Any, trace: PrefillTrace | None) -> int | None:
+    from bcgtune.core.trace_groups import check_group_index
+
+    group = _optional(_Group, value, "group")
+    if group is not None and trace is not None:
+        check_group_index(trace.groups, group, "group")
+    return group
+
+
 def _flag(value: Any, name: str) -> bool:
     value = _plain(value)
     if not isinstance(value, bool):
@@ -153,6 +165,28 @@ def trace_from_logs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, m
     return parse_logs(files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"))
 
 
+def merge_traces(traces: Sequence[PrefillTrace], *, histogram_only: bool = False) -> PrefillTrace:
+    """One trace of several (as `bcgtune trace merge`): batches, sources and server
+    configurations kept apart by group; the same log in two inputs is refused (its batches
+    would count twice). `histogram_only`: drop the per-batch columns (needed when an input
+    has none). Associative: any grouping of the inputs gives the same trace."""
+    from bcgtune.core.trace_merge import merge_traces as _merge
+
+    if isinstance(traces, (PrefillTrace, str, bytes, Mapping)) or not isinstance(traces, Iterable):
+        raise InputError(f"must be a list of PrefillTrace, got {_kind(traces)}", field="traces")
+    items = list(traces)
+    if not items:
+        raise InputError("no trace to merge", field="traces")
+    if len(items) > _MAX_MERGE:
+        raise InputError(f"more than {_MAX_MERGE:,} traces", field="traces")
+    checked = [_trace(t, f"traces[{i}]") for i, t in enumerate(items)]
+    if len({id(t) for t in checked}) < len(checked):
+        raise InputError("the same trace is given twice: its batches would count twice", field="traces")
+    return _merge(
+        checked, names=[f"traces[{i}]" for i in range(len(checked))], histogram_only=_flag(histogram_only, "histogram_only")
+    )
+
+
 def trace_from_sizes(sizes: Sequence[int]) -> PrefillTrace:
     """A trace from per-batch forward sizes (token counts, one per prefill batch)."""
     values = validate(list[Tokens], _int_list(sizes, "sizes"), "sizes")
@@ -189,6 +223,7 @@ def suggest_buckets(
     baselines: bool = True,
     seed: int = 0,
     tolerance_pct: float | None = None,
+    group: int | None = None,
 ) -> BucketPlan:
     """The optimal bucket list for `trace` (None: the built-in workload, simulated) and its
     comparison rows (SGLang's default ladder, `compare` lists, the server's captured list,
@@ -200,8 +235,10 @@ def suggest_buckets(
     into steps across ranks and every list is priced per step (`plan.dp_attention` says how,
     or why it stayed per batch). `tolerance_pct` (time objective): recommend the fewest graphs
     within this % of the best predicted time (None: within the noise of the calibration's
-    timed rounds); `plan.optimal` is the exact optimum either way. Raises InputError when the
-    launch runs no prefill graphs."""
+    timed rounds); `plan.optimal` is the exact optimum either way. `group`: which server
+    configuration of a trace from several (`trace.groups`) to price; a trace that mixes
+    configurations is refused without it. Raises InputError when the launch runs no prefill
+    graphs."""
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     if compare is not None and not isinstance(compare, Mapping):
@@ -229,6 +266,7 @@ def suggest_buckets(
         baselines=_flag(baselines, "baselines"),
         server_flags=flags or None,
         tolerance_pct=tolerance_pct,
+        group=_group(group, None if trace is None else _trace(trace)),
     )
     result = suggest(req)
     if result.plan is None:
@@ -252,14 +290,20 @@ def drift(
     server_flags: Mapping[str, Any] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    group: int | None = None,
 ) -> DriftReport:
     """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets,
     both as SGLang captures them for the launch `server_flags` (snake-case launch flags; None:
     the layout the trace records, as suggest_buckets takes it), aligned to its capture
-    alignment unless `align` is given, and priced as suggest_buckets prices that launch."""
+    alignment unless `align` is given, and priced as suggest_buckets prices that launch.
+    `group`: which server configuration of a trace from several to judge it on."""
     from bcgtune.services.drift import drift_for_list
+    from bcgtune.services.suggest import select_group
 
     t = _trace(trace)
+    g = _group(group, t)
+    if g is not None:
+        t = select_group(t, g)
     buckets = _buckets(deployed, "deployed")
     flags = _flags(server_flags) or {}
     cal = _calibration(calibration)

@@ -6,6 +6,7 @@ at every argument of every API function."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -20,6 +21,7 @@ import bcgtune
 from bcgtune.errors import BcgError, InputError
 
 TRACE = bcgtune.trace_from_sizes([100] * 5 + [300] * 2 + [700] + [2000] * 3)
+OTHER = bcgtune.trace_from_sizes([150, 900])
 
 
 def test_dir_lists_the_api():
@@ -67,6 +69,14 @@ def test_dir_lists_the_api():
         (lambda: bcgtune.load_trace(None), "(path)"),
         (lambda: bcgtune.load_calibration(3), "(path)"),
         (lambda: bcgtune.simulate_workload(1), "(workload)"),
+        (lambda: bcgtune.merge_traces(TRACE), "must be a list of PrefillTrace, got PrefillTrace (traces)"),
+        (lambda: bcgtune.merge_traces([]), "no trace to merge (traces)"),
+        (lambda: bcgtune.merge_traces([TRACE, "t.json"]), "(traces[1])"),
+        (lambda: bcgtune.merge_traces([TRACE, TRACE]), "the same trace is given twice"),
+        (lambda: bcgtune.merge_traces([TRACE, OTHER], histogram_only=1), "(histogram_only)"),
+        (lambda: bcgtune.suggest_buckets(TRACE, group=1), "the trace has 1 group (0..0), got 1 (group)"),
+        (lambda: bcgtune.suggest_buckets(TRACE, group=-1), "(group)"),
+        (lambda: bcgtune.drift(TRACE, [128], group=3), "(group)"),
     ],
 )
 def test_wrong_types_and_values_are_input_errors_naming_the_argument(call, needle):
@@ -157,6 +167,7 @@ def _calls() -> dict[str, tuple]:
                 "candidates",
                 "baselines",
                 "seed",
+                "group",
             ],
         ),
         "evaluate": (
@@ -165,7 +176,11 @@ def _calls() -> dict[str, tuple]:
         ),
         "drift": (
             lambda **kw: bcgtune.drift(**{"trace": TRACE, "deployed": [128, 512], **kw}),
-            ["trace", "deployed", "align", "server_flags", "calibration", "threshold_pct"],
+            ["trace", "deployed", "align", "server_flags", "calibration", "threshold_pct", "group"],
+        ),
+        "merge_traces": (
+            lambda **kw: bcgtune.merge_traces(**{"traces": [TRACE, OTHER], **kw}),
+            ["traces", "histogram_only"],
         ),
         "trace_from_sizes": (lambda **kw: bcgtune.trace_from_sizes(**kw), ["sizes"]),
         "trace_from_logs": (lambda **kw: bcgtune.trace_from_logs(**{"paths": [], **kw}), ["paths", "mixed_chunk"]),
@@ -214,3 +229,41 @@ def test_hostile_values_do_reach_the_checks():
         with pytest.raises(InputError, match=r"\(buckets\)"):
             bcgtune.evaluate(TRACE, value)
     assert not math.isnan(bcgtune.evaluate(TRACE, np.array([128])).hit_rate_pct)
+
+
+def test_merge_and_groups_through_the_api_agree_with_the_command_line(tmp_path):
+    """Traces of two server configurations merged (as `trace merge`), then one configuration
+    priced and judged by its group, as `suggest-buckets --group` and `drift` do."""
+    from pathlib import Path
+
+    from cli_helpers import cli
+
+    logs = Path(__file__).resolve().parent / "data"
+    a = bcgtune.trace_from_logs([logs / "logs" / "e7_dp_attention_two_ranks.log"])
+    b = bcgtune.trace_from_logs([logs / "sglang-logs" / "24_newest_decode_graph_end_startup_and_load.log"])
+    merged = bcgtune.merge_traces([a, b], histogram_only=True)
+    assert merged.n_batches == a.n_batches + b.n_batches and len(merged.groups) == 2
+    assert merged.batches is None
+    with pytest.raises(InputError, match="server configurations"):
+        bcgtune.suggest_buckets(merged, max_buckets=4)
+    bcgtune.save_trace(a, tmp_path / "a.json")
+    bcgtune.save_trace(b, tmp_path / "b.json")
+    r = cli(
+        [
+            "trace",
+            "merge",
+            str(tmp_path / "a.json"),
+            str(tmp_path / "b.json"),
+            "--histogram-only",
+            "-o",
+            str(tmp_path / "m.json"),
+            "-q",
+        ]
+    )
+    assert r.code == 0, r.err
+    for group in (0, 1):
+        plan = bcgtune.suggest_buckets(merged, max_buckets=4, group=group)
+        r = cli(["suggest-buckets", str(tmp_path / "m.json"), "-k", "4", "--group", str(group), "--json"])
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["recommended"]["buckets"] == plan.recommended.buckets
+        assert bcgtune.drift(merged, plan.recommended.buckets, group=group).verdict == "keep"
