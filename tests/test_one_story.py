@@ -122,3 +122,21 @@ def test_every_hint_runs_as_printed(traced, tmp_path):
             seen += 1
     if "DP attention" in source:  # priced per batch with --tp 2: the hint gives the trace's layout
         assert seen >= 1
+
+
+def test_layout_flags_given_with_a_written_profile_are_written_into_it(tmp_path):
+    """A list priced for a layout the profile does not launch would be judged wrong by drift
+    on that profile: the layout flags given are written into the profile with the list."""
+    traced = tmp_path / "t.json"
+    assert cli([*SOURCES["simulation, DP attention"], "-o", str(traced), "-q"]).code == 0
+    prof = tmp_path / "p.toml"
+    layout = ["--tp", "4", "--dp", "4", "--dp-attention"]
+    r = cli(["suggest-buckets", str(traced), "-k", K, *layout, "--write-profile", str(prof), "--base-profile", "h200", "--json"])
+    plan = _json(r)
+    assert "in place of its own" in r.err and plan["dp_attention"] is not None
+    server = tomllib.loads(prof.read_text())["server"]
+    assert (server["tp-size"], server["dp-size"], server["enable-dp-attention"]) == (4, 4, True)
+    d = cli(["drift", "--profile", str(prof), "--trace", str(traced), "--json"])
+    assert d.code == 0, d.out + d.err
+    rep = json.loads(d.out)
+    assert rep["deployed"]["metrics"]["buckets"] == plan["recommended"]["buckets"] == rep["optimum"]["metrics"]["buckets"]

@@ -234,14 +234,18 @@ def _traced_chunk(trace: PrefillTrace, flags: dict[str, Any]) -> int:
     return assumed_chunked_prefill_size(trace, None) * max(1, _attention_dp(flags))
 
 
-def profile_server_flags(prof, trace: PrefillTrace, chunked_prefill_size: int | None = None) -> dict[str, Any]:
-    """A profile's [server] flags as priced against a trace: the chunk is the one given, else
-    the profile's, else the trace's (per attention-DP rank, times the ranks) when the trace
-    knows it or the profile's GPU does not set SGLang's memory-based default."""
+def profile_server_flags(
+    prof, trace: PrefillTrace, chunked_prefill_size: int | None = None, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A profile's [server] flags as priced against a trace, with `overrides` (snake-case
+    launch flags) in place of its own: the chunk is the one given, else the profile's, else
+    the trace's (per attention-DP rank, times the ranks) when the trace knows it or the
+    profile's GPU does not set SGLang's memory-based default."""
     from bcgtune.adapters.hardware import gpu_for
     from bcgtune.files.profile_file import snake
 
     server = {snake(str(k)): v for k, v in prof.server.items()}
+    server.update(overrides or {})
     if chunked_prefill_size:
         server["chunked_prefill_size"] = chunked_prefill_size
     elif "chunked_prefill_size" not in server and (trace.chunked_prefill_size() or gpu_for(prof.hardware) is None):
@@ -258,7 +262,12 @@ def _profile_launch(
     from bcgtune.services.launch import capture_for_flags
 
     prof = req.profile
-    server = profile_server_flags(prof, trace, req.chunked_prefill_size)
+    server = profile_server_flags(prof, trace, req.chunked_prefill_size, dict(req.server_flags or {}))
+    if req.server_flags:  # the layout flags given replace the profile's own
+        notes.append(
+            f"note: priced as profile {prof.name} launches with {_flags_text(dict(req.server_flags))} "
+            "in place of its own (written into it with the list)"
+        )
     traced = trace_layout_flags(trace)
     if traced and _attention_dp(traced) != _attention_dp(server):
         notes.append(
@@ -325,13 +334,11 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
     trace.validate()
     notes: list[str] = []
     trace = select_group(trace, req.group, notes)
-    if req.profile is not None and not req.server_flags:
+    if req.profile is not None:
         flags, capture = _profile_launch(req, trace, notes, say)
         if req.profile.buckets and not any(lst == list(req.profile.buckets) for _, lst in compare):
             compare.append((f"profile {req.profile.name}'s current list", list(req.profile.buckets)))
     else:
-        if req.profile is not None:
-            notes.append(f"note: priced with the layout flags given, not as profile {req.profile.name} launches")
         flags = _launch_flags(req, trace, notes)
         launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
         capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)

@@ -271,7 +271,10 @@ def suggest_buckets_command(
         plot_plan(result.trace, plan, plot)
         note(f"wrote {plot}", quiet)
     if profile_path:
-        server = {} if chunked_prefill_size is None else {"chunked-prefill-size": chunked_prefill_size}
+        # the launch the list was priced for: the layout flags and chunk given, in the profile
+        server = {k.replace("_", "-"): v for k, v in (layout.flags() or {}).items()}
+        if chunked_prefill_size is not None:
+            server["chunked-prefill-size"] = chunked_prefill_size
         _write_profile(profile_path, base, plan, result.trace, server)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
     emit(
@@ -334,8 +337,8 @@ def _target_profile(path: str, base: str | None):
 
 
 def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict) -> None:
-    """Write the list, and the server flags it was priced with (an explicit chunk), into the
-    profile, so the profile launches what was priced."""
+    """Write the list, and the server flags it was priced with (layout flags and a chunk
+    given on the command line), into the profile, so the profile launches what was priced."""
     from bcgtune.files.profile_file import write_profile_buckets
 
     sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
