@@ -597,3 +597,46 @@ def test_a_mixed_trace_never_takes_the_first_groups_chunk(two_servers):
     assert t.group_view(0).chunked_prefill_size() == 2048 and t.group_view(1).chunked_prefill_size() == 16384
     same = parse_logs([str(a), str(a)])
     assert same.chunked_prefill_size() == 2048
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**31 - 1)), min_size=1, max_size=60),
+    st.booleans(),
+)
+def test_pairs_counted_one_each_equal_the_weighted_count(pairs, huge):
+    """The run-length count of a log's batches (one each, sorted in place) gives what the
+    weighted count gives with weights of one, and leaves its inputs as they were."""
+    from bcgtune.core.trace_groups import pairs_of
+
+    tokens = np.array([t for t, _ in pairs], np.int64)
+    requests = np.array([r for _, r in pairs], np.int64)
+    if huge:  # beyond the packed key: the general path
+        tokens[0] = 2**40
+    before = tokens.copy(), requests.copy()
+    unit = pairs_of(tokens, requests)
+    weighted = pairs_of(tokens, requests, np.ones(tokens.size, np.int64))
+    for a, b in zip(unit, weighted):
+        assert a.dtype == np.int64 and a.tolist() == b.tolist()
+    assert int(unit[2].sum()) == len(pairs)
+    assert tokens.tolist() == before[0].tolist() and requests.tolist() == before[1].tolist()
+
+
+def test_parsed_columns_own_their_values(tmp_path):
+    """Each chunk's columns are kept as arrays of their own, not views of the chunk's parse
+    buffer (which would keep every buffer alive until the end of the log)."""
+    from bcgtune.adapters.sglang_log.columns import _ColumnSink
+
+    seen = []
+    original = _ColumnSink.columns
+
+    def spy(self):
+        seen.extend(p for parts in self.parts.values() for p in parts)
+        return original(self)
+
+    log = tmp_path / "l.log"
+    log.write_text(server_log(8192, [100 + 7 * i for i in range(200)]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_ColumnSink, "columns", spy)
+        parse_logs([str(log)])
+    assert seen and all(p.base is None for p in seen)

@@ -154,14 +154,24 @@ def histogram_of(tokens: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np
     return sizes.astype(np.int64), np.bincount(inv.ravel(), weights=counts).astype(np.int64)
 
 
-def pairs_of(tokens: np.ndarray, requests: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct (tokens, requests) pairs, ascending, with summed counts."""
+def pairs_of(
+    tokens: np.ndarray, requests: np.ndarray, counts: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct (tokens, requests) pairs, ascending, with summed counts (None: one each)."""
     if tokens.size == 0:
         e = np.empty(0, np.int64)
         return e, e.copy(), e.copy()
     if tokens.min() >= 0 and tokens.max() < 2**32 and requests.min() >= 0 and requests.max() < 2**31:
-        keys, inv = np.unique((tokens.astype(np.int64) << 31) | requests, return_inverse=True)  # one int64 per pair
+        keys = (tokens.astype(np.int64) << 31) | requests  # one int64 per pair
+        if counts is None:  # one per batch: sorted in place and run lengths, no per-batch temporaries
+            keys.sort()
+            starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+            distinct = keys[starts]
+            return distinct >> 31, distinct & (2**31 - 1), np.diff(np.append(starts, keys.size)).astype(np.int64)
+        keys, inv = np.unique(keys, return_inverse=True)
         return keys >> 31, keys & (2**31 - 1), np.bincount(inv.ravel(), weights=counts, minlength=keys.size).astype(np.int64)
+    if counts is None:
+        counts = np.ones(tokens.size, np.int64)
     pairs, inv = np.unique(np.stack([tokens, requests]), axis=1, return_inverse=True)
     return (
         pairs[0].astype(np.int64),
@@ -185,7 +195,7 @@ def group_from_batches(
     req = np.asarray(new_seq, np.int64)
     known = bool((req >= 1).all())
     req = np.where(req >= 1, np.minimum(req, fwd), 1)
-    t, r, c = pairs_of(fwd, req, np.ones(fwd.size, np.int64))
+    t, r, c = pairs_of(fwd, req)
     sizes, counts = histogram_of(t, c)
     g = {}
     if graph is not None:

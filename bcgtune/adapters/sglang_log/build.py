@@ -133,18 +133,26 @@ def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillT
 
 def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, common: dict) -> PrefillTrace:
     assert r.columns is not None
-    segment = r.columns["segment"]
+    # the columns move out of the parse result (it is not used again), so that dropping the
+    # zero-token records frees each original column as its copy is made
+    raw, r.columns = r.columns, None
+    segment = raw.pop("segment")
     n = len(segment)
-    cols = {k: np.zeros(n, np.int32) if k == "source" else r.columns[k] for k in _COLUMN_ORDER}
+    cols = {k: np.zeros(n, np.int32) if k == "source" else raw.pop(k) for k in _COLUMN_ORDER}
+    del raw
     fwd = forward_tokens(cols["new_token"], cols["replay_token"], cols["running_req"], mixed_chunk)
     keep = fwd > 0
     zero = int(n - keep.sum())
     cols["forward_tokens"] = fwd
+    del fwd
     if zero:
-        cols, segment = {k: v[keep] for k, v in cols.items()}, segment[keep]
+        for k in list(cols):
+            cols[k] = cols[k][keep]
+        segment = segment[keep]
     parts = []
-    for s in np.unique(segment).tolist():
-        sel = segment == s
+    launched = np.unique(segment).tolist()
+    for s in launched:
+        sel = segment == s if len(launched) > 1 else slice(None)  # one launch: the columns themselves
         flags, chunk = launches[s]
         c = cols
         parts.append(

@@ -233,7 +233,8 @@ class _ColumnSink(_FileSink):
                 col = np.where(b.forward_ct > _FORWARD_ITER_MAX, -1, b.forward_ct).astype(dtype, copy=False)
             else:
                 col = getattr(b, k).astype(dtype, copy=False)
-            self.parts[k].append(col)
+            # a view would keep its block's whole parse buffer alive until the end: own the values
+            self.parts[k].append(col if col.base is None else col.copy())
 
 
 class _HistogramSink(_FileSink):
