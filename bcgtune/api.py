@@ -118,11 +118,17 @@ def _path(value: Any, name: str) -> str:
 
 
 def _group(value: Any, trace: PrefillTrace | None) -> int | None:
+    """`group`, checked against the trace's server configurations: a trace that mixes
+    several is refused without one (naming them, and `group=N`)."""
     from bcgtune.core.trace_groups import check_group_index
+    from bcgtune.services.suggest import select_group
 
     group = _optional(_Group, value, "group")
-    if group is not None and trace is not None:
-        check_group_index(trace.groups, group, "group")
+    if trace is not None:
+        if group is None:
+            select_group(trace, None, how="group=N")
+        else:
+            check_group_index(trace.groups, group, "group")
     return group
 
 
@@ -301,9 +307,7 @@ def drift(
     from bcgtune.services.suggest import select_group
 
     t = _trace(trace)
-    g = _group(group, t)
-    if g is not None:
-        t = select_group(t, g)
+    t = select_group(t, _group(group, t))
     buckets = _buckets(deployed, "deployed")
     flags = _flags(server_flags) or {}
     cal = _calibration(calibration)

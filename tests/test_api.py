@@ -244,8 +244,9 @@ def test_merge_and_groups_through_the_api_agree_with_the_command_line(tmp_path):
     merged = bcgtune.merge_traces([a, b], histogram_only=True)
     assert merged.n_batches == a.n_batches + b.n_batches and len(merged.groups) == 2
     assert merged.batches is None
-    with pytest.raises(InputError, match="server configurations"):
-        bcgtune.suggest_buckets(merged, max_buckets=4)
+    for call in (lambda: bcgtune.suggest_buckets(merged, max_buckets=4), lambda: bcgtune.drift(merged, [256])):
+        with pytest.raises(InputError, match=r"2 server configurations.*price one with group=N.*\(group\)"):
+            call()
     bcgtune.save_trace(a, tmp_path / "a.json")
     bcgtune.save_trace(b, tmp_path / "b.json")
     r = cli(

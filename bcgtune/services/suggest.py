@@ -195,11 +195,11 @@ def _rank_layout(trace: PrefillTrace) -> dict[str, Any] | None:
     return {"tp_size": dp * (max(tps) + 1 if tps else 1), "dp_size": dp, "enable_dp_attention": True}
 
 
-def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None = None) -> PrefillTrace:
+def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None = None, how: str = "--group N") -> PrefillTrace:
     """The trace of one server configuration. A trace of one configuration (or none known)
     is itself; a trace that mixes several is priced one configuration at a time: `group`
     picks it, and without it the trace is refused with the groups named (never priced
-    with one configuration's chunk and ceiling for all)."""
+    with one configuration's chunk and ceiling for all); `how` names the way to pick one."""
     from bcgtune.core.trace_groups import check_group_index
 
     n = len(trace.groups)
@@ -214,7 +214,7 @@ def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None
     if n > 1:
         raise InputError(
             f"the trace mixes {n} server configurations, each with its own chunk and bucket ceiling: "
-            f"{trace.describe_groups()}; price one with --group N, or trace each configuration apart",
+            f"{trace.describe_groups()}; price one with {how}, or trace each configuration apart",
             field="group",
         )
     return trace
