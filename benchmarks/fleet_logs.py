@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -149,8 +150,50 @@ def scaling(a, tmp: Path) -> None:
             f"x{base / r['seconds']:.2f} vs {a.workers[0]} worker(s); {r['cpu']:.1f} CPU s in the workers "
             f"(cluster start, not counted: {r['start']:.1f} s)"
         )
+    processes_alone(a, files, total, env, tmp)
     for f in files:
         f.unlink()
+
+
+PARSE = r"""
+import sys, time
+from bcgtune.adapters.sglang_log import parse_logs
+start_at = float(sys.argv[1])
+while time.time() < start_at:  # every process imported: all start parsing together
+    time.sleep(0.001)
+c0 = time.process_time()
+parse_logs(sys.argv[2:], histogram_only=True, jobs=1)
+print("@@", time.process_time() - c0, time.time())
+"""
+
+
+def processes_alone(a, files: list[Path], total: float, env: dict, tmp: Path) -> None:
+    """The same logs split over N plain processes that start parsing together, no Dask:
+    what the machine itself gives N parses at once (its shared caches, memory bandwidth and
+    hyperthreads), beside which the cluster's figures are read."""
+    base = None
+    for n in a.workers:
+        shares = [[str(f) for f in files[i::n]] for i in range(n)]
+        start_at = time.time() + 3.0  # after every interpreter has started and imported
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", PARSE, repr(start_at), *share], cwd=tmp, env=env, stdout=subprocess.PIPE, text=True
+            )
+            for share in shares
+        ]
+        cpu, end = 0.0, start_at
+        for p in procs:
+            out, _ = p.communicate()
+            if p.returncode != 0 or "@@" not in out:
+                raise SystemExit(f"a plain parse process failed (exit {p.returncode})")
+            c, e = out.rsplit("@@", 1)[1].split()
+            cpu, end = cpu + float(c), max(end, float(e))
+        dt = end - start_at
+        base = base or dt
+        print(
+            f"  {n} plain process(es), no Dask: {dt:.1f} s = {total / dt:.0f} MB/s, x{base / dt:.2f} vs {a.workers[0]}; "
+            f"{cpu:.1f} CPU s parsing"
+        )
 
 
 REDUCE = r"""
