@@ -7,15 +7,8 @@ profile's launch captures, `serve`'s flag check says whether it would launch at 
 the prefill runner's own `can_replay_locally`
 (srt/model_executor/runner/prefill_cuda_graph_runner.py, built on the CPU with stand-ins
 for the GPU) says whether a Qwen4-Exp (Qwen3.8-Flash-Next) image batch and a text batch
-replay, with speculative decoding off and on. The gate is classified by those answers:
-
-  patched          images replay without speculative decoding, stay eager with it
-                   (the multimodal breakable-prefill patch)
-  unpatched        every image batch runs eager
-  refusal-removed  images replay even under speculative decoding, which the patch
-                   exists to prevent (the draft runner still refuses them)
-  inverted         images replay only under speculative decoding
-  unknown          the runner could not be built or asked
+replay, with speculative decoding off and on. The gate is classified by those answers
+(the states and what each means: bcgtune.core.runner_gate).
 
 When the runner module cannot be imported (SGLang absent, or a copy that does not import
 here), its source is read with `ast` instead (bcgtune.adapters.runner_source), and the

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bcgtune.core.trace_groups import SETTING_KEYS
 from bcgtune.core.trace_merge import CAPTURES_MAX, EVENTS_MAX, SAMPLES_MAX
 
 # ---- limits (flat memory and bounded time whatever the input) ----------------------
@@ -545,31 +546,11 @@ def parse_startup_text(text: str, source: int = 0, line: int = 0) -> dict | None
 
 
 # The launch settings a log states, as SGLang's server flags name them (ServerArgs fields):
-# what sets a server's prefill batches and what it captures. Values are the resolved
-# ones (SGLang logs server_args after resolution: chunked_prefill_size is then the
-# scheduler's, already divided by the attention-DP size).
-LAUNCH_KEYS = (
-    "model_path",
-    "tp_size",
-    "dp_size",
-    "attn_dp_size",
-    "enable_dp_attention",
-    "pp_size",
-    "ep_size",
-    "attn_cp_size",
-    "moe_a2a_backend",
-    "moe_dense_tp_size",
-    "enable_two_batch_overlap",
-    "enable_dp_lm_head",
-    "disable_attn_tp_gather",
-    "chunked_prefill_size",
-    "max_prefill_tokens",
-    "page_size",
-    "enable_mixed_chunk",
-    "disable_radix_cache",
-    "cuda_graph_backend_prefill",
-    "disable_cuda_graph",
-)
+# what sets a server's prefill batches and what it captures, the settings that tell
+# configurations apart (core.trace_groups). Values are the resolved ones (SGLang logs
+# server_args after resolution: chunked_prefill_size is then the scheduler's, already
+# divided by the attention-DP size).
+LAUNCH_KEYS = SETTING_KEYS
 _LAUNCH_KEY_SET = frozenset(LAUNCH_KEYS)
 
 
