@@ -259,3 +259,17 @@ def test_a_profile_written_from_a_builtin_claims_nothing_about_its_old_list(tmp_
         assert "no [buckets]" not in text and 'default ladder"' not in text
         assert load_profile(str(f)).description == load_profile(base).description
         assert "default ladder" not in load_profile(base).description.lower()
+
+
+def test_server_flags_written_with_the_list_keep_the_profiles_own_spelling(tmp_path):
+    """Flags written with a list (the launch it was priced for) replace the profile's own
+    keys however they are spelled (tp_size or tp-size), never add the same flag twice."""
+    f = tmp_path / "p.toml"
+    f.write_text(
+        '[profile]\nname = "p"\nplatform = "cuda"\nhardware = "h200"\nmodel = "m"\n\n'
+        "[server]\ntp_size = 1  # one GPU\nchunked-prefill-size = 8192\n"
+    )
+    prof = write_profile_buckets(f, [256, 512], {}, server={"tp-size": 2, "chunked-prefill-size": 16384, "dp-size": 2})
+    text = f.read_text()
+    assert "tp_size = 2" in text and "tp-size" not in text and text.count("chunked-prefill-size") == 1
+    assert prof.server["tp_size"] == 2 and prof.server["chunked_prefill_size"] == 16384 and prof.server["dp_size"] == 2

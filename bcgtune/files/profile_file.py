@@ -419,8 +419,11 @@ def _with_buckets(
     if server:
         if "server" not in doc:
             doc.add("server", tomlkit.table())
+        table = doc["server"]
         for key, value in server.items():
-            doc["server"][key] = value
+            # the profile's own spelling of the flag (tp_size or tp-size), else the key given
+            same = next((k for k in table if snake(str(k)) == snake(key)), key)
+            table[same] = value
     out = tomlkit.dumps(doc)
     return out.replace("\n", "\r\n") if crlf else out
 
