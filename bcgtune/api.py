@@ -24,14 +24,14 @@ from typing import Annotated, Any, Sequence
 from pydantic import Field
 
 from bcgtune import _API
-from bcgtune.core.calibration import Calibration
-from bcgtune.core.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
-from bcgtune.core.drift import DriftReport
-from bcgtune.core.plan import BucketPlan
-from bcgtune.core.replay import ListMetrics, evaluate_list, parse_bucket_list
+from bcgtune.core.plan.bucket_plan import BucketPlan
+from bcgtune.core.plan.calibration import Calibration
+from bcgtune.core.plan.drift import DriftReport
 from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
-from bcgtune.core.trace import PrefillTrace
-from bcgtune.core.trace_groups import MAX_GROUPS as _MAX_GROUPS
+from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
+from bcgtune.core.sglang.replay import ListMetrics, evaluate_list, parse_bucket_list
+from bcgtune.core.trace.groups import MAX_GROUPS as _MAX_GROUPS
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError, quote
 from bcgtune.files import trace_file as _trace_file
 from bcgtune.files.calibration_file import load_calibration as _load_calibration
@@ -120,7 +120,7 @@ def _path(value: Any, name: str) -> str:
 def _group(value: Any, trace: PrefillTrace | None) -> int | None:
     """`group`, checked against the trace's server configurations: a trace that mixes
     several is refused without one (naming them, and `group=N`)."""
-    from bcgtune.core.trace_groups import check_group_index
+    from bcgtune.core.trace.groups import check_group_index
     from bcgtune.services.suggest import select_group
 
     group = _optional(_Group, value, "group")
@@ -159,7 +159,7 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
 def trace_from_logs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, mixed_chunk: bool = False) -> PrefillTrace:
     """A trace from SGLang server logs (one per rank or replica; .gz and '-' work); one path
     or a list of them."""
-    from bcgtune.adapters.sglang_log import parse_logs
+    from bcgtune.adapters.sglang.log import parse_logs
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -176,7 +176,7 @@ def merge_traces(traces: Sequence[PrefillTrace], *, histogram_only: bool = False
     configurations kept apart by group; the same log in two inputs is refused (its batches
     would count twice). `histogram_only`: drop the per-batch columns (needed when an input
     has none). Associative: any grouping of the inputs gives the same trace."""
-    from bcgtune.core.trace_merge import merge_traces as _merge
+    from bcgtune.core.trace.merge import merge_traces as _merge
 
     if isinstance(traces, (PrefillTrace, str, bytes, Mapping)) or not isinstance(traces, Iterable):
         raise InputError(f"must be a list of PrefillTrace, got {_kind(traces)}", field="traces")
@@ -202,7 +202,7 @@ def trace_from_sizes(sizes: Sequence[int]) -> PrefillTrace:
 def simulate_workload(workload: str | os.PathLike | None = "mi355x-multimodal-pr", **options: Any) -> PrefillTrace:
     """Simulate a bench_serving run against SGLang's scheduler: a workload TOML or preset,
     with bench_serving / SGLang options (snake_case names, e.g. num_prompts="40,160")."""
-    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.bench_serving.simulator import simulate
     from bcgtune.files.workload_file import workload_from_options
 
     if workload is not None:

@@ -46,7 +46,7 @@ def _machine() -> str:
 
 def _forms(work: Path) -> dict[str, list[str]]:
     sys.path.insert(0, str(REPO))
-    from bcgtune.core.ladder import sglang_default_ladder
+    from bcgtune.core.sglang.ladder import sglang_default_ladder
 
     ladder = " ".join(str(b) for b in sglang_default_ladder(8192))
     tiny = ["--model", "tiny", "--device", "cpu", "--quiet"]

@@ -157,7 +157,7 @@ def scaling(a, tmp: Path) -> None:
 
 PARSE = r"""
 import sys, time
-from bcgtune.adapters.sglang_log import parse_logs
+from bcgtune.adapters.sglang.log import parse_logs
 start_at = float(sys.argv[1])
 while time.time() < start_at:  # every process imported: all start parsing together
     time.sleep(0.001)

@@ -41,8 +41,8 @@ DEFAULT_TRACE = Path(__file__).resolve().parent / "data" / "default_workload.jso
 
 
 def load_mix(path: str | None, seed: int, batches: int):
-    from bcgtune.core.mix import batch_mix
-    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.core.trace.mix import batch_mix
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.files.trace_file import load_trace
 
     if path:
@@ -127,7 +127,7 @@ def log(m):
 def tuned_list(args, mix, trace_path: str | None) -> list[int]:
     """--buckets, else what bcgtune suggest-buckets picks for the trace (written to a
     temporary CSV when it was generated)."""
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
 
     if args.buckets is not None:  # '' : the list of no graphs (suggest-buckets found none pays)
         return parse_bucket_list(args.buckets, "--buckets") if args.buckets.strip() else []
@@ -135,7 +135,7 @@ def tuned_list(args, mix, trace_path: str | None) -> list[int]:
     if src is None:
         import tempfile
 
-        from bcgtune.core.trace import PrefillTrace
+        from bcgtune.core.trace.prefill_trace import PrefillTrace
         from bcgtune.files.trace_file import save_trace
 
         sizes, cnt = mix.histogram()
@@ -146,8 +146,8 @@ def tuned_list(args, mix, trace_path: str | None) -> list[int]:
 
 def bucket_lists(args, tuned: list[int], oracle: list[int]) -> dict[str, list[int]]:
     """The lists replayed, by name: SGLang's ladder, the tuned list, every --also, the oracle."""
-    from bcgtune.core.ladder import sglang_default_ladder
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.ladder import sglang_default_ladder
+    from bcgtune.core.sglang.replay import parse_bucket_list
 
     lists = {"ladder": sglang_default_ladder(args.max_bs), "tuned": tuned}
     for spec in args.also:
@@ -219,7 +219,7 @@ class Replayer:
         time with it: each batch replayed in its bucket when SGLang's rule allows, else eager."""
         import torch
 
-        from bcgtune.core.replay import assign_buckets
+        from bcgtune.core.sglang.replay import assign_buckets
         from bcgtune.engines.timing import summarize_ms, time_interleaved
 
         args = self.args
@@ -260,8 +260,8 @@ class Replayer:
 
 def add_predictions(results: dict, lists: dict, calibration: str, mix, tokens, requests, counts) -> None:
     """Each list's predicted total (the time objective's model) next to the measured one."""
-    from bcgtune.core.mix import BatchMix
-    from bcgtune.core.optimizer import predicted_time_ms
+    from bcgtune.core.plan.optimizer import predicted_time_ms
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.files.calibration_file import load_calibration
 
     cal = load_calibration(calibration)
@@ -328,7 +328,7 @@ def aa_lists(args, tuned: list[int], oracle: list[int]) -> tuple[dict[str, list[
     """The lists of the A/A runs (SGLang's ladder, the optimum, the recommended list when it
     differs, every --also list, the oracle unless --no-oracle), and the name of the
     recommended one: "recommended", "tuned" (it is the optimum) or "eager" (no graphs)."""
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
 
     lists = bucket_lists(args, tuned, oracle)
     if args.recommended is None:
@@ -348,7 +348,7 @@ def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
     every distinct (batch, bucket) some list replays, so all lists of a pass see the same
     rounds. Per list and pass: the total of per-call medians (as the calibration predicts it)
     and the total in each round (for the pass's own paired intervals)."""
-    from bcgtune.core.replay import assign_buckets
+    from bcgtune.core.sglang.replay import assign_buckets
     from bcgtune.engines.inputs import text_inputs
     from bcgtune.engines.timing import time_interleaved
 
@@ -395,9 +395,9 @@ def aa_passes(rep, lists: dict, pairs, counts, passes: int) -> dict:
 
 def aa_predictions(lists: dict, calibration: str, mix, tokens, requests, counts):
     """(TimeModel on the replayed batches, each list's predicted total with its interval)."""
-    from bcgtune.core.mix import BatchMix
-    from bcgtune.core.plan import resolve_candidates
-    from bcgtune.core.predict import TimeModel
+    from bcgtune.core.plan.bucket_plan import resolve_candidates
+    from bcgtune.core.plan.predict import TimeModel
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.files.calibration_file import load_calibration
 
     cal = load_calibration(calibration)

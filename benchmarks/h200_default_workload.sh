@@ -34,9 +34,9 @@ if [ -z "${CAL:-}" ]; then
   if [ -z "${GRID_ONLY:-}" ]; then
     ADD=(--sizes "$(python3 - "$TRACE" "${EVERY:-1}" "${MAX_BS:-8192}" "${NO_ORACLE:-}" ${EXTRA:-} <<'PY'
 import sys
-from bcgtune.core.ladder import sglang_default_ladder
-from bcgtune.core.mix import batch_mix
-from bcgtune.core.replay import parse_bucket_list
+from bcgtune.core.sglang.ladder import sglang_default_ladder
+from bcgtune.core.trace.mix import batch_mix
+from bcgtune.core.sglang.replay import parse_bucket_list
 from bcgtune.files.trace_file import load_trace
 trace, every, max_bs, no_oracle, *extra = sys.argv[1:]
 mix = batch_mix(load_trace(trace)).sample(int(every))

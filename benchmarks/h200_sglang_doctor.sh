@@ -45,7 +45,7 @@ python3 -c "import sglang, torch; print('sglang', sglang.__version__, '| torch',
 python3 -c "from sglang.srt.server_args import ServerArgs; print('SGLang server_args imports')" 2>&1 | tail -1
 timed "SGLang's breakable classes vs bcgtune's" \
     python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_engine_breakable_gpu.py -k sglang_capture_classes
-sed "s#^model = .*#model = \"$PWD/$MODEL\"#" bcgtune/data/profiles/h200.toml > "$OUT/h200-local.toml"
+sed "s#^model = .*#model = \"$PWD/$MODEL\"#" profiles/h200.toml > "$OUT/h200-local.toml"
 P=$OUT/h200-local.toml
 timed "doctor, first (SGLang asked)" sh -c "python3 -m bcgtune doctor --profile $P --json > $OUT/doctor1.json"
 timed "doctor, repeated (cached)" sh -c "python3 -m bcgtune doctor --profile $P --json > $OUT/doctor2.json"

@@ -29,9 +29,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from bcgtune.core.optimizer import optimal_buckets
-    from bcgtune.core.plan import kmeans_buckets
-    from bcgtune.core.replay import evaluate_list
+    from bcgtune.core.plan.bucket_plan import kmeans_buckets
+    from bcgtune.core.plan.optimizer import optimal_buckets
+    from bcgtune.core.sglang.replay import evaluate_list
 
     rng = np.random.default_rng(args.seed)
     # a long-tailed prefill mix up to 64k tokens: enough spread for 30,000+ distinct sizes

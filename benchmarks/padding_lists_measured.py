@@ -14,8 +14,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bcgtune.core.optimizer import optimal_buckets
-from bcgtune.core.replay import assign_buckets
+from bcgtune.core.plan.optimizer import optimal_buckets
+from bcgtune.core.sglang.replay import assign_buckets
 
 HERE = Path(__file__).resolve().parent
 run = json.loads((HERE / "results/gpu_replay_grid_qwen3-0.6b_default_workload_h200.json").read_text())

@@ -1,4 +1,4 @@
-"""Log parse throughput of `bcgtune trace --log` (bcgtune.adapters.sglang_log.parse_logs).
+"""Log parse throughput of `bcgtune trace --log` (bcgtune.adapters.sglang.log.parse_logs).
 
 Generates synthetic SGLang server logs (seeded) in benchmarks/_work/, then in the same run:
   * single process: times parse_logs on a big log (>= 200 MB by default) and a 20 MB one,
@@ -110,7 +110,7 @@ def generate(path: Path, mb: float, seed: int, block=None) -> None:
 # jobs 0: parse_logs without a jobs argument (also what a version without one accepts)
 CHILD = r"""
 import hashlib, json, resource, sys, time
-from bcgtune.adapters.sglang_log import parse_logs
+from bcgtune.adapters.sglang.log import parse_logs
 jobs, files = int(sys.argv[1]), sys.argv[2:]
 r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 t0 = time.perf_counter()

@@ -75,7 +75,7 @@ def _run(python: str, args: list[str], cache: Path, cwd: Path) -> tuple[float, f
 
 
 def _profile(folder: Path) -> Path:
-    text = (REPO / "bcgtune" / "data" / "profiles" / "h200.toml").read_text()
+    text = (REPO / "profiles" / "h200.toml").read_text()
     lines = [f'model = "{PROBE_CONFIG}"' if ln.startswith("model =") else ln for ln in text.splitlines()]
     path = folder / "bench.toml"
     path.write_text("\n".join(lines) + "\n")

@@ -1,4 +1,4 @@
-"""Simulator speed: 100,000 requests through `bcgtune.adapters.simulator.simulate`.
+"""Simulator speed: 100,000 requests through `bcgtune.adapters.bench_serving.simulator.simulate`.
 
 Usage: python benchmarks/simulate_speed.py [--requests N] [--repeat R] [--large M] [--tree DIR]
 Prints the machine, then the best of R runs (wall clock and CPU time of this process) for
@@ -35,8 +35,8 @@ else:
 import numpy as np
 from _machine import cpu_model
 
-from bcgtune.adapters.simulator import simulate
-from bcgtune.core.workload import Workload
+from bcgtune.adapters.bench_serving.simulator import simulate
+from bcgtune.core.sim.workload import Workload
 from bcgtune.files.workload_file import default_workload
 from bcgtune.services.suggest import default_trace
 

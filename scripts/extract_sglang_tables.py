@@ -1,4 +1,4 @@
-"""Write bcgtune/core/sglang_tables.py from the installed SGLang's source: the architecture
+"""Write bcgtune/core/sglang/tables.py from the installed SGLang's source: the architecture
 lists that bcgtune's model of SGLang's launch resolution needs (read with `ast`; nothing of
 SGLang is imported).
 
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "bcgtune" / "core" / "sglang_tables.py"
+OUT = Path(__file__).resolve().parents[1] / "bcgtune" / "core" / "sglang" / "tables.py"
 ARCH_RE = re.compile(r"^[A-Z][A-Za-z0-9_]*(ForCausalLM|ForConditionalGeneration|LMHeadModel|Model)[A-Za-z0-9_]*$")
 
 

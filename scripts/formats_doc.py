@@ -143,7 +143,7 @@ def _table(model, title: str, defaults: dict[str, Any] | None = None, skip: tupl
 
 def render() -> str:
     sys.path.insert(0, str(REPO))
-    from bcgtune.core import workload
+    from bcgtune.core.sim import workload
     from bcgtune.files import profile_file as profiles
 
     wl = workload.Workload()

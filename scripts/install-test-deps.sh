@@ -23,7 +23,7 @@ TORCH="torch==2.13.0"
 "$UV" pip install -q "${FIND[@]}" "$TORCH" numpy triton msgspec pydantic aiohttp requests pyzmq orjson psutil \
     pybase64 starlette tqdm packaging pillow IPython safetensors \
     "transformers==5.19.0" "tokenizers==0.23.2" datasets
-# bcgtune asks SGLang itself (bcgtune/adapters/sglang_probe.py): its resolution pipeline and
+# bcgtune asks SGLang itself (bcgtune/adapters/sglang/probe.py): its resolution pipeline and
 # its prefill runner module import these CPU packages beyond the parser's list (versions as
 # sglang 0.5.23 pins them where it does). Two are installed without their dependencies so
 # they cannot replace torch or transformers. The GPU-only packages (torchvision's CUDA build,

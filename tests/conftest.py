@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def sglang_probe(monkeypatch, tmp_path):
     """SGLang may be started (in a child process), with an empty answer cache of the test's
     own; skips where sglang is not installed."""
-    from bcgtune.adapters.sglang_resolve import sglang_installed
+    from bcgtune.adapters.sglang.resolve import sglang_installed
 
     if not sglang_installed():
         pytest.skip("sglang not installed")

@@ -1,5 +1,5 @@
-"""The cache of SGLang's answers (bcgtune.adapters.answer_cache) and how asking SGLang uses
-it (bcgtune.adapters.sglang_resolve.ask): a hit and a miss for each part of the key, stale
+"""The cache of SGLang's answers (bcgtune.adapters.sglang.answer_cache) and how asking SGLang uses
+it (bcgtune.adapters.sglang.resolve.ask): a hit and a miss for each part of the key, stale
 entries when SGLang's files or the runner change, `--refresh`, a corrupt entry, eviction,
 two doctors at once. SGLang itself is replaced by a stand-in probe that records each call
 (the real probe is exercised by tests/test_sglang_resolve.py and tests/test_doctor.py)."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import bcgtune.adapters.sglang_resolve as sr
-from bcgtune.adapters.answer_cache import AnswerCache, cache_root, key_of
+import bcgtune.adapters.sglang.resolve as sr
+from bcgtune.adapters.sglang.answer_cache import AnswerCache, cache_root, key_of
 from bcgtune.errors import InputError
 from bcgtune.files.profile_file import parse_profile
 
@@ -208,7 +208,7 @@ def test_an_unwritable_cache_still_answers(fake_sglang, tmp_path, monkeypatch):
 
 
 def _doctor_in_child(cache_dir: str, model_dir: str, log: str, out: str) -> None:
-    import bcgtune.adapters.sglang_resolve as child_sr
+    import bcgtune.adapters.sglang.resolve as child_sr
     from bcgtune.files.profile_file import parse_profile as parse
     from bcgtune.services.doctor import run_doctor
 
@@ -245,7 +245,7 @@ def test_a_live_launch_is_checked_as_serve_checks_it_without_importing_sglang(fa
     SGLang's parser in the child process (or its cached answer), never SGLang in this one."""
     import sys
 
-    from bcgtune.adapters.live import build_launch
+    from bcgtune.adapters.sglang.live import build_launch
 
     monkeypatch.delenv("BCGTUNE_SERVER_CMD", raising=False)
     before = "sglang.srt.server_args" in sys.modules

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _trace(tmp_path) -> Path:
-    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.files.trace_file import save_trace
 
     t = PrefillTrace.from_batches({"forward_tokens": [20, 20, 40, 70, 70, 90], "new_seq": [1, 2, 2, 3, 3, 4]})

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core.calibration import Calibration
+from bcgtune.core.plan.calibration import Calibration
 from bcgtune.errors import InputError
 from bcgtune.files.calibration_file import load_calibration, save_calibration
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bcgtune.core.calibration import BatchTimes, Calibration
-from bcgtune.core.mix import BatchMix
+from bcgtune.core.plan.calibration import BatchTimes, Calibration
+from bcgtune.core.trace.mix import BatchMix
 from bcgtune.errors import InputError
 from bcgtune.files.calibration_file import load_calibration, save_calibration
 
@@ -154,7 +154,7 @@ def test_batch_mix_sampling_and_histogram():
 def test_sizes_added_to_a_grid_are_priced_not_picked():
     """A size measured only to price a list (`calibrate --grid G --sizes LIST`) is never a
     candidate bucket: one-off sizes would let the optimizer chase measurement noise."""
-    from bcgtune.core.optimizer import optimal_buckets_time, predicted_time_ms
+    from bcgtune.core.plan.optimizer import optimal_buckets_time, predicted_time_ms
 
     tokens = np.array([64, 100, 128, 192, 256])
     graph = np.array([1.0, 0.5, 1.2, 1.4, 1.6])  # 100 measured implausibly cheap

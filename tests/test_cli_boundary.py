@@ -68,8 +68,8 @@ def _exit_code_cases(tmp_path):
     t.write_text(TRACE)
     log = tmp_path / "s.log"
     log.write_text("[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, #cached-token: 0, cuda graph: True\n")
-    import bcgtune.adapters.launcher as launcher
-    import bcgtune.adapters.sglang_log as sglang_log
+    import bcgtune.adapters.sglang.launcher as launcher
+    import bcgtune.adapters.sglang.log as sglang_log
     import bcgtune.services.bench as bench_service
     import bcgtune.services.calibrate as calibrate_service
     import bcgtune.services.capture as capture_service

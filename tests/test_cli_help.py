@@ -113,7 +113,7 @@ def test_the_simulation_option_table_is_what_the_workload_schema_generates():
     what the schema generates now: run scripts/gen_option_tables.py after a schema change."""
     from bcgtune.cli.schema_options import specs_from_model
     from bcgtune.cli.simulate_options_table import CLIENT_OPTIONS, SERVER_OPTIONS
-    from bcgtune.core.workload import ClientSettings, ServerSettings
+    from bcgtune.core.sim.workload import ClientSettings, ServerSettings
 
     client = CLIENT_OPTIONS[0].panel
     server = SERVER_OPTIONS[0].panel

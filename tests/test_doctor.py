@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from proc_helpers import run_cli
 
-from bcgtune.adapters.environment import sglang_info
-from bcgtune.adapters.model_config import model_is_qwen4_exp
-from bcgtune.adapters.runner_source import GateReport, find_runner_source, runner_gate_state
-from bcgtune.adapters.sglang_resolve import (
+from bcgtune.adapters.machine.environment import sglang_info
+from bcgtune.adapters.machine.model_config import model_is_qwen4_exp
+from bcgtune.adapters.sglang.resolve import (
     PROBE_CONFIG_DIR,
     FlagCheck,
     RunnerAnswers,
     run_probe,
     sglang_installed,
 )
-from bcgtune.core.capture import CaptureSource, PrefillCapture
+from bcgtune.adapters.sglang.runner_source import GateReport, find_runner_source, runner_gate_state
+from bcgtune.core.sglang.capture import CaptureSource, PrefillCapture
 from bcgtune.files.profile_file import load_profile, parse_profile
 from bcgtune.services.doctor import classify_gate, gate_report, profile_findings, run_doctor
 
@@ -302,9 +302,9 @@ def test_model_detection(tmp_path, monkeypatch):
 
 
 def test_doctor_without_sglang_falls_back(monkeypatch):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
     import bcgtune.services.doctor as doc
-    from bcgtune.adapters.environment import SglangInfo
+    from bcgtune.adapters.machine.environment import SglangInfo
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
     monkeypatch.setattr(doc, "sglang_info", lambda: SglangInfo(installed=False))
@@ -319,7 +319,7 @@ def test_doctor_without_sglang_falls_back(monkeypatch):
 
 
 def test_doctor_reports_a_profile_serve_refuses_before_any_flag(monkeypatch):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: True)
     monkeypatch.setattr(sr, "run_probe", lambda request, timeout: {"sglang_version": "0.5.23", "runners": []})
@@ -369,9 +369,9 @@ def test_find_runner_source_path():
 
 
 def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatch):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
     import bcgtune.services.doctor as doc
-    from bcgtune.adapters.environment import SglangInfo
+    from bcgtune.adapters.machine.environment import SglangInfo
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
     monkeypatch.setattr(doc, "sglang_info", lambda: SglangInfo(installed=False))
@@ -383,7 +383,7 @@ def test_a_launch_value_the_model_cannot_take_is_blocking_not_a_crash(monkeypatc
 
 
 def test_effective_prefill_backend_follows_the_model():
-    from bcgtune.adapters.sglang_flags import effective_prefill_backend
+    from bcgtune.adapters.sglang.flags import effective_prefill_backend
 
     assert effective_prefill_backend({}, "cuda") == ("breakable", False)
     assert effective_prefill_backend({}, "rocm") == ("disabled", False)

@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bcgtune
-from bcgtune.adapters.sglang_log import parse_logs
-from bcgtune.adapters.simulator import simulate
-from bcgtune.core.dp_steps import evaluate_steps
-from bcgtune.core.scheduler_lockstep import lockstep_decode
-from bcgtune.core.step_grouping import RULE_ITERATION, RULE_MS, RULE_SECONDS, RULE_SIMULATED, dp_index, group_steps
-from bcgtune.core.trace import PrefillTrace
-from bcgtune.core.workload import Workload
+from bcgtune.adapters.bench_serving.simulator import simulate
+from bcgtune.adapters.sglang.log import parse_logs
+from bcgtune.core.plan.dp_steps import evaluate_steps
+from bcgtune.core.plan.step_grouping import RULE_ITERATION, RULE_MS, RULE_SECONDS, RULE_SIMULATED, dp_index, group_steps
+from bcgtune.core.sim.scheduler_lockstep import lockstep_decode
+from bcgtune.core.sim.workload import Workload
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
 from bcgtune.files.trace_file import load_trace, save_trace
 

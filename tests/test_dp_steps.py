@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core.calibration import Calibration
-from bcgtune.core.dp_steps import (
+from bcgtune.core.plan.calibration import Calibration
+from bcgtune.core.plan.dp_steps import (
     DPSteps,
     evaluate_steps,
     min_buckets_all_steps,
@@ -18,7 +18,7 @@ from bcgtune.core.dp_steps import (
     optimal_step_buckets_time,
     predicted_step_time_ms,
 )
-from bcgtune.core.optimizer import optimal_buckets
+from bcgtune.core.plan.optimizer import optimal_buckets
 from bcgtune.errors import InputError
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])

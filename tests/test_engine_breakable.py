@@ -92,7 +92,7 @@ def test_segments_alone_skip_attention(tiny, monkeypatch):
 
 
 def test_capture_report_validate_and_calibrate_breakable(tmp_path):
-    from bcgtune.core.mix import BatchMix
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.files.calibration_file import load_calibration
     from bcgtune.services.calibrate import run_calibrate
     from bcgtune.services.capture import run_capture
@@ -124,7 +124,7 @@ def test_capture_report_validate_and_calibrate_breakable(tmp_path):
 
 
 def _trace_json(tmp_path):
-    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.files.trace_file import save_trace
 
     t = PrefillTrace.from_batches({"forward_tokens": [20, 20, 40, 70, 90], "new_seq": [1, 2, 3, 3, 4]})
@@ -333,8 +333,8 @@ def test_unknown_runner_and_graph_impl():
 
 
 def test_mix_of_a_simulated_trace_keeps_request_counts():
-    from bcgtune.adapters.simulator import simulate
-    from bcgtune.core.mix import batch_mix
+    from bcgtune.adapters.bench_serving.simulator import simulate
+    from bcgtune.core.trace.mix import batch_mix
     from bcgtune.files.workload_file import default_workload
 
     trace = simulate(default_workload())
@@ -405,7 +405,7 @@ def test_break_time_is_the_median_of_paired_differences(monkeypatch):
     """breaks(n, r) = median over rounds of (replay - segments alone) measured back to back,
     not median(replay) - median(segments): a drifting clock moves both of a pair alike."""
     import bcgtune.engines.timing as tg
-    from bcgtune.core.mix import BatchMix
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.services.calibrate import run_calibrate
 
     real = tg.time_interleaved

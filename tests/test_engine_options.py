@@ -67,7 +67,7 @@ def test_empty_values_are_errors_not_defaults(no_torch, tmp_path, args, flag):
 
 
 def test_the_closed_sets_agree_with_the_engine():
-    from bcgtune.core.calibration import RUNNERS as CALIBRATION_RUNNERS
+    from bcgtune.core.plan.calibration import RUNNERS as CALIBRATION_RUNNERS
 
     for enum, literal in (
         (choices.Runner, choices.RunnerName),

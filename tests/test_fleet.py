@@ -18,10 +18,10 @@ from cli_helpers import assert_one_line_error, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bcgtune.adapters.sglang_log import ParseOptions, parse_logs, parse_server_args_text
-from bcgtune.core.trace import PrefillTrace
-from bcgtune.core.trace_groups import launch_settings
-from bcgtune.core.trace_merge import merge_traces
+from bcgtune.adapters.sglang.log import ParseOptions, parse_logs, parse_server_args_text
+from bcgtune.core.trace.groups import launch_settings
+from bcgtune.core.trace.merge import merge_traces
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import ExternalError, InputError
 from bcgtune.files.trace_file import load_trace, save_trace
 
@@ -259,7 +259,7 @@ def _plans(trace: PrefillTrace, **kw):
 
 
 def test_histogram_only_gives_the_plan_of_the_full_trace(tmp_path):
-    from bcgtune.core.calibration import BatchTimes, Calibration
+    from bcgtune.core.plan.calibration import BatchTimes, Calibration
 
     rng = np.random.default_rng(7)
     tokens = np.minimum(rng.lognormal(6.5, 1.1, 400).astype(int) + 1, 8192).tolist()
@@ -553,7 +553,7 @@ def test_drift_wording_write_profile_and_captured_lists(tmp_path):
 
 
 def test_drift_says_more_padding_when_the_optimum_pads_more():
-    from bcgtune.core.drift import drift_report
+    from bcgtune.core.plan.drift import drift_report
 
     t = PrefillTrace.from_sizes([60] * 50 + [100] * 50)
     rep = drift_report(t, [60], threshold_pct=2.0)  # the optimum replays all, and pads more
@@ -607,7 +607,7 @@ def test_a_mixed_trace_never_takes_the_first_groups_chunk(two_servers):
 def test_pairs_counted_one_each_equal_the_weighted_count(pairs, huge):
     """The run-length count of a log's batches (one each, sorted in place) gives what the
     weighted count gives with weights of one, and leaves its inputs as they were."""
-    from bcgtune.core.trace_groups import pairs_of
+    from bcgtune.core.trace.groups import pairs_of
 
     tokens = np.array([t for t, _ in pairs], np.int64)
     requests = np.array([r for _, r in pairs], np.int64)
@@ -625,7 +625,7 @@ def test_pairs_counted_one_each_equal_the_weighted_count(pairs, huge):
 def test_parsed_columns_own_their_values(tmp_path):
     """Each chunk's columns are kept as arrays of their own, not views of the chunk's parse
     buffer (which would keep every buffer alive until the end of the log)."""
-    from bcgtune.adapters.sglang_log.columns import _ColumnSink
+    from bcgtune.adapters.sglang.log.columns import _ColumnSink
 
     seen = []
     original = _ColumnSink.columns

@@ -1,4 +1,4 @@
-"""bcgtune.core.ladder against sglang 0.5.23: the pure re-implementations must agree with
+"""bcgtune.core.sglang.ladder against sglang 0.5.23: the pure re-implementations must agree with
 SGLang's own functions (called directly where they run on CPU) and with the numbers
 read from its source (cuda_graph_hook.py, memory_hook.py, common.py, runtime_context.py)."""
 
@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from bcgtune.adapters.sglang_flags import (
+from bcgtune.adapters.sglang.flags import (
     layout_from_server_flags,
     prefill_launch_from_server_flags,
 )
-from bcgtune.core.capture import PrefillLaunch, resolve_prefill_capture
-from bcgtune.core.ladder import (
+from bcgtune.core.sglang.capture import PrefillLaunch, resolve_prefill_capture
+from bcgtune.core.sglang.ladder import (
     ParallelLayout,
     align_buckets,
     deepep_breakable_ladder,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from proc_helpers import pid_alive as _alive  # noqa: E402
 
-from bcgtune.adapters.launcher import ServerProcess, exit_status
+from bcgtune.adapters.sglang.launcher import ServerProcess, exit_status
 from bcgtune.errors import ExternalError
 
 FAKE = str(Path(__file__).with_name("fake_sglang_server.py"))

@@ -46,3 +46,57 @@ def test_services_never_import_the_command_line():
     for f, mods in _layer("services").items():
         wrong = sorted(m for m in mods if m.startswith("bcgtune.cli"))
         assert not wrong, f"{f} imports {wrong}"
+
+
+# Which domain of core/ and adapters/ may import which (docs/architecture.md draws it). The
+# core's shared modules (document, schema, stats) import only errors; SGLang's rules import
+# no other domain; planning reads traces and SGLang's rules; the simulation and the bench
+# verdicts may read planning too.
+CORE_SHARED = ("bcgtune.core.document", "bcgtune.core.schema", "bcgtune.core.stats")
+CORE_MAY_IMPORT = {
+    "sglang": (),
+    "trace": ("sglang",),
+    "plan": ("trace", "sglang"),
+    "sim": ("trace", "sglang", "plan"),
+    "bench": ("trace", "sglang", "plan"),
+}
+ADAPTERS_MAY_IMPORT = {"machine": (), "bench_serving": (), "sglang": ("machine",)}
+
+
+def _domain(module: str, top: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == top else None
+
+
+def test_core_domains_import_only_what_the_architecture_allows():
+    domains = {p.name for p in (PKG / "core").iterdir() if (p / "__init__.py").exists()}
+    assert domains == set(CORE_MAY_IMPORT), "a new core domain must be placed in the architecture"
+    for f, mods in _layer("core").items():
+        here = f.split("/")[1] if f.count("/") >= 2 else None  # core/<domain>/x.py
+        for m in mods:
+            if not m.startswith("bcgtune.core"):
+                continue
+            target = _domain(m, "core")
+            if here is None:  # a shared module
+                assert m in CORE_SHARED or target is None, f"core/{f} (shared) imports the domain {m}"
+            elif target is not None and target != here:
+                assert target in CORE_MAY_IMPORT[here], f"{f} imports {m}: core.{here} may not import core.{target}"
+
+
+def test_adapter_worlds_import_only_what_the_architecture_allows():
+    worlds = {p.name for p in (PKG / "adapters").iterdir() if (p / "__init__.py").exists()}
+    assert worlds == set(ADAPTERS_MAY_IMPORT), "a new adapter sub-package must be placed in the architecture"
+    for f, mods in _layer("adapters").items():
+        if f.count("/") < 2:
+            continue
+        here = f.split("/")[1]
+        for m in mods:
+            target = _domain(m, "adapters")
+            if target is not None and target != here:
+                assert target in ADAPTERS_MAY_IMPORT[here], f"{f} imports {m}: adapters.{here} may not import {target}"
+
+
+def test_every_sub_package_says_what_it_owns():
+    for top in ("core", "adapters"):
+        for init in (PKG / top).glob("*/__init__.py"):
+            assert len(init.read_text(encoding="utf-8").strip()) > 80, f"{init} needs its one-paragraph docstring"

@@ -1,10 +1,10 @@
-"""A/A noise and change statistics (bcgtune/core/abstats.py) against hand-computed values."""
+"""A/A noise and change statistics (bcgtune/core/bench/abstats.py) against hand-computed values."""
 
 import math
 
 import pytest
 
-from bcgtune.core.abstats import aa_noise, change_se, compare_arm, pct_change, verdict
+from bcgtune.core.bench.abstats import aa_noise, change_se, compare_arm, pct_change, verdict
 
 
 def test_two_base_launches_hand_computed():

@@ -202,7 +202,7 @@ def test_bench_table_json_plot(env, profile, tmp_path):
     assert "Capture target prefill" not in (tmp_path / "b" / "01-base.server.log").read_text()
     assert "cuda graph: True" in (tmp_path / "b" / "02-tuned.server.log").read_text()
     from bcgtune.cli.render.bench import render_table
-    from bcgtune.core.bench_result import BenchResult
+    from bcgtune.core.bench.bench_result import BenchResult
 
     table = render_table(BenchResult.from_json(res))
     assert table.splitlines()[0].split()[:4] == ["Concurrency", "Output", "tok/s", "base"]

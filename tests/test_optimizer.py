@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core.optimizer import (
+from bcgtune.core.plan.optimizer import (
     min_buckets_full_replay,
     optimal_buckets,
     optimal_buckets_time,
     predicted_time_ms,
 )
-from bcgtune.core.replay import assign_buckets, evaluate_list
+from bcgtune.core.sglang.replay import assign_buckets, evaluate_list
 from bcgtune.errors import InputError
 
 

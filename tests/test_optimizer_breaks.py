@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core.calibration import BatchTimes, Calibration
-from bcgtune.core.mix import BatchMix
-from bcgtune.core.optimizer import optimal_buckets_time, predicted_time_ms
-from bcgtune.core.replay import assign_buckets
+from bcgtune.core.plan.calibration import BatchTimes, Calibration
+from bcgtune.core.plan.optimizer import optimal_buckets_time, predicted_time_ms
+from bcgtune.core.sglang.replay import assign_buckets
+from bcgtune.core.trace.mix import BatchMix
 from bcgtune.errors import InputError
 
 
@@ -43,7 +43,7 @@ class FakeBreakable:
 
 def cost_by_hand(mix, buckets, cal, factor, candidates):
     """Each batch priced directly: replay = segments of its bucket + its breaks; else eager."""
-    from bcgtune.core.optimizer import graph_ms_model
+    from bcgtune.core.plan.optimizer import graph_ms_model
 
     total = 0.0
     chosen, replay = assign_buckets(mix.tokens, buckets, factor)

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bcgtune
-from bcgtune.core.calibration import Calibration
-from bcgtune.core.ladder import align_buckets, sglang_default_ladder
+from bcgtune.core.plan.calibration import Calibration
+from bcgtune.core.sglang.ladder import align_buckets, sglang_default_ladder
 
 sizes_st = st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=40)
 

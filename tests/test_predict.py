@@ -1,4 +1,4 @@
-"""Predictions with intervals (bcgtune.core.predict, core.stats): the t quantile, intervals
+"""Predictions with intervals (bcgtune.core.plan.predict, core.stats): the t quantile, intervals
 from timed rounds (a known spread gives the known interval), paired differences, earlier
 calibration formats read as one round, and the notes a plan gives about what its numbers
 rest on."""
@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bcgtune
-from bcgtune.core.calibration import BatchTimes, Calibration
-from bcgtune.core.mix import BatchMix
-from bcgtune.core.optimizer import predicted_time_ms
-from bcgtune.core.predict import TimeModel
+from bcgtune.core.plan.calibration import BatchTimes, Calibration
+from bcgtune.core.plan.optimizer import predicted_time_ms
+from bcgtune.core.plan.predict import TimeModel
 from bcgtune.core.stats import round_interval, t_quantile_975
+from bcgtune.core.trace.mix import BatchMix
 from bcgtune.errors import InputError
 from bcgtune.files.calibration_file import load_calibration, save_calibration
 
@@ -105,7 +105,7 @@ def test_paired_difference_cancels_what_moves_every_size():
 def test_center_is_the_point_prediction(sizes, buckets, rounds, seed, steps):
     """The interval's center is exactly what the optimizer's model predicts, per batch and
     per DP-attention step."""
-    from bcgtune.core.dp_steps import DPSteps, predicted_step_time_ms
+    from bcgtune.core.plan.dp_steps import DPSteps, predicted_step_time_ms
 
     rng = np.random.default_rng(seed)
     tokens = np.array([32, 96, 160, 256, 384])
@@ -372,7 +372,7 @@ def test_refine_loop_through_the_cli_converges(monkeypatch, tmp_path):
     gets slower, and the file keeps its history."""
     from cli_helpers import cli
 
-    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.files.trace_file import save_trace
 
     _fake_clock(monkeypatch, [0.0, 0.01, -0.01], run_calls=False)  # the calls' own path: the test above
@@ -425,7 +425,7 @@ def _round_noise_calibration(eps):
 
 
 def test_drift_re_tunes_only_when_the_gain_is_beyond_the_calibration_noise():
-    from bcgtune.core.drift import drift_report
+    from bcgtune.core.plan.drift import drift_report
 
     trace = _drift_trace()
     quiet = _round_noise_calibration([0.0, 0.001, -0.001, 0.0005, -0.0005])
@@ -446,7 +446,7 @@ def test_drift_re_tunes_only_when_the_gain_is_beyond_the_calibration_noise():
 
 
 def test_drift_prices_a_list_as_suggest_buckets_does():
-    from bcgtune.core.drift import drift_report
+    from bcgtune.core.plan.drift import drift_report
 
     trace = _drift_trace()
     cal = scaled_calibration("breakable").validate()

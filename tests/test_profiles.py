@@ -31,11 +31,40 @@ objective = "time"
 
 
 def test_one_copy_of_the_builtin_profiles():
-    # bcgtune/data/profiles/ ships as package data; the checkout's profiles/ is a link to it
-    top, pkg = ROOT / "profiles", ROOT / "bcgtune" / "data" / "profiles"
-    assert top.is_symlink() and top.resolve() == pkg.resolve()
-    assert {"mi355x.toml", "h200.toml"} <= {p.name for p in pkg.glob("*.toml")}
+    # profiles/ is the one source; the package data is made from it at build time, never committed
+    top = ROOT / "profiles"
+    assert top.is_dir() and not top.is_symlink()
+    assert {"mi355x.toml", "h200.toml"} <= {p.name for p in top.glob("*.toml")}
+    assert not (ROOT / "bcgtune" / "data" / "profiles").exists() or not _tracked("bcgtune/data/profiles")
     assert {"mi355x", "h200"} <= set(builtin_profile_names())
+
+
+def _tracked(path: str) -> bool:
+    import subprocess
+
+    r = subprocess.run(["git", "ls-files", path], cwd=ROOT, capture_output=True, text=True)
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
+def test_the_built_package_carries_an_exact_copy_of_the_profiles(tmp_path):
+    # setup.py's build step, as pip and uv run it when they build the wheel
+    import subprocess
+    import sys
+
+    pytest.importorskip("setuptools")
+    r = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path / "lib")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    built = tmp_path / "lib" / "bcgtune" / "data" / "profiles"
+    source = sorted((ROOT / "profiles").glob("*.toml"))
+    assert source and sorted(p.name for p in built.glob("*.toml")) == [p.name for p in source]
+    for p in source:
+        assert (built / p.name).read_bytes() == p.read_bytes()
 
 
 def test_mi355x_reproduces_the_seeds_server():
@@ -205,7 +234,7 @@ def test_flag_aliases_agree_with_sglangs_parser():
 @pytest.mark.sglang
 def test_serve_accepts_short_flags_and_refuses_other_abbreviations():
     pytest.importorskip("sglang.srt.server_args")
-    from bcgtune.adapters.launcher import build_server_command, check_command_flags
+    from bcgtune.adapters.sglang.launcher import build_server_command, check_command_flags
 
     p = parse_profile(GOOD.replace("tp-size = 2", "tp = 2\ndp = 2"), "x.toml")
     cmd = build_server_command(p)

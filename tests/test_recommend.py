@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bcgtune
-from bcgtune.core.calibration import BatchTimes, Calibration
-from bcgtune.core.calibration_extend import extend_calibration, extension_anchors
-from bcgtune.core.predict import TimeModel
+from bcgtune.core.plan.calibration import BatchTimes, Calibration
+from bcgtune.core.plan.calibration_extend import extend_calibration, extension_anchors
+from bcgtune.core.plan.predict import TimeModel
 from bcgtune.errors import InputError
 
 
@@ -150,7 +150,7 @@ def first_calibration(rng, rounds=4):
 
 
 def true_total(trace, buckets):
-    from bcgtune.core.replay import assign_buckets
+    from bcgtune.core.sglang.replay import assign_buckets
 
     chosen, replay = assign_buckets(trace.sizes, buckets)
     eager = 2.0 + 0.005 * trace.sizes

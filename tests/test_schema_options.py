@@ -10,13 +10,13 @@ import typing
 import pytest
 from cli_helpers import assert_one_line_error, cli
 
-from bcgtune.adapters.layout_flags import LAYOUT_DEFAULTS, LAYOUT_FLAGS
-from bcgtune.adapters.sglang_flags import layout_from_server_flags
+from bcgtune.adapters.sglang.flags import layout_from_server_flags
+from bcgtune.adapters.sglang.layout_flags import LAYOUT_DEFAULTS, LAYOUT_FLAGS
 from bcgtune.cli.commands.trace import SimulateOptions
 from bcgtune.cli.options import LayoutOptions
-from bcgtune.core.ladder import ParallelLayout
 from bcgtune.core.schema import CliOption
-from bcgtune.core.workload import ClientSettings, ServerSettings, StepTimeSettings, WorkloadSettings
+from bcgtune.core.sglang.ladder import ParallelLayout
+from bcgtune.core.sim.workload import ClientSettings, ServerSettings, StepTimeSettings, WorkloadSettings
 
 
 def _option(cls, name):

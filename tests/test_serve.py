@@ -12,7 +12,7 @@ import pytest
 from proc_helpers import pid_alive as _alive
 from proc_helpers import run_cli
 
-from bcgtune.adapters.launcher import build_server_command, check_command_flags
+from bcgtune.adapters.sglang.launcher import build_server_command, check_command_flags
 from bcgtune.errors import InputError
 from bcgtune.files.profile_file import load_profile
 
@@ -77,7 +77,7 @@ def test_no_model_is_an_input_error(tmp_path, capsys):
 # ------------------------------------------------------------- against SGLang's real parser
 def _parser():
     pytest.importorskip("sglang.srt.server_args")
-    from bcgtune.adapters.launcher import _sglang_parser
+    from bcgtune.adapters.sglang.launcher import _sglang_parser
 
     return _sglang_parser()
 
@@ -225,7 +225,7 @@ def test_crash_reports_code_and_log_in_one_line(tmp_path):
 
 
 def test_serve_without_sglang_says_how_to_install_it_and_starts_nothing(tmp_path, capsys, monkeypatch):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
     code, out, err = run_cli(["serve", "--profile", "h200", "--log-file", str(tmp_path / "x.log")], capsys)

@@ -12,9 +12,9 @@ from cli_helpers import assert_one_line_error, cli, digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core.abstats import MetricComparison, RowStat
-from bcgtune.core.bench_result import BenchArm, BenchLaunch, BenchResult, BenchRun
-from bcgtune.core.server_validation import (
+from bcgtune.core.bench.abstats import MetricComparison, RowStat
+from bcgtune.core.bench.bench_result import BenchArm, BenchLaunch, BenchResult, BenchRun
+from bcgtune.core.bench.server_validation import (
     Generation,
     LogReplay,
     PhaseReplay,
@@ -30,7 +30,7 @@ from bcgtune.errors import InputError
 @pytest.fixture(autouse=True)
 def no_server_launch(monkeypatch):
     """No test here launches a server: a run that gets past its inputs stops at the launch."""
-    import bcgtune.adapters.live_validate as lv
+    import bcgtune.adapters.sglang.live_validate as lv
 
     def no_launch(*a, **k):
         raise InputError("reached the launch")
@@ -104,7 +104,7 @@ def test_hostile_prompts_files_never_crash(tmp_path, data):
 
 
 def test_prompts_file_reading(tmp_path):
-    from bcgtune.adapters.live_validate import load_probes
+    from bcgtune.adapters.sglang.live_validate import load_probes
 
     (tmp_path / "im.png").write_bytes(b"\x89PNG\r\n\x1a\n....")
     p = tmp_path / "p.jsonl"
@@ -134,8 +134,8 @@ def _gen(text: str, ids: list[int]) -> Generation:
 def test_each_comparison_keeps_its_own_probe_when_text_and_image_lines_mix(tmp_path, monkeypatch):
     """The probes go text first, then images; a prompts file that mixes them must still
     label each answer with its own probe (the third line is the one that flips)."""
-    import bcgtune.adapters.live_validate as lv
-    import bcgtune.adapters.model_config as model_config
+    import bcgtune.adapters.machine.model_config as model_config
+    import bcgtune.adapters.sglang.live_validate as lv
     from bcgtune.services.server_validation import server_validation
 
     (tmp_path / "im.png").write_bytes(b"\x89PNG....")

@@ -1,4 +1,4 @@
-"""Golden and property tests of the SGLang log parser (bcgtune/adapters/sglang_log/)."""
+"""Golden and property tests of the SGLang log parser (bcgtune/adapters/sglang/log/)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bcgtune.adapters.sglang_log import (
+from bcgtune.adapters.sglang.log import (
     ParseOptions,
     parse_capture_text,
     parse_logs,
@@ -438,7 +438,7 @@ def _all_logs():
 
 @pytest.mark.parametrize("path", _all_logs())
 def test_fast_path_equals_per_line_parser_on_every_log(path):
-    from bcgtune.adapters.sglang_log.columns import _parse_file
+    from bcgtune.adapters.sglang.log.columns import _parse_file
 
     fast, slow = _both_paths(path)
     assert repr(fast) == repr(slow)  # repr: NaN timestamps never compare equal
@@ -598,7 +598,7 @@ def test_wrapped_record_after_a_fast_layout(tmp_path):
 # ---- hostile inputs: one-line InputError, bounded memory and time ----------------------
 def _count_reads(monkeypatch) -> list[int]:
     """Sizes of the blocks parse_logs reads from its inputs."""
-    import bcgtune.adapters.sglang_log.scanner as mod
+    import bcgtune.adapters.sglang.log.scanner as mod
 
     read = mod._Source.read
     sizes: list[int] = []
@@ -624,7 +624,7 @@ def _nul_inputs(tmp_path):
 
 
 def test_binary_inputs_refused_after_the_first_chunk(tmp_path, monkeypatch):
-    import bcgtune.adapters.sglang_log as mod
+    import bcgtune.adapters.sglang.log as mod
 
     for path in _nul_inputs(tmp_path):
         reads = _count_reads(monkeypatch)
@@ -636,7 +636,7 @@ def test_binary_inputs_refused_after_the_first_chunk(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, fast):
-    import bcgtune.adapters.sglang_log as mod
+    import bcgtune.adapters.sglang.log as mod
 
     path = tmp_path / "long.log"
     ok = b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5\n"
@@ -663,7 +663,7 @@ def test_overlong_lines_skipped_counted_and_quoted_short(tmp_path, monkeypatch, 
 def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path, monkeypatch):
     # the same path as a 100 MB line, at a scale a test can afford: a line 1000 times the
     # line limit is read block by block and never held whole
-    import bcgtune.adapters.sglang_log.scanner as mod
+    import bcgtune.adapters.sglang.log.scanner as mod
 
     path = tmp_path / "long.log"
     path.write_bytes(b"z" * (1024 * 1000) + b"\n[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 9\n")
@@ -761,7 +761,7 @@ def test_folder_missing_file_and_closed_stdin(tmp_path, monkeypatch):
 
 _ADVERSARIAL = r"""
 import sys, time
-import bcgtune.adapters.sglang_log as m
+import bcgtune.adapters.sglang.log as m
 from bcgtune.errors import InputError
 n = m.MAX_LINE_BYTES - 100
 lines = [
@@ -833,7 +833,7 @@ def _interrupt(code: str, feed: bytes | None = None) -> tuple[int, str, list[str
 @pytest.mark.skipif(not hasattr(os, "killpg"), reason="process groups are POSIX")
 def test_ctrl_c_stops_a_long_parse():
     line = b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 5, cuda graph: True\n" * 5000
-    code = "from bcgtune.adapters.sglang_log import parse_logs\nprint('go', flush=True)\nparse_logs(['-'])"
+    code = "from bcgtune.adapters.sglang.log import parse_logs\nprint('go', flush=True)\nparse_logs(['-'])"
     rc, err, left = _interrupt(code, feed=line)
     assert rc in (-signal.SIGINT, 130) and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
     assert not left
@@ -846,7 +846,7 @@ def test_ctrl_c_with_workers_running_leaves_no_orphans(tmp_path):
         os.mkfifo(tmp_path / f"f{i}.log")
         paths.append(str(tmp_path / f"f{i}.log"))
     code = (
-        "import bcgtune.adapters.sglang_log as m\nprint('go', flush=True)\n"
+        "import bcgtune.adapters.sglang.log as m\nprint('go', flush=True)\n"
         f"m.parse_logs({paths!r}, jobs=3, options=m.ParseOptions(parallel_min_bytes=0))"
     )
     rc, err, left = _interrupt(code)
@@ -869,7 +869,7 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
     import io
     import sys
 
-    import bcgtune.adapters.sglang_log.parallel as mod
+    import bcgtune.adapters.sglang.log.parallel as mod
 
     calls = []
     parallel = mod._parse_parallel
@@ -933,7 +933,7 @@ def test_progress_reports_bytes_read(tmp_path, monkeypatch):
 
 
 def test_one_forward_token_rule():
-    from bcgtune.adapters.sglang_log import (
+    from bcgtune.adapters.sglang.log import (
         FORWARD_TOKENS_RULE,
         PrefillValues,
         forward_tokens,
@@ -950,7 +950,7 @@ def test_one_forward_token_rule():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the patched worker travels by fork")
 def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
-    import bcgtune.adapters.sglang_log.parallel as mod
+    import bcgtune.adapters.sglang.log.parallel as mod
     from bcgtune.errors import ExternalError
 
     monkeypatch.setattr(mod, "_start_method", lambda: "fork")
@@ -996,7 +996,7 @@ def test_layouts_differing_in_digit_counts(tmp_path):
 def test_digit_runs_match_a_regex(texts):
     import re
 
-    from bcgtune.adapters.sglang_log.fastpath import _Runs
+    from bcgtune.adapters.sglang.log.fastpath import _Runs
 
     runs = _Runs(texts)
     for i, text in enumerate(texts):

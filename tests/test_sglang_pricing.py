@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from proc_helpers import run_cli
 
-import bcgtune.adapters.sglang_resolve as sr
-from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR
-from bcgtune.core.ladder import sglang_default_ladder
-from bcgtune.core.trace import PrefillTrace
+import bcgtune.adapters.sglang.resolve as sr
+from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR
+from bcgtune.core.sglang.ladder import sglang_default_ladder
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.services.suggest import SuggestRequest, suggest
 
 DATA = Path(__file__).parent / "data"

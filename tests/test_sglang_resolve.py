@@ -1,10 +1,10 @@
-"""SGLang's own launch resolution against bcgtune's model of it (bcgtune.core.ladder.
+"""SGLang's own launch resolution against bcgtune's model of it (bcgtune.core.sglang.ladder.
 resolve_prefill_capture), over a grid of launches, and the resolution API that doctor and
 `serve --dry-run` use.
 
 The differential test drives SGLang 0.5.23's real parser, `prepare_server_args` and
 resolution pipeline (every hook under srt/arg_groups/) in one child process, with the GPU
-queries answered as an H200 or an MI355X would (bcgtune.adapters.sglang_probe), and
+queries answered as an H200 or an MI355X would (bcgtune.adapters.sglang.probe), and
 compares the backend, the exact captured bucket list, the alignment, the ladder maximum
 and the chunk per attention-DP rank for every launch.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bcgtune.adapters.hardware import gpu_for
-from bcgtune.adapters.launcher import build_server_command
-from bcgtune.adapters.model_config import locate_model_config
-from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
+from bcgtune.adapters.machine.hardware import gpu_for
+from bcgtune.adapters.machine.model_config import locate_model_config
+from bcgtune.adapters.sglang.launcher import build_server_command
+from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
 from bcgtune.cli.render.doctor import render_resolved_prefill
 from bcgtune.files.profile_file import Profile
 from bcgtune.services.launch import capture_for_profile as resolve_prefill
@@ -305,7 +305,7 @@ def _model_capture_of(prof):
 
 # ---------------------------------------------------------------- the resolution API
 def test_fallback_when_sglang_absent(monkeypatch, tmp_path):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
     prof = _profile(
@@ -323,7 +323,7 @@ def test_fallback_when_sglang_absent(monkeypatch, tmp_path):
 
 
 def test_fallback_chunk_off_says_graphs_off(monkeypatch):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
     prof = _profile({"chunked-prefill-size": -1}, None, "cuda", "h200", PROBE_CONFIG_DIR)
@@ -365,7 +365,7 @@ def test_resolve_prefill_asks_sglang(tmp_path, sglang_probe):
 
 
 def test_serve_dry_run_lines(monkeypatch):
-    import bcgtune.adapters.sglang_resolve as sr
+    import bcgtune.adapters.sglang.resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: False)
     prof = _profile({"tp": 2, "enable-two-batch-overlap": True}, [256, 512], "cuda", "h200", PROBE_CONFIG_DIR)
@@ -385,7 +385,7 @@ def test_pipeline_steps_mirror_sglang_functions_in_order():
     import ast
     import importlib.util
 
-    from bcgtune.core.capture import PIPELINE_STEPS
+    from bcgtune.core.sglang.capture import PIPELINE_STEPS
 
     hooks = Path(importlib.util.find_spec("sglang").origin).parent / "srt" / "arg_groups"
 
@@ -413,7 +413,7 @@ def test_pipeline_steps_mirror_sglang_functions_in_order():
 
 @pytest.mark.sglang
 def test_architecture_tables_match_the_installed_sglang():
-    """bcgtune/core/sglang_tables.py (the multimodal allowlist, the architectures SGLang's
+    """bcgtune/core/sglang/tables.py (the multimodal allowlist, the architectures SGLang's
     resolution treats specially) is what scripts/extract_sglang_tables.py reads from the
     installed SGLang's source."""
     import subprocess
@@ -440,7 +440,7 @@ def test_the_probe_keeps_the_installed_torchs_own_gpu_build(monkeypatch, platfor
     version at import (torchvision refuses another major): the probe's stand-in GPU keeps
     the installed build's version and invents one only for a CPU build."""
     torch = pytest.importorskip("torch")
-    from bcgtune.adapters import sglang_probe
+    from bcgtune.adapters.sglang import probe as sglang_probe
 
     for name in ("is_available", "device_count", "current_device", "get_device_capability"):
         monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name))

@@ -15,8 +15,8 @@ from cli_helpers import assert_one_line_error, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bcgtune.core import scheduler
-from bcgtune.core.workload import ARRIVAL_SPAN_MAX_S, RANDOM_IMAGES_MAX, Workload
+from bcgtune.core.sim import scheduler
+from bcgtune.core.sim.workload import ARRIVAL_SPAN_MAX_S, RANDOM_IMAGES_MAX, Workload
 from bcgtune.errors import InputError
 
 
@@ -117,8 +117,8 @@ def test_extreme_step_times_simulate_in_bounded_time():
     code = textwrap.dedent(
         """
         from dataclasses import replace
-        from bcgtune.adapters.simulator import simulate
-        from bcgtune.core.workload import StepTimeModel, Workload
+        from bcgtune.adapters.bench_serving.simulator import simulate
+        from bcgtune.core.sim.workload import StepTimeModel, Workload
         for kw in (dict(decode_base_ms=1e-300, decode_per_row_ms=0.0, decode_per_ctx_token_ms=0.0),
                    dict(decode_base_ms=1e-300, decode_per_row_ms=0.0, decode_per_ctx_token_ms=1e-300)):
             w = Workload(num_prompts=[50], random_output_len=100000, request_rate=1.0,

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 from typer.testing import CliRunner
 
-from bcgtune.adapters.simulator import simulate
+from bcgtune.adapters.bench_serving.simulator import simulate
 from bcgtune.cli.app import app
 from bcgtune.files.calibration_file import load_calibration
 from bcgtune.files.workload_file import workload_from_options

@@ -19,19 +19,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bcgtune.adapters import simulator
-from bcgtune.adapters.simulator import simulate
-from bcgtune.core import scheduler, schema
-from bcgtune.core.ladder import sglang_default_ladder
-from bcgtune.core.simulation_summary import (
+from bcgtune.adapters.bench_serving import simulator
+from bcgtune.adapters.bench_serving.simulator import simulate
+from bcgtune.core import schema
+from bcgtune.core.sglang.ladder import sglang_default_ladder
+from bcgtune.core.sim import scheduler
+from bcgtune.core.sim.summary import (
     LevelSummary,
     ReplayShare,
     SimulationSummary,
     replay_shares,
     simulation_summary,
 )
-from bcgtune.core.trace import PrefillTrace
-from bcgtune.core.workload import StepTimeModel, Workload
+from bcgtune.core.sim.workload import StepTimeModel, Workload
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
 from bcgtune.files.workload_file import default_workload
 from bcgtune.services.suggest import default_trace
@@ -379,7 +380,7 @@ _CTRL_C_CHILD = textwrap.dedent(
     """
     import os, sys, time
     from dataclasses import replace
-    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.bench_serving.simulator import simulate
     from bcgtune.files.workload_file import default_workload
 
     w = replace(default_workload(), max_concurrency=[128], num_prompts=[3_000_000])

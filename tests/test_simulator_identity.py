@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
-from bcgtune.adapters.simulator import simulate
-from bcgtune.core.workload import Workload
+from bcgtune.adapters.bench_serving.simulator import simulate
+from bcgtune.core.sim.workload import Workload
 from bcgtune.files.workload_file import default_workload, load_workload_file
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "simulator_reference.json"

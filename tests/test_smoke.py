@@ -1,4 +1,4 @@
-from bcgtune.core.ladder import sglang_default_ladder
+from bcgtune.core.sglang.ladder import sglang_default_ladder
 
 
 def test_default_ladder_sizes_match_sglang_counts():

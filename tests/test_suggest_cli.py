@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from bcgtune.cli.app import app
-from bcgtune.core.ladder import sglang_default_ladder
-from bcgtune.core.replay import evaluate_list
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.sglang.ladder import sglang_default_ladder
+from bcgtune.core.sglang.replay import evaluate_list
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.files.trace_file import load_trace, save_trace
 
 runner = CliRunner()
@@ -217,7 +217,7 @@ def test_candidates_calibration_picks_measured_sizes(tmp_path, trace_csv):
     assert got["params"]["candidate_set"] == "calibration"
     assert all(b % 64 == 0 for b in got["recommended"]["buckets"])
     # priced by the measured model, the trace-model list is no better (the optimum is exact)
-    from bcgtune.core.optimizer import predicted_time_ms
+    from bcgtune.core.plan.optimizer import predicted_time_ms
     from bcgtune.files.calibration_file import load_calibration
 
     t = load_trace(str(path))

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from bcgtune.cli.app import app
 from bcgtune.cli.render.trace import render_trace_text
-from bcgtune.core.trace_summary import summarize
+from bcgtune.core.trace.summary import summarize
 from bcgtune.files.trace_file import load_trace
 
 # public SGLang log excerpts with their expected parse (tests/data/sglang-logs/SOURCES.md)
@@ -93,7 +93,7 @@ def test_several_logs_and_ranks():
 
 
 def test_render_is_pure(load_log):
-    from bcgtune.adapters.sglang_log import parse_logs
+    from bcgtune.adapters.sglang.log import parse_logs
 
     trace = parse_logs([str(load_log)])
     assert render_trace_text(summarize(trace)) == render_trace_text(summarize(trace))

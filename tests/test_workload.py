@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bcgtune.adapters.bench_serving import sample_lengths
-from bcgtune.core.image_tokens import image_tokens, parse_random_resolution, parse_resolution, smart_resize
-from bcgtune.core.workload import StepTimeModel, StepTimeSettings, Workload, WorkloadSettings
+from bcgtune.adapters.bench_serving.client import sample_lengths
+from bcgtune.core.sim.image_tokens import image_tokens, parse_random_resolution, parse_resolution, smart_resize
+from bcgtune.core.sim.workload import StepTimeModel, StepTimeSettings, Workload, WorkloadSettings
 from bcgtune.errors import InputError
 from bcgtune.files.workload_file import (
     DEFAULT_PRESET,
@@ -277,7 +277,7 @@ def test_workload_file_accepts_kebab_keys_aliases_and_inf(tmp_path):
 def test_schema_names_match_the_rules():
     from typing import get_args
 
-    from bcgtune.core.image_tokens import MODEL_FAMILIES, ModelFamily
+    from bcgtune.core.sim.image_tokens import MODEL_FAMILIES, ModelFamily
 
     assert set(get_args(ModelFamily)) == set(MODEL_FAMILIES)
 

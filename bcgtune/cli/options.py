@@ -16,9 +16,9 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from bcgtune.adapters.layout_flags import LAYOUT_FLAGS
+from bcgtune.adapters.sglang.layout_flags import LAYOUT_FLAGS
 from bcgtune.cli.schema_options import OptionSpec, option_set
-from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.engines.choices import DEVICE_HELP, Dtype, GraphImpl, HfAttention, Runner, SdpaBackend, device_name
 
 
@@ -102,7 +102,7 @@ def _layout_flags(self: Any) -> dict[str, Any]:
 
 
 # The launch flags that change how SGLang aligns and caps the captured buckets, generated
-# from SGLang's flag table (bcgtune/adapters/layout_flags.py); `.flags()` gives those set.
+# from SGLang's flag table (bcgtune/adapters/sglang/layout_flags.py); `.flags()` gives those set.
 LayoutOptions: Any = option_set(
     "LayoutOptions",
     [

@@ -18,7 +18,7 @@ and engines/full.py).
   `_fill_input_embeds_slot`), so an image batch replays as if it had no DeepStack.
   `fault` rebuilds that bug on purpose (a negative control for `validate`): "drop-deepstack"
   registers no slot, "stale-deepstack" never zeroes it.
-* SGLang's replay rule over the captured buckets (bcgtune.core.replay).
+* SGLang's replay rule over the captured buckets (bcgtune.core.sglang.replay).
 
 Runs through `torch.cuda`, so CUDA and ROCm (HIP) builds alike; on a machine without a GPU
 "capture" records nothing and "replay" runs the same padded static-buffer path eagerly
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bcgtune.core.replay import assign_buckets
+from bcgtune.core.sglang.replay import assign_buckets
 from bcgtune.engines.choices import FaultName, GraphMode, SideInputName
 from bcgtune.engines.inputs import PrefillInputs
 from bcgtune.engines.timing import TimeSummary, time_calls

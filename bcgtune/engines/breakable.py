@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.attention import varlen_attention
 from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
 from bcgtune.engines.choices import FaultName

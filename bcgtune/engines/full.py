@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
 from bcgtune.engines.choices import FaultName
 from bcgtune.engines.inputs import PrefillInputs

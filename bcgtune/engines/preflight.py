@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bcgtune.core.ladder import default_chunked_prefill_size
+from bcgtune.core.sglang.ladder import default_chunked_prefill_size
 from bcgtune.errors import ExternalError, InputError
 
 # A CPU dry run builds the model in fp32 and runs forwards of up to thousands of tokens:

@@ -1,5 +1,5 @@
 """Calibration files: reading and writing what `bcgtune calibrate` measures
-(bcgtune.core.calibration.Calibration, which owns its JSON document and its checks).
+(bcgtune.core.plan.calibration.Calibration, which owns its JSON document and its checks).
 
 On-disk forms (all read by `load_calibration`):
   * JSON, `format_version` 3, written by `bcgtune calibrate` / `save_calibration`:
@@ -36,7 +36,7 @@ import numpy as np
 import pydantic
 from pydantic import Field
 
-from bcgtune.core.calibration import (
+from bcgtune.core.plan.calibration import (
     CALIBRATION_KIND,
     FORMAT_VERSION,
     ROUNDS_MAX,

@@ -19,9 +19,10 @@ one list would drift: it is an error that points to [buckets].list), and a
 (SGLang lets the JSON win silently). A profile without [buckets] launches with SGLang's
 default ladder.
 
-Built-in profiles live once, as package data in bcgtune/data/profiles/, so `--profile
-mi355x` works after `pip install`; the top-level profiles/ of a checkout is a link to that
-folder, so `--profile profiles/mi355x.toml` works there too.
+Built-in profiles have one source, the top-level profiles/ folder of the source tree, so
+`--profile profiles/mi355x.toml` works in a checkout; the build copies that folder into
+the package as bcgtune/data/profiles/ (setup.py), so `--profile mi355x` works after
+`pip install` too. An editable install has no copy and reads the source folder.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from bcgtune.core.replay import check_bucket_list
 from bcgtune.core.schema import StrictDocument, Tokens, validate
+from bcgtune.core.sglang.replay import check_bucket_list
 from bcgtune.errors import InputError, quote
 from bcgtune.fileio import atomic_write_text
 
@@ -127,8 +128,17 @@ class Profile:
 
 
 # --------------------------------------------------------------------------- loading
+def builtin_profiles_dir() -> Path:
+    """The installed copy of the built-in profiles, else (an editable install or a plain
+    checkout) their source folder, profiles/ beside the package."""
+    installed = Path(str(resources.files("bcgtune"))) / "data" / "profiles"
+    if installed.is_dir():
+        return installed
+    return Path(str(resources.files("bcgtune"))).parent / "profiles"
+
+
 def builtin_profile_names() -> list[str]:
-    root = resources.files("bcgtune") / "data" / "profiles"
+    root = builtin_profiles_dir()
     try:
         return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
     except (FileNotFoundError, NotADirectoryError):
@@ -136,8 +146,7 @@ def builtin_profile_names() -> list[str]:
 
 
 def builtin_profile_path(name: str) -> Path:
-    p = resources.files("bcgtune") / "data" / "profiles" / f"{name}.toml"
-    return Path(str(p))
+    return builtin_profiles_dir() / f"{name}.toml"
 
 
 def resolve_profile_path(name_or_path: str | os.PathLike) -> Path:

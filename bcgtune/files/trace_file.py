@@ -11,7 +11,7 @@ bcgtune.core.schema's bounds):
        "groups": [{"settings": {...}, "rank_chunk", "sources": [...], "histogram": {...},
                    "mix": {"tokens", "requests", "counts", "requests_known"}, ...}],
        "batches": {"forward_tokens": [...], "<column>": [...], ...} | null}
-    A trace from logs groups its batches by server configuration (core/trace_groups.py);
+    A trace from logs groups its batches by server configuration (core/trace/groups.py);
     `batches: null` with groups is a histogram-only trace: counts per size and request
     mixes per group, enough to price every list, without per-batch columns.
   * CSV with a `size` column (also `tokens`, `num_tokens`, `forward_tokens`) and an optional
@@ -31,14 +31,14 @@ import pydantic
 
 from bcgtune.core.document import check_header
 from bcgtune.core.schema import BATCHES_MAX, DP_RANKS_MAX, TOKENS_MAX, BatchCount, Document, Tokens, validate
-from bcgtune.core.trace import (
+from bcgtune.core.trace.groups import MAX_GROUPS, TraceGroup, histogram_of
+from bcgtune.core.trace.prefill_trace import (
     BATCH_COLUMNS,
     FORMAT_VERSION,
     TRACE_KIND,
     PrefillTrace,
     _column_to_json,
 )
-from bcgtune.core.trace_groups import MAX_GROUPS, TraceGroup, histogram_of
 from bcgtune.errors import InputError, quote
 from bcgtune.fileio import csv_rows
 
@@ -139,7 +139,7 @@ class _WorkloadMeta(Document):
 
 class _DecodeVotes(Document):
     """Ranks that decoded during another rank's prefill step (simulated DP attention):
-    their rows vote and pad with the step (bcgtune.core.step_grouping)."""
+    their rows vote and pad with the step (bcgtune.core.plan.step_grouping)."""
 
     step: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=2**62)]]
     rank: list[Annotated[int, pydantic.Field(strict=True, ge=0, le=DP_RANKS_MAX - 1)]]

@@ -1,5 +1,5 @@
 """Workload files and shipped presets, profiles' server settings and option values, each
-turned into a validated `Workload` (bcgtune/core/workload.py holds the value and its schema).
+turned into a validated `Workload` (bcgtune/core/sim/workload.py holds the value and its schema).
 
 Sources, later ones winning: built-in defaults <- a workload TOML or shipped preset
 (`--workload`) <- a profile's `[server]` (`--profile`) <- explicit options. Keys may be
@@ -16,7 +16,7 @@ from typing import Any
 import pydantic
 
 from bcgtune.core import schema
-from bcgtune.core.workload import (
+from bcgtune.core.sim.workload import (
     _LIST_FIELDS,
     LEVELS_MAX,
     SECTIONS,

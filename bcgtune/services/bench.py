@@ -8,7 +8,7 @@ work too); the first arm is the baseline. Each launch runs a warm-up pass (one c
 the first concurrency, discarded), then `runs` measured client runs per concurrency with
 prompts = prompts_per_concurrency x concurrency, `--request-rate inf --max-concurrency C`
 (closed loop). The statistics (change vs the baseline, SE from A/A launches) are in
-bcgtune/core/abstats.py; the result type in bcgtune/core/bench_result.py.
+bcgtune/core/bench/abstats.py; the result type in bcgtune/core/bench/bench_result.py.
 
 Everything a run produced lands in the work folder: one server log per launch, the client's
 output, its result lines, and bench.json (rewritten atomically after every run, so an
@@ -26,7 +26,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from bcgtune.adapters.live import (
+from bcgtune.adapters.sglang.live import (
     Variant,
     apply_variant,
     build_launch,
@@ -37,7 +37,7 @@ from bcgtune.adapters.live import (
     running_server,
     terminate_as_interrupt,
 )
-from bcgtune.core.bench_result import BenchArm, BenchLaunch, BenchResult, BenchRun
+from bcgtune.core.bench.bench_result import BenchArm, BenchLaunch, BenchResult, BenchRun
 from bcgtune.core.schema import REQUESTS_MAX, parse_int_list
 from bcgtune.errors import ExternalError, InputError
 

@@ -1,5 +1,5 @@
 """`bcgtune calibrate`: measure what the time objective prices, on one runner, and graph
-memory; the result is a core.calibration.Calibration (and every timed round behind it).
+memory; the result is a core.plan.calibration.Calibration (and every timed round behind it).
 
 The pipeline: the sizes to measure (a list, a bucket grid, or a grid over a trace's sizes
 with the trace's (tokens, requests) batch mix), the engine built, graph memory per largest
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.build import EngineSpec
 from bcgtune.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.calibration import Calibration
-    from bcgtune.core.mix import BatchMix
+    from bcgtune.core.plan.calibration import Calibration
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
     from bcgtune.engines.timing import RoundTimes
 
@@ -133,7 +133,7 @@ def calibration_sizes(
         trace_sizes = mix = None
         meta: dict[str, Any] = {"bucket_grid": grid or DEFAULT_GRID, "sizes_from": sizes_from}
         if sizes_from is not None:
-            from bcgtune.core.mix import batch_mix
+            from bcgtune.core.trace.mix import batch_mix
             from bcgtune.files.trace_file import load_trace
 
             trace = load_trace(sizes_from)
@@ -215,7 +215,7 @@ def run_calibrate(
     """Measure what the time objective prices, on one runner, and graph memory.
 
     breakable: segments(b) at every size of `sizes` (the bucket grid), and eager(n, r) and
-    breaks(n, r) at every batch of `mix` (core.mix.BatchMix; default: each size as one
+    breaks(n, r) at every batch of `mix` (core.trace.mix.BatchMix; default: each size as one
     request). breaks(n, r) = replay of the batch in the smallest grid bucket >= n minus that
     bucket's segments. full: eager and whole-forward replay at every size (one request).
     `warmup` and `repeats` (untimed and timed rounds) default to GPU_ROUNDS on a GPU and
@@ -325,8 +325,8 @@ def _graph_memory(
 
 
 def _calibrate_breakable(run: _Run, sizes: list[int], mix: BatchMix | None, memory: bool) -> CalibrateResult:
-    from bcgtune.core.calibration import BatchTimes, Calibration
-    from bcgtune.core.mix import BatchMix
+    from bcgtune.core.plan.calibration import BatchTimes, Calibration
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.engines.breakable import BreakablePrefillEngine
     from bcgtune.engines.timing import summarize_ms
 
@@ -433,7 +433,7 @@ def _provenance(cal: Calibration, run: _Run, sizes: list[int]) -> None:
     import dataclasses
     import datetime as dt
 
-    from bcgtune.core.calibration import first_session
+    from bcgtune.core.plan.calibration import first_session
 
     cal.engine_options = dataclasses.asdict(run.spec)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -473,7 +473,7 @@ def _time_breakable(
 
 
 def _calibrate_full(run: _Run, sizes: list[int], memory: bool) -> CalibrateResult:
-    from bcgtune.core.calibration import Calibration
+    from bcgtune.core.plan.calibration import Calibration
     from bcgtune.engines import timing
     from bcgtune.engines.full import FullPrefillEngine
     from bcgtune.engines.inputs import text_inputs
@@ -573,16 +573,16 @@ def extend(
 ) -> ExtendResult:
     """Measure `sizes` into the calibration at `path` (not written here): the same engine
     (its recorded options), warm-up and number of rounds; beside them the rows nearest each
-    (core.calibration_extend.extension_anchors), timed again in the same rounds, so the new values
-    are put on the calibration's scale (core.calibration_extend.extend_calibration). The breakable
+    (core.plan.calibration_extend.extension_anchors), timed again in the same rounds, so the new values
+    are put on the calibration's scale (core.plan.calibration_extend.extend_calibration). The breakable
     runner times segments only (break and eager times belong to the trace's batches, which
     are measured already); the full runner times eager and replay. `spec_check(spec)` may
     refuse the recorded engine (options given on the command line that differ from it)."""
     import datetime as dt
 
     from bcgtune import __version__
-    from bcgtune.core.calibration import Calibration
-    from bcgtune.core.calibration_extend import extend_calibration, extension_anchors
+    from bcgtune.core.plan.calibration import Calibration
+    from bcgtune.core.plan.calibration_extend import extend_calibration, extension_anchors
     from bcgtune.engines import timing
     from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run

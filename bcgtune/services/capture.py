@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bcgtune.core.calibration import Runner
+from bcgtune.core.plan.calibration import Runner
 from bcgtune.engines.build import EngineSpec
 
 if TYPE_CHECKING:

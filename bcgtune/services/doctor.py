@@ -2,16 +2,16 @@
 10-minute server start-up.
 
 SGLang is asked itself, in a child process (bcgtune.services.launch, through
-bcgtune.adapters.sglang_resolve): its argument resolution says which prefill graphs a
+bcgtune.adapters.sglang.resolve): its argument resolution says which prefill graphs a
 profile's launch captures, `serve`'s flag check says whether it would launch at all, and
 the prefill runner's own `can_replay_locally`
 (srt/model_executor/runner/prefill_cuda_graph_runner.py, built on the CPU with stand-ins
 for the GPU) says whether a Qwen4-Exp (Qwen3.8-Flash-Next) image batch and a text batch
 replay, with speculative decoding off and on. The gate is classified by those answers
-(the states and what each means: bcgtune.core.runner_gate).
+(the states and what each means: bcgtune.core.sglang.runner_gate).
 
 When the runner module cannot be imported (SGLang absent, or a copy that does not import
-here), its source is read with `ast` instead (bcgtune.adapters.runner_source), and the
+here), its source is read with `ast` instead (bcgtune.adapters.sglang.runner_source), and the
 report says it is a reading.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bcgtune.adapters.environment import (
+from bcgtune.adapters.machine.environment import (
     PythonInfo,
     SglangInfo,
     TorchInfo,
@@ -31,12 +31,12 @@ from bcgtune.adapters.environment import (
     sglang_info,
     torch_info,
 )
-from bcgtune.adapters.model_config import model_is_qwen4_exp
-from bcgtune.adapters.runner_source import GateReport, find_runner_source, runner_gate_state
-from bcgtune.adapters.sglang_resolve import FlagCheck, RunnerAnswers
-from bcgtune.core.capture import PrefillCapture
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, smallest_replaying_size
-from bcgtune.core.runner_gate import classify_gate
+from bcgtune.adapters.machine.model_config import model_is_qwen4_exp
+from bcgtune.adapters.sglang.resolve import FlagCheck, RunnerAnswers
+from bcgtune.adapters.sglang.runner_source import GateReport, find_runner_source, runner_gate_state
+from bcgtune.core.sglang.capture import PrefillCapture
+from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, smallest_replaying_size
+from bcgtune.core.sglang.runner_gate import classify_gate
 from bcgtune.errors import InputError
 from bcgtune.services.launch import SglangUse
 
@@ -134,7 +134,7 @@ def _flag_findings(flags: FlagCheck | None) -> list[Finding]:
 
 
 def _prefill_json(server: dict) -> dict:
-    from bcgtune.adapters.sglang_flags import prefill_graph_json
+    from bcgtune.adapters.sglang.flags import prefill_graph_json
 
     return prefill_graph_json(server)
 
@@ -219,7 +219,7 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
 
 def _gap_finding(buckets: list[int], profile) -> list[Finding]:
     """Neighbouring buckets so far apart that the sizes between them replay in neither
-    (SGLang's replay rule: bcgtune.core.replay). doctor has no traffic: whether batches of
+    (SGLang's replay rule: bcgtune.core.sglang.replay). doctor has no traffic: whether batches of
     those sizes occur is for suggest-buckets or drift, given a trace, to judge (a list
     suggest-buckets chose for a trace leaves such gaps where that trace had no batches)."""
     gaps = [(x, y, smallest_replaying_size(y)) for x, y in zip(buckets, buckets[1:])]
@@ -334,8 +334,8 @@ def _deepstack_findings(
     runner that registers no capture slot for them loses them on image prefills (SGLang's
     fix registers one at capture and copies it at replay). By the runner's behaviour when
     SGLang built it, else a reading of its source."""
-    from bcgtune.adapters.model_config import deepstack_indexes, locate_model_config, read_model_config
-    from bcgtune.adapters.runner_source import reads_deepstack_slot
+    from bcgtune.adapters.machine.model_config import deepstack_indexes, locate_model_config, read_model_config
+    from bcgtune.adapters.sglang.runner_source import reads_deepstack_slot
 
     if resolved is None or not resolved.graphs_on or resolved.backend != "breakable":
         return []

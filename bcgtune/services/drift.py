@@ -1,13 +1,13 @@
 """drift: are the deployed bucket lists still right for today's traffic?
 
 `drift_for_profile` decides what a profile's launch captures (services/launch.py) and
-compares that list with today's optimum under the same graph budget (bcgtune.core.drift),
+compares that list with today's optimum under the same graph budget (bcgtune.core.plan.drift),
 on the traffic of the server configuration it runs. `drift_fleet` does that for many
 profiles, or for every configuration in today's logs against the list its servers logged
 capturing, in one table: the fleet needs re-tuning when any row does.
 
 A trace of today's traffic from logs groups its batches by server configuration
-(core/trace_groups.py): a profile is judged on the groups whose logged launch settings it
+(core/trace/groups.py): a profile is judged on the groups whose logged launch settings it
 agrees with (every setting both state: model, tp, dp, DP attention, chunk), never on the
 traffic of a server launched otherwise.
 """
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bcgtune.core.calibration import Calibration
-from bcgtune.core.capture import PrefillCapture
-from bcgtune.core.drift import DEFAULT_THRESHOLD_PCT, DriftReport, check_threshold, drift_from_plan
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.plan.calibration import Calibration
+from bcgtune.core.plan.drift import DEFAULT_THRESHOLD_PCT, DriftReport, check_threshold, drift_from_plan
+from bcgtune.core.sglang.capture import PrefillCapture
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
 from bcgtune.services.launch import SglangUse
 
@@ -126,7 +126,7 @@ def drift_for_list(
     """A list as SGLang captures it for the launch `server_flags` (None: the layout the trace
     records) against today's optimum of as many buckets, priced as suggest-buckets prices
     that launch; `align` overrides the launch's capture alignment."""
-    from bcgtune.core.ladder import align_buckets
+    from bcgtune.core.sglang.ladder import align_buckets
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     check_threshold(threshold_pct)
@@ -232,7 +232,7 @@ def drift_fleet(
     named. No profile: every configuration (or those in `groups`) is judged
     by the list its servers logged capturing. `sglang`, `say`, `progress`: as
     drift_for_profile takes them, for each profile's launch."""
-    from bcgtune.core.trace_groups import check_group_index
+    from bcgtune.core.trace.groups import check_group_index
 
     for g in groups or []:
         check_group_index(trace.groups, g)

@@ -1,9 +1,9 @@
 """What SGLang will capture for a launch: the one answer every command prices with.
 
 Two sources answer. SGLang's own resolution, asked in a child process
-(bcgtune.adapters.sglang_resolve) and kept in the answer cache
-(bcgtune.adapters.answer_cache), is used whenever it is available. Otherwise bcgtune's
-model of its rules answers (bcgtune.core.capture.resolve_prefill_capture) and names what it
+(bcgtune.adapters.sglang.resolve) and kept in the answer cache
+(bcgtune.adapters.sglang.answer_cache), is used whenever it is available. Otherwise bcgtune's
+model of its rules answers (bcgtune.core.sglang.capture.resolve_prefill_capture) and names what it
 could not check, and the answer says why SGLang's own was not used.
 
 When SGLang is asked (`sglang`):
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from bcgtune.core.capture import CaptureSource, PrefillCapture, resolve_prefill_capture
+from bcgtune.core.sglang.capture import CaptureSource, PrefillCapture, resolve_prefill_capture
 from bcgtune.errors import InputError
 
 SglangUse = Literal["ask", "cache", "never"]
@@ -61,9 +61,9 @@ def _model_launch(
     env: Mapping[str, str] | None,
     config_dir: Path | None,
 ):
-    from bcgtune.adapters.hardware import gpu_for
-    from bcgtune.adapters.model_config import read_model_config
-    from bcgtune.adapters.sglang_flags import prefill_launch_from_server_flags
+    from bcgtune.adapters.machine.hardware import gpu_for
+    from bcgtune.adapters.machine.model_config import read_model_config
+    from bcgtune.adapters.sglang.flags import prefill_launch_from_server_flags
 
     spec = gpu_for(hardware)
     return prefill_launch_from_server_flags(
@@ -88,7 +88,7 @@ def model_capture(
 ) -> PrefillCapture:
     """bcgtune's model of SGLang's rules for a profile's launch (no SGLang needed). Raises
     InputError when the launch's own values are invalid."""
-    from bcgtune.adapters.model_config import locate_model_config
+    from bcgtune.adapters.machine.model_config import locate_model_config
 
     model = model or profile.model or ""
     if config_dir is None and model:
@@ -201,7 +201,7 @@ def answers_for_profile(
     asked about a plain dense one (Qwen3-0.6B's config) and the answer says so. `ask`: how
     SGLang is asked (sglang_resolve.ask_sglang); `flags_cmd`: the command whose flags are
     checked (default: the profile's own launch)."""
-    from bcgtune.adapters import sglang_resolve as sr
+    from bcgtune.adapters.sglang import resolve as sr
 
     model = model or (profile.model if profile is not None else None)
     asked_profile, asked_model = profile, model
@@ -252,7 +252,7 @@ def _capture(profile, model, answers, stand_in_model: bool) -> tuple[PrefillCapt
 
 def _stand_in(cap: PrefillCapture) -> PrefillCapture:
     """No model was given: one entry says the rules on it were not checked."""
-    from bcgtune.core.capture import ARCH_UNCHECKED
+    from bcgtune.core.sglang.capture import ARCH_UNCHECKED
 
     rest = tuple(u for u in cap.unchecked if not u.startswith(ARCH_UNCHECKED))
     return replace(cap, unchecked=(STAND_IN_NOTE, *rest))
@@ -276,7 +276,7 @@ def capture_for_profile(
 def check_flags(cmd, *, sglang: SglangUse = "ask", skipped_by: str | None = None, refresh: bool = False, say=None):
     """serve's flag check of a launch command against the installed SGLang's parser: cached,
     or asked in a child process as `sglang` allows (bcgtune never imports SGLang itself)."""
-    from bcgtune.adapters import sglang_resolve as sr
+    from bcgtune.adapters.sglang import resolve as sr
 
     start, why = _may_start(sglang, skipped_by)
     return sr.check_flags(cmd, probe=start, refresh=refresh, not_asked=why, say=say)

@@ -1,5 +1,5 @@
 """`bcgtune trace --live`: launch a profile's server, run SGLang's own benchmark client
-against it, stop the server, and trace its log (bcgtune/adapters/live.py runs the processes).
+against it, stop the server, and trace its log (bcgtune/adapters/sglang/live.py runs the processes).
 
 The trace carries what the run was in trace.meta["live"] (`LiveRun.to_json()`): the launch
 command and environment, the profile's sha256, the client command and its result line. Its
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bcgtune.adapters.live import (
+from bcgtune.adapters.sglang.live import (
     HEALTH_TIMEOUT_S,
     build_launch,
     client_command,
@@ -28,8 +28,8 @@ from bcgtune.adapters.live import (
     running_server,
     terminate_as_interrupt,
 )
-from bcgtune.core.trace import PrefillTrace
-from bcgtune.core.trace_summary import TraceSummary, summarize
+from bcgtune.core.trace.prefill_trace import PrefillTrace
+from bcgtune.core.trace.summary import TraceSummary, summarize
 
 
 @dataclass
@@ -79,7 +79,7 @@ def live_trace(
     output is echoed to stderr only when there is one."""
     import numpy as np
 
-    from bcgtune.adapters.sglang_log import parse_logs
+    from bcgtune.adapters.sglang.log import parse_logs
     from bcgtune.fileio import sha256_file
     from bcgtune.files.profile_file import load_profile, resolve_profile_path
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bcgtune.core.capture import PrefillCapture
+from bcgtune.core.sglang.capture import PrefillCapture
 from bcgtune.errors import ExternalError, Interrupted
 
 if TYPE_CHECKING:
-    from bcgtune.adapters.launcher import ServerCommand
+    from bcgtune.adapters.sglang.launcher import ServerCommand
     from bcgtune.files.profile_file import Profile
 
 Say = Callable[[str], None]
@@ -74,8 +74,8 @@ def plan_serve(
     not to start SGLang (then only cached answers are used). The flag check is skipped with
     another interpreter (--python) or without sglang. Raises InputError naming the profile
     key or argument SGLang refuses."""
-    from bcgtune.adapters import launcher
-    from bcgtune.adapters.sglang_resolve import sglang_installed
+    from bcgtune.adapters.sglang import launcher
+    from bcgtune.adapters.sglang.resolve import sglang_installed
     from bcgtune.errors import InputError
     from bcgtune.files.profile_file import load_profile
     from bcgtune.services.launch import answers_for_profile
@@ -129,7 +129,7 @@ def run_server(plan: ServePlan, *, log_file: str | None, grace: float, say: Say 
     """Run the server in the foreground until it exits; returns its log. Raises
     Interrupted (Ctrl-C, SIGTERM: the server and everything it spawned stopped) or
     ExternalError (the server failed), naming the log."""
-    from bcgtune.adapters.launcher import ServerProcess, describe_exit, run_foreground
+    from bcgtune.adapters.sglang.launcher import ServerProcess, describe_exit, run_foreground
 
     cmd = plan.cmd
     _require_sglang(cmd)
@@ -148,8 +148,8 @@ def run_server(plan: ServePlan, *, log_file: str | None, grace: float, say: Say 
 
 def _require_sglang(cmd: ServerCommand) -> None:
     """bcgtune's own interpreter runs the server: without sglang it would start and fail."""
-    from bcgtune.adapters.launcher import SGLANG_MODULE
-    from bcgtune.adapters.sglang_resolve import sglang_installed
+    from bcgtune.adapters.sglang.launcher import SGLANG_MODULE
+    from bcgtune.adapters.sglang.resolve import sglang_installed
 
     if cmd.argv[0] == sys.executable and SGLANG_MODULE in cmd.argv[:3] and not sglang_installed():
         raise ExternalError(f"sglang is not installed for {sys.executable}: {SGLANG_INSTALL_HINT}", "serve")

@@ -2,8 +2,8 @@
 
 Two launches of one profile: graphs on (as the profile says) and graphs off
 (`--cuda-graph-backend-prefill disabled`). The same probes go to both, one at a time
-(bcgtune/adapters/live_validate.py); their answers are compared position by position and
-the graphs-on log says which batches replayed (bcgtune/core/server_validation.py decides).
+(bcgtune/adapters/sglang/live_validate.py); their answers are compared position by position and
+the graphs-on log says which batches replayed (bcgtune/core/bench/server_validation.py decides).
 On a Qwen4-Exp model without speculative decoding, image batches replaying proves the
 patched runner; if text batches replay but every image batch runs eager, the runner is
 unpatched. The report is also written to <workdir>/validation.json.
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
-from bcgtune.core.server_validation import RunnerCheck, ServerValidation, compare_outputs, failures, runner_verdict
+from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.core.bench.server_validation import RunnerCheck, ServerValidation, compare_outputs, failures, runner_verdict
 from bcgtune.errors import InputError
 
 DEFAULT_MIN_REPLAY_SHARE = 0.9  # of the batches a captured bucket serves under the 2x rule
@@ -35,10 +35,10 @@ def server_validation(
     """Run both launches and return the report. `prompts`: a prompts file (None: the
     built-in probes). `min_replay_share` None: DEFAULT_MIN_REPLAY_SHARE. `say`: progress
     callback (one line each)."""
-    from bcgtune.adapters.live import graphs_off, terminate_as_interrupt
-    from bcgtune.adapters.live_validate import default_probes, gate_crosscheck, load_probes, log_replay, run_probes
-    from bcgtune.adapters.model_config import model_is_qwen4_exp
-    from bcgtune.adapters.sglang_flags import effective_prefill_backend
+    from bcgtune.adapters.machine.model_config import model_is_qwen4_exp
+    from bcgtune.adapters.sglang.flags import effective_prefill_backend
+    from bcgtune.adapters.sglang.live import graphs_off, terminate_as_interrupt
+    from bcgtune.adapters.sglang.live_validate import default_probes, gate_crosscheck, load_probes, log_replay, run_probes
     from bcgtune.fileio import atomic_write_json
     from bcgtune.files.profile_file import load_profile
 

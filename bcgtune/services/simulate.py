@@ -1,7 +1,7 @@
 """`bcgtune trace --simulate`: a workload from its sources (a workload file or preset, a
 profile's server settings, option values), optionally timed by a calibration, played
-against SGLang's scheduler (bcgtune/adapters/simulator.py), and what the simulation says
-beyond a log trace's summary (bcgtune/core/simulation_summary.py).
+against SGLang's scheduler (bcgtune/adapters/bench_serving/simulator.py), and what the simulation says
+beyond a log trace's summary (bcgtune/core/sim/summary.py).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bcgtune.core.scheduler import ProgressFn
-from bcgtune.core.simulation_summary import SimulationSummary, simulation_summary
-from bcgtune.core.trace import PrefillTrace
-from bcgtune.core.trace_summary import TraceSummary, summarize
+from bcgtune.core.sim.scheduler import ProgressFn
+from bcgtune.core.sim.summary import SimulationSummary, simulation_summary
+from bcgtune.core.trace.prefill_trace import PrefillTrace
+from bcgtune.core.trace.summary import TraceSummary, summarize
 
 
 @dataclass
@@ -44,7 +44,7 @@ class SimulationResult:
 
 def simulate_trace(req: SimulationRequest, progress: ProgressFn | None = None) -> SimulationResult:
     """Build the workload, simulate it, summarize. `progress(done, total)`: requests done."""
-    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.bench_serving.simulator import simulate
     from bcgtune.files.workload_file import workload_from_options
 
     wl = workload_from_options(workload=req.workload, profile=req.profile, **req.options)

@@ -13,10 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bcgtune.core.calibration import Calibration
-from bcgtune.core.capture import PrefillCapture
-from bcgtune.core.ladder import ceil_to
-from bcgtune.core.plan import (
+from bcgtune.core.plan.bucket_plan import (
     MI355X_PR_HAND_LIST,
     MI355X_PR_HAND_LIST_NAME,
     BucketPlan,
@@ -24,8 +21,11 @@ from bcgtune.core.plan import (
     make_plan,
     plan_request,
 )
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.plan.calibration import Calibration
+from bcgtune.core.sglang.capture import PrefillCapture
+from bcgtune.core.sglang.ladder import ceil_to
+from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
 from bcgtune.services.launch import SglangUse
 
@@ -89,7 +89,7 @@ def default_trace(seed: int = 0) -> PrefillTrace:
     breakable-prefill pull request, simulated (seed 0: the workload's own seed)."""
     from dataclasses import replace
 
-    from bcgtune.adapters.simulator import simulate
+    from bcgtune.adapters.bench_serving.simulator import simulate
     from bcgtune.files.workload_file import default_workload
 
     wl = default_workload()
@@ -200,7 +200,7 @@ def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None
     is itself; a trace that mixes several is priced one configuration at a time: `group`
     picks it, and without it the trace is refused with the groups named (never priced
     with one configuration's chunk and ceiling for all); `how` names the way to pick one."""
-    from bcgtune.core.trace_groups import check_group_index
+    from bcgtune.core.trace.groups import check_group_index
 
     n = len(trace.groups)
     if group is not None:
@@ -221,7 +221,7 @@ def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None
 
 
 def _attention_dp(flags: dict[str, Any]) -> int:
-    from bcgtune.adapters.sglang_flags import layout_from_server_flags
+    from bcgtune.adapters.sglang.flags import layout_from_server_flags
 
     return layout_from_server_flags(flags).attn_dp_size
 
@@ -241,7 +241,7 @@ def profile_server_flags(
     launch flags) in place of its own: the chunk is the one given, else the profile's, else
     the trace's (per attention-DP rank, times the ranks) when the trace knows it or the
     profile's GPU does not set SGLang's memory-based default."""
-    from bcgtune.adapters.hardware import gpu_for
+    from bcgtune.adapters.machine.hardware import gpu_for
     from bcgtune.files.profile_file import snake
 
     server = {snake(str(k)): v for k, v in prof.server.items()}

@@ -1,11 +1,11 @@
 """trace: a workload's prefill sizes from server logs, and traces merged.
 
 `trace_logs` reads logs where they live (files, folders, globs, URLs) on this machine
-(worker processes, bcgtune.adapters.sglang_log) or on a Dask cluster (`trace_on_cluster`):
+(worker processes, bcgtune.adapters.sglang.log) or on a Dask cluster (`trace_on_cluster`):
 each log is parsed where a worker runs into a histogram-only trace (the map step: counts
 per size and request mixes per server configuration; its per-batch columns never leave
 the worker), and the traces are merged pairwise in input order (the reduce step,
-bcgtune.core.trace_merge.merge_traces, associative, so the tree of merges gives the trace
+bcgtune.core.trace.merge.merge_traces, associative, so the tree of merges gives the trace
 a serial merge gives). `merge_trace_files` is `bcgtune trace merge`.
 
 Why Dask and not Ray: the job is a map over files and an associative reduce of small
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import BcgError, ExternalError, InputError
 
 CLUSTER_EXTRA = "cluster"
@@ -32,7 +32,7 @@ CLUSTER_EXTRA = "cluster"
 def expand_logs(locations: list[str]) -> list[str]:
     """The logs named by `--log` values: files and URLs as given, `-` for stdin, folders
     (local or in a bucket) and globs expanded to the logs they hold, sorted."""
-    from bcgtune.adapters.sglang_log.remote import list_logs
+    from bcgtune.adapters.sglang.log.remote import list_logs
 
     out: list[str] = []
     for loc in locations:
@@ -49,7 +49,7 @@ def trace_logs(
     progress: Callable[[int, int | None], None] | None = None,
 ) -> PrefillTrace:
     """Logs parsed on this machine (worker processes for several files)."""
-    from bcgtune.adapters.sglang_log import parse_logs
+    from bcgtune.adapters.sglang.log import parse_logs
 
     return parse_logs(
         expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only
@@ -57,8 +57,8 @@ def trace_logs(
 
 
 def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
-    """`bcgtune trace merge`: trace files in, one trace out (core.trace_merge)."""
-    from bcgtune.core.trace_merge import merge_traces
+    """`bcgtune trace merge`: trace files in, one trace out (core.trace.merge)."""
+    from bcgtune.core.trace.merge import merge_traces
     from bcgtune.fileio import display_path
     from bcgtune.files.trace_file import load_trace
 
@@ -91,8 +91,8 @@ def _raise(f: _Failure) -> None:
 
 def parse_one(path: str, mixed_chunk: bool) -> PrefillTrace | _Failure:
     """The map step, run on a worker: one log into a histogram-only trace."""
-    from bcgtune.adapters.sglang_log.build import file_trace
-    from bcgtune.adapters.sglang_log.columns import Want, _parse_file
+    from bcgtune.adapters.sglang.log.build import file_trace
+    from bcgtune.adapters.sglang.log.columns import Want, _parse_file
 
     try:
         return file_trace(path, _parse_file(path, 0, want=Want(mixed_chunk, True)), mixed_chunk)
@@ -102,7 +102,7 @@ def parse_one(path: str, mixed_chunk: bool) -> PrefillTrace | _Failure:
 
 def merge_two(a: PrefillTrace | _Failure, b: PrefillTrace | _Failure) -> PrefillTrace | _Failure:
     """The reduce step, run on a worker: two adjacent traces (or the first failure)."""
-    from bcgtune.core.trace_merge import merge_traces
+    from bcgtune.core.trace.merge import merge_traces
 
     if isinstance(a, _Failure):
         return a
@@ -183,7 +183,7 @@ def trace_on_cluster(
         _raise(result)
     assert isinstance(result, PrefillTrace)
     if result.n_batches == 0:
-        from bcgtune.adapters.sglang_log.build import _no_records_error
+        from bcgtune.adapters.sglang.log.build import _no_records_error
 
         raise _no_records_error(paths, result)
     return result

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bcgtune.core.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
-from bcgtune.core.calibration import Runner
+from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.core.plan.calibration import Runner
 from bcgtune.engines.build import EngineSpec
 from bcgtune.engines.choices import FaultName, SideInputName
 from bcgtune.errors import InputError
@@ -374,7 +374,7 @@ def run_validate(
     """Replay vs eager on identical batches, per bucket: sizes in (b/2, b] (ends included),
     each as batches of every request count in `requests` (a seeded random split into
     requests; the full runner holds one request, so it checks r = 1 only). Per batch: the
-    token-level comparison (core.accuracy thresholds), whether it is bit for bit, and which
+    token-level comparison (core.bench.accuracy thresholds), whether it is bit for bit, and which
     requests differ or fail; per bucket a pad-invariance check (garbage in the padded rows
     must not change any real row). `images` (default: on for VL models): the image sweep."""
     from bcgtune.core.document import document_header

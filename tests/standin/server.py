@@ -59,8 +59,8 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from bcgtune.core.ladder import sglang_default_ladder  # noqa: E402
-from bcgtune.core.replay import assign_buckets  # noqa: E402
+from bcgtune.core.sglang.ladder import sglang_default_ladder  # noqa: E402
+from bcgtune.core.sglang.replay import assign_buckets  # noqa: E402
 
 RANK = ""  # " TP0" when --tp-size > 1, as SGLang's prefix carries rank parts then
 

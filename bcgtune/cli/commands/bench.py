@@ -1,5 +1,5 @@
 """`bcgtune bench`: interleaved A/B launches of profile variants, change vs the baseline with
-an A/A noise band (bcgtune/services/bench.py, bcgtune/core/abstats.py)."""
+an A/A noise band (bcgtune/services/bench.py, bcgtune/core/bench/abstats.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, Quiet
-from bcgtune.core.constants import DEFAULT_THRESHOLD_PCT
+from bcgtune.core.sglang.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.errors import InputError
 
 

@@ -13,7 +13,7 @@ from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
-from bcgtune.core.constants import DEFAULT_PADDING_FACTOR
+from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.choices import Fault
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
@@ -45,7 +45,7 @@ ReportOut = Annotated[
 
 
 def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
 
     if buckets is not None and profile is not None:
         raise InputError("give --buckets or --profile, not both")
@@ -223,7 +223,7 @@ def validate_command(
         return
     if prompts is not None or min_replay_share is not None or workdir is not None:
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
 
     bl = _bucket_list(buckets, profile)
     request_counts = parse_bucket_list(requests, "--requests")
@@ -386,7 +386,7 @@ def calibrate_command(
         raise InputError("give -o FILE (the calibration to write), or --extend CAL to add sizes to one", "-o")
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
     from bcgtune.cli.render.engine import format_calibration, text
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
     from bcgtune.services import calibrate
 
     plan = calibrate.calibration_sizes(
@@ -436,7 +436,7 @@ def _extend(
     measures do not apply, and engine options that differ from the recorded engine are
     refused rather than ignored."""
     from bcgtune.cli.render.engine import format_calibration, text
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
     from bcgtune.services import calibrate
 
     for param, flag in _NOT_WITH_EXTEND.items():

@@ -14,13 +14,13 @@ from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
-from bcgtune.core.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJECTIVES
+from bcgtune.core.sglang.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJECTIVES
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.capture import PrefillCapture
-    from bcgtune.core.plan import BucketPlan
-    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.core.plan.bucket_plan import BucketPlan
+    from bcgtune.core.sglang.capture import PrefillCapture
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
 
 _OPT = "Optimizer"
 _CMP = "Comparison rows"
@@ -292,7 +292,7 @@ def _graphs_off(capture: PrefillCapture, as_json: bool, source: str) -> None:
 
 
 def _compare_arg(text: str, i: int) -> tuple[str, list[int]]:
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
 
     name, _, lst = text.rpartition("=")
     return (name.strip()[:60] or f"--compare #{i}", parse_bucket_list(lst, f"--compare {text[:60]!r}"))

@@ -18,7 +18,7 @@ from bcgtune.cli.simulate_options_table import CLIENT_OPTIONS, SERVER_OPTIONS
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.trace import PrefillTrace
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
 
 _SIM = "Simulation (--simulate)"
 _LIVE = "Live run (--live)"
@@ -31,7 +31,7 @@ def _given(self: Any) -> dict[str, Any]:
 
 # bench_serving's client options and SGLang's server flags, as the simulator takes them (None:
 # the workload's or the tool's default): generated from the workload schema's fields that
-# carry a command-line help line (bcgtune/core/workload.py), under the fields' names, into
+# carry a command-line help line (bcgtune/core/sim/workload.py), under the fields' names, into
 # bcgtune/cli/simulate_options_table.py by scripts/gen_option_tables.py.
 SimulateOptions: Any = option_set(
     "SimulateOptions",
@@ -227,7 +227,7 @@ def _logs(
 
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
     from bcgtune.cli.render.trace import render_trace_text
-    from bcgtune.core.trace_summary import summarize
+    from bcgtune.core.trace.summary import summarize
     from bcgtune.files.trace_file import save_trace
 
     if out_path:
@@ -243,7 +243,7 @@ def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool)
 def _simulate(sim: Any, buckets: str | None, calibration: str | None, out_path: str | None, as_json: bool, quiet: bool) -> None:
     """Options -> one simulation -> the trace's outputs plus image and replay shares."""
     from bcgtune.cli.render.simulation import render_simulation_text
-    from bcgtune.core.replay import parse_bucket_list
+    from bcgtune.core.sglang.replay import parse_bucket_list
     from bcgtune.files.trace_file import save_trace
     from bcgtune.services.simulate import SimulationRequest, simulate_trace
 

@@ -49,7 +49,7 @@ def trace_merge_command(
     histogram-only trace (without --histogram-only), the same log twice.
     """
     from bcgtune.cli.render.trace import render_trace_text
-    from bcgtune.core.trace_summary import summarize
+    from bcgtune.core.trace.summary import summarize
     from bcgtune.files.trace_file import save_trace
     from bcgtune.services.trace import merge_trace_files
 

@@ -1,10 +1,10 @@
-"""Rendering of `bcgtune bench` results (bcgtune.core.bench_result): the interleaved A/B
+"""Rendering of `bcgtune bench` results (bcgtune.core.bench.bench_result): the interleaved A/B
 table and its plot."""
 
 from __future__ import annotations
 
-from bcgtune.core.abstats import RowStat
-from bcgtune.core.bench_result import BenchResult
+from bcgtune.core.bench.abstats import RowStat
+from bcgtune.core.bench.bench_result import BenchResult
 
 
 def _fmt_change(row: RowStat) -> str:

@@ -1,9 +1,9 @@
 """Rendering of a DoctorReport (bcgtune.services.doctor) and of what a launch captures
-(bcgtune.core.capture.PrefillCapture), which `serve --dry-run` prints too."""
+(bcgtune.core.sglang.capture.PrefillCapture), which `serve --dry-run` prints too."""
 
 from __future__ import annotations
 
-from bcgtune.core.capture import PrefillCapture
+from bcgtune.core.sglang.capture import PrefillCapture
 from bcgtune.services.doctor import DoctorReport
 
 

@@ -1,9 +1,9 @@
-"""Rendering of a DriftReport (bcgtune.core.drift), and of several (services.drift.FleetDrift)."""
+"""Rendering of a DriftReport (bcgtune.core.plan.drift), and of several (services.drift.FleetDrift)."""
 
 from __future__ import annotations
 
 from bcgtune.cli.render.table import table
-from bcgtune.core.drift import DriftReport
+from bcgtune.core.plan.drift import DriftReport
 from bcgtune.services.drift import FleetDrift
 
 

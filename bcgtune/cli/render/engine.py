@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bcgtune.core.calibration import Calibration
+    from bcgtune.core.plan.calibration import Calibration
     from bcgtune.services.capture import CaptureReport
     from bcgtune.services.validate import BucketValidation, ValidationReport
 

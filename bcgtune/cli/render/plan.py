@@ -1,11 +1,11 @@
-"""Rendering of a BucketPlan (bcgtune.core.plan): text, and a PNG plot."""
+"""Rendering of a BucketPlan (bcgtune.core.plan.bucket_plan): text, and a PNG plot."""
 
 from __future__ import annotations
 
 import io
 
 from bcgtune.cli.render.table import count, num, table
-from bcgtune.core.plan import BucketPlan
+from bcgtune.core.plan.bucket_plan import BucketPlan
 
 CURVE_ROWS_SHOWN = 24
 

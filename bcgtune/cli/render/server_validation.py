@@ -1,8 +1,8 @@
-"""Rendering of `bcgtune validate --server`'s report (bcgtune.core.server_validation)."""
+"""Rendering of `bcgtune validate --server`'s report (bcgtune.core.bench.server_validation)."""
 
 from __future__ import annotations
 
-from bcgtune.core.server_validation import ServerValidation
+from bcgtune.core.bench.server_validation import ServerValidation
 
 
 def render_server_validation(r: ServerValidation) -> str:

@@ -1,11 +1,11 @@
 """Rendering of `trace --simulate`: the trace's sizes, image and replay shares, and the
-per-concurrency-level breakdown (bcgtune.core.simulation_summary.SimulationSummary)."""
+per-concurrency-level breakdown (bcgtune.core.sim.summary.SimulationSummary)."""
 
 from __future__ import annotations
 
 from bcgtune.cli.render.table import num, table
-from bcgtune.core.simulation_summary import SimulationSummary
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.sim.summary import SimulationSummary
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 
 
 def render_simulation_text(trace: PrefillTrace, s: SimulationSummary) -> str:

@@ -1,9 +1,9 @@
-"""Rendering of a TraceSummary (bcgtune.core.trace_summary): what `bcgtune trace --log` prints."""
+"""Rendering of a TraceSummary (bcgtune.core.trace.summary): what `bcgtune trace --log` prints."""
 
 from __future__ import annotations
 
 from bcgtune.cli.render.table import count, num
-from bcgtune.core.trace_summary import TraceSummary
+from bcgtune.core.trace.summary import TraceSummary
 
 
 def render_trace_text(s: TraceSummary) -> str:

@@ -1,0 +1,229 @@
+"""Trace building: what one log yields becomes a trace of its own (file_trace: the forward
+token rule applied, its launches grouped by configuration, its source with the sha256 of
+the bytes read, parse statistics, capture and startup lines), and the traces of several
+logs are merged in input order (core.trace.merge: the same reduce `bcgtune trace merge`
+and a distributed run use), so a parse of many files is the merge of their parses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bcgtune.adapters.sglang.log.columns import Want, _FileResult
+from bcgtune.adapters.sglang.log.grammar import (
+    FORWARD_TOKENS_RULE,
+    FORWARD_TOKENS_RULE_MIXED,
+    MAX_CAPTURES,
+    forward_tokens,
+)
+from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang.log.parallel import _input_size, _parse_files, _Progress
+from bcgtune.core.trace.groups import TraceGroup, group_from_batches, histogram_of, launch_settings, merge_groups
+from bcgtune.core.trace.merge import merge_traces, rank_overlap
+from bcgtune.core.trace.prefill_trace import PrefillTrace
+from bcgtune.errors import InputError
+from bcgtune.fileio import display_path as _display_path
+
+__all__ = ["file_trace", "parse_logs", "rank_overlap"]
+
+
+# The per-batch columns of a log's trace, in order (forward_tokens and group follow).
+_COLUMN_ORDER = (
+    "new_seq", "new_token", "cached_token", "running_req", "queue_req", "replay_token", "graph", "source", "line",
+    "timestamp", "rank", "forward_iter",
+)  # fmt: skip
+
+
+def _no_records_error(paths: list[str], trace: PrefillTrace) -> InputError:
+    where = ", ".join(_display_path(p) for p in paths)
+    ps = trace.parse_stats
+    bad = int(ps.get("malformed_prefill_lines") or 0)
+    if bad:
+        s = ps["malformed_samples"][0]
+        return InputError(f"no readable prefill batch lines found ({bad} malformed, first at {s['path']}:{s['line']})", where)
+    return InputError("no prefill batch lines found", where)
+
+
+def _with_path(items: list[dict], where: str) -> list[dict]:
+    return [dict(item, path=where) for item in items]
+
+
+def _parse_stats(where: str, r: _FileResult, zero: int) -> dict[str, Any]:
+    return {
+        "lines": r.lines,
+        "prefill_records": r.records,
+        "decode_lines": r.decode_lines,
+        "legacy_decode_lines": r.legacy_decode_lines,
+        "capture_lines": r.capture_count,
+        "startup_lines": r.startup_count,
+        "graph_disabled_lines": r.disabled_count,
+        "malformed_prefill_lines": r.malformed,
+        "malformed_samples": _with_path(r.malformed_samples, where),
+        "legacy_prefill_records": r.legacy,
+        "wrapped_prefill_records": r.wrapped,
+        "zero_token_records": zero,
+        "per_source": [
+            {
+                "source": 0,
+                "path": where,
+                "lines": r.lines,
+                "prefill_records": r.records,
+                "decode_lines": r.decode_lines,
+                "legacy_decode_lines": r.legacy_decode_lines,
+                "capture_lines": r.capture_count,
+                "malformed_prefill_lines": r.malformed,
+                "overlong_lines": r.overlong,
+                "head_cut_lines": r.head_cut,
+                "glued_lines": r.glued,
+            }
+        ],
+        "overlong_lines": r.overlong,
+        "overlong_samples": _with_path(r.overlong_samples, where),
+        "server_args_lines": r.server_args_count,
+        "head_cut_lines": r.head_cut,
+        "head_cut_samples": _with_path(r.head_cut_samples, where),
+        "glued_lines": r.glued,
+        "glued_samples": _with_path(r.glued_samples, where),
+    }
+
+
+def _launches(r: _FileResult) -> list[tuple[dict[str, Any], int | None]]:
+    """(launch flags, scheduler chunk) of each launch in the log."""
+    return [launch_settings(seg["server_args"], seg["startup"]) for seg in r.segments]
+
+
+def _grouped(parts: list[tuple[int, TraceGroup]], n_segments: int) -> tuple[list[TraceGroup], np.ndarray]:
+    """Launches with equal settings as one group (in order of first batch), and a lookup
+    table from launch to group."""
+    order: dict[str, list[TraceGroup]] = {}
+    lut = np.full(n_segments + 1, -1, np.int32)
+    index: dict[str, int] = {}
+    for seg, g in parts:
+        key = g.key()
+        order.setdefault(key, []).append(g)
+        lut[seg] = index.setdefault(key, len(index))
+    return [merge_groups(gs) for gs in order.values()], lut
+
+
+def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillTrace:
+    """The trace of one log (its source is source 0): the map step of a parse."""
+    where = _display_path(path)
+    launches = _launches(r)
+    source: dict[str, Any] = {"path": where, "sha256": r.sha256, "bytes": r.nbytes}
+    if path.endswith(".gz"):
+        source["decompressed"] = True
+    meta: dict[str, Any] = {
+        "ranks": list(r.ranks),
+        "mixed_chunk": bool(mixed_chunk),
+        "forward_tokens_rule": FORWARD_TOKENS_RULE_MIXED if mixed_chunk else FORWARD_TOKENS_RULE,
+        "graph_labels": dict(r.graph_labels),
+        "startup": list(r.startup),
+        "graph_disabled": list(r.disabled),
+        "server_args": list(r.server_args),
+    }
+    if r.capture_count > len(r.captures):
+        meta["captures_dropped"] = r.capture_count - len(r.captures)
+    common = {"origin": "sglang-log", "sources": [source], "captures": list(r.captures[:MAX_CAPTURES]), "meta": meta}
+    if r.columns is not None:
+        return _column_trace(r, launches, mixed_chunk, where, common)
+    return _histogram_trace(r, launches, where, common)
+
+
+def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, common: dict) -> PrefillTrace:
+    assert r.columns is not None
+    # the columns move out of the parse result (it is not used again), so that dropping the
+    # zero-token records frees each original column as its copy is made
+    raw, r.columns = r.columns, None
+    segment = raw.pop("segment")
+    n = len(segment)
+    cols = {k: np.zeros(n, np.int32) if k == "source" else raw.pop(k) for k in _COLUMN_ORDER}
+    del raw
+    fwd = forward_tokens(cols["new_token"], cols["replay_token"], cols["running_req"], mixed_chunk)
+    keep = fwd > 0
+    zero = int(n - keep.sum())
+    cols["forward_tokens"] = fwd
+    del fwd
+    if zero:
+        for k in list(cols):
+            cols[k] = cols[k][keep]
+        segment = segment[keep]
+    parts = []
+    launched = np.unique(segment).tolist()
+    for s in launched:
+        sel = segment == s if len(launched) > 1 else slice(None)  # one launch: the columns themselves
+        flags, chunk = launches[s]
+        c = cols
+        parts.append(
+            (s, group_from_batches(flags, chunk, [0], c["forward_tokens"][sel], c["new_seq"][sel], c["graph"][sel],
+                                   r.segments[s]["saturated"]))
+        )  # fmt: skip
+    groups, lut = _grouped(parts, len(launches))
+    cols["group"] = lut[segment]
+    trace = PrefillTrace.from_batches(cols, parse_stats=_parse_stats(where, r, zero), **common)
+    trace.groups = groups
+    return trace
+
+
+def _histogram_trace(r: _FileResult, launches, where: str, common: dict) -> PrefillTrace:
+    assert r.histograms is not None
+    parts = []
+    for s, h in enumerate(r.histograms):
+        if not h["counts"].size:
+            continue
+        flags, chunk = launches[s]
+        sizes, counts = histogram_of(h["tokens"], h["counts"])
+        g = TraceGroup(
+            flags, chunk, [0], sizes, counts, h["tokens"], h["requests"], h["counts"], h["requests_known"],
+            dict(h["graph"]), dict(r.segments[s]["saturated"]),
+        )  # fmt: skip
+        parts.append((s, g))
+    groups, _ = _grouped(parts, len(launches))
+    zero = r.records - sum(int(g.counts.sum()) for g in groups)
+    if groups:
+        sizes, counts = histogram_of(np.concatenate([g.sizes for g in groups]), np.concatenate([g.counts for g in groups]))
+    else:
+        sizes, counts = np.empty(0, np.int64), np.empty(0, np.int64)
+    common["meta"]["rank_overlap"] = {"printers": len(r.ranks) + bool(r.untagged), "records_matching_another_printer": None}
+    return PrefillTrace(sizes=sizes, counts=counts, parse_stats=_parse_stats(where, r, zero), groups=groups, **common)
+
+
+def parse_logs(
+    paths: list[str],
+    mixed_chunk: bool = False,
+    *,
+    jobs: int | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+    options: ParseOptions | None = None,
+    histogram_only: bool = False,
+) -> PrefillTrace:
+    """Parse SGLang server logs (several files = several ranks or replicas, concatenated in
+    the given order; `.gz` and `-` for stdin work) into a PrefillTrace with per-batch
+    columns, sources (sha256 of the bytes read, i.e. decompressed for .gz), parse
+    statistics, capture and startup lines, and its batches grouped by the launch settings
+    each log states (core.trace.groups).
+
+    jobs: worker processes for several files (default: the cores this process may use;
+    at most one per file); the trace is identical to a serial parse. Inputs smaller than
+    options.parallel_min_bytes in all parse serially. progress: called after each chunk with
+    (bytes consumed so far, total bytes or None when unknown, e.g. stdin); compressed
+    bytes for .gz. histogram_only: keep counts per size and request mixes per group, not
+    per-batch columns (memory flat in the logs' length).
+
+    Raises InputError naming the file when a file cannot be read, is binary, or no input
+    holds a prefill line; KeyboardInterrupt stops the workers and is raised here."""
+    paths = list(paths)
+    if not paths:
+        raise InputError("no log file given", "--log")
+    if paths.count("-") > 1:
+        raise InputError("stdin ('-') can be read once only", "<stdin>")
+    sizes = [_input_size(p) for p in paths]
+    want = Want(bool(mixed_chunk), bool(histogram_only))
+    results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
+    traces = [file_trace(p, r, mixed_chunk) for p, r in zip(paths, results)]
+    del results
+    trace = merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True)
+    if trace.n_batches == 0:
+        raise _no_records_error(paths, trace)
+    return trace

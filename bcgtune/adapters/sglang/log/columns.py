@@ -1,0 +1,335 @@
+"""Column merging: what one log yields as compact per-batch columns (a few dozen bytes per
+batch, picklable, so a worker process returns it), and the columns of several logs merged
+in input order with ranks numbered in order of first record (as one serial pass would)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from bcgtune.adapters.sglang.log.fastpath import _Block
+from bcgtune.adapters.sglang.log.grammar import (
+    _GRAPH_LABELS,
+    MAX_CAPTURES,
+    MAX_MALFORMED_SAMPLES,
+    MAX_META_EVENTS,
+    MAX_SAMPLE_CHARS,
+    forward_tokens,
+)
+from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang.log.scanner import _scan, _Sink
+
+MAX_SEGMENTS = 1024  # launches (server_args lines) told apart per file; later ones join the last
+
+
+class Want(NamedTuple):
+    """What a parse keeps: per-batch columns, or only counts per size and request mixes per
+    launch (histogram_only: memory flat in the log's length); mixed_chunk: forward tokens
+    count the running decode rows (the histogram is made while reading)."""
+
+    mixed_chunk: bool = False
+    histogram_only: bool = False
+
+
+@dataclass
+class _FileResult:
+    """What one log yields, compact and picklable (a worker process returns it): per-batch
+    columns (rank: an index into `ranks`; segment: the launch the batch belongs to), or
+    per-launch histograms; counts; capped lists of samples; and each launch's settings."""
+
+    path: str
+    sha256: str
+    nbytes: int
+    lines: int
+    decode_lines: int
+    legacy_decode_lines: int
+    columns: dict[str, np.ndarray] | None
+    ranks: list[str]
+    graph_labels: dict[str, int]
+    legacy: int
+    wrapped: int
+    malformed: int
+    malformed_samples: list[dict]
+    captures: list[dict]
+    capture_count: int
+    startup: list[dict]
+    startup_count: int
+    disabled: list[dict]
+    disabled_count: int
+    overlong: int
+    overlong_samples: list[dict]
+    server_args: list[dict]
+    server_args_count: int
+    head_cut: int
+    head_cut_samples: list[dict]
+    glued: int
+    glued_samples: list[dict]
+    segments: list[dict]  # per launch: {"start", "server_args", "startup", "saturated"}
+    records: int  # prefill records read (zero-token ones included)
+    untagged: int  # of those, records without a rank tag
+    histograms: list[dict] | None = None  # histogram_only: per launch {"tokens", "requests", "counts", "graph", ...}
+
+
+_COLUMNS = {
+    "new_seq": np.int64, "new_token": np.int64, "cached_token": np.int64, "running_req": np.int64,
+    "queue_req": np.int64, "replay_token": np.int64, "graph": np.int8, "line": np.int64,
+    "timestamp": np.float64, "rank": np.int32, "forward_iter": np.int64, "segment": np.int32,
+}  # fmt: skip
+# An iteration counter beyond this is not SGLang's (trace columns hold int64 within +-2**62): unknown.
+_FORWARD_ITER_MAX = 2**62
+
+
+def _in_order_of_appearance(values: np.ndarray) -> list[int]:
+    """The distinct values, in order of first appearance."""
+    if (values == values[0]).all():
+        return [int(values[0])]
+    uniq, first = np.unique(values, return_index=True)
+    return uniq[np.argsort(first)].tolist()
+
+
+def _sample(samples: list[dict], item: dict) -> None:
+    if len(samples) < MAX_MALFORMED_SAMPLES:
+        samples.append(item)
+
+
+class _FileSink(_Sink):
+    """Counts, capped samples, ranks and graph labels in order of first record, and the
+    launches of one log: a `server_args=` line starts one (SGLang logs it once per launch);
+    batches before the first belong to launch 0. Each launch also counts its
+    chunk-saturated batches (core.trace.groups.mixed_chunk_signature)."""
+
+    def __init__(self) -> None:
+        self.rank_index: dict[str, int] = {}
+        self.graph_labels: dict[str, int] = {}
+        self.legacy = self.wrapped = self.n_records = self.untagged = 0
+        self.malformed_count = self.capture_count = self.startup_count = self.disabled_count = 0
+        self.overlong_count = self.server_args_count = self.head_cut_count = self.glued_count = 0
+        self.malformed_samples: list[dict] = []
+        self.captures: list[dict] = []
+        self.startup_list: list[dict] = []
+        self.disabled_list: list[dict] = []
+        self.overlong_samples: list[dict] = []
+        self.server_args_list: list[dict] = []
+        self.head_cut_samples: list[dict] = []
+        self.glued_samples: list[dict] = []
+        self.seg_starts: list[int] = [0]
+        self.segments: list[dict] = [{"start": 0, "server_args": None, "startup": None, "saturated": {}}]
+
+    def segment_of(self, lines: np.ndarray) -> np.ndarray:
+        return (np.searchsorted(np.asarray(self.seg_starts), lines, side="right") - 1).astype(np.int32)
+
+    def records(self, source: int, b: _Block) -> None:
+        labels = b.label[b.label >= 0]
+        if labels.size:  # counted in order of first appearance, like the ranks
+            for code in _in_order_of_appearance(labels):
+                name = _GRAPH_LABELS[code]
+                self.graph_labels[name] = self.graph_labels.get(name, 0) + int(np.count_nonzero(labels == code))
+        self.legacy += int(np.count_nonzero(b.legacy))
+        self.wrapped += int(np.count_nonzero(b.physical_lines > 1))
+        self.n_records += len(b.line)
+        seg = self.segment_of(b.line)
+        for s in _in_order_of_appearance(seg):
+            self._saturation(s, b, seg == s)
+        self.block(b, seg)
+
+    def block(self, b: _Block, seg: np.ndarray) -> None: ...
+
+    def _saturation(self, s: int, b: _Block, sel: np.ndarray) -> None:
+        """Batches that filled the launch's chunk: `#new-token == chunk`, or with running
+        decode rows `#new-token + #running-req == chunk` (the mixed-chunk signature)."""
+        seg = self.segments[s]
+        chunk = (seg["startup"] or {}).get("chunked_prefill_size") or (seg["server_args"] or {}).get("chunked_prefill_size")
+        if not isinstance(chunk, int) or chunk <= 0:
+            return
+        nt, rr = b.new_token[sel], b.running_req[sel]
+        sat = seg["saturated"]
+        sat["chunk"] = sat.get("chunk", 0) + int(np.count_nonzero(nt == chunk))
+        mixed = (rr > 0) & (nt < chunk) & (nt + rr == chunk)
+        sat["chunk_minus_running"] = sat.get("chunk_minus_running", 0) + int(np.count_nonzero(mixed))
+
+    def ranks_of(self, b: _Block) -> np.ndarray:
+        """The block's ranks as indices into this sink's ranks (in order of first record)."""
+        out = np.full(len(b.rank), -1, np.int32)
+        has = b.rank >= 0
+        self.untagged += int(len(has) - np.count_nonzero(has))
+        if has.any():
+            lut = np.full(len(b.rank_names), -1, np.int32)
+            for loc in _in_order_of_appearance(b.rank[has]):
+                lut[loc] = self.rank_index.setdefault(b.rank_names[loc], len(self.rank_index))
+            out[has] = lut[b.rank[has]]
+        return out
+
+    def malformed(self, source: int, line: int, text: str) -> None:
+        self.malformed_count += 1
+        _sample(self.malformed_samples, {"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+    def capture(self, cap: dict) -> None:
+        self.capture_count += 1
+        if len(self.captures) < MAX_CAPTURES:
+            self.captures.append(cap)
+
+    def startup(self, d: dict) -> None:
+        self.startup_count += 1
+        if len(self.startup_list) < MAX_META_EVENTS:
+            self.startup_list.append(d)
+        seg = self.segments[int(self.segment_of(np.array([d["line"]]))[0])]
+        if seg["startup"] is None:
+            seg["startup"] = {k: v for k, v in d.items() if k not in ("source", "line", "rank")}
+
+    def server_args(self, d: dict) -> None:
+        self.server_args_count += 1
+        if len(self.server_args_list) < MAX_META_EVENTS:
+            self.server_args_list.append(d)
+        if len(self.segments) < MAX_SEGMENTS and d["line"] > self.seg_starts[-1]:
+            self.seg_starts.append(d["line"])
+            self.segments.append({"start": d["line"], "server_args": d["settings"], "startup": None, "saturated": {}})
+        elif self.segments[-1]["server_args"] is None:
+            self.segments[-1]["server_args"] = d["settings"]
+
+    def disabled(self, d: dict) -> None:
+        self.disabled_count += 1
+        if len(self.disabled_list) < MAX_META_EVENTS:
+            self.disabled_list.append(d)
+
+    def overlong(self, source: int, line: int, nbytes: int, head: str) -> None:
+        self.overlong_count += 1
+        _sample(self.overlong_samples, {"source": source, "line": line, "bytes": nbytes, "text": head})
+
+    def head_cut(self, source: int, line: int, text: str) -> None:
+        self.head_cut_count += 1
+        _sample(self.head_cut_samples, {"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+    def glued(self, source: int, line: int, text: str) -> None:
+        self.glued_count += 1
+        _sample(self.glued_samples, {"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+
+class _ColumnSink(_FileSink):
+    """Per-batch columns (a few dozen bytes per batch, one array per chunk until the end)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The columns, each concatenated once (its parts freed as it goes)."""
+        out = {}
+        for k, dtype in _COLUMNS.items():
+            parts = self.parts.pop(k)
+            out[k] = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype)
+            del parts
+        return out
+
+    def block(self, b: _Block, seg: np.ndarray) -> None:
+        for k, dtype in _COLUMNS.items():
+            if k == "rank":
+                col = self.ranks_of(b)
+            elif k == "segment":
+                col = seg
+            elif k == "forward_iter":  # N of `Prefill batch [N],`: the scheduler's iteration, -1 when absent
+                col = np.where(b.forward_ct > _FORWARD_ITER_MAX, -1, b.forward_ct).astype(dtype, copy=False)
+            else:
+                col = getattr(b, k).astype(dtype, copy=False)
+            # a view would keep its block's whole parse buffer alive until the end: own the values
+            self.parts[k].append(col if col.base is None else col.copy())
+
+
+class _HistogramSink(_FileSink):
+    """Counts per (forward tokens, requests) pair per launch, the graph flag counted per
+    launch: memory grows with the distinct pairs, never with the number of batches."""
+
+    def __init__(self, mixed_chunk: bool) -> None:
+        super().__init__()
+        self.mixed_chunk = mixed_chunk
+        self.pairs: dict[int, _PairCounter] = {}
+        self.graph: dict[int, dict[str, int]] = {}
+        self.unknown_requests: dict[int, int] = {}
+        self.zero = 0
+
+    def block(self, b: _Block, seg: np.ndarray) -> None:
+        self.ranks_of(b)  # ranks in order of first record, as the columns would number them
+        fwd = forward_tokens(b.new_token, b.replay_token, b.running_req, self.mixed_chunk)
+        keep = fwd > 0
+        self.zero += int(np.count_nonzero(~keep))
+        for s in _in_order_of_appearance(seg) if len(seg) else []:
+            sel = keep & (seg == s)
+            if not sel.any():
+                continue
+            f, r, g = fwd[sel], b.new_seq[sel], b.graph[sel]
+            self.unknown_requests[s] = self.unknown_requests.get(s, 0) + int(np.count_nonzero(r < 1))
+            self.pairs.setdefault(s, _PairCounter()).add(f, np.where(r >= 1, np.minimum(r, f), 1))
+            gd = self.graph.setdefault(s, {"replayed": 0, "eager": 0, "unflagged": 0})
+            gd["replayed"] += int(np.count_nonzero(g == 1))
+            gd["eager"] += int(np.count_nonzero(g == 0))
+            gd["unflagged"] += int(np.count_nonzero(g < 0))
+
+    def histograms(self) -> list[dict]:
+        out = []
+        for s in range(len(self.segments)):
+            tokens, requests, counts = self.pairs[s].result() if s in self.pairs else (np.empty(0, np.int64),) * 3
+            out.append(
+                {"tokens": tokens, "requests": requests, "counts": counts, "graph": self.graph.get(s, {}),
+                 "requests_known": not self.unknown_requests.get(s, 0)}
+            )  # fmt: skip
+        return out
+
+
+class _PairCounter:
+    """Counts of (tokens, requests) pairs, added a block at a time and folded together once
+    what waits is larger than what is folded (memory: about twice the distinct pairs)."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, np.int64)
+        self.counts = np.empty(0, np.int64)
+        self.waiting: list[np.ndarray] = []
+        self.n_waiting = 0
+
+    def add(self, tokens: np.ndarray, requests: np.ndarray) -> None:
+        # one int64 key per pair: tokens below 2**32 and requests below 2**31 (int32 counts)
+        self.waiting.append((np.minimum(tokens, 2**32 - 1) << 31) | np.minimum(requests, 2**31 - 1))
+        self.n_waiting += len(tokens)
+        if self.n_waiting > max(1 << 16, 2 * len(self.keys)):
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self.waiting:
+            return
+        keys = np.concatenate([self.keys, *self.waiting])
+        counts = np.concatenate([self.counts, np.ones(self.n_waiting, np.int64)])
+        self.waiting, self.n_waiting = [], 0
+        self.keys, inv = np.unique(keys, return_inverse=True)
+        self.counts = np.bincount(inv.ravel(), weights=counts, minlength=len(self.keys)).astype(np.int64)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._fold()
+        return self.keys >> 31, self.keys & (2**31 - 1), self.counts
+
+
+def _parse_file(
+    path: str,
+    source: int,
+    progress: Callable[[int], None] | None = None,
+    options: ParseOptions = DEFAULT_OPTIONS,
+    want: Want = Want(),
+) -> _FileResult:
+    sink: _FileSink = _HistogramSink(want.mixed_chunk) if want.histogram_only else _ColumnSink()
+    (lines, decode, legacy_decode), src = _scan(path, source, sink, progress, options)
+    columns = sink.columns() if isinstance(sink, _ColumnSink) else None
+    histograms = sink.histograms() if isinstance(sink, _HistogramSink) else None
+    return _FileResult(
+        path=path, sha256=src.sha256.hexdigest(), nbytes=src.nbytes, lines=lines, decode_lines=decode,
+        legacy_decode_lines=legacy_decode,
+        columns=columns,
+        ranks=sorted(sink.rank_index, key=sink.rank_index.__getitem__), graph_labels=sink.graph_labels,
+        legacy=sink.legacy, wrapped=sink.wrapped, malformed=sink.malformed_count,
+        malformed_samples=sink.malformed_samples, captures=sink.captures, capture_count=sink.capture_count,
+        startup=sink.startup_list, startup_count=sink.startup_count, disabled=sink.disabled_list,
+        disabled_count=sink.disabled_count, overlong=sink.overlong_count, overlong_samples=sink.overlong_samples,
+        server_args=sink.server_args_list, server_args_count=sink.server_args_count,
+        head_cut=sink.head_cut_count, head_cut_samples=sink.head_cut_samples,
+        glued=sink.glued_count, glued_samples=sink.glued_samples,
+        segments=sink.segments, records=sink.n_records, untagged=sink.untagged, histograms=histograms,
+    )  # fmt: skip

@@ -1,0 +1,203 @@
+"""Several logs: parsed serially, or in worker processes (one file at a time each, biggest
+first), with progress in bytes and the first error in input order raised as a serial parse
+would. Ctrl-C reaches the parent only; it stops the workers (no orphans)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Self
+
+from bcgtune.adapters.sglang.log.columns import Want, _FileResult, _parse_file
+from bcgtune.adapters.sglang.log.grammar import _quote
+from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang.log.remote import is_url, url_size
+from bcgtune.errors import BcgError, ExternalError, InputError
+
+# ---- several files: serial or in worker processes ------------------------------------
+_MAX_JOBS_PER_CORE = 4
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _input_size(path: str) -> int | None:
+    """Bytes of a regular file or a URL's object (compressed size for .gz); None for stdin
+    and others."""
+    if path == "-":
+        return None
+    if is_url(path):
+        return url_size(path)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_size if os.path.isfile(path) else None
+
+
+class _Progress:
+    """Bytes consumed per input, reported as (done, total) to the caller's callback."""
+
+    def __init__(self, callback: Callable[[int, int | None], None] | None, sizes: list[int | None]):
+        self.callback = callback
+        self.sizes = sizes
+        self.total = None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+        self.done = [0] * len(sizes)
+
+    def update(self, i: int, position: int) -> None:
+        self.done[i] = position
+        if self.callback is not None:
+            self.callback(sum(self.done), self.total)
+
+    def finished(self, i: int) -> None:
+        size = self.sizes[i]
+        self.update(i, size if size is not None else self.done[i])
+
+
+def _parse_files(
+    paths: list[str], jobs: int | None, progress: _Progress, options: ParseOptions = DEFAULT_OPTIONS, want: Want = Want()
+) -> list[_FileResult]:
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise InputError(f"jobs must be a positive integer, got {_quote(repr(jobs))}", "jobs")
+    files = [i for i, p in enumerate(paths) if p != "-"]
+    n = min(jobs or _cores(), len(files), _MAX_JOBS_PER_CORE * _cores())
+    big = sum(progress.sizes[i] or 0 for i in files) >= options.parallel_min_bytes
+    if n < 2 or not big or multiprocessing.current_process().daemon:
+        out = []
+        for i, path in enumerate(paths):
+            out.append(_parse_file(path, 0, partial(progress.update, i), options, want))
+            progress.finished(i)
+        return out
+    return _parse_parallel(paths, files, n, progress, options, want)
+
+
+def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, want: Want) -> None:
+    """A worker process: parse the next file of `order` not taken yet, until none is left;
+    send (index, _FileResult or the parts of its InputError) on `results`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    while True:
+        with taken.get_lock():
+            k = taken.value
+            taken.value += 1
+        if k >= len(order):
+            return
+        i = order[k]
+
+        def report(pos: int, i: int = i) -> None:
+            done[i] = pos
+
+        try:
+            out: Any = _parse_file(paths[i], 0, report, options, want)
+        except BcgError as exc:  # re-raised in the parent, with its file and line
+            out = (type(exc), exc.what, exc.where)
+        results.put((i, out))
+
+
+def _start_method() -> str:
+    # fork is fast and safe while this process runs one thread; otherwise start clean
+    # interpreters (the workers import this module, nothing else of the caller's)
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
+class _Workers:
+    """`jobs` processes parsing `files` (biggest first), started with Ctrl-C ignored. As a
+    context manager it stops them all on the way out, whatever happened (no orphans)."""
+
+    def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, want: Want):
+        ctx: Any = multiprocessing.get_context(_start_method())
+        order = sorted(files, key=lambda i: -(sizes[i] or 0))
+        self.done = ctx.RawArray("q", len(paths))
+        self.results = ctx.Queue()
+        # kept on self: a spawned worker unpickles these after __init__ returns, and a
+        # collected one unlinks its semaphore first
+        self.taken = taken = ctx.Value("q", 0)
+        self.procs = [
+            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, want), daemon=True)
+            for _ in range(jobs)
+        ]
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            for proc in self.procs:
+                proc.start()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(timeout=2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.results.close()
+
+    def next_result(self, timeout: float) -> tuple[int, Any] | None:
+        """(index, result) of a finished file, or None after `timeout` seconds. Raises
+        ExternalError when a worker died without sending its result."""
+        try:
+            return self.results.get(timeout=timeout)
+        except queue.Empty:
+            for proc in self.procs:
+                if proc.exitcode not in (None, 0):
+                    raise ExternalError(f"a log parsing process stopped (exit code {proc.exitcode})") from None
+            if not any(proc.is_alive() for proc in self.procs) and self.results.empty():
+                raise ExternalError("the log parsing processes stopped before their last result") from None
+            return None
+
+
+def _parse_parallel(
+    paths: list[str],
+    files: list[int],
+    jobs: int,
+    progress: _Progress,
+    options: ParseOptions = DEFAULT_OPTIONS,
+    want: Want = Want(),
+) -> list[_FileResult]:
+    """Files in `jobs` worker processes, stdin in this one; results in input order, and
+    the first error in input order is raised (as a serial parse would). Ctrl-C reaches
+    this process only: it stops the workers and raises KeyboardInterrupt."""
+    results: list[Any] = [None] * len(paths)
+    with _Workers(paths, files, jobs, progress.sizes, options, want) as workers:
+        if "-" in paths:
+            i = paths.index("-")
+            try:
+                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, want)
+            except BcgError as exc:
+                results[i] = (type(exc), exc.what, exc.where)
+            progress.finished(i)
+        first = 0  # results[:first] are known and fine
+        while first < len(paths):
+            if results[first] is not None:
+                if isinstance(results[first], tuple):
+                    cls, what, where = results[first]
+                    raise cls(what, where)
+                first += 1
+                continue
+            got = workers.next_result(0.2)
+            if got is None:
+                for j in files:
+                    progress.done[j] = max(progress.done[j], workers.done[j])
+                progress.update(files[0], progress.done[files[0]])
+            else:
+                results[got[0]] = got[1]
+                progress.finished(got[0])
+    return results

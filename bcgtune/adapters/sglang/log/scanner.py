@@ -1,0 +1,599 @@
+"""Streaming input and the scanner: an input opened (a file, `.gz`, `-` for stdin), read in
+bounded blocks cut at line ends (overlong lines skipped, binary input refused), and walked
+line by line (the per-line parser) or chunk by chunk (the fast path), handing records and
+events to a sink. scan_log lists everything one log yields."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bcgtune.adapters.sglang.log.fastpath import (
+    _F_CT,
+    _F_RANK,
+    _FAST,
+    _GENERAL,
+    _INT_COLS,
+    _MAX_FAST_PLANS,
+    _MAX_RANK_RUNS,
+    _PLANS,
+    _RARE_NEEDLES,
+    _Block,
+    _block_of,
+    _ChunkLines,
+    _decode,
+    _merge_blocks,
+    _Piece,
+    _rank_names,
+    _read_digits,
+    _stamps,
+)
+from bcgtune.adapters.sglang.log.grammar import (
+    _B_BATCH,
+    _B_CAPTURE,
+    _B_DECODE,
+    _B_GRAPH,
+    _B_LEGACY_DECODE,
+    _B_LEGACY_PREFILL,
+    _B_NEW_SEQ,
+    _B_PREFILL,
+    _B_SERVER_ARGS,
+    _B_STARTUP,
+    _CONTINUATION_RE,
+    _GRAPH_LABELS,
+    _HEAD_CUT_RE,
+    _MASK_DIGITS,
+    INT32_MAX,
+    MAX_CONTINUATION_LINES,
+    MAX_LINE_BYTES,
+    MAX_QUOTE_CHARS,
+    MAX_SAMPLE_CHARS,
+    PrefillRecord,
+    PrefillValues,
+    _disable_text,
+    _prefill_values,
+    _quote,
+    parse_capture_text,
+    parse_server_args_text,
+    parse_startup_text,
+)
+from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
+from bcgtune.adapters.sglang.log.remote import RemoteFile, is_url
+from bcgtune.errors import InputError
+from bcgtune.fileio import display_path as _display_path
+from bcgtune.fileio import open_binary
+
+
+@dataclass
+class ScanResult:
+    """Everything one log yields, as plain lists (for tests and small logs; parse_logs
+    keeps compact columns instead)."""
+
+    records: list[PrefillRecord] = field(default_factory=list)
+    decode_lines: int = 0
+    legacy_decode_lines: int = 0
+    captures: list[dict] = field(default_factory=list)
+    startup: list[dict] = field(default_factory=list)
+    graph_disabled: list[dict] = field(default_factory=list)
+    malformed: list[dict] = field(default_factory=list)
+    overlong: list[dict] = field(default_factory=list)
+    server_args: list[dict] = field(default_factory=list)
+    head_cut: list[dict] = field(default_factory=list)
+    glued: list[dict] = field(default_factory=list)
+    lines: int = 0
+    sha256: str = ""
+    bytes: int = 0
+
+
+# ---- the scanner --------------------------------------------------------------------
+class _Sink:
+    """Receives what the scanner finds. parse_logs keeps compact columns; scan_log lists."""
+
+    def records(self, source: int, block: _Block) -> None: ...
+    def malformed(self, source: int, line: int, text: str) -> None: ...
+    def capture(self, cap: dict) -> None: ...
+    def startup(self, d: dict) -> None: ...
+    def disabled(self, d: dict) -> None: ...
+    def overlong(self, source: int, line: int, nbytes: int, head: str) -> None: ...
+    def server_args(self, d: dict) -> None: ...
+    def head_cut(self, source: int, line: int, text: str) -> None: ...
+    def glued(self, source: int, line: int, text: str) -> None: ...
+
+
+class _Scanner:
+    """Walks a log chunk by chunk (each chunk holds whole lines), physical lines split on
+    b"\\n" only. Results are those of a line-by-line walk through _line, whichever path
+    a chunk takes."""
+
+    def __init__(self, source: int, sink: _Sink, options: ParseOptions = DEFAULT_OPTIONS):
+        self.source = source
+        self.sink = sink
+        self.fast = options.fast_path
+        self.small_piece = options.small_piece
+        self.lines = 0  # b"\n" seen in earlier chunks
+        self.open_line = False  # the input so far ends inside a line (no final b"\n")
+        self.decode = 0
+        self.legacy_decode = 0
+        self.pending: list[bytes] | None = None  # a prefill record that may continue
+        self.pending_line = 0
+        # per-line parser output of the current chunk, merged with the fast path's by line
+        self._recs: list[tuple[int, int, PrefillValues]] = []
+        self._bad: list[tuple[int, str]] = []
+
+    def feed(self, piece: _Piece) -> None:
+        """`piece` holds whole lines; only the input's last piece may lack the final b"\\n".
+        A lone short line (one across two blocks) costs less through the per-line parser."""
+        size = piece.stop - piece.start
+        if self.fast and (size > self.small_piece or piece.data.count(b"\n", piece.start, piece.stop - 1)):
+            self._feed_fast(piece)
+        else:
+            self._feed_lines(piece.data[piece.start : piece.stop])
+            self._emit(None, [])
+
+    def overlong(self, head: bytes, nbytes: int, ended: bool) -> None:
+        """A line of `nbytes` bytes (more than the line limit) was skipped; `ended`: a b"\\n"
+        closed it (else the input ended inside it)."""
+        if self.pending is not None:
+            self._flush()
+        self._emit(None, [])
+        self.sink.overlong(self.source, self.lines + 1, nbytes, _quote(_decode(head)))
+        self.lines += ended
+        self.open_line = not ended
+
+    def finish(self) -> tuple[int, int, int]:
+        """(physical lines, decode lines, legacy decode lines)."""
+        if self.pending is not None:
+            self._flush()
+        self._emit(None, [])
+        return self.lines + self.open_line, self.decode, self.legacy_decode
+
+    # -- the fast path ---------------------------------------------------------------
+    def _feed_fast(self, piece: _Piece) -> None:
+        c = _ChunkLines(piece)
+        heads = c.batch_lines()
+        prefill, decode = heads.prefill, heads.decode
+        self.decode += len(decode)  # corrected for lines that are prefill records
+        base = self.lines + 1  # line number of the chunk's first line
+        per_line = heads.legacy.tolist() + heads.glued.tolist() + heads.head_cut.tolist()
+        per_line += self._rare_lines(c, prefill, decode)
+        if self.pending is not None:
+            per_line.append(0)  # the first line may continue the previous chunk's record
+        with _PLANS.lock:
+            pid = self._plan_lines(c, prefill, per_line)
+            seen = self._per_line(c, sorted(set(per_line)), base)
+            fast = ~seen[prefill]
+            rows, pid = prefill[fast], pid[fast]
+            kind, _, has_decode = _PLANS.tables()[:3]
+            self.decode -= int(np.count_nonzero(has_decode[pid]))
+            ok = kind[pid] == _FAST
+            block, bad = self._read_records(c, rows[ok], pid[ok], base)
+        bad = np.sort(np.concatenate([bad, rows[~ok]])).tolist()
+        self._emit(block, [(base + i, _decode(c.line(i))) for i in bad])
+        self.lines += len(c.newlines)
+        self.open_line = piece.data[piece.stop - 1] != 10
+
+    def _rare_lines(self, c: _ChunkLines, prefill: np.ndarray, decode: np.ndarray) -> list[int]:
+        """Indices of the chunk's lines, other than prefill and decode lines, that the
+        per-line parser must see (those holding one of _RARE_NEEDLES)."""
+        other = np.ones(c.n + 2, np.bool_)
+        other[prefill + 1] = False
+        other[decode + 1] = False
+        other[0] = other[-1] = False
+        edges = np.flatnonzero(other[1:] != other[:-1])
+        if not len(edges):
+            return []
+        lo = c.starts[edges[0::2]]  # runs of other lines, as byte ranges
+        hi = c.ends[edges[1::2] - 1]
+        text = b"\n".join(c.spans(lo, hi))
+        hits = [n for n in _RARE_NEEDLES if n in text]
+        if not hits:
+            return []
+        sep = np.cumsum(hi - lo + 1) - 1  # offset in `text` of the b"\n" after each run
+        found = set()
+        for needle in hits:
+            p = text.find(needle)
+            while p >= 0:
+                r = int(np.searchsorted(sep, p, "right"))
+                at = int(lo[r] + p - (sep[r] - (hi[r] - lo[r])))  # offset in the chunk
+                i = int(np.searchsorted(c.ends, at))
+                found.add(i)
+                p = text.find(needle, p + int(c.ends[i]) - at + 1)  # from the next line
+        return sorted(found)
+
+    def _plan_lines(self, c: _ChunkLines, prefill: np.ndarray, per_line: list[int]) -> np.ndarray:
+        """Plan ids of the prefill lines; adds to `per_line` those the fast path cannot read
+        (layouts read per line, records that may continue on the next line)."""
+        if not len(prefill):
+            return np.empty(0, np.int64)
+        if len(_PLANS.index) > _MAX_FAST_PLANS:
+            _PLANS.clear()
+        pf = c.lines(prefill)
+        keys = list(map(bytes.translate, pf, repeat(_MASK_DIGITS)))
+        pids = list(map(_PLANS.index.get, keys))
+        if None in pids:
+            _PLANS.resolve(keys, pf, pids)
+        pid = np.fromiter(pids, np.int64, len(pids))
+        kind, pending, has_decode = _PLANS.tables()[:3]
+        pk = kind[pid]
+        per_line += prefill[(pk == _GENERAL) | has_decode[pid]].tolist()  # glued to a decode line: per line
+        for j in np.flatnonzero(pending[pid] & (pk != _GENERAL)).tolist():
+            i = int(prefill[j]) + 1
+            if i >= c.n or (_B_BATCH not in c.line(i) and _CONTINUATION_RE.match(c.line(i))):
+                per_line.append(i - 1)  # it may continue: only the per-line parser knows
+        return pid
+
+    def _per_line(self, c: _ChunkLines, ids: list[int], base: int) -> np.ndarray:
+        """Run the per-line parser on lines `ids` (and on the lines after any that leaves
+        a record open), in order. Returns which lines it saw."""
+        seen = np.zeros(c.n, np.bool_)
+        last = -1
+        for i in ids:
+            if i <= last:
+                continue
+            while True:
+                self._line(c.line(i), base + i)
+                seen[i] = True
+                last = i
+                i += 1
+                if self.pending is None or i >= c.n:
+                    break
+        return seen
+
+    def _read_records(self, c: _ChunkLines, rows, pid, base) -> tuple[_Block | None, np.ndarray]:
+        """The records of prefill lines `rows` of fast layouts `pid`, read at the layouts'
+        offsets; and the rows whose counts fall outside int32 (malformed)."""
+        if not len(rows):
+            return None, np.empty(0, np.int64)
+        _, _, _, graph, label, template, offsets, lengths = _PLANS.tables()
+        lens = lengths[pid]
+        vals = _read_digits(c.buf, (offsets[pid] + c.starts[rows][:, None]).ravel(), lens.ravel()).reshape(lens.shape)
+        good = ~(vals[:, : len(_INT_COLS)] > INT32_MAX).any(axis=1)
+        bad = rows[~good]
+        if not good.all():
+            rows, pid, vals, lens = rows[good], pid[good], vals[good], lens[good]
+        rank = np.full(len(rows), -1, np.int32)
+        names: list[str] = []
+        tid = template[pid]
+        ranked = tid >= 0
+        if ranked.any():
+            rank[ranked], names = _rank_names(tid[ranked], vals[ranked, _F_RANK : _F_RANK + _MAX_RANK_RUNS])
+        cols = {k: vals[:, f] for f, k in enumerate(_INT_COLS)}
+        block = _Block(
+            line=base + rows, physical_lines=np.ones(len(rows), np.int64), **cols,
+            graph=graph[pid], label=label[pid], timestamp=_stamps(vals, lens), rank=rank, rank_names=names,
+            forward_ct=vals[:, _F_CT], legacy=np.zeros(len(rows), np.bool_),
+        )  # fmt: skip
+        return block, bad
+
+    def _emit(self, block: _Block | None, bad: list[tuple[int, str]]) -> None:
+        """Hand the chunk's records and malformed lines (fast path and per-line parser
+        merged by line) to the sink."""
+        if self._recs:
+            block = _merge_blocks(block, _block_of(self._recs))
+            self._recs = []
+        if block is not None and len(block.line):
+            self.sink.records(self.source, block)
+        if self._bad:
+            bad = sorted(bad + self._bad)
+            self._bad = []
+        for line, text in bad:
+            self.sink.malformed(self.source, line, text)
+
+    # -- the per-line parser ---------------------------------------------------------
+    def _feed_lines(self, chunk: bytes) -> None:
+        """Every line of the chunk through _line (the reference the fast path equals)."""
+        lines = chunk.split(b"\n")
+        base = self.lines + 1
+        for i in range(len(lines) - (not lines[-1])):
+            raw = lines[i]
+            if _B_DECODE in raw:
+                self.decode += 1  # a prefill record is corrected in _line
+            self._line(raw, base + i)
+        self.lines += len(lines) - 1
+        self.open_line = bool(lines[-1])
+
+    def _line(self, raw: bytes, lineno: int) -> None:
+        if self.pending is not None and self._continues(raw):
+            return
+        if _B_BATCH in raw:
+            if _B_PREFILL in raw or _B_LEGACY_PREFILL in raw:
+                glued = _B_DECODE in raw or raw.count(_B_PREFILL) + raw.count(_B_LEGACY_PREFILL) > 1
+                if glued:
+                    if _B_DECODE in raw:
+                        self.decode -= 1  # counted as a decode line, but a prefill record
+                    self._glued(raw, lineno)
+                elif raw.rstrip().endswith(b","):
+                    self.pending = [raw]
+                    self.pending_line = lineno
+                else:
+                    self._prefill(_decode(raw), lineno, 1)
+            elif _B_DECODE in raw:
+                pass
+            elif _B_NEW_SEQ in raw and _HEAD_CUT_RE.search(raw):
+                self.sink.head_cut(self.source, lineno, _decode(raw))
+            elif _B_SERVER_ARGS in raw:  # its keys hold "batch" (enable_two_batch_overlap)
+                self._server_args(raw, lineno)
+        elif _B_SERVER_ARGS in raw:
+            self._server_args(raw, lineno)
+        elif _B_GRAPH in raw:
+            self._graph_line(raw, lineno)
+        elif _B_STARTUP in raw:
+            d = parse_startup_text(_decode(raw), self.source, lineno)
+            if d is not None:
+                self.sink.startup(d)
+        elif _B_LEGACY_DECODE in raw and b"#running-req" in raw:
+            self.legacy_decode += 1
+
+    def _server_args(self, raw: bytes, lineno: int) -> None:
+        d = parse_server_args_text(_decode(raw), self.source, lineno)
+        if d is not None:
+            self.sink.server_args(d)
+
+    def _glued(self, raw: bytes, lineno: int) -> None:
+        """A physical line holding a prefill record and another record (concurrent
+        writers): each prefill record is read from its head up to the next record's own
+        prefix, with its own prefix, or else the line's leading one (so it keeps its rank
+        tag). The line is counted; its last record may continue on the next line."""
+        self.sink.glued(self.source, lineno, _decode(raw))
+        heads = sorted(m.start() for m in _RECORD_HEAD_RE.finditer(raw))
+        starts = [0] + [_own_prefix(raw, heads[k - 1], heads[k]) for k in range(1, len(heads))]
+        lead = raw[: heads[0]]
+        for k, head in enumerate(heads):
+            if raw.startswith(_B_DECODE, head):
+                continue
+            piece = raw[starts[k] : starts[k + 1] if k + 1 < len(heads) else len(raw)]
+            if starts[k] == head:
+                piece = lead + piece
+            if k + 1 == len(heads) and piece.rstrip().endswith(b","):
+                self.pending = [piece]
+                self.pending_line = lineno
+            else:
+                self._prefill(_decode(piece), lineno, 1)
+
+    def _continues(self, raw: bytes) -> bool:
+        """A hand-wrapped record in progress: True when `raw` continues it (and is taken);
+        else the record is complete and `raw` is a line of its own."""
+        assert self.pending is not None
+        if len(self.pending) < MAX_CONTINUATION_LINES and _B_BATCH not in raw and _CONTINUATION_RE.match(raw):
+            self.pending.append(raw)
+            if not raw.rstrip().endswith(b","):
+                self._flush()
+            return True
+        self._flush()
+        return False
+
+    def _graph_line(self, raw: bytes, lineno: int) -> None:
+        """A capture line, or a line saying prefill graphs are disabled."""
+        if _B_CAPTURE in raw:
+            cap = parse_capture_text(_decode(raw), self.source, lineno)
+            if cap is not None:
+                self.sink.capture(cap)
+        elif b"isable" in raw or b"incompatible" in raw:
+            d = _disable_text(_decode(raw), self.source, lineno)
+            if d is not None:
+                self.sink.disabled(d)
+
+    def _flush(self) -> None:
+        pending, self.pending = self.pending, None
+        assert pending is not None
+        text = " ".join(_decode(p).strip() if i else _decode(p) for i, p in enumerate(pending))
+        self._prefill(text, self.pending_line, len(pending))
+
+    def _prefill(self, text: str, lineno: int, physical_lines: int) -> None:
+        v = _prefill_values(text)
+        if v is None:
+            self._bad.append((lineno, text))
+        else:
+            self._recs.append((lineno, physical_lines, v))
+
+
+_RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
+_PREFIX_BEFORE_RE = re.compile(rb"\[[^\[\]]*+\]\s*+$")
+
+
+def _own_prefix(raw: bytes, prev: int, head: int) -> int:
+    """Where the record whose head is at `head` starts: at its own `[...]` prefix right
+    before the head, if one follows the previous head; else at the head."""
+    at = raw.rfind(b"[", prev, head)
+    if at > prev and _PREFIX_BEFORE_RE.match(raw, at, head):
+        return at
+    return head
+
+
+# ---- reading ------------------------------------------------------------------------
+class _Overlong(NamedTuple):
+    head: bytes  # its first bytes (quoted by MAX_QUOTE_CHARS characters at most)
+    nbytes: int
+    ended: bool  # a b"\n" closed it (else the input ended inside it)
+
+
+# What reading a broken input raises: I/O errors, gzip.BadGzipFile (an OSError), a
+# truncated .gz (EOFError), corrupt deflate data (zlib.error), a closed stream (ValueError).
+_READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)
+
+
+class _Source:
+    """One input opened for reading (fileio.open_binary: `-` is stdin, `.gz` decompressed;
+    a URL through fsspec, remote.RemoteFile):
+    its bytes are counted and hashed (sha256) as they are read, and every open or read
+    error is a one-line InputError naming it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.where = _display_path(path)
+        try:
+            self.raw = RemoteFile(path) if is_url(path) else open_binary(path)
+        except _READ_ERRORS as exc:
+            raise InputError(f"cannot read: {_quote(str(exc) or type(exc).__name__)}", self.where) from None
+        self.sha256 = hashlib.sha256()
+        self.nbytes = 0
+
+    def read(self, size: int) -> bytes:
+        try:
+            block = self.raw.read(size)
+        except _READ_ERRORS as exc:
+            raise InputError(f"cannot read: {_quote(str(exc) or type(exc).__name__)}", self.where) from None
+        self.sha256.update(block)
+        self.nbytes += len(block)
+        return block
+
+    def position(self) -> int:
+        """Bytes of the input consumed so far (of the compressed file for .gz)."""
+        f: Any = self.raw.fileobj if isinstance(self.raw, gzip.GzipFile) else self.raw  # RemoteFile: its own tell
+        try:
+            return int(f.tell())
+        except (OSError, ValueError, AttributeError):
+            return self.nbytes
+
+    def close(self) -> None:
+        if self.path != "-":
+            self.raw.close()
+
+
+def _chunks(src: _Source, chunk_size: int, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[_Piece | _Overlong]:
+    """The input as pieces of whole lines, mostly the blocks read themselves (no copy),
+    with an _Overlong in place of each line longer than max_line_bytes. Memory: one block
+    plus one line of at most max_line_bytes. Refuses binary data (a NUL byte in the first
+    block)."""
+    size = max(1, min(chunk_size, max_line_bytes))
+    carry = b""  # a line not ended yet
+    skip: list | None = None  # [head, bytes so far] of an overlong line being skipped
+    first = True
+    while True:
+        block = src.read(size)
+        if not block:
+            break
+        if first:
+            first = False
+            if b"\0" in block:
+                raise InputError("binary data, not a text log (NUL bytes in its first chunk)", src.where)
+        start = 0
+        if skip is not None or carry:
+            nl = block.find(b"\n")
+            if nl < 0:
+                if skip is not None:
+                    skip[1] += len(block)
+                else:
+                    carry += block
+                    if len(carry) > max_line_bytes:
+                        skip, carry = [carry[: 4 * MAX_QUOTE_CHARS], len(carry)], b""
+                continue
+            if skip is not None:
+                yield _Overlong(skip[0], skip[1] + nl, True)
+                skip = None
+            elif len(carry) + nl > max_line_bytes:
+                yield _Overlong(carry[: 4 * MAX_QUOTE_CHARS], len(carry) + nl, True)
+            else:
+                line = carry + block[: nl + 1]  # the one line across two blocks
+                yield _Piece(line, 0, len(line))
+            carry, start = b"", nl + 1
+        cut = block.rfind(b"\n", start) + 1
+        if cut > start:
+            yield _Piece(block, start, cut)
+        else:
+            cut = start
+        carry = block[cut:]
+    if skip is not None:
+        yield _Overlong(skip[0], skip[1], False)
+    elif carry:
+        yield _Piece(carry, 0, len(carry))
+
+
+# ---- what a log yields --------------------------------------------------------------
+class _ListSink(_Sink):
+    def __init__(self, result: ScanResult):
+        self.r = result
+
+    def records(self, source: int, b: _Block) -> None:
+        names = b.rank_names
+        for line, phys, s, t, c, run, q, rep, g, lab, ts, rk, ct, leg in zip(
+            b.line.tolist(), b.physical_lines.tolist(), *(getattr(b, k).tolist() for k in _INT_COLS),
+            b.graph.tolist(), b.label.tolist(), b.timestamp.tolist(), b.rank.tolist(), b.forward_ct.tolist(),
+            b.legacy.tolist(),
+        ):  # fmt: skip
+            self.r.records.append(
+                PrefillRecord(
+                    source,
+                    line,
+                    s,
+                    t,
+                    c,
+                    run,
+                    q,
+                    rep,
+                    None if g < 0 else bool(g),
+                    None if lab < 0 else _GRAPH_LABELS[lab],
+                    ts,
+                    None if rk < 0 else names[rk],
+                    None if ct < 0 else ct,
+                    phys,
+                    leg,
+                )
+            )
+
+    def malformed(self, source: int, line: int, text: str) -> None:
+        self.r.malformed.append({"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+    def capture(self, cap: dict) -> None:
+        self.r.captures.append(cap)
+
+    def startup(self, d: dict) -> None:
+        self.r.startup.append(d)
+
+    def disabled(self, d: dict) -> None:
+        self.r.graph_disabled.append(d)
+
+    def overlong(self, source: int, line: int, nbytes: int, head: str) -> None:
+        self.r.overlong.append({"source": source, "line": line, "bytes": nbytes, "text": head})
+
+    def server_args(self, d: dict) -> None:
+        self.r.server_args.append(d)
+
+    def head_cut(self, source: int, line: int, text: str) -> None:
+        self.r.head_cut.append({"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+    def glued(self, source: int, line: int, text: str) -> None:
+        self.r.glued.append({"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+
+
+def _scan(
+    path: str,
+    source: int,
+    sink: _Sink,
+    progress: Callable[[int], None] | None = None,
+    options: ParseOptions = DEFAULT_OPTIONS,
+):
+    """Feed one input through a scanner into `sink`. Returns ((physical lines, decode
+    lines, legacy decode lines), the closed _Source)."""
+    src = _Source(path)
+    try:
+        scanner = _Scanner(source, sink, options)
+        for item in _chunks(src, options.chunk_size, options.max_line_bytes):
+            if type(item) is _Piece:
+                scanner.feed(item)
+            else:
+                scanner.overlong(*item)
+            if progress is not None:
+                progress(src.position())
+        return scanner.finish(), src
+    finally:
+        src.close()
+
+
+def scan_log(path: str, source: int = 0, *, options: ParseOptions | None = None) -> ScanResult:
+    """Parse one log into plain lists (records, captures, ...). For tests and small logs."""
+    res = ScanResult()
+    (res.lines, res.decode_lines, res.legacy_decode_lines), src = _scan(
+        path, source, _ListSink(res), None, options or DEFAULT_OPTIONS
+    )
+    res.sha256 = src.sha256.hexdigest()
+    res.bytes = src.nbytes
+    return res

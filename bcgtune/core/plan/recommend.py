@@ -1,0 +1,272 @@
+"""The time objective's rows as a user reads them: every row's predicted time with its 95%
+interval and its paired difference from the recommended row, the recommendation rule, what
+the predictions rest on, and what to measure next. Pure: works on a BucketPlan
+(bcgtune.core.plan.bucket_plan) and its pricer; bcgtune.core.plan.predict computes the intervals.
+
+The rule: among the lists that meet every constraint of the optimum (the exact optimum for
+each number of buckets, which the plan's curve holds, and the comparison rows that meet
+them; no graphs at all too), recommend the fewest graphs whose predicted time is within
+noise of the best (the 95% paired interval of the difference holds 0), or within
+`tolerance_pct` of it; then the least capture time (the calibration's per-bucket times),
+then the least graph memory, then the least predicted time. The fewest graphs is exact: if
+any allowed list of g graphs is within noise (or tolerance), the optimum of at most g
+buckets is too, since it is no slower. With one timed round there is no noise to judge by:
+the optimum is recommended unless a tolerance is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bcgtune.core.plan.optimizer import candidate_rows
+from bcgtune.core.plan.predict import HostBound, TimeModel
+from bcgtune.core.stats import CONFIDENCE, Interval
+
+if TYPE_CHECKING:
+    from bcgtune.core.plan.bucket_plan import BucketPlan, PlanRow, Pricer
+
+
+def count_text(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+@dataclass
+class TimeInfo:
+    """What the predicted times rest on: the calibration's timed rounds (`rounds` 1: no
+    interval, `why_none` says why), the eager time that is host launch time, the traced
+    batches outside the calibration's measured sizes, and `widest_pct`, the widest interval
+    of any row relative to its prediction (rounds that disagree widely)."""
+
+    rounds: int
+    confidence: float
+    statistic: str
+    why_none: str | None
+    host_bound: HostBound | None
+    outside: tuple[int, int, int, int] | None  # (units, of, smallest measured, largest measured)
+    widest_pct: float | None
+    scaled_sessions: list[dict] = field(default_factory=list)  # extensions put on the first session's scale
+
+
+@dataclass
+class Refinement:
+    """Sizes the optimizer wants measured: the list it found by also pricing unmeasured sizes
+    (`row`), predicted `gain` ms faster than the measured optimum (paired interval), and the
+    command that measures those sizes (None: the calibration cannot be extended in place)."""
+
+    sizes: list[int]
+    row: str
+    gain: Interval | None
+    command: str | None
+    why_no_command: str | None = None
+
+
+def time_json(t: TimeInfo) -> dict[str, Any]:
+    d = asdict(t)
+    d["outside"] = None if t.outside is None else dict(zip(("batches", "of", "smallest_measured", "largest_measured"), t.outside))
+    return d
+
+
+def refine_json(r: Refinement) -> dict[str, Any]:
+    d = asdict(r)
+    d["gain"] = None if r.gain is None else r.gain.to_dict()
+    return d
+
+
+# ---- time: intervals, the recommendation, what to measure next ------------------------
+RECOMMENDABLE = ("optimal", "eager", "compare", "captured", "quantile", "kmeans", "sglang-default")
+
+
+def price_with_intervals(plan: BucketPlan, pricer: Pricer, explore: PlanRow | None) -> None:
+    """Every row's interval, the recommended row (time objective), each row's paired
+    difference from it and its standing against the best, and what to measure next."""
+    model = pricer.model
+    assert model is not None
+    req, cal = plan.request, req_cal(plan)
+    for row in plan.rows:
+        row.interval = model.total(row.buckets)
+        row.unmeasured = model.unmeasured(row.buckets)
+        row.capture_s = cal.capture_s_of(row.buckets)
+    if req.objective == "time":
+        rec, reason = _recommend(plan, pricer)
+        if all(rec is not row for row in plan.rows):
+            plan.rows.insert(1, rec)
+        plan.recommended, plan.recommended_reason = rec, reason
+    opt = plan.rows[0]
+    for row in plan.rows:
+        row.vs_recommended = model.difference(row.buckets, plan.recommended.buckets)
+        row.vs_best = _standing(model.difference(row.buckets, opt.buckets), row is opt)
+    if req.objective == "time":
+        for c in plan.curve:
+            d = model.difference(c.buckets, plan.recommended.buckets)
+            c.vs_recommended_ms, c.vs_recommended_half_ms = d.center, d.half
+    plan.time = _time_info(plan, model)
+    if req.objective == "time":
+        plan.refine = _refinement(plan, model, explore)
+
+
+def req_cal(plan: BucketPlan):
+    return plan.request.calibration
+
+
+def _standing(d: Interval, is_best: bool) -> str:
+    if is_best:
+        return "best"
+    if d.half is None:
+        return "unknown"
+    if d.center - d.half > 0:
+        return "slower"
+    if d.center + d.half < 0:
+        return "faster"
+    return "within noise"
+
+
+def _allowed(plan: BucketPlan, row: PlanRow) -> bool:
+    """Whether a list meets every constraint of the optimum (so the rule may recommend it)."""
+    req = plan.request
+    b = row.buckets
+    if row.omitted_unused or len(b) > req.max_buckets or any(x % req.align for x in b):
+        return False
+    if req.max_bucket is not None and b and max(b) > req.max_bucket:
+        return False
+    if plan.candidate_set == "calibration" and not set(b) <= set(candidate_rows(req.calibration).tolist()):
+        return False
+    if req.max_graph_mem_gib is not None and b and (row.graph_mem_gib is None or row.graph_mem_gib > req.max_graph_mem_gib):
+        return False
+    return True
+
+
+def _recommend(plan: BucketPlan, pricer: Pricer) -> tuple[PlanRow, str]:
+    """The fewest graphs within noise of the best (or within the tolerance), then the least
+    capture time, then the least memory, then the least predicted time; with the line that
+    says why."""
+    model, req = pricer.model, plan.request
+    assert model is not None
+    opt = plan.rows[0]
+    pool: list[PlanRow] = [r for r in plan.rows if r.kind in RECOMMENDABLE and _allowed(plan, r)]
+    if opt not in pool:
+        pool.insert(0, opt)
+    known = {tuple(r.buckets) for r in pool}
+    for c in plan.curve:
+        if tuple(c.buckets) not in known and c.buckets:
+            known.add(tuple(c.buckets))
+            row = pricer.row("bcgtune (recommended)", "recommended", c.buckets)
+            row.interval = model.total(row.buckets)
+            row.capture_s = req.calibration.capture_s_of(row.buckets)
+            if _allowed(plan, row):
+                pool.append(row)
+    best = min(pool, key=lambda r: (r.predicted_ms, len(r.buckets)))
+    rounds = model.rounds
+
+    def gap(r: PlanRow) -> Interval:
+        return model.difference(r.buckets, best.buckets)
+
+    if req.tolerance_pct is not None:
+        limit = req.tolerance_pct / 100.0 * float(best.predicted_ms or 0.0)
+        ok = [r for r in pool if gap(r).center <= limit + 1e-9 * max(1.0, limit)]
+        rule = f"within the {req.tolerance_pct:g}% tolerance of the best"
+    elif rounds < 2:
+        return opt, (
+            "the optimum: the calibration kept one value per size (one round), so no interval tells a list with "
+            "fewer graphs apart from it (give --tolerance PCT to trade time for fewer graphs)"
+        )
+    else:
+        ok = [r for r in pool if (lambda d: d.half is not None and d.center - d.half <= 0)(gap(r))]
+        rule = f"within noise of the best ({CONFIDENCE:.0%} paired interval over {rounds} rounds)"
+    ok = ok or [best]
+
+    def key(r: PlanRow):
+        return (
+            len(r.buckets),
+            r.capture_s if r.capture_s is not None else float("inf"),
+            r.graph_mem_gib if r.graph_mem_gib is not None else float("inf"),
+            r.predicted_ms,
+        )
+
+    rec = min(ok, key=key)
+    if rec.kind == "recommended":
+        rec.name = f"bcgtune (recommended, {count_text(len(rec.buckets), 'graph')})"
+    d = gap(rec)
+    ms = f"{d.center:+,.1f}" + (f" ± {d.half:,.1f}" if d.half is not None else "") + " ms"
+    if rec is best:
+        fewer = [r for r in pool if len(r.buckets) < len(best.buckets)]
+        if not fewer:
+            return rec, f"the optimum ({count_text(len(rec.buckets), 'graph')}): no allowed list has fewer graphs"
+        nearest = min(fewer, key=lambda r: (-len(r.buckets), r.predicted_ms))
+        dn = gap(nearest)
+        return rec, (
+            f"the optimum ({count_text(len(rec.buckets), 'graph')}): no list with fewer graphs is {rule}; the best with "
+            f"{len(nearest.buckets)} is {dn.center:+,.1f}" + (f" ± {dn.half:,.1f}" if dn.half is not None else "") + " ms"
+        )
+    return rec, (
+        f"{count_text(len(rec.buckets), 'graph')} instead of the optimum's {len(best.buckets)}: the fewest graphs "
+        f"{rule} ({ms} against it)"
+    )
+
+
+def _time_info(plan: BucketPlan, model: TimeModel) -> TimeInfo:
+    cal = plan.request.calibration
+    rounds = model.rounds
+    why = None
+    if rounds < 2:
+        fmt = cal.meta.get("format_version") if isinstance(cal.meta, dict) else None
+        why = (
+            "one round: a calibration CSV keeps one value per size"
+            if isinstance(cal.meta, dict) and cal.meta.get("format") == "csv"
+            else f"one round: a format-{fmt} calibration keeps one value per size"
+            if fmt in (1, 2)
+            else "one round: the calibration timed each size once"
+        )
+    widest = None
+    rel = [r.interval.half / r.interval.center for r in plan.rows if r.interval and r.interval.half and r.interval.center > 0]
+    if rel:
+        widest = 100.0 * max(rel)
+    units, of, lo, hi = model.outside()
+    scaled = [
+        s
+        for s in (cal.sessions or [])[1:]
+        if isinstance(s, dict) and any(s.get(k) not in (None, 1.0) for k in ("scale_graph", "scale_eager"))
+    ]
+    return TimeInfo(
+        rounds=rounds,
+        confidence=CONFIDENCE,
+        statistic="t over per-round totals, centered on the sum of per-size medians (bcgtune.core.plan.predict)",
+        why_none=why,
+        host_bound=model.host_bound(),
+        outside=(units, of, lo, hi) if units else None,
+        widest_pct=widest,
+        scaled_sessions=scaled,
+    )
+
+
+def _refinement(plan: BucketPlan, model: TimeModel, explore: PlanRow | None) -> Refinement | None:
+    """The sizes to measure next: the exploring search's unmeasured buckets, or the
+    recommended list's own unmeasured buckets (any-size candidates)."""
+    cal = plan.request.calibration
+    model_row = explore if explore is not None else plan.recommended
+    sizes = model_row.unmeasured
+    if not sizes:
+        return None
+    gain = None
+    if explore is not None:
+        gain = model.difference(plan.rows[0].buckets, explore.buckets)  # how much faster the exploring list is
+    src = cal.meta.get("source") if isinstance(cal.meta, dict) else None
+    if cal.engine_options is None or cal.graph_rounds is None:
+        return Refinement(
+            sizes,
+            model_row.name,
+            gain,
+            None,
+            why_no_command="this calibration records no rounds or engine options to extend (written before format 3): "
+            "run bcgtune calibrate again, then extend it",
+        )
+    path = src if isinstance(src, str) and src and src != "-" else "CAL.json"
+    return Refinement(
+        sizes, model_row.name, gain, f"bcgtune calibrate --extend {_shell_word(path)} --sizes {','.join(map(str, sizes))}"
+    )
+
+
+def _shell_word(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
