@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Optional
@@ -19,6 +20,7 @@ import typer
 from bcgtune.adapters.sglang.layout_flags import LAYOUT_FLAGS
 from bcgtune.cli.schema_options import OptionSpec, option_set
 from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.engines.choices import DEVICE_HELP, Dtype, GraphImpl, HfAttention, Runner, SdpaBackend, device_name
 
 
@@ -88,6 +90,20 @@ ModelPath = Annotated[
     Optional[str],
     typer.Option("--model-path", help="The model the server loads (path or hub id); overrides [profile].model."),
 ]
+
+
+def tolerance_option(value: Optional[float]) -> Optional[float]:
+    """--tolerance checked at parse time: a finite percentage within 0..100."""
+    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 100.0):
+        raise typer.BadParameter(f"must be a percentage within 0..100, got {value:g}")
+    return value
+
+
+TOLERANCE_HELP = (
+    f"Margin for calling a list as good as the best, in % of the best's predicted time: a list with fewer graphs "
+    f"(or a deployed list) counts only when the upper end of its paired 95% interval against the best is within it. "
+    f"Wider noise then keeps more graphs, never fewer. Default: {DEFAULT_TOLERANCE_PCT:g}."
+)
 
 
 # ---- parallel layout (suggest-buckets) -------------------------------------------------

@@ -13,7 +13,7 @@ from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import JsonFlag, LayoutOptions, Quiet, options
+from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, LayoutOptions, Quiet, options, tolerance_option
 from bcgtune.core.sglang.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJECTIVES
 from bcgtune.errors import InputError
 
@@ -103,10 +103,8 @@ def suggest_buckets_command(
         Optional[float],
         typer.Option(
             "--tolerance",
-            min=0.0,
-            max=100.0,
-            help="Time objective: recommend the fewest graphs whose predicted time is within this % of the best. "
-            "Default: within the noise of the calibration's timed rounds (95% paired interval).",
+            callback=tolerance_option,
+            help="Time objective. " + TOLERANCE_HELP,
             rich_help_panel=_OPT,
             show_default=False,
         ),

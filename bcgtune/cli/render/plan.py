@@ -162,7 +162,7 @@ def _summary(plan: BucketPlan) -> list[str]:
             else "no graph is predicted to pay for itself"
         )
         if plan.recommended_reason:
-            return [line, "recommended: no graphs; run prefill eager", f"why: {plan.recommended_reason}"]
+            return [line, "recommended: no graphs; run prefill eager"] + _rule(plan) + [f"why: {plan.recommended_reason}"]
         return [line, f"recommended: no graphs ({why}); run prefill eager"]
     out = [
         line,
@@ -172,9 +172,15 @@ def _summary(plan: BucketPlan) -> list[str]:
     rec = plan.recommended
     if plan.request.objective == "time" and rec.interval is not None:
         out[-1] += f", predicted {_pm(rec.interval)} ms"
+    out += _rule(plan)
     if plan.recommended_reason:
         out.append(f"why: {plan.recommended_reason}")
     return out
+
+
+def _rule(plan: BucketPlan) -> list[str]:
+    """The time objective's recommendation rule, with its margin in % and ms."""
+    return [] if plan.rule is None else [f"rule: {plan.rule.summary()}"]
 
 
 def _notes(plan: BucketPlan) -> list[str]:

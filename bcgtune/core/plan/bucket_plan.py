@@ -11,11 +11,11 @@ says which (`Restriction`).
 With a calibration every row carries its predicted time with a 95% interval from the
 calibration's timed rounds, and its paired difference from the recommended row
 (bcgtune.core.plan.predict says how both are computed and what they cover). The recommended row
-of the time objective is the fewest graphs whose predicted time is within noise of the best
-(the interval of the difference holds 0), or within `tolerance_pct` of it when given; among
-lists of that many graphs, the least capture time, then the least graph memory. The exact
-optimum stays in the table. The fewest graphs is exact: if any allowed list of g graphs is
-within noise (or tolerance), so is the optimum of at most g buckets, which the curve holds.
+of the time objective is the fewest graphs whose time is shown within a margin of the best:
+the upper end of the 95% paired interval of the difference is at most `tolerance_pct` % of
+the best's predicted time (default 0.5%; bcgtune.core.plan.recommend states the rule, and wider
+noise can only move it toward the best); among lists of that many graphs, the least capture
+time, then the least graph memory. The exact optimum stays in the table.
 When the optimum may pick only measured sizes, a second search also prices the sizes the
 trace wants that the calibration did not measure (by interpolation); when it finds a faster
 list, the plan names those sizes, and `bcgtune calibrate --extend` measures them.
@@ -52,7 +52,15 @@ from bcgtune.core.plan.optimizer import (
     optimal_buckets_time,
 )
 from bcgtune.core.plan.predict import TimeModel
-from bcgtune.core.plan.recommend import Refinement, TimeInfo, count_text, price_with_intervals, refine_json, time_json
+from bcgtune.core.plan.recommend import (
+    RecommendRule,
+    Refinement,
+    TimeInfo,
+    count_text,
+    price_with_intervals,
+    refine_json,
+    time_json,
+)
 from bcgtune.core.plan.step_grouping import StepGrouping, group_steps
 from bcgtune.core.schema import DP_RANKS_MAX, GIB_MAX, TOKENS_MAX, Seed, validate
 from bcgtune.core.sglang.constants import CANDIDATE_SETS, OBJECTIVES
@@ -100,8 +108,9 @@ class PlanRequest(pydantic.BaseModel):
     # attention-DP ranks of the server (DP attention): > 1 prices steps across ranks when
     # the trace's records can be grouped into steps (bcgtune.core.plan.dp_steps)
     attention_dp_size: Annotated[int, Field(ge=1, le=DP_RANKS_MAX)] = 1
-    # time objective: recommend the fewest graphs within this % of the best predicted time
-    # (None: within the noise of the calibration's rounds)
+    # time objective: recommend fewer graphs than the best only when the upper end of their
+    # paired 95% interval against it is within this % of the best's predicted time
+    # (None: core.constants.DEFAULT_TOLERANCE_PCT)
     tolerance_pct: Optional[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]] = None
 
     @pydantic.field_validator("objective")
@@ -241,6 +250,7 @@ class BucketPlan:
     recommended_reason: str = ""
     time: TimeInfo | None = None
     refine: Refinement | None = None
+    rule: RecommendRule | None = None  # the time objective's recommendation rule, as applied
     # the model that priced the rows with a calibration (core/predict.TimeModel), for paired
     # comparisons of any two lists on this plan's traffic; not part of the JSON
     model: TimeModel | None = field(default=None, repr=False, compare=False)
@@ -267,7 +277,7 @@ class BucketPlan:
             "candidates": self.candidate_count,
             "candidate_set": self.candidate_set,
             "max_graph_mem_gib": r.max_graph_mem_gib,
-            "tolerance_pct": r.tolerance_pct,
+            "tolerance_pct": self.rule.tolerance_pct if self.rule is not None else r.tolerance_pct,
         }
 
     def to_json_obj(self) -> dict[str, Any]:
@@ -277,6 +287,7 @@ class BucketPlan:
             "flag": self.flag,
             "objective": self.request.objective,
             "reason": self.recommended_reason,
+            "rule": None if self.rule is None else self.rule.to_dict(),
         }
         opt = self.optimal or self.rows[0]
         return {

@@ -5,13 +5,19 @@ the predictions rest on, and what to measure next. Pure: works on a BucketPlan
 
 The rule: among the lists that meet every constraint of the optimum (the exact optimum for
 each number of buckets, which the plan's curve holds, and the comparison rows that meet
-them; no graphs at all too), recommend the fewest graphs whose predicted time is within
-noise of the best (the 95% paired interval of the difference holds 0), or within
-`tolerance_pct` of it; then the least capture time (the calibration's per-bucket times),
-then the least graph memory, then the least predicted time. The fewest graphs is exact: if
-any allowed list of g graphs is within noise (or tolerance), the optimum of at most g
-buckets is too, since it is no slower. With one timed round there is no noise to judge by:
-the optimum is recommended unless a tolerance is given.
+them; no graphs at all too), recommend the fewest graphs whose time is shown to be within a
+margin of the best: the upper end of the 95% paired interval of (its time - the best's) is
+at most `tolerance_pct` % of the best's predicted time (DEFAULT_TOLERANCE_PCT when not
+given); then the least capture time (the calibration's per-bucket times), then the least
+graph memory, then the least predicted time. Wide noise is not evidence that two lists are
+equal: a wider interval raises its upper end, so it can only move the recommendation toward
+the best (more graphs, or the best itself), never to a list that may be slower by more than
+the margin. The candidates for fewer graphs are the optimum of each number of buckets (the
+curve) and the comparison rows: a list of g graphs other than the optimum of g could have a
+narrower interval and pass where that optimum does not, so the count is the fewest among
+those candidates, never fewer than the rule allows. With one timed round there is no
+interval: the optimum is recommended, unless a tolerance is given, which is then applied to
+the predicted time alone (and the rule says so).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from bcgtune.core.plan.optimizer import candidate_rows
 from bcgtune.core.plan.predict import HostBound, TimeModel
+from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.core.stats import CONFIDENCE, Interval
 
 if TYPE_CHECKING:
@@ -137,9 +144,9 @@ def _allowed(plan: BucketPlan, row: PlanRow) -> bool:
 
 
 def _recommend(plan: BucketPlan, pricer: Pricer) -> tuple[PlanRow, str]:
-    """The fewest graphs within noise of the best (or within the tolerance), then the least
-    capture time, then the least memory, then the least predicted time; with the line that
-    says why."""
+    """The fewest graphs shown within the margin of the best (see the module docstring),
+    then the least capture time, then the least memory, then the least predicted time; with
+    the line that says why. Sets `plan.rule`."""
     model, req = pricer.model, plan.request
     assert model is not None
     opt = plan.rows[0]
@@ -157,23 +164,18 @@ def _recommend(plan: BucketPlan, pricer: Pricer) -> tuple[PlanRow, str]:
                 pool.append(row)
     best = min(pool, key=lambda r: (r.predicted_ms, len(r.buckets)))
     rounds = model.rounds
+    rule = recommend_rule(req.tolerance_pct, float(best.predicted_ms or 0.0), rounds)
+    plan.rule = rule
 
     def gap(r: PlanRow) -> Interval:
         return model.difference(r.buckets, best.buckets)
 
-    if req.tolerance_pct is not None:
-        limit = req.tolerance_pct / 100.0 * float(best.predicted_ms or 0.0)
-        ok = [r for r in pool if gap(r).center <= limit + 1e-9 * max(1.0, limit)]
-        rule = f"within the {req.tolerance_pct:g}% tolerance of the best"
-    elif rounds < 2:
+    if rule.bound == "none":
         return opt, (
-            "the optimum: the calibration kept one value per size (one round), so no interval tells a list with "
-            "fewer graphs apart from it (give --tolerance PCT to trade time for fewer graphs)"
+            "the optimum: the calibration kept one value per size (one round), so no interval bounds how much slower "
+            "a list with fewer graphs may be (give --tolerance PCT to accept fewer graphs predicted within PCT % of it)"
         )
-    else:
-        ok = [r for r in pool if (lambda d: d.half is not None and d.center - d.half <= 0)(gap(r))]
-        rule = f"within noise of the best ({CONFIDENCE:.0%} paired interval over {rounds} rounds)"
-    ok = ok or [best]
+    ok = [r for r in pool if r is best or rule.admits(gap(r))]
 
     def key(r: PlanRow):
         return (
@@ -186,22 +188,108 @@ def _recommend(plan: BucketPlan, pricer: Pricer) -> tuple[PlanRow, str]:
     rec = min(ok, key=key)
     if rec.kind == "recommended":
         rec.name = f"bcgtune (recommended, {count_text(len(rec.buckets), 'graph')})"
-    d = gap(rec)
-    ms = f"{d.center:+,.1f}" + (f" ± {d.half:,.1f}" if d.half is not None else "") + " ms"
     if rec is best:
         fewer = [r for r in pool if len(r.buckets) < len(best.buckets)]
         if not fewer:
             return rec, f"the optimum ({count_text(len(rec.buckets), 'graph')}): no allowed list has fewer graphs"
         nearest = min(fewer, key=lambda r: (-len(r.buckets), r.predicted_ms))
-        dn = gap(nearest)
         return rec, (
-            f"the optimum ({count_text(len(rec.buckets), 'graph')}): no list with fewer graphs is {rule}; the best with "
-            f"{len(nearest.buckets)} is {dn.center:+,.1f}" + (f" ± {dn.half:,.1f}" if dn.half is not None else "") + " ms"
+            f"the optimum ({count_text(len(rec.buckets), 'graph')}): no list with fewer graphs {rule.none_text}; the "
+            f"best with {len(nearest.buckets)} is {_gap_text(gap(nearest))}"
         )
     return rec, (
         f"{count_text(len(rec.buckets), 'graph')} instead of the optimum's {len(best.buckets)}: the fewest graphs "
-        f"{rule} ({ms} against it)"
+        f"{rule.text} ({_gap_text(gap(rec))})"
     )
+
+
+@dataclass
+class RecommendRule:
+    """The time objective's rule as applied: a list with fewer graphs than the best is
+    recommended only when `bound` of (its time - the best's) is at most `margin_ms`
+    (`tolerance_pct` % of the best's predicted time). `bound`: "upper" (the upper end of the
+    95% paired interval over `rounds` timed rounds), "predicted" (one round and a tolerance
+    given: the predicted difference alone), "none" (one round, no tolerance given: the
+    optimum). `given`: the tolerance was stated, not the default."""
+
+    tolerance_pct: float
+    margin_ms: float
+    given: bool
+    bound: str
+    rounds: int
+    confidence: float = CONFIDENCE
+
+    def admits(self, d: Interval) -> bool:
+        """Whether a list whose paired difference from the best is `d` may stand for it."""
+        if self.bound == "none":
+            return False
+        if self.bound == "upper":
+            if d.half is None:
+                return False
+            worst = d.center + d.half
+        else:
+            worst = d.center
+        return worst <= self.margin_ms + 1e-9 * max(1.0, abs(self.margin_ms))
+
+    @property
+    def within(self) -> str:
+        """'within 0.5% (463.5 ms) of the best'."""
+        ms = f"{self.margin_ms:,.1f}" if self.margin_ms >= 10 else f"{self.margin_ms:.3g}"
+        return f"within {self.tolerance_pct:g}% ({ms} ms) of the best"
+
+    @property
+    def text(self) -> str:
+        """'whose paired 95% upper bound is within 0.5% (463.5 ms) of the best', as a reason
+        and the printed rule say it."""
+        if self.bound == "upper":
+            return f"whose paired {self.confidence:.0%} upper bound is {self.within}"
+        if self.bound == "predicted":
+            return f"predicted {self.within} (one timed round: no interval, so by the predicted time alone)"
+        return "(none: one timed round gives no interval to bound a list with fewer graphs)"
+
+    @property
+    def none_text(self) -> str:
+        """What no list with fewer graphs met: 'has a paired 95% upper bound within ...'."""
+        if self.bound == "upper":
+            return f"has a paired {self.confidence:.0%} upper bound {self.within}"
+        return f"is {self.text}"
+
+    def summary(self) -> str:
+        """The printed rule line."""
+        src = f"--tolerance {self.tolerance_pct:g}" if self.given else "the default; --tolerance PCT sets it"
+        if self.bound == "none":
+            return (
+                "the optimum: one timed round gives no interval to bound a list with fewer graphs "
+                "(--tolerance PCT accepts fewer graphs predicted within PCT % of the best)"
+            )
+        return f"the fewest graphs {self.text} ({src})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tolerance_pct": self.tolerance_pct,
+            "margin_ms": self.margin_ms,
+            "given": self.given,
+            "bound": self.bound,
+            "rounds": self.rounds,
+            "confidence": self.confidence,
+            "text": self.summary(),
+        }
+
+
+def recommend_rule(tolerance_pct: float | None, best_ms: float, rounds: int) -> RecommendRule:
+    """The rule for a best list predicted at `best_ms` from a calibration of `rounds` timed
+    rounds; `tolerance_pct` None: DEFAULT_TOLERANCE_PCT."""
+    given = tolerance_pct is not None
+    pct = DEFAULT_TOLERANCE_PCT if tolerance_pct is None else float(tolerance_pct)
+    bound = "upper" if rounds >= 2 else ("predicted" if given else "none")
+    return RecommendRule(pct, pct / 100.0 * max(0.0, best_ms), given, bound, rounds)
+
+
+def _gap_text(d: Interval) -> str:
+    """'+12.0 ± 30.0 ms against it, at most +42.0 ms'."""
+    if d.half is None:
+        return f"{d.center:+,.1f} ms against it"
+    return f"{d.center:+,.1f} ± {d.half:,.1f} ms against it, at most {d.center + d.half:+,.1f} ms"
 
 
 def _time_info(plan: BucketPlan, model: TimeModel) -> TimeInfo:
