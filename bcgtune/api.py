@@ -239,9 +239,10 @@ def suggest_buckets(
     8}; None: the layout the trace records). `attention_dp_size` N is short for a launch with
     N attention-DP ranks ({"tp_size": N, "attn_dp_size": N}): the trace's records are grouped
     into steps across ranks and every list is priced per step (`plan.dp_attention` says how,
-    or why it stayed per batch). `tolerance_pct` (time objective): recommend the fewest graphs
-    within this % of the best predicted time (None: within the noise of the calibration's
-    timed rounds); `plan.optimal` is the exact optimum either way. `group`: which server
+    or why it stayed per batch). `tolerance_pct` (time objective): recommend fewer graphs than
+    the best only when the upper end of their paired 95% interval against it is within this %
+    of the best's predicted time (None: 0.5%; `plan.rule` states the rule as applied);
+    `plan.optimal` is the exact optimum either way. `group`: which server
     configuration of a trace from several (`trace.groups`) to price; a trace that mixes
     configurations is refused without it. Raises InputError when the launch runs no prefill
     graphs."""
@@ -271,7 +272,7 @@ def suggest_buckets(
         kmeans=_flag(kmeans, "kmeans"),
         baselines=_flag(baselines, "baselines"),
         server_flags=flags or None,
-        tolerance_pct=tolerance_pct,
+        tolerance_pct=_optional(_Threshold, tolerance_pct, "tolerance_pct"),
         group=_group(group, None if trace is None else _trace(trace)),
     )
     result = suggest(req)
@@ -297,12 +298,17 @@ def drift(
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     group: int | None = None,
+    tolerance_pct: float | None = None,
 ) -> DriftReport:
     """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets,
     both as SGLang captures them for the launch `server_flags` (snake-case launch flags; None:
     the layout the trace records, as suggest_buckets takes it), aligned to its capture
     alignment unless `align` is given, and priced as suggest_buckets prices that launch.
-    `group`: which server configuration of a trace from several to judge it on."""
+    `group`: which server configuration of a trace from several to judge it on.
+    `tolerance_pct`: suggest_buckets' margin (None: 0.5% of today's optimum's predicted time);
+    with a calibration, keep when the deployed list's paired 95% upper bound against today's
+    optimum is within it, or the gain's upper end is within `threshold_pct`; else re-tune
+    (DriftReport.reason says whether a gain above the threshold is shown)."""
     from bcgtune.services.drift import drift_for_list
     from bcgtune.services.suggest import select_group
 
@@ -314,4 +320,7 @@ def drift(
     threshold = _check(_Threshold, threshold_pct, "threshold_pct")
     if align is not None:
         align = _check(_Align, align, "align")
-    return drift_for_list(t, buckets, server_flags=flags, align=align, calibration=cal, threshold_pct=threshold)
+    tolerance = _optional(_Threshold, tolerance_pct, "tolerance_pct")
+    return drift_for_list(
+        t, buckets, server_flags=flags, align=align, calibration=cal, threshold_pct=threshold, tolerance_pct=tolerance
+    )

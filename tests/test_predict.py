@@ -424,7 +424,7 @@ def _round_noise_calibration(eps):
     return cal.validate()
 
 
-def test_drift_re_tunes_only_when_the_gain_is_beyond_the_calibration_noise():
+def test_drift_claims_a_gain_only_beyond_the_noise_and_keeps_only_what_is_shown_close():
     from bcgtune.core.plan.drift import drift_report
 
     trace = _drift_trace()
@@ -433,16 +433,52 @@ def test_drift_re_tunes_only_when_the_gain_is_beyond_the_calibration_noise():
     gain = rep.time_gain
     assert gain is not None and gain.half is not None and gain.rounds == 5
     assert rep.gains["time_pct"] == pytest.approx(gain.center)
-    assert (rep.verdict == "re-tune") == (gain.low > 1.0)
+    assert gain.low > 1.0 and rep.verdict == "re-tune" and "above the 1% threshold" in rep.reason
     assert "95% paired interval" in rep.reason
     # the same gain, but a graph whose time swings by +-80% between rounds: the interval
-    # reaches below the threshold, so the verdict is keep and says why
+    # straddles the threshold. No gain is claimed, but the deployed list is not shown close
+    # either, so the verdict moves toward today's optimum and says how to decide it
     noisy = _round_noise_calibration([0.8, -0.8, 0.8, -0.8, 0.0])
     g = drift_report(trace, [256], calibration=noisy).time_gain
     assert g.center == pytest.approx(gain.center) and g.half > gain.half
     loud = drift_report(trace, [256], calibration=noisy, threshold_pct=g.center - g.half / 2)
     assert loud.time_gain.low < loud.threshold_pct < loud.time_gain.center
-    assert loud.verdict == "keep" and "within the calibration's noise" in loud.reason
+    assert loud.verdict == "re-tune" and "not shown above" in loud.reason and "more rounds" in loud.reason
+    # a threshold above the whole interval: keep
+    calm = drift_report(trace, [256], calibration=noisy, threshold_pct=g.high + 0.01)
+    assert calm.verdict == "keep" and "whole interval is within" in calm.reason
+    # no gain shown above a low threshold, and a tolerance that covers the deployed list's
+    # upper bound: keep, and it says so; a hair tighter: re-tune
+    upper = calm.excess.center + calm.excess.half
+    opt_ms = calm.optimum.predicted_ms
+    low = max(0.0, g.low)
+    wide = drift_report(trace, [256], calibration=noisy, threshold_pct=low, tolerance_pct=100 * upper / opt_ms)
+    assert wide.verdict == "keep" and "(the tolerance)" in wide.reason
+    assert wide.margin_ms == pytest.approx(upper) and wide.to_dict()["tolerance_pct"] == pytest.approx(100 * upper / opt_ms)
+    tight = drift_report(trace, [256], calibration=noisy, threshold_pct=low, tolerance_pct=100 * upper / opt_ms * 0.999)
+    assert tight.verdict == "re-tune"
+    assert drift_report(trace, [256], calibration=noisy).tolerance_pct == 0.5  # the default, as suggest-buckets'
+
+
+@pytest.mark.parametrize("above", [True, False])
+def test_wider_noise_never_turns_a_re_tune_into_keep(above):
+    """The same medians with a growing round-to-round swing: once the verdict is re-tune it
+    stays re-tune, whether the threshold is below the predicted gain or above it."""
+    from bcgtune.core.drift import drift_report
+
+    trace = _drift_trace()
+    base = drift_report(trace, [256], calibration=_round_noise_calibration([0.0] * 5)).time_gain.center
+    threshold = base * (0.8 if above else 1.2)
+    verdicts = []
+    for s in (0.0, 0.05, 0.2, 0.5, 1.0):
+        rep = drift_report(
+            trace, [256], calibration=_round_noise_calibration(s * np.array([0.8, -0.8, 0.8, -0.8, 0.0])), threshold_pct=threshold
+        )
+        assert rep.time_gain.center == pytest.approx(base)
+        verdicts.append(rep.verdict)
+    first = verdicts.index("re-tune")
+    assert all(v == "re-tune" for v in verdicts[first:]), verdicts
+    assert verdicts[0] == ("re-tune" if above else "keep") and verdicts[-1] == "re-tune"
 
 
 def test_drift_prices_a_list_as_suggest_buckets_does():

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bcgtune.core.plan.calibration import Calibration
-from bcgtune.core.plan.drift import DEFAULT_THRESHOLD_PCT, DriftReport, check_threshold, drift_from_plan
+from bcgtune.core.plan.drift import DEFAULT_THRESHOLD_PCT, DriftReport, check_threshold, check_tolerance, drift_from_plan
 from bcgtune.core.sglang.capture import PrefillCapture
 from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
@@ -47,6 +47,7 @@ def drift_for_profile(
     *,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    tolerance_pct: float | None = None,
     sglang: SglangUse = "cache",
     say: Callable[[PrefillCapture], None] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -60,6 +61,7 @@ def drift_for_profile(
     from bcgtune.services.suggest import profile_server_flags
 
     check_threshold(threshold_pct)
+    check_tolerance(tolerance_pct)
     server = profile_server_flags(profile, trace)
     capture = capture_for_flags(
         server,
@@ -80,7 +82,7 @@ def drift_for_profile(
     from bcgtune.services.suggest import ChunkTooSmall
 
     try:
-        plan = _todays_plan(trace, list(capture.captured), name, calibration, sglang=sglang, profile=profile)
+        plan = _todays_plan(trace, list(capture.captured), name, calibration, tolerance_pct, sglang=sglang, profile=profile)
     except ChunkTooSmall as exc:
         # the profile's list cannot be judged on batches its server never forms
         raise InputError(
@@ -92,10 +94,18 @@ def drift_for_profile(
     return drift_from_plan(plan, name, threshold_pct)
 
 
-def _todays_plan(trace: PrefillTrace, deployed: list[int], name: str, calibration: Calibration | None, **launch):
+def _todays_plan(
+    trace: PrefillTrace,
+    deployed: list[int],
+    name: str,
+    calibration: Calibration | None,
+    tolerance_pct: float | None = None,
+    **launch,
+):
     """suggest-buckets' plan for today's traffic with as many buckets as `deployed` holds, on
     the same launch (a profile's, or the layout a trace records), with `deployed` as a row:
-    drift's optimum is the list suggest-buckets gives, priced the same way."""
+    drift's optimum is the list suggest-buckets gives, priced the same way, and its margin
+    (`tolerance_pct`) is suggest-buckets' --tolerance."""
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     req = SuggestRequest(
@@ -105,6 +115,7 @@ def _todays_plan(trace: PrefillTrace, deployed: list[int], name: str, calibratio
         calibration=calibration,
         baselines=False,
         compare=[(name, deployed)],
+        tolerance_pct=tolerance_pct,
         **launch,
     )
     result = suggest(req)
@@ -122,6 +133,7 @@ def drift_for_list(
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     name: str = "deployed list",
+    tolerance_pct: float | None = None,
 ) -> DriftReport:
     """A list as SGLang captures it for the launch `server_flags` (None: the layout the trace
     records) against today's optimum of as many buckets, priced as suggest-buckets prices
@@ -130,17 +142,23 @@ def drift_for_list(
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     check_threshold(threshold_pct)
+    check_tolerance(tolerance_pct)
     probe = suggest(SuggestRequest(trace=trace, max_buckets=1, baselines=False, server_flags=server_flags or None))
     if probe.plan is None:
         raise InputError(f"prefill graphs are off for this launch: {probe.capture.reason}", field="server_flags")
     use = probe.capture.alignment if align is None else align
     captured = align_buckets(deployed, use)
-    plan = _todays_plan(trace, captured, name, calibration, server_flags=server_flags or None, align=align)
+    plan = _todays_plan(trace, captured, name, calibration, tolerance_pct, server_flags=server_flags or None, align=align)
     return drift_from_plan(plan, name, threshold_pct)
 
 
 def drift_for_group(
-    trace: PrefillTrace, group: int, *, calibration: Calibration | None = None, threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    trace: PrefillTrace,
+    group: int,
+    *,
+    calibration: Calibration | None = None,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    tolerance_pct: float | None = None,
 ) -> DriftReport:
     """A configuration's logged captured list against today's optimum on its traffic."""
     view = trace.group_view(group) if trace.groups else trace
@@ -149,7 +167,7 @@ def drift_for_group(
         which = f"group {group} ({trace.groups[group].label()})" if trace.groups else "the trace"
         raise InputError(f"{which} logged no complete prefill capture list: give --profile to judge its deployed list")
     name = f"group {group}'s captured list"
-    return drift_from_plan(_todays_plan(view, list(cap.buckets), name, calibration), name, threshold_pct)
+    return drift_from_plan(_todays_plan(view, list(cap.buckets), name, calibration, tolerance_pct), name, threshold_pct)
 
 
 # ---- many profiles, many configurations -----------------------------------------------------
@@ -220,6 +238,7 @@ def drift_fleet(
     groups: list[int] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    tolerance_pct: float | None = None,
     sglang: SglangUse = "cache",
     say: Callable[[PrefillCapture], None] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -242,7 +261,7 @@ def drift_fleet(
     if not profiles:
         for g in chosen or [0]:
             label = trace.groups[g].label() if n else "the trace"
-            rep = drift_for_group(trace, g, calibration=calibration, threshold_pct=threshold_pct)
+            rep = drift_for_group(trace, g, calibration=calibration, threshold_pct=threshold_pct, tolerance_pct=tolerance_pct)
             rows.append(DriftRow(f"group {g}'s captured list", g if n else None, label, _batches(trace, g), rep))
         return FleetDrift(rows)
     judged: set[int] = set()
@@ -266,6 +285,7 @@ def drift_fleet(
                 view,
                 calibration=calibration,
                 threshold_pct=threshold_pct,
+                tolerance_pct=tolerance_pct,
                 sglang=sglang,
                 say=say,
                 progress=progress,

@@ -12,7 +12,7 @@ from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import JsonFlag, Quiet
+from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, Quiet, tolerance_option
 from bcgtune.core.sglang.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.errors import InputError
 
@@ -68,6 +68,17 @@ def drift_command(
             "points of replay share or padding waste.",
         ),
     ] = DEFAULT_THRESHOLD_PCT,
+    tolerance: Annotated[
+        Optional[float],
+        typer.Option(
+            "--tolerance",
+            callback=tolerance_option,
+            help="With a calibration. " + TOLERANCE_HELP + " Keep when the deployed list is within it of today's optimum "
+            "or the gain's upper end is within --threshold; a gain is claimed only when its whole interval is above "
+            "--threshold.",
+            show_default=False,
+        ),
+    ] = None,
     write_profile: Annotated[
         Optional[str],
         typer.Option(
@@ -133,6 +144,7 @@ def drift_command(
         groups=group,
         calibration=cal,
         threshold_pct=threshold,
+        tolerance_pct=tolerance,
         sglang="ask" if ask_sglang else "cache",
         say=said,
         progress=lambda m: note(m, quiet),

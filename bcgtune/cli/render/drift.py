@@ -22,10 +22,22 @@ def render_drift_text(r: DriftReport, trace_batches: int) -> str:
     steps = f" grouped into {r.deployed.metrics.batches:,} DP-attention steps" if r.unit == "step" else ""
     lines = [f"today's traffic: {trace_batches:,} prefill batches{steps}; verdict on {r.basis}", ""]
     lines += table(head, rows)
+    if r.tolerance_pct is not None and r.margin_ms is not None:
+        lines += ["", "rule: " + drift_rule_text(r)]
     lines += ["", f"verdict: {r.verdict.upper()}: {r.reason}"]
     if r.verdict == "re-tune":
         lines.append("--cuda-graph-bs-prefill " + " ".join(map(str, r.optimum.metrics.buckets)))
     return "\n".join(lines) + "\n"
+
+
+def drift_rule_text(r: DriftReport) -> str:
+    """The time verdict's rule with its margin in % and ms (suggest-buckets' rule)."""
+    ms = f"{r.margin_ms:,.1f}" if (r.margin_ms or 0) >= 10 else f"{r.margin_ms:.3g}"
+    return (
+        f"keep when the deployed list's paired 95% upper bound is within {r.tolerance_pct:g}% ({ms} ms) of today's "
+        f"optimum (--tolerance) or the gain's upper end is within the {r.threshold_pct:g}% threshold; a gain is claimed "
+        "only when its whole interval is above the threshold"
+    )
 
 
 def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
@@ -60,7 +72,8 @@ def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
             lines.append(f"  {r.deployed}{at}: {r.report.reason}")
             lines.append("  --cuda-graph-bs-prefill " + " ".join(map(str, r.report.optimum.metrics.buckets)))
     else:
-        lines.append(f"verdict: KEEP: all {len(f.rows)} lists within the threshold")
+        within = "shown within the threshold or the tolerance" if timed else "within the threshold"
+        lines.append(f"verdict: KEEP: all {len(f.rows)} lists {within}")
     for u in f.unjudged:
         lines.append(f"note: not judged (no profile agrees with it): {u}")
     return "\n".join(lines) + "\n"

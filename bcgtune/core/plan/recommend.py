@@ -234,8 +234,11 @@ class RecommendRule:
     @property
     def within(self) -> str:
         """'within 0.5% (463.5 ms) of the best'."""
+        return self.within_of("the best")
+
+    def within_of(self, what: str) -> str:
         ms = f"{self.margin_ms:,.1f}" if self.margin_ms >= 10 else f"{self.margin_ms:.3g}"
-        return f"within {self.tolerance_pct:g}% ({ms} ms) of the best"
+        return f"within {self.tolerance_pct:g}% ({ms} ms) of {what}"
 
     @property
     def text(self) -> str:
