@@ -9,9 +9,12 @@ worse than before."""
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import assert_one_line_error, cli
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -334,3 +337,53 @@ def test_an_extension_on_a_machine_in_another_state_is_refused():
     fast.graph_ms, fast.graph_rounds = fast.graph_ms / 2.2, fast.graph_rounds / 2.2
     with pytest.raises(InputError, match=r"ran replay 0.45x as long .* calibrate again instead"):
         extend_calibration(cal, fast, {})
+
+
+# ---- the command line: --tolerance, and the rule it prints ------------------------------
+DOCS = Path(__file__).resolve().parent / "data" / "docs"
+
+
+@pytest.mark.parametrize("command", ["suggest-buckets", "drift"])
+@pytest.mark.parametrize("bad", ["-1", "nan", "101", "abc", "inf", "-0.001"])
+def test_a_bad_tolerance_is_a_one_line_error_naming_the_flag(command, bad):
+    args = ["--trace", DOCS / "small.csv", "-p", "h200"] if command == "drift" else [DOCS / "small.csv", "--objective", "time"]
+    r = cli([command, *args, "--calibration", DOCS / "tiny-cal.json", "--tolerance", bad])
+    assert r.code == 2, (r.code, r.err)
+    assert_one_line_error(r)
+    line = next(ln for ln in r.err.splitlines() if ln.startswith("error:"))
+    assert "--tolerance" in line, line
+
+
+def test_suggest_prints_the_rule_with_its_default_margin_and_carries_it_in_json():
+    base = ["suggest-buckets", DOCS / "small.csv", "--objective", "time", "--calibration", DOCS / "tiny-cal.json"]
+    r = cli([*base, "--max-buckets", "3"])
+    assert r.code == 0, r.err
+    rule = next(ln for ln in r.out.splitlines() if ln.startswith("rule: "))
+    assert rule.startswith("rule: the fewest graphs whose paired 95% upper bound is within 0.5% (")
+    assert "ms) of the best (the default; --tolerance PCT sets it)" in rule
+    obj = json.loads(cli([*base, "--max-buckets", "3", "--json"]).out)
+    got = obj["recommended"]["rule"]
+    assert got["tolerance_pct"] == 0.5 and got["given"] is False and got["bound"] == "upper" and got["rounds"] == 5
+    assert got["margin_ms"] == pytest.approx(0.005 * obj["optimal"]["predicted_ms"])
+    assert obj["params"]["tolerance_pct"] == 0.5 and got["text"] in rule
+    # stated: the rule names it, and a wide enough margin takes fewer graphs
+    obj = json.loads(cli([*base, "--max-buckets", "3", "--json", "--tolerance", "30"]).out)
+    assert obj["recommended"]["rule"]["given"] is True and "(--tolerance 30)" in obj["recommended"]["rule"]["text"]
+    assert obj["recommended"]["graphs"] < obj["optimal"]["graphs"]
+
+
+def test_the_padding_objective_has_no_time_rule():
+    r = cli(["suggest-buckets", DOCS / "small.csv", "--max-buckets", "3"])
+    assert r.code == 0 and "rule:" not in r.out
+    obj = json.loads(cli(["suggest-buckets", DOCS / "small.csv", "--max-buckets", "3", "--json"]).out)
+    assert obj["recommended"]["rule"] is None and obj["params"]["tolerance_pct"] is None
+
+
+def test_drift_prints_the_same_rule_and_margin():
+    args = ["drift", "-p", "h200", "--trace", DOCS / "small.csv", "--calibration", DOCS / "tiny-cal.json"]
+    r = cli(args)
+    assert r.code in (0, 1), r.err
+    assert "rule: keep when the deployed list's paired 95% upper bound is within 0.5% (" in r.out
+    obj = json.loads(cli([*args, "--json", "--tolerance", "3"]).out)
+    assert obj["tolerance_pct"] == 3 and obj["margin_ms"] == pytest.approx(0.03 * obj["optimum"]["predicted_ms"])
+    assert obj["excess"]["half"] is not None
