@@ -468,7 +468,7 @@ def test_drift_claims_a_gain_only_beyond_the_noise_and_keeps_only_what_is_shown_
 def test_wider_noise_never_turns_a_re_tune_into_keep(above):
     """The same medians with a growing round-to-round swing: once the verdict is re-tune it
     stays re-tune, whether the threshold is below the predicted gain or above it."""
-    from bcgtune.core.drift import drift_report
+    from bcgtune.core.plan.drift import drift_report
 
     trace = _drift_trace()
     base = drift_report(trace, [256], calibration=_round_noise_calibration([0.0] * 5)).time_gain.center

@@ -39,7 +39,7 @@ class SuggestRequest:
     `max_bucket` None: the launch's capture alignment and ladder maximum. `tolerance_pct`
     (time objective): recommend fewer graphs than the best only when the upper end of their
     paired 95% interval against it is within this % of the best's predicted time; None: the
-    default margin (core.constants.DEFAULT_TOLERANCE_PCT). `group`: which server configuration
+    default margin (core.sglang.constants.DEFAULT_TOLERANCE_PCT). `group`: which server configuration
     of a trace that holds several to price (None: the trace must hold one). `profile`: price
     the launch this profile makes (its [server] flags, platform, GPU and model), as drift and
     serve will judge and launch it; its current list is a comparison row. `sglang`: when

@@ -110,7 +110,7 @@ class PlanRequest(pydantic.BaseModel):
     attention_dp_size: Annotated[int, Field(ge=1, le=DP_RANKS_MAX)] = 1
     # time objective: recommend fewer graphs than the best only when the upper end of their
     # paired 95% interval against it is within this % of the best's predicted time
-    # (None: core.constants.DEFAULT_TOLERANCE_PCT)
+    # (None: core.sglang.constants.DEFAULT_TOLERANCE_PCT)
     tolerance_pct: Optional[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]] = None
 
     @pydantic.field_validator("objective")

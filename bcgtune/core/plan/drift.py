@@ -8,7 +8,7 @@ replay share and padding and, with a calibration, by predicted prefill time. The
 `re-tune` when the optimum is better by more than the threshold, else `keep`.
 
 With a calibration the two lists are paired round by round, with 95% intervals, and the
-verdict uses the rule suggest-buckets recommends by (bcgtune.core.recommend): a list slower
+verdict uses the rule suggest-buckets recommends by (bcgtune.core.plan.recommend): a list slower
 than the best stands for it only when it is shown close, never because the noise is wide.
 `keep` when the deployed list is shown close: the upper end of the paired interval of (its
 time - the optimum's) is within `tolerance_pct` % of the optimum's predicted time, or the
@@ -88,7 +88,7 @@ def drift_report(
 ) -> DriftReport:
     """`deployed` (as SGLang captures it: aligned to `align`) against today's optimum of as
     many buckets on `trace`, both priced by one plan (see the module docstring).
-    `tolerance_pct` None: the default margin (core.constants.DEFAULT_TOLERANCE_PCT)."""
+    `tolerance_pct` None: the default margin (core.sglang.constants.DEFAULT_TOLERANCE_PCT)."""
     trace.validate()
     if not deployed:
         raise InputError("the deployed list is empty", field="buckets")
