@@ -537,7 +537,7 @@ def test_no_output_can_overwrite_a_file_the_command_line_names(tmp_path, trace_c
         assert case in refused, (case, sorted(refused))
 
 
-MI355X_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "bcgtune", "data", "profiles", "mi355x.toml")).read()
+MI355X_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "profiles", "mi355x.toml")).read()
 
 
 def test_a_mistyped_command_gets_one_suggestion():
