@@ -24,9 +24,9 @@ from typing import Annotated, Any, Sequence
 from pydantic import Field
 
 from bcgtune import _API
-from bcgtune.core.plan.bucket_plan import BucketPlan
 from bcgtune.core.plan.calibration import Calibration
 from bcgtune.core.plan.drift import DriftReport
+from bcgtune.core.plan.plan_types import BucketPlan
 from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
 from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
 from bcgtune.core.sglang.replay import ListMetrics, evaluate_list, parse_bucket_list

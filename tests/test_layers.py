@@ -100,3 +100,51 @@ def test_every_sub_package_says_what_it_owns():
     for top in ("core", "adapters"):
         for init in (PKG / top).glob("*/__init__.py"):
             assert len(init.read_text(encoding="utf-8").strip()) > 80, f"{init} needs its one-paragraph docstring"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        graph[".".join(parts)] = {m for m in _imports(p) if not m.startswith("bcgtune:")}
+    return {m: {t for t in targets if t in graph and t != m} for m, targets in graph.items()}
+
+
+def test_no_import_circles():
+    # every import statement counts (top level, inside functions, under TYPE_CHECKING): a
+    # circle makes the reading order of two modules undefined
+    graph = _module_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert len(graph) > 100
+    assert not circles, f"import circles: {circles}"

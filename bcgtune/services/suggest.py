@@ -13,15 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bcgtune.core.plan.bucket_plan import (
-    MI355X_PR_HAND_LIST,
-    MI355X_PR_HAND_LIST_NAME,
-    BucketPlan,
-    assumed_chunked_prefill_size,
-    make_plan,
-    plan_request,
-)
+from bcgtune.core.plan.bucket_plan import MI355X_PR_HAND_LIST, MI355X_PR_HAND_LIST_NAME, assumed_chunked_prefill_size, make_plan
 from bcgtune.core.plan.calibration import Calibration
+from bcgtune.core.plan.plan_types import BucketPlan, plan_request
 from bcgtune.core.sglang.capture import PrefillCapture
 from bcgtune.core.sglang.ladder import ceil_to
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR

@@ -18,7 +18,7 @@ from bcgtune.core.sglang.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.plan.bucket_plan import BucketPlan
+    from bcgtune.core.plan.plan_types import BucketPlan
     from bcgtune.core.sglang.capture import PrefillCapture
     from bcgtune.core.trace.prefill_trace import PrefillTrace
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from bcgtune.cli.render.table import count, num, table
-from bcgtune.core.plan.bucket_plan import BucketPlan
+from bcgtune.core.plan.plan_types import BucketPlan
 
 CURVE_ROWS_SHOWN = 24
 

@@ -27,18 +27,13 @@ so when that changed the list), not to the optimizer's `align`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Annotated, Any, Optional
 
 import numpy as np
-import pydantic
-from pydantic import Field
 
 from bcgtune.core.plan.dp_steps import (
     DPSteps,
     StepOptimum,
-    evaluate_steps,
     min_buckets_all_steps,
     optimal_step_buckets,
     optimal_step_buckets_time,
@@ -51,263 +46,30 @@ from bcgtune.core.plan.optimizer import (
     optimal_buckets,
     optimal_buckets_time,
 )
-from bcgtune.core.plan.predict import TimeModel
-from bcgtune.core.plan.recommend import (
-    RecommendRule,
-    Refinement,
-    TimeInfo,
+from bcgtune.core.plan.plan_types import (
+    BucketPlan,
+    CurvePoint,
+    DPAttentionInfo,
+    PlanRequest,
+    PlanRow,
+    Restriction,
+    TraceInfo,
     count_text,
-    price_with_intervals,
-    refine_json,
-    time_json,
 )
+from bcgtune.core.plan.pricer import Pricer
+from bcgtune.core.plan.recommend import price_with_intervals
 from bcgtune.core.plan.step_grouping import StepGrouping, group_steps
-from bcgtune.core.schema import DP_RANKS_MAX, GIB_MAX, TOKENS_MAX, Seed, validate
-from bcgtune.core.sglang.constants import CANDIDATE_SETS, OBJECTIVES
-from bcgtune.core.sglang.ladder import ceil_to, default_chunked_prefill_size, sglang_default_ladder, sorted_unique
-from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, ListMetrics, evaluate_list
-from bcgtune.core.stats import Interval, nearest_rank
+from bcgtune.core.sglang.ladder import ceil_to, default_chunked_prefill_size, sglang_default_ladder
+from bcgtune.core.sglang.replay import evaluate_list
+from bcgtune.core.stats import nearest_rank
 from bcgtune.core.trace.mix import BatchMix, batch_mix
 from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
-
-PLAN_FORMAT_VERSION = 1
-PLAN_KIND = "bcgtune.bucket-plan"
-MAX_BUCKETS_LIMIT = 4096  # no SGLang launch captures more prefill graphs than this
 
 # The hand-tuned MI355X list from the Qwen multimodal breakable-prefill pull request: it
 # matched the +21% throughput of SGLang's 74-graph default ladder with 11 graphs.
 MI355X_PR_HAND_LIST = [256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376]
 MI355X_PR_HAND_LIST_NAME = "hand-tuned MI355X list (Qwen multimodal PR)"
-
-
-class PlanRequest(pydantic.BaseModel):
-    """What to optimize, with the bounds each input must meet (checked on construction)."""
-
-    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-
-    max_buckets: Annotated[int, Field(ge=1, le=MAX_BUCKETS_LIMIT)] = 12
-    align: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 1
-    # the multiple SGLang rounds captured buckets up to for this layout (core/sglang/ladder.py)
-    layout_align: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 1
-    max_bucket: Optional[Annotated[int, Field(ge=1, le=TOKENS_MAX)]] = None
-    padding_factor: Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)] = DEFAULT_PADDING_FACTOR
-    objective: str = "padding"
-    chunked_prefill_size: Optional[Annotated[int, Field(ge=1, le=TOKENS_MAX)]] = None
-    # SGLang's default ladder as this launch captures it (bcgtune.core.sglang.ladder.resolve_prefill_capture),
-    # with its maximum; None: the plain ladder up to chunked_prefill_size (or one covering the trace)
-    sglang_ladder: Optional[list[int]] = None
-    ladder_max: Optional[int] = None
-    compare: list[tuple[str, list[int]]] = []
-    calibration: Any = None  # core.plan.calibration.Calibration, for objective=time
-    max_graph_mem_gib: Optional[Annotated[float, Field(gt=0, le=GIB_MAX, allow_inf_nan=False)]] = None
-    kmeans: bool = False  # scikit-learn KMeans row (imports scikit-learn: seconds)
-    quantiles: bool = True
-    candidates: str = "auto"
-    seed: Seed = 0
-    # attention-DP ranks of the server (DP attention): > 1 prices steps across ranks when
-    # the trace's records can be grouped into steps (bcgtune.core.plan.dp_steps)
-    attention_dp_size: Annotated[int, Field(ge=1, le=DP_RANKS_MAX)] = 1
-    # time objective: recommend fewer graphs than the best only when the upper end of their
-    # paired 95% interval against it is within this % of the best's predicted time
-    # (None: core.sglang.constants.DEFAULT_TOLERANCE_PCT)
-    tolerance_pct: Optional[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]] = None
-
-    @pydantic.field_validator("objective")
-    @classmethod
-    def _objective(cls, v: str) -> str:
-        if v not in OBJECTIVES:
-            raise ValueError(f"must be padding or time, got {v!r}")
-        return v
-
-    @pydantic.field_validator("candidates")
-    @classmethod
-    def _candidates(cls, v: str) -> str:
-        if v not in CANDIDATE_SETS:
-            raise ValueError(f"must be auto, trace or calibration, got {v!r}")
-        return v
-
-
-def plan_request(**fields: Any) -> PlanRequest:
-    """A PlanRequest, or an InputError naming the field that is out of bounds."""
-    return validate(PlanRequest, fields, as_fields=True)
-
-
-@dataclass
-class PlanRow:
-    """One list of the comparison, with its metrics under the plan's rule and model."""
-
-    name: str
-    kind: str  # optimal | sglang-default | compare | captured | kmeans | quantile
-    metrics: ListMetrics
-    predicted_ms: float | None = None
-    speedup_vs_eager: float | None = None
-    graph_mem_gib: float | None = None
-    aligned_from: list[int] | None = None  # the list as given, when SGLang's alignment changed it
-    omitted_unused: int = 0  # buckets of a very long list that serve no traced batch: counted, not listed
-    interval: Interval | None = None  # predicted_ms with its 95% interval (half None: one round)
-    vs_recommended: Interval | None = None  # predicted_ms - the recommended row's, paired
-    vs_best: str | None = None  # best | within noise | slower | faster | unknown (no interval)
-    unmeasured: list[int] = field(default_factory=list)  # buckets priced by interpolation
-    capture_s: float | None = None  # capture time of the list (calibration's per-bucket times)
-
-    @property
-    def buckets(self) -> list[int]:
-        return self.metrics.buckets
-
-    def to_dict(self) -> dict[str, Any]:
-        d = self.metrics.to_dict()
-        d["name"] = self.name
-        d["kind"] = self.kind
-        if self.predicted_ms is not None:
-            d["predicted_ms"] = self.predicted_ms
-            d["predicted_half_ms"] = None if self.interval is None else self.interval.half
-            d["predicted_se_ms"] = None if self.interval is None else self.interval.se
-            d["vs_recommended_ms"] = None if self.vs_recommended is None else self.vs_recommended.center
-            d["vs_recommended_half_ms"] = None if self.vs_recommended is None else self.vs_recommended.half
-            d["vs_best"] = self.vs_best
-            d["unmeasured_buckets"] = self.unmeasured
-            d["capture_s"] = self.capture_s
-            d["speedup_vs_eager"] = self.speedup_vs_eager
-        if self.graph_mem_gib is not None:
-            d["graph_mem_gib"] = self.graph_mem_gib
-        if self.aligned_from is not None:
-            d["aligned_from"] = self.aligned_from
-        if self.omitted_unused:
-            d["buckets_omitted_unused"] = self.omitted_unused
-        return d
-
-
-@dataclass
-class CurvePoint:
-    k: int
-    buckets: list[int]
-    eager_batches: int
-    padded_tokens: int
-    waste_pct: float
-    hit_rate_pct: float
-    predicted_ms: float | None = None
-    predicted_half_ms: float | None = None
-    vs_recommended_ms: float | None = None  # paired difference from the recommended list
-    vs_recommended_half_ms: float | None = None
-
-
-@dataclass
-class Restriction:
-    """Why a row beats the optimal one on its objective: the constraint it breaks."""
-
-    row: str
-    reasons: list[str]
-
-
-@dataclass
-class TraceInfo:
-    origin: str
-    sources: list[dict[str, Any]]
-    batches: int
-    distinct_sizes: int
-    tokens: int
-    p50: int
-    p99: int
-    max: int
-    workload: str | None
-
-
-@dataclass
-class DPAttentionInfo:
-    """How a plan priced DP attention. `unit`: "step" (the trace's records grouped into
-    steps across ranks: every metric counts steps) or "batch" (no rank information:
-    `reason`). `proven`/`how`: whether the step optimum is proven (StepCertificate)."""
-
-    ranks: int
-    unit: str
-    records: int
-    steps: int = 0
-    rule: str | None = None
-    ungrouped: int = 0
-    decode_votes: int = 0
-    always_eager: int = 0
-    proven: bool | None = None
-    how: str | None = None
-    reason: str | None = None
-
-
-@dataclass
-class BucketPlan:
-    recommended: PlanRow
-    rows: list[PlanRow]
-    curve: list[CurvePoint]
-    full_replay_buckets: list[int]
-    full_replay_batches: int
-    request: PlanRequest
-    candidate_set: str  # trace | calibration
-    candidate_count: int
-    ladder_max: int
-    trace: TraceInfo
-    restrictions: list[Restriction] = field(default_factory=list)
-    dp_attention: DPAttentionInfo | None = None
-    optimal: PlanRow | None = None  # the exact optimum (rows[0]); `recommended` may have fewer graphs
-    recommended_reason: str = ""
-    time: TimeInfo | None = None
-    refine: Refinement | None = None
-    rule: RecommendRule | None = None  # the time objective's recommendation rule, as applied
-    # the model that priced the rows with a calibration (core/predict.TimeModel), for paired
-    # comparisons of any two lists on this plan's traffic; not part of the JSON
-    model: TimeModel | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def unit(self) -> str:
-        """What a row's metrics count: "step" under DP attention with grouped steps, else "batch"."""
-        return self.dp_attention.unit if self.dp_attention is not None else "batch"
-
-    @property
-    def flag(self) -> str:
-        return "--cuda-graph-bs-prefill " + " ".join(map(str, self.recommended.buckets))
-
-    def params(self) -> dict[str, Any]:
-        r = self.request
-        return {
-            "max_buckets": r.max_buckets,
-            "align": r.align,
-            "layout_align": r.layout_align,
-            "max_bucket": r.max_bucket,
-            "padding_factor": r.padding_factor,
-            "objective": r.objective,
-            "ladder_max": self.ladder_max,
-            "candidates": self.candidate_count,
-            "candidate_set": self.candidate_set,
-            "max_graph_mem_gib": r.max_graph_mem_gib,
-            "tolerance_pct": self.rule.tolerance_pct if self.rule is not None else r.tolerance_pct,
-        }
-
-    def to_json_obj(self) -> dict[str, Any]:
-        from bcgtune.core.document import document_header
-
-        rec = self.recommended.to_dict() | {
-            "flag": self.flag,
-            "objective": self.request.objective,
-            "reason": self.recommended_reason,
-            "rule": None if self.rule is None else self.rule.to_dict(),
-        }
-        opt = self.optimal or self.rows[0]
-        return {
-            **document_header(PLAN_KIND, PLAN_FORMAT_VERSION),
-            "trace": asdict(self.trace),
-            "params": self.params(),
-            "recommended": rec,
-            "optimal": opt.to_dict() | {"flag": "--cuda-graph-bs-prefill " + " ".join(map(str, opt.buckets))},
-            "uncertainty": None if self.time is None else time_json(self.time),
-            "refine": None if self.refine is None else refine_json(self.refine),
-            "comparison": [r.to_dict() for r in self.rows],
-            "curve": [{k: v for k, v in asdict(c).items() if v is not None} for c in self.curve],
-            "min_buckets_full_replay": {
-                "buckets": len(self.full_replay_buckets),
-                "list": self.full_replay_buckets,
-                "replayable_batches": self.full_replay_batches,
-            },
-            "restrictions": [asdict(x) for x in self.restrictions],
-            "dp_attention": None if self.dp_attention is None else asdict(self.dp_attention),
-        }
 
 
 def assumed_chunked_prefill_size(trace: PrefillTrace, chunked_prefill_size: int | None) -> int:
@@ -544,68 +306,6 @@ def _solve_steps(steps: DPSteps, req: PlanRequest, candidates: str) -> StepOptim
             field="max_graph_mem_gib",
         )
     return optimal_step_buckets(steps, req.max_buckets, req.align, req.max_bucket, req.padding_factor)
-
-
-class Pricer:
-    """Metrics (and, with a calibration, predicted time and graph memory) of any list, by
-    one rule and one model for every row: per batch, or per DP-attention step."""
-
-    def __init__(self, sizes, counts, req: PlanRequest, candidates: str, mix: BatchMix | None, steps: DPSteps | None = None):
-        self.sizes, self.counts, self.req, self.candidates, self.mix = sizes, counts, req, candidates, mix
-        self.steps = steps
-        self.eager_ms = None
-        self.model: TimeModel | None = None
-        if req.calibration is not None:
-            self.model = TimeModel(sizes, counts, req.calibration, req.padding_factor, candidates, mix=mix, steps=steps)
-            self.eager_ms = self.time_ms([])
-
-    def metrics(self, buckets, name: str = "") -> ListMetrics:
-        if self.steps is not None:
-            return evaluate_steps(self.steps, buckets, name=name, factor=self.req.padding_factor)
-        return evaluate_list(self.sizes, self.counts, buckets, name=name, factor=self.req.padding_factor)
-
-    def time_ms(self, buckets) -> float:
-        assert self.model is not None
-        return float(self.model.totals(buckets)[0])
-
-    def row(self, name: str, kind: str, buckets, *, sglang_aligns: bool = False) -> PlanRow:
-        arr = sorted_unique(list(buckets))
-        aligned = sorted_unique(ceil_to(arr, self.req.layout_align)) if sglang_aligns else arr
-        captured, omitted = _serving_part(aligned, self.sizes)
-        m = self.metrics(captured, name)
-        if omitted:  # counted, not listed
-            m.graphs += omitted
-            m.unused_buckets += omitted
-        changed = sglang_aligns and (aligned.size != arr.size or bool((aligned != arr).any()))
-        r = PlanRow(
-            name=name,
-            kind=kind,
-            metrics=m,
-            aligned_from=arr.tolist() if changed and not omitted else None,
-            omitted_unused=omitted,
-        )
-        cal = self.req.calibration
-        if cal is not None:
-            r.predicted_ms = self.time_ms(captured)
-            r.speedup_vs_eager = self.eager_ms / r.predicted_ms if r.predicted_ms and self.eager_ms is not None else None
-            if cal.has_memory and captured:
-                r.graph_mem_gib = float(cal.graph_memory_gib(aligned.tolist()))
-        return r
-
-
-LISTED_MAX = 4096  # a longer list is listed by the buckets that serve traced batches
-
-
-def _serving_part(buckets: np.ndarray, sizes: np.ndarray) -> tuple[list[int], int]:
-    """(the list to evaluate, how many buckets it leaves out). Which bucket a batch uses and
-    whether it replays depends only on the smallest bucket at or above it, so a list longer
-    than LISTED_MAX (SGLang's ladder to 2**31 tokens has 4 million buckets) is evaluated on
-    those buckets alone, and the others are counted as unused graphs."""
-    if buckets.size <= LISTED_MAX:
-        return buckets.tolist(), 0
-    idx = np.searchsorted(buckets, sizes, side="left")
-    serving = buckets[sorted_unique(idx[idx < buckets.size])]
-    return serving.tolist(), int(buckets.size - serving.size)
 
 
 def _curve_point(pricer: Pricer, p: dict, req: PlanRequest) -> CurvePoint:

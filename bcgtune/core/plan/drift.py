@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bcgtune.core.plan.bucket_plan import BucketPlan, PlanRow, make_plan, plan_request
-from bcgtune.core.plan.recommend import RecommendRule, recommend_rule
+from bcgtune.core.plan.bucket_plan import make_plan
+from bcgtune.core.plan.plan_types import BucketPlan, PlanRow, RecommendRule, plan_request
+from bcgtune.core.plan.recommend import recommend_rule
 from bcgtune.core.sglang.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.core.sglang.ladder import align_buckets
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, ListMetrics

@@ -22,63 +22,12 @@ the predicted time alone (and the rule says so).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
-
 from bcgtune.core.plan.optimizer import candidate_rows
-from bcgtune.core.plan.predict import HostBound, TimeModel
+from bcgtune.core.plan.plan_types import BucketPlan, PlanRow, RecommendRule, Refinement, TimeInfo, count_text
+from bcgtune.core.plan.predict import TimeModel
+from bcgtune.core.plan.pricer import Pricer
 from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.core.stats import CONFIDENCE, Interval
-
-if TYPE_CHECKING:
-    from bcgtune.core.plan.bucket_plan import BucketPlan, PlanRow, Pricer
-
-
-def count_text(n: int, what: str) -> str:
-    return f"{n} {what}" + ("" if n == 1 else "s")
-
-
-@dataclass
-class TimeInfo:
-    """What the predicted times rest on: the calibration's timed rounds (`rounds` 1: no
-    interval, `why_none` says why), the eager time that is host launch time, the traced
-    batches outside the calibration's measured sizes, and `widest_pct`, the widest interval
-    of any row relative to its prediction (rounds that disagree widely)."""
-
-    rounds: int
-    confidence: float
-    statistic: str
-    why_none: str | None
-    host_bound: HostBound | None
-    outside: tuple[int, int, int, int] | None  # (units, of, smallest measured, largest measured)
-    widest_pct: float | None
-    scaled_sessions: list[dict] = field(default_factory=list)  # extensions put on the first session's scale
-
-
-@dataclass
-class Refinement:
-    """Sizes the optimizer wants measured: the list it found by also pricing unmeasured sizes
-    (`row`), predicted `gain` ms faster than the measured optimum (paired interval), and the
-    command that measures those sizes (None: the calibration cannot be extended in place)."""
-
-    sizes: list[int]
-    row: str
-    gain: Interval | None
-    command: str | None
-    why_no_command: str | None = None
-
-
-def time_json(t: TimeInfo) -> dict[str, Any]:
-    d = asdict(t)
-    d["outside"] = None if t.outside is None else dict(zip(("batches", "of", "smallest_measured", "largest_measured"), t.outside))
-    return d
-
-
-def refine_json(r: Refinement) -> dict[str, Any]:
-    d = asdict(r)
-    d["gain"] = None if r.gain is None else r.gain.to_dict()
-    return d
-
 
 # ---- time: intervals, the recommendation, what to measure next ------------------------
 RECOMMENDABLE = ("optimal", "eager", "compare", "captured", "quantile", "kmeans", "sglang-default")
@@ -201,82 +150,6 @@ def _recommend(plan: BucketPlan, pricer: Pricer) -> tuple[PlanRow, str]:
         f"{count_text(len(rec.buckets), 'graph')} instead of the optimum's {len(best.buckets)}: the fewest graphs "
         f"{rule.text} ({_gap_text(gap(rec))})"
     )
-
-
-@dataclass
-class RecommendRule:
-    """The time objective's rule as applied: a list with fewer graphs than the best is
-    recommended only when `bound` of (its time - the best's) is at most `margin_ms`
-    (`tolerance_pct` % of the best's predicted time). `bound`: "upper" (the upper end of the
-    95% paired interval over `rounds` timed rounds), "predicted" (one round and a tolerance
-    given: the predicted difference alone), "none" (one round, no tolerance given: the
-    optimum). `given`: the tolerance was stated, not the default."""
-
-    tolerance_pct: float
-    margin_ms: float
-    given: bool
-    bound: str
-    rounds: int
-    confidence: float = CONFIDENCE
-
-    def admits(self, d: Interval) -> bool:
-        """Whether a list whose paired difference from the best is `d` may stand for it."""
-        if self.bound == "none":
-            return False
-        if self.bound == "upper":
-            if d.half is None:
-                return False
-            worst = d.center + d.half
-        else:
-            worst = d.center
-        return worst <= self.margin_ms + 1e-9 * max(1.0, abs(self.margin_ms))
-
-    @property
-    def within(self) -> str:
-        """'within 0.5% (463.5 ms) of the best'."""
-        return self.within_of("the best")
-
-    def within_of(self, what: str) -> str:
-        ms = f"{self.margin_ms:,.1f}" if self.margin_ms >= 10 else f"{self.margin_ms:.3g}"
-        return f"within {self.tolerance_pct:g}% ({ms} ms) of {what}"
-
-    @property
-    def text(self) -> str:
-        """'whose paired 95% upper bound is within 0.5% (463.5 ms) of the best', as a reason
-        and the printed rule say it."""
-        if self.bound == "upper":
-            return f"whose paired {self.confidence:.0%} upper bound is {self.within}"
-        if self.bound == "predicted":
-            return f"predicted {self.within} (one timed round: no interval, so by the predicted time alone)"
-        return "(none: one timed round gives no interval to bound a list with fewer graphs)"
-
-    @property
-    def none_text(self) -> str:
-        """What no list with fewer graphs met: 'has a paired 95% upper bound within ...'."""
-        if self.bound == "upper":
-            return f"has a paired {self.confidence:.0%} upper bound {self.within}"
-        return f"is {self.text}"
-
-    def summary(self) -> str:
-        """The printed rule line."""
-        src = f"--tolerance {self.tolerance_pct:g}" if self.given else "the default; --tolerance PCT sets it"
-        if self.bound == "none":
-            return (
-                "the optimum: one timed round gives no interval to bound a list with fewer graphs "
-                "(--tolerance PCT accepts fewer graphs predicted within PCT % of the best)"
-            )
-        return f"the fewest graphs {self.text} ({src})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tolerance_pct": self.tolerance_pct,
-            "margin_ms": self.margin_ms,
-            "given": self.given,
-            "bound": self.bound,
-            "rounds": self.rounds,
-            "confidence": self.confidence,
-            "text": self.summary(),
-        }
 
 
 def recommend_rule(tolerance_pct: float | None, best_ms: float, rounds: int) -> RecommendRule:
