@@ -6,6 +6,8 @@ Exit codes (documented in the README):
   2  bad input: a file, field, flag or value the user gave is wrong
   3  an external step failed: the server, the GPU, a child process, the disk
   4  an internal error (a bug in bcgtune); the message says how to see the traceback
+  5  not checked: SGLang's own answer was not obtained (not asked, timed out, did not
+     import, its answer cache locked), so no verdict is given (doctor)
   130 interrupted (Ctrl-C or SIGTERM)
 
 `field` names the input in domain terms (`max_buckets`, `padding_factor`): the library does
@@ -59,6 +61,13 @@ class ExternalError(BcgError):
     """Something outside bcgtune failed: a server, a GPU, a child process, the disk."""
 
     exit_code = 3
+
+
+class NotChecked(BcgError):
+    """A check could not run (SGLang not asked, timed out, failed to import, the answer
+    cache locked): no verdict, never "ok"."""
+
+    exit_code = 5
 
 
 class Interrupted(BcgError):

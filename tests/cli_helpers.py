@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bcgtune.cli.app import main
 
 README_EXIT_CODES = {0, 1, 2, 3, 4, 130}
-USER_EXIT_CODES = {0, 1, 2, 3, 130}  # 4 means a bug in bcgtune
+USER_EXIT_CODES = {0, 1, 2, 3, 5, 130}  # 4 means a bug in bcgtune
 
 
 @dataclass

@@ -38,20 +38,21 @@ EXPECTED = {
     "unimportable.py": "unimportable",
     "patched_with_deepstack_slot.py": "patched",
 }
-# a reading of the source never says patched (running could contradict it)
+# what each copy's source reads as; a reading is only ever "unverified" (or "unknown" when it
+# says nothing), never a verdict: it never blocks
 EXPECTED_READING = {
     "unpatched_0.5.23.py": "unpatched",
-    "patched_as_proposed.py": "unverified",
-    "patched_nested_if.py": "unverified",
-    "patched_local_variable.py": "unverified",
-    "patched_renamed_flag.py": "unverified",
-    "patched_check_in_gate.py": "unverified",
+    "patched_as_proposed.py": "patched",
+    "patched_nested_if.py": "patched",
+    "patched_local_variable.py": "patched",
+    "patched_renamed_flag.py": "patched",
+    "patched_check_in_gate.py": "patched",
     "inverted_condition.py": "inverted",
     "refusal_removed.py": "refusal-removed",
     "never_true_condition.py": "refusal-removed",
     "text_refusing.py": "unknown",
-    "unimportable.py": "unverified",
-    "patched_with_deepstack_slot.py": "unverified",
+    "unimportable.py": "patched",
+    "patched_with_deepstack_slot.py": "patched",
 }
 H200 = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
 
@@ -63,8 +64,13 @@ def test_every_runner_copy_has_an_expectation():
 @pytest.mark.parametrize("name", sorted(EXPECTED_READING))
 def test_copies_classified_by_reading(name):
     g = gate_report(RunnerAnswers(False, None, {}, "--no-sglang-probe"), RUNNERS / name)
-    assert (g.state, g.method) == (EXPECTED_READING[name], "source reading"), g.detail
-    assert g.state != "patched" and "not run: --no-sglang-probe" in g.detail
+    reads = EXPECTED_READING[name]
+    assert (g.state, g.reads_as, g.method) == (
+        "unknown" if reads == "unknown" else "unverified",
+        reads,
+        "source reading",
+    ), g.detail
+    assert g.detail.startswith(f"reads as {reads}") and "not run: --no-sglang-probe" in g.detail
 
 
 # ------------------------------------------------------------------ the gate, by behaviour
@@ -135,7 +141,7 @@ def _src(name):
 
 def test_reading_when_the_runner_was_not_run(tmp_path):
     g = gate_report(RunnerAnswers(False, None, {}, "sglang is not installed"), _src("unpatched_0.5.23.py"))
-    assert (g.state, g.method) == ("unpatched", "source reading")
+    assert (g.state, g.reads_as, g.method) == ("unverified", "unpatched", "source reading")
     assert g.detail.startswith("reads as unpatched") and "not run: sglang is not installed" in g.detail
     # a reading never says patched: running could contradict it
     g = gate_report(None, _src("patched_as_proposed.py"))
@@ -148,7 +154,8 @@ def test_a_runner_sglang_cannot_import_is_unimportable():
 
 
 def test_reading_shapes(tmp_path):
-    assert runner_gate_state(_src("unpatched_0.5.23.py")).state == "unpatched"
+    g = runner_gate_state(_src("unpatched_0.5.23.py"))
+    assert (g.state, g.reads_as) == ("unverified", "unpatched")
     # right copies written differently all read as patched, and are never called patched
     for name in ("patched_as_proposed.py", "patched_local_variable.py", "patched_nested_if.py"):
         g = runner_gate_state(_src(name))
@@ -160,7 +167,7 @@ def test_reading_shapes(tmp_path):
         "    def can_replay_locally(self, *, contains_mm_inputs=False, num_tokens=None):\n"
         "        return True\n"
     )
-    assert runner_gate_state(p).state == "absent"
+    assert (runner_gate_state(p).state, runner_gate_state(p).reads_as) == ("unverified", "absent")
     for text, detail in [
         (None, "not found"),
         ("def broken(:\n", "cannot parse"),
@@ -310,12 +317,20 @@ def test_doctor_without_sglang_falls_back(monkeypatch):
     monkeypatch.setattr(doc, "sglang_info", lambda: SglangInfo(installed=False))
     report = run_doctor(load_profile("mi355x"), runner_path=RUNNERS / "unpatched_0.5.23.py")
     g = report.prefill_runner_gate
-    assert (g.state, g.method) == ("unpatched", "source reading") and "sglang is not installed" in g.detail
+    assert (g.state, g.reads_as, g.method) == ("unverified", "unpatched", "source reading")
+    assert "sglang is not installed" in g.detail
     assert report.resolved_prefill.source.label == "bcgtune model"
     assert report.resolved_prefill.captured == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
     found = {f.code: f for f in report.findings}
-    assert "qwen-mm-unpatched-runner" in found
+    # a reading warns, never blocks: nothing ran
+    assert found["qwen-mm-gate-unverified"].severity == "warning" and "reads as unpatched" in found["qwen-mm-gate-unverified"].message
+    assert "qwen-mm-unpatched-runner" not in found and not report.blocking
     assert found["flags-unchecked"].severity == "info" and "sglang is not installed" in found["flags-unchecked"].message
+    # no verdict without SGLang: not checked, never ok, and how to get the answer
+    doc_json = report.to_json()
+    assert (report.outcome, doc_json["ok"], doc_json["launch_check"]) == ("not checked", False, "not checked")
+    assert len(report.not_checked) == 3 and any("install sglang" in h for h in report.how_to_check)
+    assert doc_json["resolved_prefill"]["launch_check"] == "not checked"
 
 
 def test_doctor_reports_a_profile_serve_refuses_before_any_flag(monkeypatch):

@@ -41,6 +41,7 @@ from bcgtune.errors import InputError
 from bcgtune.services.launch import SglangUse
 
 Severity = Literal["blocking", "warning", "info"]
+Outcome = Literal["ok", "blocking", "not checked"]
 BLOCKING: Severity = "blocking"
 WARNING: Severity = "warning"
 INFO: Severity = "info"
@@ -67,10 +68,21 @@ class DoctorReport:
     findings: list[Finding] = field(default_factory=list)
     resolved_prefill: PrefillCapture | None = None
     gate_cached_at: str | None = None
+    not_checked: list[str] = field(default_factory=list)
+    how_to_check: list[str] = field(default_factory=list)
 
     @property
     def blocking(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == BLOCKING]
+
+    @property
+    def outcome(self) -> Outcome:
+        """"blocking": something would stop or disappoint the server; "not checked": SGLang's
+        own answer is missing for part of what doctor judges, so no verdict; "ok": SGLang
+        answered everything and nothing blocks."""
+        if self.blocking:
+            return "blocking"
+        return "not checked" if self.not_checked else "ok"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,7 +95,11 @@ class DoctorReport:
             "findings": [f.to_json() for f in self.findings],
             "resolved_prefill": None if self.resolved_prefill is None else self.resolved_prefill.to_json(),
             "gate_cached_at": self.gate_cached_at,
-            "ok": not self.blocking,
+            "outcome": self.outcome,
+            "launch_check": "not checked" if self.not_checked else "checked",
+            "not_checked": list(self.not_checked),
+            "how_to_check": list(self.how_to_check),
+            "ok": self.outcome == "ok",
         }
 
 
@@ -171,7 +187,7 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
     runner (`qwen` None: the model could not be identified; `spec`: the speculative
     algorithm in [server])."""
     if qwen is None:
-        if gate.state != "unpatched":
+        if gate.state != "unpatched" or gate.method != "behaviour":
             return []
         return [
             Finding(
@@ -183,7 +199,16 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
     if not qwen:
         return []
     out = []
-    if gate.state == "unpatched":
+    if gate.method != "behaviour":
+        # a reading of the source never blocks: only running the runner shows what it does
+        out.append(
+            Finding(
+                WARNING,
+                "qwen-mm-gate-unverified",
+                f"the prefill runner was not run, only read: {gate.detail} (doctor with SGLang installed runs it)",
+            )
+        )
+    elif gate.state == "unpatched":
         out.append(
             Finding(
                 BLOCKING,
@@ -198,14 +223,6 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
         )
     elif gate.state == "unknown":
         out.append(Finding(WARNING, "qwen-mm-gate-unknown", f"cannot tell whether image prefills replay: {gate.detail}"))
-    elif gate.state == "unverified":
-        out.append(
-            Finding(
-                WARNING,
-                "qwen-mm-gate-unverified",
-                f"the prefill runner was not run, only read: {gate.detail} (doctor with SGLang installed runs it)",
-            )
-        )
     if bool(spec) and str(spec).upper() not in ("NONE", "FALSE"):
         out.append(
             Finding(
@@ -405,6 +422,7 @@ def run_doctor(
     sglang: SglangUse = "ask",
     skipped_by: str | None = None,
     refresh: bool = False,
+    probe_timeout: float | None = None,
     ask=None,
     say=None,
 ) -> DoctorReport:
@@ -429,6 +447,7 @@ def run_doctor(
         runner_sources=[None if runner_path is None else str(runner_path)],
         check_flags=profile is not None,
         resolve=profile is not None,
+        timeout=probe_timeout,
         ask=ask,
         say=say,
     )
@@ -456,4 +475,56 @@ def run_doctor(
             findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
             findings += _deepstack_findings(model or profile.model, runner, path, answers.capture)
         report.findings += findings + _platform_findings(profile, tor)
+    report.not_checked = not_checked_parts(profile, answers, gate, runner)
+    if report.not_checked:
+        report.how_to_check = how_to_check(report.not_checked, skipped_by=skipped_by, timeout=probe_timeout)
     return report
+
+
+def not_checked_parts(profile, answers, gate: GateReport, runner: RunnerAnswers | None) -> list[str]:
+    """What SGLang did not answer of what doctor judges, each with why: its resolution of
+    the profile's launch, serve's flag check, and whether it imports and runs the prefill
+    runner. Any of them makes the outcome "not checked" (never ok)."""
+    out = []
+    if profile is not None:
+        cap = answers.capture
+        if cap is not None and not cap.checked:
+            out.append(f"SGLang's resolution of the launch (bcgtune's model answered instead): {cap.not_checked_reason}")
+        elif cap is None and answers.invalid is None:
+            out.append("SGLang's resolution of the launch: no answer")
+        flags = answers.flags
+        if flags is not None and flags.ok is None:
+            out.append(f"serve's flag check against SGLang's parser: {flags.message}")
+    if gate.method != "behaviour":
+        why = runner.error if runner is not None and runner.error else "the runner was not run"
+        out.append(f"the prefill runner (imports and multimodal gate), only its source was read: {why}")
+    elif gate.state == "unknown" and gate.answers is None:
+        out.append(f"the prefill runner's multimodal gate: {gate.detail}")
+    return out
+
+
+def how_to_check(reasons: list[str], *, skipped_by: str | None = None, timeout: float | None = None) -> list[str]:
+    """How to get SGLang's own answer for what was not checked."""
+    from bcgtune.adapters.answer_cache import LOCK_TIMEOUT_ENV, LOCKED_BY
+    from bcgtune.adapters.sglang_resolve import PROBE_TIME_TEXT, TIMED_OUT, probe_timeout, sglang_installed
+    from bcgtune.services.launch import PROBE_ENV, probe_switched_off
+
+    text = " ".join(reasons)
+    out = []
+    if not sglang_installed():
+        out.append(
+            "install sglang (`pip install --no-deps sglang` plus its parser's dependencies is enough: no GPU needed)"
+        )
+    if skipped_by:
+        out.append(f"run without {skipped_by} (a first answer takes {PROBE_TIME_TEXT}, then it is cached)")
+    elif probe_switched_off():
+        out.append(f"unset {PROBE_ENV} (it is off: SGLang is never started)")
+    if TIMED_OUT in text:
+        out.append(
+            f"give SGLang longer: --probe-timeout SECONDS (this run allowed {probe_timeout(timeout):g} s; "
+            f"a first answer takes {PROBE_TIME_TEXT} on a quiet machine)"
+        )
+    if LOCKED_BY in text:
+        out.append(f"wait for the other bcgtune, or wait longer for it: {LOCK_TIMEOUT_ENV}=SECONDS")
+    out.append("an answer SGLang gives is cached: the next run reuses it in under a second (there is none yet for this)")
+    return out

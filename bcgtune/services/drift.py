@@ -57,7 +57,7 @@ def drift_for_profile(
     `sglang`: when SGLang's own answer for the launch is used (bcgtune.services.launch);
     `say` is given the capture priced, to say whose answer it is; `progress` is told when
     SGLang is asked."""
-    from bcgtune.services.launch import capture_for_flags
+    from bcgtune.services.launch import capture_for_flags, refuse_refused
     from bcgtune.services.suggest import profile_server_flags
 
     check_threshold(threshold_pct)
@@ -75,6 +75,7 @@ def drift_for_profile(
     )
     if say is not None:
         say(capture)
+    refuse_refused(capture, profile.where)
     if not capture.graphs_on:
         raise InputError(f"the profile runs no prefill graphs: {capture.reason}", profile.where)
     what = "list" if profile.buckets else "SGLang default ladder (no list)"

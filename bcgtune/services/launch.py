@@ -7,7 +7,8 @@ model of its rules answers (bcgtune.core.sglang.capture.resolve_prefill_capture)
 could not check, and the answer says why SGLang's own was not used.
 
 When SGLang is asked (`sglang`):
-  "ask"    the cache, else SGLang in a child process (10-35 s the first time), cached;
+  "ask"    the cache, else SGLang in a child process (sglang_resolve.PROBE_TIME_TEXT the
+           first time, at most --probe-timeout), cached;
            doctor and `serve --dry-run` by default, suggest-buckets and drift with
            --ask-sglang
   "cache"  the cache only: an answer SGLang gave before is used, nothing is started;
@@ -32,6 +33,13 @@ SglangUse = Literal["ask", "cache", "never"]
 PROBE_ENV = "BCGTUNE_SGLANG_PROBE"
 # why SGLang's own answer is missing when only the cache was read
 NOT_CACHED = "no cached answer from SGLang for this launch"
+
+
+def probe_time_text() -> str:
+    """What a first answer from SGLang costs, as measured (sglang_resolve.PROBE_TIME_TEXT)."""
+    from bcgtune.adapters.sglang_resolve import PROBE_TIME_TEXT
+
+    return PROBE_TIME_TEXT
 
 
 def probe_switched_off() -> bool:
@@ -190,6 +198,7 @@ def answers_for_profile(
     check_flags: bool = False,
     resolve: bool = True,
     stand_in_model: bool = False,
+    timeout: float | None = None,
     ask=None,
     say=None,
     flags_cmd=None,
@@ -212,6 +221,7 @@ def answers_for_profile(
     if sglang == "never":
         answers = sr.unasked(profile, model, skipped_by or "not asked", runner_sources, check_flags)
     else:
+        more = {} if timeout is None else {"timeout": timeout}
         answers = (ask or sr.ask_sglang)(
             asked_profile,
             asked_model,
@@ -223,6 +233,7 @@ def answers_for_profile(
             not_asked=why,
             say=say,
             flags_cmd=flags_cmd,
+            **more,
         )
     capture, invalid = None, None
     if resolve and profile is not None:
@@ -256,6 +267,29 @@ def _stand_in(cap: PrefillCapture) -> PrefillCapture:
 
     rest = tuple(u for u in cap.unchecked if not u.startswith(ARCH_UNCHECKED))
     return replace(cap, unchecked=(STAND_IN_NOTE, *rest))
+
+
+class LaunchRefused(InputError):
+    """SGLang refuses the launch (the server would not start): an error wherever the launch
+    is priced or written, never "graphs off"."""
+
+
+def refuse_refused(capture: PrefillCapture, where: str | None = None) -> None:
+    """Raise LaunchRefused when SGLang refuses the launch, quoting its reason and whose
+    answer it is (SGLang's own, or bcgtune's model of its checks and why SGLang did not
+    answer)."""
+    if capture.refused is None:
+        return
+    if capture.checked:
+        whose = f"SGLang {capture.source.sglang_version or ''}'s own answer".replace("  ", " ")
+    else:
+        whose = f"bcgtune's model of SGLang's checks; not checked by SGLang: {capture.not_checked_reason}"
+    raise LaunchRefused(f"SGLang refuses this launch, the server would not start: {capture.refused!s} [{whose}]", where)
+
+
+def launch_check_json(capture: PrefillCapture) -> dict[str, Any]:
+    """The fields every --json that judges a launch carries: whether SGLang checked it."""
+    return {"launch_check": capture.launch_check, "launch_check_reason": capture.not_checked_reason}
 
 
 def capture_for_profile(

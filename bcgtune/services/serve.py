@@ -113,7 +113,10 @@ def plan_serve(
             )
     plan.notes += [f"note: {n}" for n in cmd.notes]
     if capture:
+        from bcgtune.services.launch import refuse_refused
+
         plan.capture = answers.capture_or_raise()
+        refuse_refused(plan.capture, prof.where)
     return plan
 
 

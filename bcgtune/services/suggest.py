@@ -316,7 +316,7 @@ def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | 
 
 def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) -> Suggestion:
     """The optimal list for the request's trace and launch, with its comparison rows."""
-    from bcgtune.services.launch import capture_for_flags
+    from bcgtune.services.launch import capture_for_flags, refuse_refused
 
     if req.chunked_prefill_size == 0:
         raise InputError("must be positive, or -1 to turn chunked prefill off", field="chunked_prefill_size")
@@ -337,6 +337,7 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
         flags = _launch_flags(req, trace, notes)
         launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
         capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)
+    refuse_refused(capture, f"profile {req.profile.name}" if req.profile is not None else None)
     if not capture.graphs_on:
         return Suggestion(trace, capture, None, flags, notes)
     align = capture.alignment if req.align is None else req.align

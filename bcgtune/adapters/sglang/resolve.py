@@ -33,6 +33,13 @@ from bcgtune.core.sglang.capture import CaptureSource, PrefillBackend, PrefillCa
 from bcgtune.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0
+# --probe-timeout, else this variable, else DEFAULT_TIMEOUT_S: how long SGLang may take to answer
+PROBE_TIMEOUT_ENV = "BCGTUNE_PROBE_TIMEOUT"
+# how an answer that ran out of time starts (doctor's advice keys on it)
+TIMED_OUT = "SGLang did not answer within"
+# What a first answer costs (importing SGLang and resolving in a child process), measured:
+# benchmarks/RESULTS.md, "SGLang's first answer". A cached answer takes well under a second.
+PROBE_TIME_TEXT = "20-60 s"
 # A small public model config (Qwen/Qwen3-0.6B's config.json) that the runner check
 # resolves a launch with: the gate under test keys on the model the stand-in model
 # runner reports, not on this one.
@@ -117,14 +124,38 @@ def sglang_installed() -> bool:
         return False
 
 
+def probe_timeout(given: float | None = None) -> float:
+    """The seconds SGLang may take to answer: `given` (--probe-timeout), else
+    $BCGTUNE_PROBE_TIMEOUT, else DEFAULT_TIMEOUT_S."""
+    if given is not None:
+        if not given > 0 or given != given:
+            raise InputError("must be a positive number of seconds", field="probe_timeout")
+        return float(given)
+    text = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"must be a number of seconds, not {text[:40]!r}", PROBE_TIMEOUT_ENV) from None
+    if not value > 0 or value == float("inf"):
+        raise InputError("must be a positive number of seconds", PROBE_TIMEOUT_ENV)
+    return value
+
+
+# The child's environment: offline, and without tvm-ffi's optional torch DLPack add-on, which
+# it otherwise tries to compile at every import where no built copy is cached (under a
+# stand-in ROCm GPU it never is: seconds of CPU for nothing SGLang's resolution uses).
+PROBE_CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TVM_FFI_DISABLE_TORCH_C_DLPACK": "1"}
+
+
 def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
     """Run the probe child on `request`; its JSON answer, or {"error": why}. The child's
     own output goes to a temporary file and only its last line is ever quoted."""
     pkg_root = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ)
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["HF_HUB_OFFLINE"] = "1"
-    env["TRANSFORMERS_OFFLINE"] = "1"
+    env.update(PROBE_CHILD_ENV)
     with tempfile.TemporaryDirectory(prefix="bcgtune-probe-") as tmp:
         req_path, out_path, log_path = (Path(tmp) / n for n in ("request.json", "result.json", "child.log"))
         req_path.write_text(json.dumps(request), encoding="utf-8")
@@ -142,7 +173,7 @@ def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 _kill(proc)
-                return {"error": f"SGLang did not answer within {timeout:g} s"}
+                return {"error": f"{TIMED_OUT} {timeout:g} s"}
             except BaseException:
                 _kill(proc)
                 raise
@@ -418,7 +449,7 @@ def ask(
     probe: bool = True,
     refresh: bool = False,
     not_asked: str = "not asked",
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float | None = None,
     cache=None,
     say=None,
 ) -> list[Answer]:
@@ -446,22 +477,32 @@ def ask(
             answers[i] = Answer(None, why=not_asked)
         missing = []
     if missing:
-        with cache.asking(on_wait=say):
-            for i in missing:  # answered by another bcgtune while this one waited
-                from_cache(i, questions[i], started if refresh else None)
-            missing = [i for i in missing if i not in answers]
-            if missing:
-                asked = [questions[i] for i in missing]
-                if say is not None:
-                    what = ", ".join(sorted({_WHAT[q.kind] for q in asked}))
-                    say(f"bcgtune: asking the installed SGLang ({what}); the first answer takes 10-35 s, then it is cached")
-                result = run_probe(_request(asked, device), timeout=timeout)
-                version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
-                error = result.get("error") if isinstance(result.get("error"), str) else None
-                for i, q, raw in zip(missing, asked, _split(result, asked)):
-                    answers[i] = Answer(raw, version, None, None if raw is not None else (error or "no answer from SGLang"))
-                    if _cacheable(q.kind, raw):
-                        cache.put(q.key, {"sglang_version": version, "answer": raw}, _stamps(result, q.kind), q.parts)
+        from bcgtune.adapters.answer_cache import CacheLocked
+
+        try:
+            with cache.asking(on_wait=say):
+                for i in missing:  # answered by another bcgtune while this one waited
+                    from_cache(i, questions[i], started if refresh else None)
+                missing = [i for i in missing if i not in answers]
+                if missing:
+                    asked = [questions[i] for i in missing]
+                    limit = probe_timeout(timeout)
+                    if say is not None:
+                        what = ", ".join(sorted({_WHAT[q.kind] for q in asked}))
+                        say(
+                            f"bcgtune: asking the installed SGLang ({what}); a first answer takes {PROBE_TIME_TEXT} "
+                            f"(at most {limit:g} s: --probe-timeout), then it is cached"
+                        )
+                    result = run_probe(_request(asked, device), timeout=limit)
+                    version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
+                    error = result.get("error") if isinstance(result.get("error"), str) else None
+                    for i, q, raw in zip(missing, asked, _split(result, asked)):
+                        answers[i] = Answer(raw, version, None, None if raw is not None else (error or "no answer from SGLang"))
+                        if _cacheable(q.kind, raw):
+                            cache.put(q.key, {"sglang_version": version, "answer": raw}, _stamps(result, q.kind), q.parts)
+        except CacheLocked as exc:  # another bcgtune held it past the wait: no answer, and why
+            for i in missing:
+                answers.setdefault(i, Answer(None, why=str(exc)))
     return [answers[i] for i in range(len(questions))]
 
 
@@ -565,7 +606,7 @@ def ask_sglang(
     runner_sources: Sequence[str | None] = (),
     check_flags: bool = False,
     resolve: bool = True,
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float | None = None,
     probe: bool = True,
     refresh: bool = False,
     not_asked: str = "not asked",

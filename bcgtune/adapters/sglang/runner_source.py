@@ -2,8 +2,9 @@
 fallback when SGLang cannot run the runner itself. The reading evaluates the runner's own
 conditions (in `__init__` and `can_replay_locally`) for the four questions the running
 runner is asked, and classifies the answers the same way (bcgtune.core.sglang.runner_gate). A
-reading never says "patched": running could still contradict it (a module that does not
-import), so a copy that reads as patched is "unverified".
+reading never says what the runner does: running could still contradict it (a module that
+does not import, a check moved into a helper or a property, a name SGLang imports that is
+gone), so every reading is "unverified", says what it reads as, and never blocks.
 
 SGLang 0.5.23's runner (srt/model_executor/runner/prefill_cuda_graph_runner.py) refuses
 every Qwen4-Exp image batch under breakable graphs:
@@ -249,16 +250,18 @@ def runner_gate_state(path: str | Path | None) -> GateReport:
         return GateReport("unknown", methods, where)
     init, can = methods
     if not any(w in ast.unparse(init) + ast.unparse(can) for w in ("qwen", "is_speculative")):
-        return GateReport("absent", "no Qwen4-Exp multimodal refusal in can_replay_locally", where, reads_as="absent")
+        return GateReport(
+            "unverified", "reads as absent (no Qwen4-Exp multimodal refusal in can_replay_locally)", where, reads_as="absent"
+        )
     answers = read_gate_answers(init, can)
     if isinstance(answers, str):
         return GateReport("unknown", answers, where)
     state, detail = classify_gate(answers)
-    if state == "patched":
-        # running could still contradict it (an import that fails, a name that does not
-        # exist): a reading never says patched
-        return GateReport("unverified", f"reads as patched ({detail})", where, answers=answers, reads_as="patched")
-    return GateReport(state, f"reads as {state} ({detail})", where, answers=answers, reads_as=state)
+    # running could contradict any reading (an import that fails, a check moved into a
+    # helper or a property, a name SGLang imports that is gone): a reading is unverified,
+    # whatever it reads as, and never blocks
+    shown: GateState = "unknown" if state == "unknown" else "unverified"
+    return GateReport(shown, f"reads as {state} ({detail})", where, answers=answers, reads_as=state)
 
 
 def reads_deepstack_slot(path: str | Path | None) -> bool | str:

@@ -1,5 +1,7 @@
 """`bcgtune doctor`: options, one call into bcgtune.services.doctor, the report rendered.
-Exit 0 when nothing blocks, 1 when something does (CI can gate on it)."""
+Three outcomes (CI can gate on them): exit 0 when SGLang answered everything and nothing
+blocks, 1 when something blocks, 5 when SGLang's own answer is missing for part of it (not
+checked: never ok)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import typer
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
-from bcgtune.errors import CheckFailed
+from bcgtune.errors import CheckFailed, InputError, NotChecked
 
 
 @examples("bcgtune doctor", "bcgtune doctor --profile mi355x --json")
@@ -30,11 +32,21 @@ def doctor_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="Never start the installed SGLang (a first answer takes 10-35 s, a cached one under a second): answers it "
+            help="Never start the installed SGLang (a first answer takes 20-60 s, a cached one under a second): answers it "
             "gave before are still used, otherwise bcgtune's model of its rules and a reading of the runner's source "
-            "answer, and say so.",
+            "answer, say so, and the outcome is 'not checked' (exit 5).",
         ),
     ] = False,
+    probe_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--probe-timeout",
+            metavar="SECONDS",
+            help="How long SGLang may take to answer (default $BCGTUNE_PROBE_TIMEOUT, else 300). Past it the outcome is "
+            "'not checked' (exit 5), never ok.",
+            show_default=False,
+        ),
+    ] = None,
     refresh: Annotated[
         bool,
         typer.Option("--refresh", help="Ask the installed SGLang again instead of using its cached answers."),
@@ -44,12 +56,16 @@ def doctor_command(
 ) -> None:
     """Check the installed SGLang and a profile for prefill CUDA-graph problems.
 
-    Exit 1 when something blocks.
+    Exit 0: SGLang answered and nothing blocks. Exit 1: something blocks. Exit 5: not
+    checked (SGLang not asked, timed out, did not import, its answer cache locked), never ok;
+    the report says how to get its answer.
     """
     from bcgtune.cli.render.doctor import render_text
     from bcgtune.files.profile_file import load_profile
     from bcgtune.services.doctor import run_doctor
 
+    if probe_timeout is not None and not probe_timeout > 0:
+        raise InputError("must be a positive number of seconds", "--probe-timeout")
     prof = load_profile(profile) if profile is not None else None
     report = run_doctor(
         prof,
@@ -57,9 +73,16 @@ def doctor_command(
         model=model_path,
         skipped_by="--no-sglang-probe" if no_sglang_probe else None,
         refresh=refresh,
+        probe_timeout=probe_timeout,
         say=lambda m: note(m, quiet),
     )
     emit(report.to_json, lambda: render_text(report), as_json=as_json)
     if report.blocking:
         n = len(report.blocking)
         raise CheckFailed(f"{n} blocking finding{'s' if n > 1 else ''}: {', '.join(f.code for f in report.blocking)}", "doctor")
+    if report.outcome == "not checked":
+        raise NotChecked(
+            f"not checked: SGLang did not answer for {len(report.not_checked)} of the things doctor judges; "
+            + "; ".join(report.how_to_check[:1]),
+            "doctor",
+        )

@@ -152,6 +152,10 @@ def drift_command(
 
     def doc() -> dict:
         out = fleet.to_dict()
+        if priced:
+            unchecked = [c for c in priced if not c.checked]
+            out["launch_check"] = "not checked" if unchecked else "checked"
+            out["launch_check_reason"] = unchecked[0].not_checked_reason if unchecked else None
         if priced and "rows" not in out:
             out["launch_capture"] = priced[0].to_json()
         elif priced:

@@ -210,6 +210,7 @@ def suggest_buckets_command(
     from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
     from bcgtune.files.trace_file import load_trace
+    from bcgtune.services.launch import launch_check_json
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     profile_path = _profile_target(write_profile) if write_profile else None
@@ -276,7 +277,7 @@ def suggest_buckets_command(
         _write_profile(profile_path, base, plan, result.trace, server)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
     emit(
-        lambda: {**plan.to_json_obj(), "launch_capture": result.capture.to_json()},
+        lambda: {**plan.to_json_obj(), **launch_check_json(result.capture), "launch_capture": result.capture.to_json()},
         lambda: capture_line(result.capture) + "\n" + render_plan_text(plan),
         as_json=as_json,
     )
@@ -284,7 +285,17 @@ def suggest_buckets_command(
 
 def _graphs_off(capture: PrefillCapture, as_json: bool, source: str) -> None:
     if as_json:
-        out_json({"prefill_graphs": "off", "reason": capture.reason, "recommended": None, "launch_capture": capture.to_json()})
+        from bcgtune.services.launch import launch_check_json
+
+        out_json(
+            {
+                "prefill_graphs": "off",
+                "reason": capture.reason,
+                "recommended": None,
+                **launch_check_json(capture),
+                "launch_capture": capture.to_json(),
+            }
+        )
     else:
         out(f"{source}\nprefill graphs are off for this launch: {capture.reason}\nno bucket list to suggest")
 

@@ -33,7 +33,21 @@ def render_text(report: DoctorReport) -> str:
             lines.append("  no findings")
         for f in report.findings:
             lines.append(f"  {f.severity:8s} {f.code}: {f.message}")
+    lines.append(f"outcome  {outcome_text(report)}")
+    for n in report.not_checked:
+        lines.append(f"  not checked: {n}")
+    for h in report.how_to_check:
+        lines.append(f"  to check: {h}")
     return "\n".join(lines) + "\n"
+
+
+def outcome_text(report: DoctorReport) -> str:
+    if report.outcome == "ok":
+        return "ok: checked by SGLang itself, nothing blocks"
+    if report.outcome == "blocking":
+        extra = " (and part of it was not checked by SGLang)" if report.not_checked else ""
+        return f"blocking: {len(report.blocking)} finding{'s' if len(report.blocking) > 1 else ''} would stop or defeat the server{extra}"
+    return "NOT CHECKED: SGLang's own answer is missing for part of this, so no verdict (not ok)"
 
 
 def _answers_text(answers: dict[str, bool]) -> str:
@@ -48,7 +62,7 @@ def _answers_text(answers: dict[str, bool]) -> str:
 
 def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     """Lines describing what the server will do (doctor and serve --dry-run print them)."""
-    lines = [f"prefill graphs ({source_text(r)}):"]
+    lines = [f"launch check: {check_text(r)}", f"prefill graphs ({source_text(r)}):"]
     lines.append(f"  backend    {r.backend if r.graphs_on else 'disabled'}: {r.reason}")
     if r.graphs_on:
         c = r.captured
@@ -68,6 +82,13 @@ def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     return lines
 
 
+def check_text(r: PrefillCapture) -> str:
+    """Whether SGLang itself judged the launch: "checked", or "NOT CHECKED" and why."""
+    if r.checked:
+        return "checked by SGLang"
+    return f"NOT CHECKED by SGLang ({r.not_checked_reason}): bcgtune's model of its rules answers"
+
+
 def source_text(r: PrefillCapture) -> str:
     """Who answered: SGLang (and when its answer was cached), or bcgtune's model and why
     SGLang's own answer was not used."""
@@ -81,14 +102,16 @@ def capture_line(r: PrefillCapture, ask_flag: str = "--ask-sglang") -> str:
     says what SGLang captures for it, and what was not checked."""
     from bcgtune.services.launch import NOT_CACHED
 
+    from bcgtune.services.launch import probe_time_text
+
     if r.source.kind == "sglang":
-        text = f"SGLang's capture for this launch: {r.source.label}'s own answer"
+        text = f"SGLang's capture for this launch (checked): {r.source.label}'s own answer"
         text += f" (cached {r.source.cached_at})" if r.source.cached_at else ""
     else:
-        text = "SGLang's capture for this launch: bcgtune's model of its rules"
+        text = "SGLang's capture for this launch (NOT CHECKED by SGLang): bcgtune's model of its rules"
         why = r.source.not_asked
         if why == NOT_CACHED:
-            why = f"no cached answer from SGLang: {ask_flag} asks it, 10-35 s once"
+            why = f"no cached answer from SGLang: {ask_flag} asks it, {probe_time_text()} once"
         text += f" ({why})" if why else ""
     if r.unchecked:
         text += "; not checked: " + "; ".join(r.unchecked)

@@ -143,6 +143,8 @@ class PrefillLaunch:
 
 
 MODEL_SOURCE = "bcgtune model"
+# Whether SGLang itself judged a launch: never "ok" without it.
+LaunchCheck = Literal["checked", "not checked"]
 
 
 @dataclass(frozen=True)
@@ -197,8 +199,27 @@ class PrefillCapture:
     def graphs_on(self) -> bool:
         return self.backend != "disabled" and bool(self.captured) and self.refused is None
 
+    @property
+    def checked(self) -> bool:
+        """SGLang itself answered for this launch (its resolution, cached or asked now)."""
+        return self.source.kind == "sglang"
+
+    @property
+    def launch_check(self) -> LaunchCheck:
+        """"checked": the answer is SGLang's own; "not checked": bcgtune's model answered."""
+        return "checked" if self.checked else "not checked"
+
+    @property
+    def not_checked_reason(self) -> str | None:
+        """Why SGLang's own answer is missing (None when it answered)."""
+        if self.checked:
+            return None
+        return self.source.not_asked or "SGLang was not asked"
+
     def to_json(self) -> dict:
         return {
+            "launch_check": self.launch_check,
+            "launch_check_reason": self.not_checked_reason,
             "backend": self.backend if self.graphs_on else "disabled",
             "reason": self.reason,
             "buckets": list(self.captured),

@@ -11,7 +11,8 @@ srt/model_executor/runner/prefill_cuda_graph_runner.py).
   inverted         images replay only under speculative decoding
   unknown          the answers say nothing about images (a text batch did not replay
                    either), or the runner could not be asked or read
-  unverified       the source reads as patched but the runner was not run
+  unverified       the runner was not run, only its source read (what it reads as is
+                   reported beside it; a reading never blocks)
   unimportable     the runner module does not import: the server would not start
   absent           the source has no multimodal refusal at all
 """
