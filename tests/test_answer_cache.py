@@ -265,3 +265,120 @@ def test_a_live_launch_is_checked_as_serve_checks_it_without_importing_sglang(fa
     with pytest.raises(InputError) as err:
         build_launch(_profile(tmp_path, server="tp-size = 2"), tmp_path / "server.log", port=30000)
     assert "--tp-size must be an integer" in str(err.value) and err.value.where == "[server] tp-size"
+
+
+# ------------------------------------------------------------------ the lock: bounded, says who, stale taken over
+HOLD = """
+import sys, time
+from pathlib import Path
+from bcgtune.adapters.answer_cache import AnswerCache
+root, ready = Path(sys.argv[1]), Path(sys.argv[2])
+with AnswerCache(root).asking():
+    ready.write_text("held")
+    time.sleep(60)
+"""
+
+# a bcgtune that dies while holding the lock, whose lock lives on in a process that
+# inherited it (the inheritor's pid is printed; the recorded holder is gone)
+DIE_HOLDING = """
+import os, subprocess, sys
+from pathlib import Path
+from bcgtune.adapters.answer_cache import AnswerCache
+root = Path(sys.argv[1])
+with AnswerCache(root).asking():
+    fds = [int(n) for n in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{n}").endswith(".asking.lock")]
+    keeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=fds,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(keeper.pid, flush=True)
+    os._exit(0)  # dies holding it: no unlock runs
+"""
+
+
+def _child_env():
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_lock_held_by_another_process_is_waited_for_boundedly_and_names_its_holder(tmp_path, fake_sglang):
+    import socket
+    import subprocess
+    import sys
+
+    from bcgtune.adapters.answer_cache import LOCKED_BY, CacheLocked
+
+    root = tmp_path / "cache" / "sglang-answers"
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root), str(ready)], env=_child_env())
+    try:
+        for _ in range(600):
+            if ready.exists() or holder.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), "the holder did not take the lock"
+        said = []
+        with pytest.raises(CacheLocked) as exc, AnswerCache(root).asking(on_wait=said.append, timeout=0.5):
+            pass
+        msg = str(exc.value)
+        assert msg.startswith(LOCKED_BY) and f"pid {holder.pid} on host {socket.gethostname()} since " in msg
+        assert "waited 0.5 s" in msg and said and f"pid {holder.pid}" in said[0] and "BCGTUNE_LOCK_TIMEOUT" in said[0]
+        # asking SGLang through the locked cache: no answer, the reason says who holds it, nothing hangs
+        prof = _profile(tmp_path)
+        os.environ["BCGTUNE_LOCK_TIMEOUT"] = "0.3"
+        try:
+            answers = _ask(prof)
+        finally:
+            del os.environ["BCGTUNE_LOCK_TIMEOUT"]
+        assert answers.capture is None and fake_sglang.calls == []
+        assert answers.capture_error.startswith(LOCKED_BY) and f"pid {holder.pid}" in answers.capture_error
+    finally:
+        _kill(holder.pid)
+        holder.wait()
+    # the holder gone, the lock is free at once
+    with AnswerCache(root).asking(timeout=0):
+        pass
+
+
+def test_a_lock_whose_holder_is_gone_is_taken_over(tmp_path):
+    import subprocess
+    import sys
+
+    from bcgtune.adapters.answer_cache import read_holder
+
+    root = tmp_path / "cache" / "sglang-answers"
+    died = subprocess.run([sys.executable, "-c", DIE_HOLDING, str(root)], env=_child_env(), capture_output=True, text=True)
+    keeper = int(died.stdout.split()[0])
+    try:
+        dead = read_holder(root / ".asking.lock")
+        assert dead is not None and dead["pid"] != keeper  # the recorded holder, now gone
+        import fcntl
+
+        with open(root / ".asking.lock", "rb") as fh, pytest.raises(BlockingIOError):
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # still locked, by the inheritor
+        said = []
+        with AnswerCache(root).asking(on_wait=said.append, timeout=5):
+            assert read_holder(root / ".asking.lock")["pid"] == os.getpid()
+        assert said and "taking over" in said[0] and f"pid {dead['pid']}" in said[0] and "is gone" in said[0]
+    finally:
+        _kill(keeper)
+
+
+def test_lock_timeout_from_the_environment(monkeypatch):
+    from bcgtune.adapters.answer_cache import DEFAULT_LOCK_TIMEOUT_S, lock_timeout
+
+    monkeypatch.delenv("BCGTUNE_LOCK_TIMEOUT", raising=False)
+    assert lock_timeout() == DEFAULT_LOCK_TIMEOUT_S
+    monkeypatch.setenv("BCGTUNE_LOCK_TIMEOUT", "12.5")
+    assert lock_timeout() == 12.5 and lock_timeout(3) == 3
+    for bad in ("soon", "-1", "inf"):
+        monkeypatch.setenv("BCGTUNE_LOCK_TIMEOUT", bad)
+        with pytest.raises(InputError) as exc:
+            lock_timeout()
+        assert exc.value.where == "BCGTUNE_LOCK_TIMEOUT"

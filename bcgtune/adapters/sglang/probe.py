@@ -705,12 +705,33 @@ def run(request: dict) -> dict:
     return result
 
 
+# Packages that SGLang's imports pull in without its resolution, parser or prefill runner
+# using them: transformers imports scikit-learn (assisted generation's candidate generator,
+# transformers/generation/candidate_generator.py) whenever it is installed, which costs
+# seconds of CPU per first answer (profiled with `python -X importtime`: benchmarks/RESULTS.md).
+# Marking them absent (sys.modules[name] = None) makes transformers' own availability check
+# (importlib.util.find_spec) say so, and it skips them.
+UNUSED_PACKAGES = ("sklearn",)
+
+
+def skip_unused_imports() -> None:
+    """Mark UNUSED_PACKAGES absent in this child, and keep tvm-ffi from compiling its
+    optional torch DLPack add-on (TVM_FFI_DISABLE_TORCH_C_DLPACK, read by
+    tvm_ffi/_optional_torch_c_dlpack.py at import: without a cached build it runs a compiler
+    at every import, and under a stand-in ROCm GPU none is ever cached)."""
+    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    for name in UNUSED_PACKAGES:
+        if name not in sys.modules:
+            sys.modules[name] = None  # type: ignore[assignment]
+
+
 def main(argv: list[str]) -> int:
     req_path, out_path = argv[1], argv[2]
     with open(req_path, encoding="utf-8") as fh:
         request = json.load(fh)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    skip_unused_imports()
     result = run(request)
     with open(out_path, "w", encoding="utf-8") as fh:
         json.dump(result, fh)
