@@ -37,6 +37,8 @@ EXPECTED = {
     "text_refusing.py": "unknown",
     "unimportable.py": "unimportable",
     "patched_with_deepstack_slot.py": "patched",
+    "renamed_runner_class.py": "unimportable",
+    "patched_check_in_helper.py": "patched",
 }
 # what each copy's source reads as; a reading is only ever "unverified" (or "unknown" when it
 # says nothing), never a verdict: it never blocks
@@ -53,6 +55,8 @@ EXPECTED_READING = {
     "text_refusing.py": "unknown",
     "unimportable.py": "patched",
     "patched_with_deepstack_slot.py": "patched",
+    "renamed_runner_class.py": None,  # no PrefillCudaGraphRunner to read
+    "patched_check_in_helper.py": "refusal-removed",  # the check moved into a helper: misread, never blocks
 }
 H200 = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
 
@@ -66,11 +70,12 @@ def test_copies_classified_by_reading(name):
     g = gate_report(RunnerAnswers(False, None, {}, "--no-sglang-probe"), RUNNERS / name)
     reads = EXPECTED_READING[name]
     assert (g.state, g.reads_as, g.method) == (
-        "unknown" if reads == "unknown" else "unverified",
+        "unknown" if reads in (None, "unknown") else "unverified",
         reads,
         "source reading",
     ), g.detail
-    assert g.detail.startswith(f"reads as {reads}") and "not run: --no-sglang-probe" in g.detail
+    assert reads is None or g.detail.startswith(f"reads as {reads}")
+    assert "not run: --no-sglang-probe" in g.detail
 
 
 # ------------------------------------------------------------------ the gate, by behaviour
@@ -541,3 +546,23 @@ def test_runner_source_that_is_not_a_runner_file_is_refused(tmp_path, capsys, ki
     assert code == 2 and out == "", err
     line = err.strip().splitlines()[-1]
     assert line.startswith("error: ") and f"(--runner-source {target})" in line, line
+
+
+@pytest.mark.sglang
+def test_a_runner_lacking_a_name_sglang_imports_from_it_does_not_start(runner_answers):
+    """The class renamed: the gate would answer, but SGLang's own runner package imports
+    PrefillCudaGraphRunner from the module, so the server never starts."""
+    r = runner_answers["renamed_runner_class.py"]
+    assert r["imported"] is False and "PrefillCudaGraphRunner" in r["error"], r
+    assert "srt/model_executor/runner/__init__.py" in r["error"]
+
+
+def test_every_name_sglang_imports_from_the_runner_is_found():
+    if not sglang_installed():
+        pytest.skip("sglang not installed")
+    from bcgtune.adapters.sglang_probe import sglang_imports_from_runner
+
+    found = sglang_imports_from_runner()
+    # the runner package's own import; the context-parallel module's is only for type checking
+    assert ("PrefillCudaGraphRunner", "srt/model_executor/runner/__init__.py") in found
+    assert not any(where.startswith("srt/layers/cp/") for _, where in found)

@@ -261,6 +261,14 @@ class BucketsTable(StrictDocument):
     tool_version: Annotated[Optional[str], Field(max_length=40, description="bcgtune's version that wrote it.")] = None
     date: Annotated[Optional[str], Field(max_length=40, description="When it was written.")] = None
     note: Annotated[Optional[str], Field(max_length=2000, description="Free text.")] = None
+    launch_check: Annotated[
+        Optional[str],
+        Field(
+            max_length=2000,
+            description="Whether SGLang itself resolved the launch the list was priced for: 'checked', or "
+            "'not checked: WHY' (bcgtune's model of its rules priced it).",
+        ),
+    ] = None
 
 
 class ProfileFile(StrictDocument):

@@ -287,6 +287,11 @@ def refuse_refused(capture: PrefillCapture, where: str | None = None) -> None:
     raise LaunchRefused(f"SGLang refuses this launch, the server would not start: {capture.refused!s} [{whose}]", where)
 
 
+def launch_check_key(capture: PrefillCapture) -> str:
+    """[buckets].launch_check of a profile written from a priced launch."""
+    return "checked" if capture.checked else f"not checked: {capture.not_checked_reason}"[:2000]
+
+
 def launch_check_json(capture: PrefillCapture) -> dict[str, Any]:
     """The fields every --json that judges a launch carries: whether SGLang checked it."""
     return {"launch_check": capture.launch_check, "launch_check_reason": capture.not_checked_reason}

@@ -561,6 +561,16 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
         module = _load_runner_module(source)
     except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
         return {"ok": False, "imported": False, "error": f"the runner module does not import: {_one_line(exc)}"}
+    missing = [(name, where) for name, where in sglang_imports_from_runner() if not hasattr(module, name)]
+    if missing:
+        names = ", ".join(sorted({n for n, _ in missing}))
+        wheres = ", ".join(sorted({w for _, w in missing}))
+        return {
+            "ok": False,
+            "imported": False,
+            "error": f"SGLang imports {names} from the runner module ({wheres}), which it does not define: "
+            "the server would not start",
+        }
     if not hasattr(module, "PrefillCudaGraphRunner"):
         return {"ok": False, "imported": True, "error": "the runner module has no PrefillCudaGraphRunner"}
     answers: dict[str, bool] = {}
@@ -590,6 +600,47 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
         "slots": slots,
         "module_file": getattr(module, "__file__", None),
     }
+
+
+def sglang_imports_from_runner() -> list[tuple[str, str]]:
+    """(name, file relative to the sglang package) for every name SGLang's own code imports
+    from the runner module at run time (`from ...prefill_cuda_graph_runner import X`, not
+    under `if TYPE_CHECKING:`): a runner copy that lacks one stops the server at import,
+    whatever its gate does."""
+    import ast
+
+    root = _sglang_root()
+    if not root:
+        return []
+    needle = RUNNER_MODULE.rsplit(".", 1)[1]
+    out: list[tuple[str, str]] = []
+    for folder, _dirs, files in os.walk(root):
+        for fname in files:
+            if not fname.endswith(".py"):
+                continue
+            path = os.path.join(folder, fname)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if needle not in text or path.endswith(needle + ".py"):
+                continue
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                continue
+            skip = {
+                id(n)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for n in ast.walk(node)
+            }
+            rel = os.path.relpath(path, root)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == RUNNER_MODULE and id(node) not in skip:
+                    out += [(a.name, rel) for a in node.names if a.name != "*"]
+    return out
 
 
 def _capture_slots(runner) -> list[str] | None:

@@ -171,16 +171,19 @@ def drift_command(
     else:
         emit(doc, lambda: source() + render_fleet_text(fleet, trace.n_batches), as_json=as_json)
     if target is not None:
-        _write(target, fleet, trace, profile, quiet)
+        _write(target, fleet, trace, profile, quiet, priced)
     if fleet.verdict == "re-tune":
         raise typer.Exit(1)  # the verdict is on stdout already (text or JSON): exit 1, nothing more
     if as_json:
         note("keep: " + "; ".join(r.report.reason for r in fleet.rows), quiet)
 
 
-def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool) -> None:
-    """Today's optimum into the profile, on a re-tune verdict (one judged list only)."""
+def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool, priced: list) -> None:
+    """Today's optimum into the profile, on a re-tune verdict (one judged list only);
+    [buckets].launch_check says whether SGLang itself checked the launch it was priced for."""
+    from bcgtune.cli.commands.suggest import _unchecked_note
     from bcgtune.files.profile_file import write_profile_buckets
+    from bcgtune.services.launch import launch_check_key
 
     if len(fleet.rows) != 1:
         raise InputError(
@@ -206,5 +209,8 @@ def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool) -
         "tool_version": __version__,
         "date": dt.date.today().isoformat(),
     }
+    if priced:
+        provenance["launch_check"] = launch_check_key(priced[0])
     write_profile_buckets(target, rep.optimum.metrics.buckets, provenance, base_profile=base)
-    note(f"wrote {len(rep.optimum.metrics.buckets)} buckets (today's optimum) to {target}", quiet)
+    unchecked = _unchecked_note(priced[0]) if priced else ""
+    note(f"wrote {len(rep.optimum.metrics.buckets)} buckets (today's optimum) to {target}{unchecked}", quiet)

@@ -274,8 +274,8 @@ def suggest_buckets_command(
         server = {k.replace("_", "-"): v for k, v in (layout.flags() or {}).items()}
         if chunked_prefill_size is not None:
             server["chunked-prefill-size"] = chunked_prefill_size
-        _write_profile(profile_path, base, plan, result.trace, server)
-        note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}", quiet)
+        _write_profile(profile_path, base, plan, result.trace, server, result.capture)
+        note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}{_unchecked_note(result.capture)}", quiet)
     emit(
         lambda: {**plan.to_json_obj(), **launch_check_json(result.capture), "launch_capture": result.capture.to_json()},
         lambda: capture_line(result.capture) + "\n" + render_plan_text(plan),
@@ -345,10 +345,24 @@ def _target_profile(path: str, base: str | None):
     return load_profile(path if path_kind(path) is not None or base is None else base)
 
 
-def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict) -> None:
+def _unchecked_note(capture: PrefillCapture) -> str:
+    """What a written profile's note adds when SGLang did not check the launch."""
+    if capture.checked:
+        return ""
+    return (
+        f" (launch NOT CHECKED by SGLang: {capture.not_checked_reason}; the file says so in [buckets].launch_check; "
+        "--ask-sglang checks it)"
+    )
+
+
+def _write_profile(
+    path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict, capture: PrefillCapture
+) -> None:
     """Write the list, and the server flags it was priced with (layout flags and a chunk
-    given on the command line), into the profile, so the profile launches what was priced."""
+    given on the command line), into the profile, so the profile launches what was priced;
+    [buckets].launch_check says whether SGLang itself checked that launch."""
     from bcgtune.files.profile_file import write_profile_buckets
+    from bcgtune.services.launch import launch_check_key
 
     sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
     provenance = {
@@ -357,5 +371,6 @@ def _write_profile(path: str, base: str | None, plan: BucketPlan, trace: Prefill
         "max_buckets": plan.request.max_buckets,
         "tool_version": __version__,
         "date": dt.date.today().isoformat(),
+        "launch_check": launch_check_key(capture),
     }
     write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base, server=server)
