@@ -1,6 +1,6 @@
 """Write bcgtune/core/sglang/tables.py from the installed SGLang's source: the architecture
-lists that bcgtune's model of SGLang's launch resolution needs (read with `ast`; nothing of
-SGLang is imported).
+lists that bcgtune's model of SGLang's launch resolution and of its refusals needs (read
+with `ast`; nothing of SGLang is imported).
 
     python scripts/extract_sglang_tables.py            # rewrite the module
     python scripts/extract_sglang_tables.py --check    # exit 1 when its tables differ (a test runs this)
@@ -107,6 +107,31 @@ def arch_specific(root: Path) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+def function_tuple(root: Path, rel: str, function: str, var: str) -> list[str]:
+    """The strings of a tuple literal assigned to `var` inside `function` of `rel`."""
+    tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name == function:
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Assign)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == var
+                ):
+                    return _strings(node.value, {})
+    raise SystemExit(f"{rel}: {function} has no {var}")
+
+
+def refusal_lists(root: Path) -> dict[str, list[str]]:
+    """Lists SGLang's launch checks refuse a launch by."""
+    return {
+        "FLASHINFER_MEGAMOE_ARCHS": function_tuple(
+            root, "srt/arg_groups/moe_hook.py", "validate_flashinfer_megamoe_model", "validated_architectures"
+        )
+    }
+
+
 def render(version: str, lists: dict[str, list[str]], archs: dict[str, list[str]]) -> str:
     def q(v: str) -> str:
         return json.dumps(v)
@@ -136,6 +161,10 @@ def render(version: str, lists: dict[str, list[str]], archs: dict[str, list[str]
         "# has both vision_config and audio_config",
         f"MIMO_V2_MULTIMODAL_ARCHS = {tup(lists['MIMO_V2_MULTIMODAL_ARCHS'])}",
         "",
+        "# srt/arg_groups/moe_hook.py, validate_flashinfer_megamoe_model (validated_architectures):",
+        "# --moe-a2a-backend flashinfer_megamoe refuses any other model",
+        f"FLASHINFER_MEGAMOE_ARCHS = {tup(lists['FLASHINFER_MEGAMOE_ARCHS'])}",
+        "",
         "# Every architecture named by a function of SGLang's launch resolution (srt/arg_groups)",
         "# that touches a setting the prefill capture depends on, with those functions",
         "# (file:function): settings SGLang may change for that model alone.",
@@ -161,7 +190,8 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when the module differs from the installed SGLang")
     args = ap.parse_args()
     root = sglang_root()
-    text = render(importlib.metadata.version("sglang"), model_config_lists(root), arch_specific(root))
+    lists = {**model_config_lists(root), **refusal_lists(root)}
+    text = render(importlib.metadata.version("sglang"), lists, arch_specific(root))
     if args.check:
         if _values(OUT.read_text(encoding="utf-8") if OUT.exists() else "") != _values(text):
             print(f"{OUT} differs from the installed SGLang: rerun {Path(__file__).name}", file=sys.stderr)

@@ -123,7 +123,9 @@ def test_exit_codes_of_each_command(tmp_path, monkeypatch, exc, code):
 
 def test_success_exit_0(trace_csv, tmp_path):
     assert cli(["suggest-buckets", str(trace_csv)]).code == 0
-    assert cli(["doctor", "--no-sglang-probe"]).code == 0
+    # doctor without SGLang's answer gives no verdict: not checked (5), never ok (0)
+    r = cli(["doctor", "--no-sglang-probe", "--json"])
+    assert r.code == 5 and json.loads(r.out)["ok"] is False and json.loads(r.out)["outcome"] == "not checked"
 
 
 def test_debug_shows_the_traceback(trace_csv, monkeypatch):

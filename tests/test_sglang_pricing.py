@@ -80,14 +80,21 @@ def test_the_cli_says_which_answer_priced_the_launch(fake_probe, tmp_path, capsy
     t = str(_trace_file(tmp_path))
     code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
     first = out.splitlines()[0]
-    assert code == 0 and first.startswith("SGLang's capture for this launch: bcgtune's model of its rules")
+    assert code == 0 and first.startswith("SGLang's capture for this launch (NOT CHECKED by SGLang): bcgtune's model of its rules")
     assert "(no cached answer from SGLang: --ask-sglang asks it" in first
+    code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--json"], capsys)
+    doc = json.loads(out)
+    assert (doc["launch_check"], doc["launch_capture"]["launch_check"]) == ("not checked", "not checked")
+    assert doc["launch_check_reason"] == "no cached answer from SGLang for this launch"
     code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--ask-sglang"], capsys)
     assert code == 0 and "sglang 0.5.23's own answer" in out.splitlines()[0] and "asking the installed SGLang" in err
     code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
     first = out.splitlines()[0]
-    assert code == 0 and "sglang 0.5.23's own answer (cached " in first
+    assert code == 0 and first.startswith("SGLang's capture for this launch (checked): sglang 0.5.23's own answer (cached ")
     assert "not checked: SGLang's rules on the model (none given)" in first
+    code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--json"], capsys)
+    doc = json.loads(out)
+    assert (doc["launch_check"], doc["launch_check_reason"], doc["launch_capture"]["launch_check"]) == ("checked", None, "checked")
 
 
 def test_the_test_switch_never_starts_sglang(fake_probe, monkeypatch):
@@ -104,11 +111,12 @@ def test_drift_prices_with_sglangs_answer_and_says_so(fake_probe, tmp_path, caps
     )
     t = str(_trace_file(tmp_path))
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang"], capsys)
-    assert code in (0, 1) and out.startswith("SGLang's capture for this launch: sglang 0.5.23's own answer")
+    assert code in (0, 1) and out.startswith("SGLang's capture for this launch (checked): sglang 0.5.23's own answer")
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--json"], capsys)
     doc = json.loads(out)
     assert doc["deployed"]["metrics"]["buckets"] == LADDER_4096
     assert doc["launch_capture"]["source"] == "sglang 0.5.23" and doc["launch_capture"]["cached_at"]
+    assert doc["launch_check"] == "checked"
 
 
 def test_a_launch_with_graphs_off_prices_nothing(tmp_path, capsys):

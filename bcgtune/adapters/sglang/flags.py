@@ -224,7 +224,19 @@ def prefill_launch_from_server_flags(
         flags=_flags_set(norm),
         allow_longer_context=str((env or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")).lower()
         in ("1", "true", "yes", "on"),
+        moe_runner_backend=_flag_str(norm, "moe_runner_backend", None),
+        single_batch_overlap=_flag_bool(norm, "enable_single_batch_overlap"),
+        mori_max_dispatch_tokens=_env_int(env, "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
     )
+
+
+def _env_int(env: Mapping[str, str] | None, name: str) -> int | None:
+    """An integer from the launch's environment (None: unset or not an integer)."""
+    text = str((env or {}).get(name, "")).strip()
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
 
 
 def effective_prefill_backend(server: Mapping[str, Any], platform_name: str) -> tuple[str, bool]:

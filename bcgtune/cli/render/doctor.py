@@ -62,7 +62,7 @@ def _answers_text(answers: dict[str, bool]) -> str:
 
 def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     """Lines describing what the server will do (doctor and serve --dry-run print them)."""
-    lines = [f"launch check: {check_text(r)}", f"prefill graphs ({source_text(r)}):"]
+    lines = [f"prefill graphs ({'checked by SGLang: ' if r.checked else 'NOT CHECKED by SGLang: '}{source_text(r)}):"]
     lines.append(f"  backend    {r.backend if r.graphs_on else 'disabled'}: {r.reason}")
     if r.graphs_on:
         c = r.captured
@@ -80,13 +80,6 @@ def render_resolved_prefill(r: PrefillCapture) -> list[str]:
     for u in r.unchecked:
         lines.append(f"  not checked: {u}")
     return lines
-
-
-def check_text(r: PrefillCapture) -> str:
-    """Whether SGLang itself judged the launch: "checked", or "NOT CHECKED" and why."""
-    if r.checked:
-        return "checked by SGLang"
-    return f"NOT CHECKED by SGLang ({r.not_checked_reason}): bcgtune's model of its rules answers"
 
 
 def source_text(r: PrefillCapture) -> str:

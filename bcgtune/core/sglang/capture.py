@@ -30,6 +30,7 @@ from bcgtune.core.sglang.ladder import (
     sglang_default_ladder,
 )
 from bcgtune.core.sglang.model_rules import DEEPSEEK_V3_ARCH, ModelFacts
+from bcgtune.core.sglang.tables import FLASHINFER_MEGAMOE_ARCHS
 from bcgtune.errors import InputError
 
 # --------------------------------------------------------------------------- what a launch captures
@@ -78,6 +79,11 @@ FLAG_RULES: dict[str, str] = {
     "language_model_only": "SGLang accepts --language-model-only for a few architectures only (srt/arg_groups/model_hook.py)",
     "cp_strategy": "prefill context parallelism's own checks (srt/arg_groups/parallel_hook.py, handle_context_parallelism)",
 }
+# srt/environ.py, SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK's default: MoRI refuses a
+# larger chunk per rank (moe_hook.py, handle_a2a_moe)
+MORI_MAX_DISPATCH_TOKENS_PER_RANK = 4096
+# srt/utils/common.py, is_blackwell: CUDA compute capability majors SGLang calls Blackwell
+BLACKWELL_CAPABILITY_MAJORS = (10, 11, 12)
 # MoE all-to-all backends whose own checks this model does not run
 A2A_RULES = {
     "flashinfer": "SGLang refuses topologies the flashinfer all-to-all backend does not support (srt/arg_groups/moe_hook.py)",
@@ -140,6 +146,10 @@ class PrefillLaunch:
     full_prefill_max_req: int | None = None
     flags: frozenset[str] = frozenset()
     allow_longer_context: bool = False
+    moe_runner_backend: str | None = None
+    single_batch_overlap: bool = False
+    # SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK from the launch's environment (None: SGLang's default)
+    mori_max_dispatch_tokens: int | None = None
 
 
 MODEL_SOURCE = "bcgtune model"
@@ -549,12 +559,90 @@ def _handle_a2a_moe(state: _Resolution) -> None:
     capture alignment then sees)."""
     if state.a2a == "ascend_tp":
         state.a2a = "none"
+    _a2a_refusals(state)
     if state.backend == "disabled":
         return
     if state.a2a == "deepep" and state.launch.deepep_mode == "normal":
         state.disable("SGLang turns CUDA graphs off with DeepEP normal dispatch (--deepep-mode normal)")
     elif state.a2a == "deepep_v2":
         state.disable("SGLang turns prefill CUDA graphs off with DeepEP v2 (its prefill is not capturable)")
+
+
+def _refuse(state: _Resolution, why: str) -> None:
+    if state.refused is None:
+        state.refused = why
+
+
+def _a2a_refusals(state: _Resolution) -> None:
+    """moe_hook.py, handle_a2a_moe (and validate_flashinfer_megamoe_model): the MoE
+    all-to-all backends' own checks that refuse a launch, whatever its prefill graphs."""
+    launch, a2a = state.launch, state.a2a
+    if a2a == "mori":
+        # the per-rank dispatch tokens (the chunk per rank) must fit MoRI's dispatch buffer
+        limit = launch.mori_max_dispatch_tokens or MORI_MAX_DISPATCH_TOKENS_PER_RANK
+        chunk = state.chunk_size
+        if chunk > 0 and launch.disaggregation_mode != "decode" and chunk > limit:
+            _refuse(
+                state,
+                f"SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default {MORI_MAX_DISPATCH_TOKENS_PER_RANK}) must be >= "
+                f"the per-rank MoRI dispatch tokens (chunked_prefill_size by default): {chunk} > {limit} "
+                "(srt/arg_groups/moe_hook.py, handle_a2a_moe)",
+            )
+    elif a2a == "pplx":
+        if launch.deepep_mode == "normal":
+            _refuse(state, "moe_a2a_backend='pplx' only supports low-latency mode (srt/arg_groups/moe_hook.py)")
+        elif launch.layout.attn_dp_size < 2:
+            _refuse(
+                state,
+                "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2) "
+                "(srt/arg_groups/moe_hook.py, handle_a2a_moe)",
+            )
+        elif (launch.moe_runner_backend or "auto") not in ("deep_gemm", "auto"):
+            _refuse(state, "moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto)")
+        else:
+            state.cannot_check("--moe-a2a-backend pplx: its per-rank dispatch tokens against its buffer (moe_hook.py)")
+    elif a2a == "flashinfer_megamoe":
+        if state.model is None:
+            state.arch_unchecked("FlashInfer MegaMOE refuses architectures it has not validated")
+        elif not set(state.model.architectures) & set(FLASHINFER_MEGAMOE_ARCHS):
+            _refuse(
+                state,
+                f"FlashInfer MegaMOE is not validated for model architectures {list(state.model.architectures)} "
+                "(srt/arg_groups/moe_hook.py, validate_flashinfer_megamoe_model)",
+            )
+        else:
+            state.cannot_check(
+                "--moe-a2a-backend flashinfer_megamoe: its quantization, environment and runner checks (moe_hook.py)"
+            )
+
+
+def _post_process_refusals(state: _Resolution) -> None:
+    """Checks SGLang runs after its pipeline that refuse a launch: overrides.py,
+    _mla_kv_cache_dtype_checks (trtllm_mla attention only on Blackwell GPUs) and
+    srt/layers/moe/utils.py, initialize_moe_config (single-batch overlap refused on SM90
+    CUDA GPUs)."""
+    launch = state.launch
+    cap = launch.gpu_capability
+    cuda = launch.platform == "cuda"
+    attn, _ = _resolved_attention_backend(state)
+    if "trtllm_mla" in (attn, launch.decode_attention_backend) and cuda:
+        if cap is None:
+            state.cannot_check("trtllm_mla attention is refused on GPUs other than Blackwell (the GPU is unknown)")
+        elif cap[0] not in BLACKWELL_CAPABILITY_MAJORS:
+            _refuse(
+                state,
+                "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x) (srt/arg_groups/overrides.py, "
+                "_mla_kv_cache_dtype_checks)",
+            )
+    if launch.single_batch_overlap and cuda:
+        if cap is None:
+            state.cannot_check("--enable-single-batch-overlap is refused on SM90 GPUs (the GPU is unknown)")
+        elif cap[0] == 9:
+            _refuse(
+                state,
+                "SBO (single batch overlap) is not supported on SM90 GPUs with latest sgl-deep-gemm wheel "
+                "(srt/layers/moe/utils.py, initialize_moe_config)",
+            )
 
 
 def _handle_speculative_decoding(state: _Resolution) -> None:
@@ -695,4 +783,5 @@ def resolve_prefill_capture(launch: PrefillLaunch) -> PrefillCapture:
     state = _parse_cuda_graph_config(launch)
     for _mirrors, step in PIPELINE_STEPS:
         step(state)
+    _post_process_refusals(state)
     return _final_capture(state)

@@ -121,6 +121,24 @@ MULTIMODAL_OFF_BY_DEFAULT_ARCHS = (
 # has both vision_config and audio_config
 MIMO_V2_MULTIMODAL_ARCHS = ("MiMoV2ForCausalLM",)
 
+# srt/arg_groups/moe_hook.py, validate_flashinfer_megamoe_model (validated_architectures):
+# --moe-a2a-backend flashinfer_megamoe refuses any other model
+FLASHINFER_MEGAMOE_ARCHS = (
+    "BeamForCausalLM",
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "NemotronHForCausalLM",
+    "NemotronHPuzzleForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "KimiK3ForConditionalGeneration",
+    "KimiK3LinearForCausalLM",
+)
+
 # Every architecture named by a function of SGLang's launch resolution (srt/arg_groups)
 # that touches a setting the prefill capture depends on, with those functions
 # (file:function): settings SGLang may change for that model alone.

@@ -1,0 +1,243 @@
+"""Never a false "ok": every answer about a launch is SGLang's, or says it is not.
+
+doctor's three outcomes (checked and ok: exit 0; blocking: 1; not checked: 5, never
+"ok": true) with how to get SGLang's answer; the same launch_check wherever a launch is
+judged; a launch SGLang refuses is an error (exit 2, its reason quoted) in every command
+that prices or writes it, whether SGLang said so or bcgtune's model of its refusal rules
+did. SGLang itself is replaced by a stand-in probe here; the model's refusal rules are
+compared with SGLang 0.5.23's own answers in tests/test_sglang_resolve.py (marked sglang).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tomli_w
+from proc_helpers import run_cli
+
+import bcgtune.adapters.sglang_resolve as sr
+from bcgtune.adapters.hardware import gpu_for
+from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR
+from bcgtune.files.profile_file import parse_profile
+from bcgtune.services.launch import model_capture
+
+MODELS = Path(__file__).parent / "data" / "models"
+MODEL = {
+    "plain": PROBE_CONFIG_DIR,
+    "dsv3": MODELS / "deepseek-v3-tiny",
+    "moe": MODELS / "qwen3-moe-tiny",
+}
+
+# Launches SGLang 0.5.23 refuses, with the start of its own reason (its answers, asked on a
+# CPU machine with the GPU answered as that GPU: tests/test_sglang_resolve.py asks again
+# where sglang is installed)
+REFUSED = [
+    ("h100", "plain", {"attention-backend": "trtllm_mla"}, "TRTLLM MLA backend is only supported on Blackwell GPUs"),
+    (
+        "h200",
+        "dsv3",
+        {"moe-a2a-backend": "mori", "cuda-graph-backend-prefill": "breakable"},
+        "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >=",
+    ),
+    ("h200", "moe", {"moe-a2a-backend": "mori"}, "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >="),
+    (
+        "h200",
+        "plain",
+        {"tp-size": 4, "moe-a2a-backend": "flashinfer_megamoe", "cuda-graph-backend-prefill": "breakable"},
+        "FlashInfer MegaMOE is not validated for model architectures ['Qwen3ForCausalLM']",
+    ),
+    (
+        "h200",
+        "dsv3",
+        {"enable-single-batch-overlap": True, "tp-size": 4, "moe-a2a-backend": "deepep"},
+        "SBO (single batch overlap) is not supported on SM90 GPUs",
+    ),
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "pplx"}, "moe_a2a_backend='pplx' requires attention DP"),
+]
+
+
+def _profile_text(hw: str, model: str, server: dict, buckets: list[int] | None = None) -> str:
+    doc = {"profile": {"name": "t", "platform": gpu_for(hw).platform, "hardware": hw, "model": str(MODEL[model])}, "server": server}
+    if buckets:
+        doc["buckets"] = {"list": buckets}
+    return tomli_w.dumps(doc)
+
+
+@pytest.mark.parametrize("hw, model, server, reason", REFUSED)
+def test_the_model_refuses_what_sglang_refuses(hw, model, server, reason):
+    cap = model_capture(parse_profile(_profile_text(hw, model, server), "t.toml"))
+    assert cap.refused is not None and cap.refused.startswith(reason), cap.refused
+    assert not cap.graphs_on and cap.launch_check == "not checked"
+
+
+def test_the_rules_stop_where_sglang_accepts():
+    # the chunk per rank within MoRI's buffer: accepted (graphs off: mori is not validated for them)
+    cap = model_capture(parse_profile(_profile_text("h200", "moe", {"moe-a2a-backend": "mori", "chunked-prefill-size": 4096}), "t"))
+    assert cap.refused is None and not cap.graphs_on
+    # a larger buffer from the launch's environment
+    text = _profile_text("h200", "moe", {"moe-a2a-backend": "mori"}) + '[env]\nSGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK = "8192"\n'
+    assert model_capture(parse_profile(text, "t")).refused is None
+    # trtllm_mla on a Blackwell GPU, single-batch overlap off SM90
+    assert model_capture(parse_profile(_profile_text("b200", "dsv3", {"attention-backend": "trtllm_mla"}), "t")).refused is None
+    assert model_capture(parse_profile(_profile_text("b200", "dsv3", {"enable-single-batch-overlap": True}), "t")).refused is None
+    # a MegaMOE architecture SGLang validated: accepted here, its other checks named
+    cap = model_capture(parse_profile(_profile_text("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "flashinfer_megamoe"}), "t"))
+    assert cap.refused is None and any("flashinfer_megamoe" in u for u in cap.unchecked)
+
+
+# ------------------------------------------------------------------ refused: an error wherever it is priced
+@pytest.fixture
+def trace_file(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps([100, 200, 300, 700, 1500, 3000] * 5))
+    return p
+
+
+@pytest.mark.parametrize("hw, model, server, reason", [REFUSED[2], REFUSED[0]])
+def test_suggest_drift_and_serve_refuse_a_refused_launch(tmp_path, capsys, trace_file, hw, model, server, reason):
+    prof = tmp_path / "p.toml"
+    prof.write_text(_profile_text(hw, model, server, [256, 512]))
+    for args in (
+        ["suggest-buckets", str(trace_file), "--base-profile", str(prof), "--write-profile", str(tmp_path / "out.toml")],
+        ["suggest-buckets", str(trace_file), "--write-profile", str(prof)],
+        ["drift", "--profile", str(prof), "--trace", str(trace_file)],
+        ["serve", "--profile", str(prof), "--dry-run", "--no-sglang-probe"],
+    ):
+        code, out, err = run_cli(args, capsys)
+        line = err.strip().splitlines()[-1]
+        assert code == 2 and out == "", (args, code, out, err)
+        assert line.startswith("error: SGLang refuses this launch, the server would not start: " + reason), line
+        assert "bcgtune's model of SGLang's checks; not checked by SGLang" in line
+    assert not (tmp_path / "out.toml").exists()
+
+
+def _refusing_probe(reason: str):
+    def probe(request, timeout=0):
+        n = len(request.get("launches", []))
+        return {
+            "sglang_version": "0.5.23",
+            "launches": [{"ok": False, "refused": f"AssertionError: {reason}", "where": "srt/arg_groups/moe_hook.py:567"}] * n,
+            "files": {"launches": []},
+        }
+
+    return probe
+
+
+def test_sglangs_own_refusal_is_an_error_not_graphs_off(tmp_path, capsys, monkeypatch, trace_file):
+    """--ask-sglang: SGLang refuses the launch; suggest-buckets quotes it and exits 2."""
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)
+    monkeypatch.setenv("BCGTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BCGTUNE_SGLANG_PROBE", raising=False)
+    monkeypatch.setattr(sr, "run_probe", _refusing_probe("SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096)"))
+    prof = tmp_path / "p.toml"
+    prof.write_text(_profile_text("h200", "moe", {"moe-a2a-backend": "mori"}))
+    out_prof = tmp_path / "out.toml"
+    args = ["suggest-buckets", str(trace_file), "--base-profile", str(prof), "--write-profile", str(out_prof), "--ask-sglang"]
+    code, out, err = run_cli(args, capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and "graphs are off" not in out + err
+    assert "SGLang refuses this launch" in line and "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK" in line
+    assert "[SGLang 0.5.23's own answer]" in line and not out_prof.exists()
+
+
+# ------------------------------------------------------------------ doctor's three outcomes
+GATE_OK = {"image_spec_off": True, "image_spec_on": False, "text_spec_off": True, "text_spec_on": True}
+
+
+def _answering_probe(*, timed_out: bool = False):
+    def probe(request, timeout=0):
+        probe.timeouts.append(timeout)
+        if timed_out:
+            return {"error": f"{sr.TIMED_OUT} {timeout:g} s"}
+        out: dict = {"sglang_version": "0.5.23", "files": {}}
+        out["launches"] = [
+            {"ok": True, "backend": "breakable", "bs": [256, 512], "captured": [256, 512], "max_bs": 8192, "alignment": 1,
+             "chunked_prefill_size": 8192, "messages": []}
+            for _ in request.get("launches", [])
+        ]  # fmt: skip
+        if "flags" in request:
+            out["flags"] = {"ok": True}
+        if "runners" in request:
+            out["runners"] = [{"ok": True, "imported": True, "answers": GATE_OK, "slots": []} for _ in request["runners"]["sources"]]
+        return out
+
+    probe.timeouts = []
+    return probe
+
+
+@pytest.fixture
+def asked(monkeypatch, tmp_path):
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)
+    monkeypatch.setenv("BCGTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BCGTUNE_SGLANG_PROBE", raising=False)
+    prof = tmp_path / "p.toml"
+    prof.write_text(_profile_text("h200", "plain", {}, [256, 512]))
+    return prof
+
+
+def test_doctor_checked_and_ok_exits_0(asked, capsys, monkeypatch):
+    monkeypatch.setattr(sr, "run_probe", _answering_probe())
+    code, out, err = run_cli(["doctor", "--profile", str(asked), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0, err
+    assert (doc["outcome"], doc["ok"], doc["launch_check"], doc["not_checked"]) == ("ok", True, "checked", [])
+
+
+def test_doctor_timed_out_is_not_checked_exit_5_never_ok(asked, capsys, monkeypatch):
+    probe = _answering_probe(timed_out=True)
+    monkeypatch.setattr(sr, "run_probe", probe)
+    code, out, err = run_cli(["doctor", "--profile", str(asked), "--json", "--probe-timeout", "7"], capsys)
+    doc = json.loads(out)
+    assert code == 5 and probe.timeouts == [7.0]
+    assert (doc["outcome"], doc["ok"], doc["launch_check"]) == ("not checked", False, "not checked")
+    assert any("SGLang did not answer within 7 s" in n for n in doc["not_checked"])
+    assert any("--probe-timeout SECONDS (this run allowed 7 s" in h for h in doc["how_to_check"])
+    assert doc["resolved_prefill"]["launch_check"] == "not checked"
+    # the text says so too, and the exit line names the outcome
+    code, out, err = run_cli(["doctor", "--profile", str(asked)], capsys)
+    assert code == 5 and "outcome  NOT CHECKED" in out and "to check: give SGLang longer: --probe-timeout" in out
+    assert err.strip().splitlines()[-1].startswith("error: not checked:")
+
+
+def test_probe_timeout_from_the_environment(asked, capsys, monkeypatch):
+    probe = _answering_probe(timed_out=True)
+    monkeypatch.setattr(sr, "run_probe", probe)
+    monkeypatch.setenv("BCGTUNE_PROBE_TIMEOUT", "11")
+    code, _, _ = run_cli(["doctor", "--profile", str(asked), "--json"], capsys)
+    assert code == 5 and probe.timeouts == [11.0]
+    monkeypatch.setenv("BCGTUNE_PROBE_TIMEOUT", "soon")
+    code, out, err = run_cli(["doctor", "--profile", str(asked)], capsys)
+    assert code == 2 and "BCGTUNE_PROBE_TIMEOUT" in err
+    code, out, err = run_cli(["doctor", "--profile", str(asked), "--probe-timeout", "0"], capsys)
+    assert code == 2 and "(--probe-timeout)" in err
+
+
+def test_doctor_blocking_wins_over_not_checked(asked, capsys, tmp_path):
+    """SGLang not asked, and the model knows SGLang refuses the launch: blocking (1)."""
+    prof = tmp_path / "r.toml"
+    prof.write_text(_profile_text("h200", "moe", {"moe-a2a-backend": "mori"}))
+    code, out, err = run_cli(["doctor", "--profile", str(prof), "--no-sglang-probe", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 1 and doc["outcome"] == "blocking" and doc["ok"] is False and doc["not_checked"]
+    assert any(f["code"] == "launch-refused" for f in doc["findings"])
+
+
+def test_drift_and_suggest_json_say_whether_sglang_checked(tmp_path, capsys, trace_file):
+    prof = tmp_path / "p.toml"
+    prof.write_text(_profile_text("h200", "plain", {}, [256, 512, 1024, 4096]))
+    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", str(trace_file), "--json"], capsys)
+    doc = json.loads(out)
+    assert code in (0, 1) and doc["launch_check"] == "not checked" and doc["launch_check_reason"]
+    out_prof = tmp_path / "w.toml"
+    args = ["suggest-buckets", str(trace_file), "--base-profile", str(prof), "--write-profile", str(out_prof)]
+    code, out, err = run_cli([*args, "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["launch_check"] == "not checked" and doc["launch_capture"]["launch_check"] == "not checked"
+    # the profile written from an unchecked launch says so, in the file and on the terminal
+    out_prof.unlink()
+    code, out, err = run_cli(args, capsys)
+    assert code == 0 and "NOT CHECKED by SGLang" in out.splitlines()[0] and "launch NOT CHECKED by SGLang" in err
+    written = parse_profile(out_prof.read_text(), str(out_prof))
+    assert written.provenance["launch_check"].startswith("not checked: ")
