@@ -241,3 +241,16 @@ def test_drift_and_suggest_json_say_whether_sglang_checked(tmp_path, capsys, tra
     assert code == 0 and "NOT CHECKED by SGLang" in out.splitlines()[0] and "launch NOT CHECKED by SGLang" in err
     written = parse_profile(out_prof.read_text(), str(out_prof))
     assert written.provenance["launch_check"].startswith("not checked: ")
+
+
+def test_every_printed_estimate_of_a_first_answer_is_the_measured_one():
+    """The help and messages quote one figure, sglang_resolve.PROBE_TIME_TEXT (measured:
+    benchmarks/RESULTS.md)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "bcgtune"
+    figures = {}
+    for path in (root / "cli").rglob("*.py"):
+        for m in re.finditer(r"\b(\d+-\d+ s)\b", path.read_text(encoding="utf-8")):
+            figures[str(path.relative_to(root))] = m.group(1)
+    assert len(figures) >= 4 and set(figures.values()) == {sr.PROBE_TIME_TEXT}, figures

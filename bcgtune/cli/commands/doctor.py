@@ -32,7 +32,7 @@ def doctor_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="Never start the installed SGLang (a first answer takes 20-60 s, a cached one under a second): answers it "
+            help="Never start the installed SGLang (a first answer takes 10-90 s, a cached one under a second): answers it "
             "gave before are still used, otherwise bcgtune's model of its rules and a reading of the runner's source "
             "answer, say so, and the outcome is 'not checked' (exit 5).",
         ),

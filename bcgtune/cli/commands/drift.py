@@ -93,7 +93,7 @@ def drift_command(
         typer.Option(
             "--ask-sglang",
             help="When the installed SGLang has not answered for a profile's launch before, ask it (in a child process: "
-            "10-35 s once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
+            "10-90 s once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
         ),
     ] = False,
     as_json: JsonFlag = False,

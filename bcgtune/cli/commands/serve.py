@@ -52,7 +52,7 @@ def serve_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="With --dry-run: never start the installed SGLang (a first answer takes 10-35 s, a cached one under a "
+            help="With --dry-run: never start the installed SGLang (a first answer takes 10-90 s, a cached one under a "
             "second); answers SGLang gave before are still used, otherwise bcgtune's model of its rules answers and the "
             "flags are not checked.",
         ),

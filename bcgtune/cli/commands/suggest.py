@@ -198,7 +198,7 @@ def suggest_buckets_command(
         bool,
         typer.Option(
             "--ask-sglang",
-            help="When the installed SGLang has not answered for this launch before, ask it (in a child process: 10-35 s "
+            help="When the installed SGLang has not answered for this launch before, ask it (in a child process: 10-90 s "
             "once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
             rich_help_panel=_OPT,
         ),
