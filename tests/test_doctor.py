@@ -328,7 +328,10 @@ def test_doctor_without_sglang_falls_back(monkeypatch):
     assert report.resolved_prefill.captured == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
     found = {f.code: f for f in report.findings}
     # a reading warns, never blocks: nothing ran
-    assert found["qwen-mm-gate-unverified"].severity == "warning" and "reads as unpatched" in found["qwen-mm-gate-unverified"].message
+    assert (
+        found["qwen-mm-gate-unverified"].severity == "warning"
+        and "reads as unpatched" in found["qwen-mm-gate-unverified"].message
+    )
     assert "qwen-mm-unpatched-runner" not in found and not report.blocking
     assert found["flags-unchecked"].severity == "info" and "sglang is not installed" in found["flags-unchecked"].message
     # no verdict without SGLang: not checked, never ok, and how to get the answer

@@ -59,7 +59,10 @@ REFUSED = [
 
 
 def _profile_text(hw: str, model: str, server: dict, buckets: list[int] | None = None) -> str:
-    doc = {"profile": {"name": "t", "platform": gpu_for(hw).platform, "hardware": hw, "model": str(MODEL[model])}, "server": server}
+    doc = {
+        "profile": {"name": "t", "platform": gpu_for(hw).platform, "hardware": hw, "model": str(MODEL[model])},
+        "server": server,
+    }
     if buckets:
         doc["buckets"] = {"list": buckets}
     return tomli_w.dumps(doc)
@@ -74,10 +77,15 @@ def test_the_model_refuses_what_sglang_refuses(hw, model, server, reason):
 
 def test_the_rules_stop_where_sglang_accepts():
     # the chunk per rank within MoRI's buffer: accepted (graphs off: mori is not validated for them)
-    cap = model_capture(parse_profile(_profile_text("h200", "moe", {"moe-a2a-backend": "mori", "chunked-prefill-size": 4096}), "t"))
+    cap = model_capture(
+        parse_profile(_profile_text("h200", "moe", {"moe-a2a-backend": "mori", "chunked-prefill-size": 4096}), "t")
+    )
     assert cap.refused is None and not cap.graphs_on
     # a larger buffer from the launch's environment
-    text = _profile_text("h200", "moe", {"moe-a2a-backend": "mori"}) + '[env]\nSGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK = "8192"\n'
+    text = (
+        _profile_text("h200", "moe", {"moe-a2a-backend": "mori"})
+        + '[env]\nSGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK = "8192"\n'
+    )
     assert model_capture(parse_profile(text, "t")).refused is None
     # trtllm_mla on a Blackwell GPU, single-batch overlap off SM90
     assert model_capture(parse_profile(_profile_text("b200", "dsv3", {"attention-backend": "trtllm_mla"}), "t")).refused is None
@@ -160,7 +168,9 @@ def _answering_probe(*, timed_out: bool = False):
         if "flags" in request:
             out["flags"] = {"ok": True}
         if "runners" in request:
-            out["runners"] = [{"ok": True, "imported": True, "answers": GATE_OK, "slots": []} for _ in request["runners"]["sources"]]
+            out["runners"] = [
+                {"ok": True, "imported": True, "answers": GATE_OK, "slots": []} for _ in request["runners"]["sources"]
+            ]
         return out
 
     probe.timeouts = []

@@ -80,7 +80,9 @@ def test_the_cli_says_which_answer_priced_the_launch(fake_probe, tmp_path, capsy
     t = str(_trace_file(tmp_path))
     code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4"], capsys)
     first = out.splitlines()[0]
-    assert code == 0 and first.startswith("SGLang's capture for this launch (NOT CHECKED by SGLang): bcgtune's model of its rules")
+    assert code == 0 and first.startswith(
+        "SGLang's capture for this launch (NOT CHECKED by SGLang): bcgtune's model of its rules"
+    )
     assert "(no cached answer from SGLang: --ask-sglang asks it" in first
     code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--json"], capsys)
     doc = json.loads(out)
@@ -94,7 +96,11 @@ def test_the_cli_says_which_answer_priced_the_launch(fake_probe, tmp_path, capsy
     assert "not checked: SGLang's rules on the model (none given)" in first
     code, out, err = run_cli(["suggest-buckets", t, "--max-buckets", "4", "--json"], capsys)
     doc = json.loads(out)
-    assert (doc["launch_check"], doc["launch_check_reason"], doc["launch_capture"]["launch_check"]) == ("checked", None, "checked")
+    assert (doc["launch_check"], doc["launch_check_reason"], doc["launch_capture"]["launch_check"]) == (
+        "checked",
+        None,
+        "checked",
+    )
 
 
 def test_the_test_switch_never_starts_sglang(fake_probe, monkeypatch):

@@ -77,7 +77,7 @@ class DoctorReport:
 
     @property
     def outcome(self) -> Outcome:
-        """"blocking": something would stop or disappoint the server; "not checked": SGLang's
+        """ "blocking": something would stop or disappoint the server; "not checked": SGLang's
         own answer is missing for part of what doctor judges, so no verdict; "ok": SGLang
         answered everything and nothing blocks."""
         if self.blocking:
@@ -512,9 +512,7 @@ def how_to_check(reasons: list[str], *, skipped_by: str | None = None, timeout: 
     text = " ".join(reasons)
     out = []
     if not sglang_installed():
-        out.append(
-            "install sglang (`pip install --no-deps sglang` plus its parser's dependencies is enough: no GPU needed)"
-        )
+        out.append("install sglang (`pip install --no-deps sglang` plus its parser's dependencies is enough: no GPU needed)")
     if skipped_by:
         out.append(f"run without {skipped_by} (a first answer takes {PROBE_TIME_TEXT}, then it is cached)")
     elif probe_switched_off():
@@ -523,6 +521,11 @@ def how_to_check(reasons: list[str], *, skipped_by: str | None = None, timeout: 
         out.append(
             f"give SGLang longer: --probe-timeout SECONDS (this run allowed {probe_timeout(timeout):g} s; "
             f"a first answer takes {PROBE_TIME_TEXT} on a quiet machine)"
+        )
+    if "local Hugging Face cache" in text or "no config.json in" in text or "names no model" in text:
+        out.append(
+            "put the model's config.json on this machine (`huggingface-cli download MODEL config.json`), or point "
+            "[profile].model / --model-path at a local folder with it: SGLang resolves a launch for its model"
         )
     if LOCKED_BY in text:
         out.append(f"wait for the other bcgtune, or wait longer for it: {LOCK_TIMEOUT_ENV}=SECONDS")

@@ -252,9 +252,7 @@ class AnswerCache:
                         os.unlink(self.lock_path)  # the next open makes a fresh lock file
                     continue
                 if time.monotonic() >= deadline:
-                    raise CacheLocked(
-                        f"{LOCKED_BY} {holder_text(holder)} ({self.lock_path}); waited {limit:g} s"
-                    ) from None
+                    raise CacheLocked(f"{LOCKED_BY} {holder_text(holder)} ({self.lock_path}); waited {limit:g} s") from None
                 if not told and on_wait is not None:
                     on_wait(
                         f"bcgtune: waiting up to {limit:g} s for another bcgtune asking SGLang: {holder_text(holder)} "

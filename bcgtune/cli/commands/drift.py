@@ -152,10 +152,7 @@ def drift_command(
 
     def doc() -> dict:
         out = fleet.to_dict()
-        if priced:
-            unchecked = [c for c in priced if not c.checked]
-            out["launch_check"] = "not checked" if unchecked else "checked"
-            out["launch_check_reason"] = unchecked[0].not_checked_reason if unchecked else None
+        out.update(_launch_check(priced))
         if priced and "rows" not in out:
             out["launch_capture"] = priced[0].to_json()
         elif priced:
@@ -176,6 +173,17 @@ def drift_command(
         raise typer.Exit(1)  # the verdict is on stdout already (text or JSON): exit 1, nothing more
     if as_json:
         note("keep: " + "; ".join(r.report.reason for r in fleet.rows), quiet)
+
+
+def _launch_check(priced: list) -> dict:
+    """launch_check for --json: "not checked" when SGLang did not check any launch priced."""
+    if not priced:
+        return {}
+    unchecked = [c for c in priced if not c.checked]
+    return {
+        "launch_check": "not checked" if unchecked else "checked",
+        "launch_check_reason": unchecked[0].not_checked_reason if unchecked else None,
+    }
 
 
 def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool, priced: list) -> None:

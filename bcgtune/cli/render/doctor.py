@@ -46,7 +46,8 @@ def outcome_text(report: DoctorReport) -> str:
         return "ok: checked by SGLang itself, nothing blocks"
     if report.outcome == "blocking":
         extra = " (and part of it was not checked by SGLang)" if report.not_checked else ""
-        return f"blocking: {len(report.blocking)} finding{'s' if len(report.blocking) > 1 else ''} would stop or defeat the server{extra}"
+        n = len(report.blocking)
+        return f"blocking: {n} finding{'s' if n > 1 else ''} would stop or defeat the server{extra}"
     return "NOT CHECKED: SGLang's own answer is missing for part of this, so no verdict (not ok)"
 
 
@@ -93,9 +94,7 @@ def source_text(r: PrefillCapture) -> str:
 def capture_line(r: PrefillCapture, ask_flag: str = "--ask-sglang") -> str:
     """The first line of commands that price a launch (suggest-buckets, drift): whose answer
     says what SGLang captures for it, and what was not checked."""
-    from bcgtune.services.launch import NOT_CACHED
-
-    from bcgtune.services.launch import probe_time_text
+    from bcgtune.services.launch import NOT_CACHED, probe_time_text
 
     if r.source.kind == "sglang":
         text = f"SGLang's capture for this launch (checked): {r.source.label}'s own answer"

@@ -216,7 +216,7 @@ class PrefillCapture:
 
     @property
     def launch_check(self) -> LaunchCheck:
-        """"checked": the answer is SGLang's own; "not checked": bcgtune's model answered."""
+        """ "checked": the answer is SGLang's own; "not checked": bcgtune's model answered."""
         return "checked" if self.checked else "not checked"
 
     @property
