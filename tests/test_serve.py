@@ -61,7 +61,8 @@ def test_dry_run_env_model_port_extra(tmp_path, capsys, monkeypatch):
     )
     # what SGLang will capture follows as shell comments: ROCm's default backend is disabled
     assert (
-        "# prefill graphs (NOT CHECKED by SGLang: bcgtune model; SGLang not asked: '/m dir' is neither a local model folder nor a Hugging Face hub id):"
+        "# prefill graphs (NOT CHECKED by SGLang: bcgtune model; SGLang not asked: '/m dir' is neither a local model "
+        "folder nor a Hugging Face hub id):"
     ) in out
     assert "#   captures   nothing" in out
 
