@@ -601,6 +601,21 @@ def _a2a_refusals(state: _Resolution) -> None:
             _refuse(state, "moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto)")
         else:
             state.cannot_check("--moe-a2a-backend pplx: its per-rank dispatch tokens against its buffer (moe_hook.py)")
+    elif a2a == "megamoe":
+        # mega_moe_hook.py, check_mega_moe_compat
+        cap = launch.gpu_capability
+        if launch.layout.two_batch_overlap or launch.single_batch_overlap:
+            _refuse(
+                state,
+                "--moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition "
+                "(srt/arg_groups/mega_moe_hook.py, check_mega_moe_compat)",
+            )
+        elif launch.platform == "cuda" and cap is not None and cap[0] not in (9, 10):
+            _refuse(
+                state,
+                "--moe-a2a-backend megamoe needs a CUDA SM90 GPU or an SM100-class GPU "
+                "(srt/arg_groups/mega_moe_hook.py, check_mega_moe_compat)",
+            )
     elif a2a == "flashinfer_megamoe":
         if state.model is None:
             state.arch_unchecked("FlashInfer MegaMOE refuses architectures it has not validated")
@@ -625,8 +640,14 @@ def _post_process_refusals(state: _Resolution) -> None:
     cap = launch.gpu_capability
     cuda = launch.platform == "cuda"
     attn, _ = _resolved_attention_backend(state)
-    if "trtllm_mla" in (attn, launch.decode_attention_backend) and cuda:
-        if cap is None:
+    if "trtllm_mla" in (attn, launch.decode_attention_backend):
+        if not cuda:
+            _refuse(
+                state,
+                "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x) (srt/arg_groups/overrides.py, "
+                "_mla_kv_cache_dtype_checks)",
+            )
+        elif cap is None:
             state.cannot_check("trtllm_mla attention is refused on GPUs other than Blackwell (the GPU is unknown)")
         elif cap[0] not in BLACKWELL_CAPABILITY_MAJORS:
             _refuse(
