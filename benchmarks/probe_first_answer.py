@@ -1,5 +1,5 @@
 """Where SGLang's first answer spends its time: one launch question per GPU kind, asked of a
-fresh child process (bcgtune.adapters.sglang_resolve.run_probe, no answer cache), its wall
+fresh child process (bcgtune.adapters.sglang.resolve.run_probe, no answer cache), its wall
 time and the CPU time of the child and everything it started; optionally with
 tvm-ffi's optional torch DLPack add-on build allowed (what the child did before it set
 TVM_FFI_DISABLE_TORCH_C_DLPACK=1) and with `python -X importtime` (the slowest imports).

@@ -271,7 +271,7 @@ def test_a_live_launch_is_checked_as_serve_checks_it_without_importing_sglang(fa
 HOLD = """
 import sys, time
 from pathlib import Path
-from bcgtune.adapters.answer_cache import AnswerCache
+from bcgtune.adapters.sglang.answer_cache import AnswerCache
 root, ready = Path(sys.argv[1]), Path(sys.argv[2])
 with AnswerCache(root).asking():
     ready.write_text("held")
@@ -283,7 +283,7 @@ with AnswerCache(root).asking():
 DIE_HOLDING = """
 import os, subprocess, sys
 from pathlib import Path
-from bcgtune.adapters.answer_cache import AnswerCache
+from bcgtune.adapters.sglang.answer_cache import AnswerCache
 root = Path(sys.argv[1])
 with AnswerCache(root).asking():
     fds = [int(n) for n in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{n}").endswith(".asking.lock")]
@@ -312,7 +312,7 @@ def test_a_lock_held_by_another_process_is_waited_for_boundedly_and_names_its_ho
     import subprocess
     import sys
 
-    from bcgtune.adapters.answer_cache import LOCKED_BY, CacheLocked
+    from bcgtune.adapters.sglang.answer_cache import LOCKED_BY, CacheLocked
 
     root = tmp_path / "cache" / "sglang-answers"
     ready = tmp_path / "ready"
@@ -350,7 +350,7 @@ def test_a_lock_whose_holder_is_gone_is_taken_over(tmp_path):
     import subprocess
     import sys
 
-    from bcgtune.adapters.answer_cache import read_holder
+    from bcgtune.adapters.sglang.answer_cache import read_holder
 
     root = tmp_path / "cache" / "sglang-answers"
     died = subprocess.run([sys.executable, "-c", DIE_HOLDING, str(root)], env=_child_env(), capture_output=True, text=True)
@@ -371,7 +371,7 @@ def test_a_lock_whose_holder_is_gone_is_taken_over(tmp_path):
 
 
 def test_lock_timeout_from_the_environment(monkeypatch):
-    from bcgtune.adapters.answer_cache import DEFAULT_LOCK_TIMEOUT_S, lock_timeout
+    from bcgtune.adapters.sglang.answer_cache import DEFAULT_LOCK_TIMEOUT_S, lock_timeout
 
     monkeypatch.delenv("BCGTUNE_LOCK_TIMEOUT", raising=False)
     assert lock_timeout() == DEFAULT_LOCK_TIMEOUT_S

@@ -563,7 +563,7 @@ def test_a_runner_lacking_a_name_sglang_imports_from_it_does_not_start(runner_an
 def test_every_name_sglang_imports_from_the_runner_is_found():
     if not sglang_installed():
         pytest.skip("sglang not installed")
-    from bcgtune.adapters.sglang_probe import sglang_imports_from_runner
+    from bcgtune.adapters.sglang.probe import sglang_imports_from_runner
 
     found = sglang_imports_from_runner()
     # the runner package's own import; the context-parallel module's is only for type checking

@@ -17,9 +17,9 @@ import pytest
 import tomli_w
 from proc_helpers import run_cli
 
-import bcgtune.adapters.sglang_resolve as sr
-from bcgtune.adapters.hardware import gpu_for
-from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR
+import bcgtune.adapters.sglang.resolve as sr
+from bcgtune.adapters.machine.hardware import gpu_for
+from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR
 from bcgtune.files.profile_file import parse_profile
 from bcgtune.services.launch import model_capture
 

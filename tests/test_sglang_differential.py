@@ -4,7 +4,7 @@ DeepSeek-V3, MoE and vision-language model shapes (configs in tests/data/models)
 with attention DP and context parallelism, MoE all-to-all backends, prefill backends,
 attention backends, chunk sizes, bucket lists, two- and single-batch overlap, speculative
 decoding. SGLang answers every launch of one GPU kind in one child process
-(bcgtune.adapters.sglang_probe).
+(bcgtune.adapters.sglang.probe).
 
 An answer of the model either equals SGLang's (backend, the exact captured list, alignment,
 ladder maximum, chunk per rank; or both refuse) or names what it could not check
@@ -24,9 +24,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bcgtune.adapters.hardware import gpu_for  # noqa: E402
-from bcgtune.adapters.launcher import build_server_command  # noqa: E402
-from bcgtune.adapters.sglang_resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed  # noqa: E402
+from bcgtune.adapters.machine.hardware import gpu_for  # noqa: E402
+from bcgtune.adapters.sglang.launcher import build_server_command  # noqa: E402
+from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed  # noqa: E402
 from bcgtune.files.profile_file import Profile, snake  # noqa: E402
 from bcgtune.services.launch import model_capture  # noqa: E402
 

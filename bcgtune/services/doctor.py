@@ -505,8 +505,8 @@ def not_checked_parts(profile, answers, gate: GateReport, runner: RunnerAnswers 
 
 def how_to_check(reasons: list[str], *, skipped_by: str | None = None, timeout: float | None = None) -> list[str]:
     """How to get SGLang's own answer for what was not checked."""
-    from bcgtune.adapters.answer_cache import LOCK_TIMEOUT_ENV, LOCKED_BY
-    from bcgtune.adapters.sglang_resolve import PROBE_TIME_TEXT, TIMED_OUT, probe_timeout, sglang_installed
+    from bcgtune.adapters.sglang.answer_cache import LOCK_TIMEOUT_ENV, LOCKED_BY
+    from bcgtune.adapters.sglang.resolve import PROBE_TIME_TEXT, TIMED_OUT, probe_timeout, sglang_installed
     from bcgtune.services.launch import PROBE_ENV, probe_switched_off
 
     text = " ".join(reasons)

@@ -37,7 +37,7 @@ NOT_CACHED = "no cached answer from SGLang for this launch"
 
 def probe_time_text() -> str:
     """What a first answer from SGLang costs, as measured (sglang_resolve.PROBE_TIME_TEXT)."""
-    from bcgtune.adapters.sglang_resolve import PROBE_TIME_TEXT
+    from bcgtune.adapters.sglang.resolve import PROBE_TIME_TEXT
 
     return PROBE_TIME_TEXT
 

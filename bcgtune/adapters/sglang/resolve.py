@@ -478,7 +478,7 @@ def ask(
             answers[i] = Answer(None, why=not_asked)
         missing = []
     if missing:
-        from bcgtune.adapters.answer_cache import CacheLocked
+        from bcgtune.adapters.sglang.answer_cache import CacheLocked
 
         try:
             with cache.asking(on_wait=say):
