@@ -264,3 +264,21 @@ def test_every_printed_estimate_of_a_first_answer_is_the_measured_one():
         for m in re.finditer(r"\b(\d+-\d+ s)\b", path.read_text(encoding="utf-8")):
             figures[str(path.relative_to(root))] = m.group(1)
     assert len(figures) >= 4 and set(figures.values()) == {sr.PROBE_TIME_TEXT}, figures
+
+
+def test_drift_reads_the_profiles_local_model(tmp_path, capsys, trace_file):
+    """A profile whose model is a local folder with Qwen2.5-VL's config: SGLang keeps that
+    architecture off its breakable-prefill allowlist, so drift has no graphs to judge, and
+    says why (it does not re-tune a list that is never captured)."""
+    prof = tmp_path / "vl.toml"
+    prof.write_text(
+        tomli_w.dumps(
+            {
+                "profile": {"name": "vl", "platform": "cuda", "hardware": "h100", "model": str(MODELS / "qwen2.5-vl-tiny")},
+                "buckets": {"list": [256, 512, 1024]},
+            }
+        )
+    )
+    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", str(trace_file)], capsys)
+    assert code == 2 and "RE-TUNE" not in out.upper()
+    assert "runs no prefill graphs" in err and "Qwen2_5_VLForConditionalGeneration" in err
