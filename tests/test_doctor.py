@@ -378,7 +378,7 @@ def test_cli_doctor_reports_what_serve_refuses(tmp_path, capsys, sglang_probe):
     assert code == 1 and "flag-refused" in err
     assert "prefill runner multimodal gate: patched (behaviour)" in out
     assert "--mem-frac is an abbreviation of --mem-fraction-static" in out and "[server].mem-frac" in out
-    assert "prefill graphs (sglang 0.5.23):" in out and "captures   2 graphs, 256..512" in out
+    assert "prefill graphs (checked by SGLang: sglang 0.5.23):" in out and "captures   2 graphs, 256..512" in out
     # serve refuses the same profile
     code, _, err = run_cli(["serve", "--profile", str(prof), "--dry-run"], capsys)
     assert code == 2 and "--mem-frac is an abbreviation of --mem-fraction-static" in err
