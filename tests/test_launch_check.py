@@ -282,3 +282,29 @@ def test_drift_reads_the_profiles_local_model(tmp_path, capsys, trace_file):
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", str(trace_file)], capsys)
     assert code == 2 and "RE-TUNE" not in out.upper()
     assert "runs no prefill graphs" in err and "Qwen2_5_VLForConditionalGeneration" in err
+
+
+def test_serve_stops_before_starting_a_launch_sglang_refuses(tmp_path, capsys, monkeypatch):
+    """serve (not a dry run) resolves the launch in the child that checks its flags: SGLang's
+    own refusal stops it before a server start that would fail minutes later."""
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)
+    monkeypatch.setenv("BCGTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BCGTUNE_SGLANG_PROBE", raising=False)
+    refusing = _refusing_probe("SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096)")
+
+    def probe(request, timeout=0):
+        out = refusing(request, timeout)
+        if "flags" in request:
+            out["flags"] = {"ok": True}
+        return out
+
+    monkeypatch.setattr(sr, "run_probe", probe)
+    started = []
+    import bcgtune.services.serve as serve_service
+
+    monkeypatch.setattr(serve_service, "run_server", lambda *a, **k: started.append(a))
+    prof = tmp_path / "p.toml"
+    prof.write_text(_profile_text("h200", "moe", {"moe-a2a-backend": "mori"}))
+    code, out, err = run_cli(["serve", "--profile", str(prof), "--log-file", str(tmp_path / "s.log")], capsys)
+    assert code == 2 and not started, err
+    assert "SGLang refuses this launch" in err and "[SGLang 0.5.23's own answer]" in err

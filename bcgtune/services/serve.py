@@ -91,7 +91,9 @@ def plan_serve(
         skipped_by=skipped_by,
         refresh=refresh,
         check_flags=check,
-        resolve=capture,
+        # the launch is resolved by the same child that checks its flags: SGLang's own refusal
+        # stops here, before a server start that would fail minutes later
+        resolve=capture or check,
         say=say,
         flags_cmd=cmd,
     )
@@ -112,11 +114,15 @@ def plan_serve(
                 f"flags checked against sglang {verdict.version or 'unknown version'}'s parser: {n} flags ok{cached}"
             )
     plan.notes += [f"note: {n}" for n in cmd.notes]
-    if capture:
-        from bcgtune.services.launch import refuse_refused
+    from bcgtune.services.launch import refuse_refused
 
+    if capture:
         plan.capture = answers.capture_or_raise()
         refuse_refused(plan.capture, prof.where)
+    elif answers.capture is not None and answers.capture.checked:
+        # starting the server: SGLang's own refusal stops it (the model's is not enough to
+        # refuse a start, SGLang judges that itself in a moment)
+        refuse_refused(answers.capture, prof.where)
     return plan
 
 
