@@ -22,7 +22,7 @@ from bcgtune.adapters.machine.hardware import gpu_for
 from bcgtune.adapters.machine.model_config import locate_model_config
 from bcgtune.adapters.sglang.launcher import build_server_command
 from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
-from bcgtune.cli.render.doctor import render_resolved_prefill
+from bcgtune.cli.render.launch import render_resolved_prefill
 from bcgtune.files.profile_file import Profile
 from bcgtune.services.launch import capture_for_profile as resolve_prefill
 from bcgtune.services.launch import model_capture

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -254,3 +255,20 @@ def test_time_objective_with_interpolated_candidates_says_so(tmp_path, trace_csv
     base = ["suggest-buckets", str(path), "--objective", "time", "--calibration", str(cal), "--max-buckets", "4"]
     assert "--grid 64" in runner.invoke(app, base).stdout
     assert "--grid 64" not in runner.invoke(app, base + ["--candidates", "calibration"]).stdout
+
+
+def test_the_default_run_imports_no_renderer_or_service_it_does_not_draw(tmp_path):
+    # the first line of suggest-buckets is drawn by cli/render/launch.py; doctor's renderer,
+    # doctor's service and the server launcher belong to other commands
+    code = (
+        "import sys\n"
+        "from bcgtune.cli.app import main\n"
+        "try:\n    main(['suggest-buckets'])\nexcept SystemExit:\n    pass\n"
+        "bad = sorted(m for m in sys.modules if m in ('bcgtune.cli.render.doctor', 'bcgtune.services.doctor',"
+        " 'bcgtune.adapters.sglang.runner_source', 'bcgtune.engines.build', 'torch', 'sglang', 'sklearn'))\n"
+        "print('LOADED', bad)\n"
+    )
+    env = {**os.environ, "BCGTUNE_SGLANG_PROBE": "off", "BCGTUNE_CACHE_DIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "LOADED []" in p.stdout, p.stdout[-500:]

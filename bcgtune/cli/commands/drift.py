@@ -106,8 +106,8 @@ def drift_command(
     number of graphs, same alignment); with several, one table, and exit 1 if any needs
     re-tuning. Exit 0 keeps the lists, so a cron job can run it on each day's logs.
     """
-    from bcgtune.cli.render.doctor import capture_line
     from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
+    from bcgtune.cli.render.launch import capture_line
     from bcgtune.files.profile_file import load_profile
     from bcgtune.services.drift import drift_fleet, load_traffic
 

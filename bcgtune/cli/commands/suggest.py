@@ -207,7 +207,7 @@ def suggest_buckets_command(
     layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
-    from bcgtune.cli.render.doctor import capture_line
+    from bcgtune.cli.render.launch import capture_line
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
     from bcgtune.files.trace_file import load_trace
     from bcgtune.services.launch import launch_check_json

@@ -3,7 +3,7 @@ environment it adds, and what SGLang will capture as shell comments under it."""
 
 from __future__ import annotations
 
-from bcgtune.cli.render.doctor import render_resolved_prefill
+from bcgtune.cli.render.launch import render_resolved_prefill
 from bcgtune.services.serve import DryRun
 
 
