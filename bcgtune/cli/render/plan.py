@@ -236,6 +236,7 @@ def _time_notes(plan: BucketPlan) -> list[str]:
             "  per-round totals; a difference is paired round by round). It covers this calibration's noise, not a shift of\n"
             "  the whole machine between processes (every list moves together; differences cancel it)."
         )
+        notes.append(_model_note(plan))
         if t.widest_pct is not None and t.widest_pct > WIDE_INTERVAL_PCT:
             notes.append(
                 f"note: the calibration's rounds disagree widely (an interval of ±{t.widest_pct:.1f}%): the GPU or host was not\n"
@@ -282,6 +283,24 @@ def _time_notes(plan: BucketPlan) -> list[str]:
         else:
             notes.append(f"{head}\n  {ref.why_no_command}")
     return notes
+
+
+def _model_note(plan: BucketPlan) -> str:
+    """What the intervals rest on beyond the calibration's noise: the model check, or that
+    they do not cover the model's own error."""
+    from bcgtune.core.model_check import not_checked_reason
+
+    cal = plan.request.calibration
+    mc = getattr(cal, "model_check", None)
+    if mc is None:
+        return (
+            "note: the intervals do not cover the time model's own error (model error not checked: "
+            f"{not_checked_reason(cal)})"
+        )
+    return (
+        f"note: the intervals include the time model's error, {mc.summary()}:\n"
+        f"  +{100 * mc.total_margin:.2f}% of a total, +{100 * mc.difference_margin:.2f}% of the larger total for a difference"
+    )
 
 
 WIDE_INTERVAL_PCT = 10.0
