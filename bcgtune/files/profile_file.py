@@ -271,7 +271,7 @@ class BucketsTable(StrictDocument):
     note: Annotated[Optional[str], Field(max_length=2000, description="Free text.")] = None
 
 
-Pct = Annotated[float, Field(strict=False, ge=-1000, le=1000, allow_inf_nan=False)]
+Pct = Annotated[float, Field(strict=False, ge=-1e6, le=1e6, allow_inf_nan=False)]
 
 
 class TunedTable(StrictDocument):

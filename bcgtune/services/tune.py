@@ -70,6 +70,7 @@ class TuneRequest:
     proof_warmup: int | None = None
     proof_repeats: int | None = None
     tolerance_pct: float | None = None
+    buckets: list[int] | None = None  # a list to tune instead of the optimizer's (measure, validate, prove it)
 
 
 @dataclass
@@ -128,6 +129,7 @@ def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
             "mix_every": req.mix_every,
             "max_buckets": req.max_buckets,
             "tolerance_pct": req.tolerance_pct,
+            "list": req.buckets,
         },
     }
 
@@ -287,11 +289,15 @@ def _suggest(req: TuneRequest, trace, cal_path: Path):
             chunked_prefill_size=req.spec.chunked_prefill_size if req.profile is None else None,
             tolerance_pct=req.tolerance_pct,
             baselines=False,
+            compare=[] if req.buckets is None else [(GIVEN, list(req.buckets))],
         )
     )
     if res.plan is None:
         raise InputError(f"this launch captures no prefill graphs ({res.capture.reason}): nothing to tune")
     return res, cal
+
+
+GIVEN = "the list given (--list)"
 
 
 def _row(row) -> dict[str, Any]:
@@ -310,19 +316,29 @@ def _row(row) -> dict[str, Any]:
     }
 
 
-def _plan_figures(res) -> dict[str, Any]:
+def _chosen(plan, given: bool):
+    """The row the tune carries on: the recommended list, or the list given (--list)."""
+    if given:
+        return next(r for r in plan.rows if r.name == GIVEN)
+    return plan.recommended
+
+
+def _plan_figures(res, given: bool = False) -> dict[str, Any]:
     plan = res.plan
     ladder = next(r for r in plan.rows if r.kind == "sglang-default")
     eager = next((r for r in plan.rows if r.kind == "eager"), None)
-    d = plan.model.difference(plan.recommended.buckets, ladder.buckets)
+    chosen = _chosen(plan, given)
+    d = plan.model.difference(chosen.buckets, ladder.buckets)
     return {
-        "recommended": _row(plan.recommended),
+        "recommended": _row(chosen),
+        "given": given,
+        "optimizer_recommended": _row(plan.recommended),
         "optimal": _row(plan.optimal or plan.rows[0]),
         "ladder": _row(ladder),
         "eager": None if eager is None else _row(eager),
         "reason": plan.recommended_reason,
         "recommended_minus_ladder": d.to_dict(),
-        "unmeasured_wanted": [] if plan.refine is None else list(plan.refine.sizes),
+        "unmeasured_wanted": list(chosen.unmeasured) if given else ([] if plan.refine is None else list(plan.refine.sizes)),
         "model_check": plan.model_check_json(),
         "launch_flags": {k: v for k, v in res.server_flags.items()},
     }
@@ -330,7 +346,7 @@ def _plan_figures(res) -> dict[str, Any]:
 
 def _step_optimum(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
     res, _ = _suggest(req, trace, cal_path)
-    out = _plan_figures(res)
+    out = _plan_figures(res, req.buckets is not None)
     rec = out["recommended"]
     say(f"  time optimum: {out['optimal']['buckets']}; recommended {rec['graphs']} graphs: {rec['buckets']}")
     if out["unmeasured_wanted"]:
@@ -347,9 +363,16 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
     steps = state["steps"]
     partial = steps.get("measure") or {"rounds": []}
     rounds: list[dict[str, Any]] = partial["rounds"]
+    given = req.buckets is not None
     res, _ = _suggest(req, trace, cal_path)
-    while res.plan.refine is not None and res.plan.refine.sizes and len(rounds) < req.measure_rounds:
-        sizes = list(res.plan.refine.sizes)
+
+    def wanted() -> list[int]:
+        if given:  # the given list's own buckets that the calibration did not measure
+            return list(_chosen(res.plan, True).unmeasured)
+        return [] if res.plan.refine is None else list(res.plan.refine.sizes)
+
+    while wanted() and len(rounds) < req.measure_rounds:
+        sizes = wanted()
         say(f"  round {len(rounds) + 1}/{req.measure_rounds}: measuring {sizes}")
         t0 = time.perf_counter()
         ext = calibrate.extend(str(cal_path), sizes, progress=lambda m: say("    " + m))
@@ -360,8 +383,8 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
         steps["measure"] = {"rounds": rounds, "done": False}
         _save_state(_paths(req.state_dir)[0], state)
         res, _ = _suggest(req, trace, cal_path)
-    left = [] if res.plan.refine is None else list(res.plan.refine.sizes)
-    out = _plan_figures(res)
+    left = wanted()
+    out = _plan_figures(res, given)
     out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left)
     say(
         f"  {len(rounds)} of at most {req.measure_rounds} measuring rounds; "

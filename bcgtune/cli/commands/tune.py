@@ -100,6 +100,16 @@ def tune_command(
             show_default=False,
         ),
     ] = None,
+    bucket_list: Annotated[
+        Optional[str],
+        typer.Option(
+            "--list",
+            help="Tune this list instead of the optimizer's (your current one, say): its unmeasured sizes measured, "
+            "validated and proved against SGLang's ladder; the optimum is still reported.",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
     max_buckets: Annotated[
         int, typer.Option("--max-buckets", "-k", min=1, max=4096, help="Most buckets in the list.", rich_help_panel=_MEASURE)
     ] = 12,
@@ -173,6 +183,11 @@ def tune_command(
 
     if not trace.strip():
         raise InputError("no trace given (an empty path)", "TRACE")
+    given = None
+    if bucket_list is not None:
+        from bcgtune.core.replay import parse_bucket_list
+
+        given = parse_bucket_list(bucket_list, "--list")
     folder = state_dir or "bcgtune-tune-" + (os.path.basename(trace.rstrip("/")).split(".")[0] or "trace")
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
@@ -214,6 +229,7 @@ def tune_command(
         passes=passes,
         proof_repeats=proof_repeats,
         tolerance_pct=tolerance,
+        buckets=given,
     )
     result = tune.tune(req, say=lambda m: note(m, quiet))
     if plot:

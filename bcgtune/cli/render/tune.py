@@ -24,6 +24,11 @@ def _step_line(name: str, st: dict[str, Any]) -> str:
         mc = st.get("model_check")
         check = mc["summary"] if mc else "model error not checked"
         return f"{st['sizes']} sizes, {st['rounds']} rounds on {st['device']}; {check}"
+    if name == "optimum" and st.get("given"):
+        return (
+            f"tuning the list given ({st['recommended']['graphs']} graphs); time optimum {st['optimal']['graphs']} graphs, "
+            f"the optimizer recommends {st['optimizer_recommended']['graphs']}"
+        )
     if name == "optimum":
         return (
             f"time optimum {st['optimal']['graphs']} graphs, recommended {st['recommended']['graphs']}"
