@@ -104,7 +104,7 @@ class TuneResult:
             "resumed": self.resumed,
             "trace": self.state["trace"],
             "engine": self.state["engine"],
-            "profile": self.state.get("profile"),
+            "profile": (self.state.get("plan_settings") or {}).get("profile"),
             "steps": self.steps,
         }
 
@@ -123,14 +123,23 @@ def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
     return {
         "trace": {"path": req.trace, "sha256": trace_sha},
         "engine": spec,
+        "settings": {"grid": req.grid, "mix_every": req.mix_every, "check_batches": req.check_batches},
+        "plan_settings": _plan_settings(req),
+    }
+
+
+def _plan_settings(req: TuneRequest) -> dict[str, Any]:
+    """What the steps after the calibration depend on: another value re-runs them on the
+    same calibration."""
+    return {
         "profile": None if req.profile is None else {"name": req.profile.name, "where": req.profile.where},
-        "settings": {
-            "grid": req.grid,
-            "mix_every": req.mix_every,
-            "max_buckets": req.max_buckets,
-            "tolerance_pct": req.tolerance_pct,
-            "list": req.buckets,
-        },
+        "max_buckets": req.max_buckets,
+        "tolerance_pct": req.tolerance_pct,
+        "list": req.buckets,
+        "measure_rounds": req.measure_rounds,
+        "proof_batches": req.proof_batches,
+        "passes": req.passes,
+        "proof_repeats": req.proof_repeats,
     }
 
 
@@ -142,10 +151,12 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
     if not path.exists():
         return None
     where = str(path)
+    if path.is_dir():
+        raise InputError("is a folder, not a tune state", where)
     obj = parse_json(read_input(where, "tune state").decode("utf-8", errors="replace"), where)
     if not isinstance(obj, dict) or obj.get("kind") != STATE_KIND or obj.get("format_version") != STATE_VERSION:
         raise InputError("not a bcgtune tune state (kind bcgtune.tune-state, format 1)", where)
-    for key in ("trace", "engine", "profile", "settings"):
+    for key in ("trace", "engine", "settings"):
         was, now = obj.get(key), ident[key]
         if key == "trace":
             was = (was or {}).get("sha256") if isinstance(was, dict) else None
@@ -158,6 +169,11 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
             )
     if not isinstance(obj.get("steps"), dict):
         raise InputError("tune state has no steps table", where)
+    if obj.get("plan_settings") != ident["plan_settings"]:
+        # the same calibration, other settings for what follows it: those steps run again
+        obj["steps"] = {k: v for k, v in obj["steps"].items() if k == "calibrate"}
+        obj["plan_settings"] = ident["plan_settings"]
+        obj["replanned"] = True
     return obj
 
 
@@ -178,7 +194,7 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 def check_fit(req: TuneRequest):
     """The trace, read and checked against the model and the chunk before anything runs:
     a trace that is empty, larger than the chunk or the model's context is refused."""
-    from bcgtune.engines.preflight import check_run
+    from bcgtune.engines.preflight import check_run, model_shape
     from bcgtune.files.trace_file import load_trace
 
     trace = load_trace(req.trace)
@@ -191,6 +207,7 @@ def check_fit(req: TuneRequest):
             "(bcgtune trace each configuration's logs apart)",
             req.trace,
         )
+    model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
     try:
         check_run(req.spec.model, req.spec.device, trace.sizes.tolist(), req.spec.chunked_prefill_size, what="trace batch")
     except InputError as exc:
@@ -210,6 +227,8 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     ident = _identity(req, sha256_file(req.trace))
     state = _load_state(state_path, ident)
     resumed: list[str] = []
+    if state is not None and state.pop("replanned", False):
+        say(f"other settings than {state_path} was made with: the calibration is kept, the steps after it run again")
     if state is None:
         state = {"kind": STATE_KIND, "format_version": STATE_VERSION, **ident, "steps": {}}
         _save_state(state_path, state)
@@ -361,6 +380,7 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
     from bcgtune.services import calibrate
 
     steps = state["steps"]
+    refused = None
     partial = steps.get("measure") or {"rounds": []}
     rounds: list[dict[str, Any]] = partial["rounds"]
     given = req.buckets is not None
@@ -375,7 +395,14 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
         sizes = wanted()
         say(f"  round {len(rounds) + 1}/{req.measure_rounds}: measuring {sizes}")
         t0 = time.perf_counter()
-        ext = calibrate.extend(str(cal_path), sizes, progress=lambda m: say("    " + m))
+        try:
+            ext = calibrate.extend(str(cal_path), sizes, progress=lambda m: say("    " + m))
+        except InputError as exc:
+            # e.g. the rows timed again moved beyond what one scale can put right: the sizes
+            # stay unmeasured, and the list keeps to measured ones
+            refused = f"measuring {sizes} refused: {exc}"
+            say("  " + refused)
+            break
         save_calibration(ext.calibration, cal_path)
         rounds.append(
             {"sizes": ext.added, "anchors": ext.anchors, "scale_graph": ext.scale_graph, "wall_s": round(time.perf_counter() - t0, 3)}
@@ -385,7 +412,7 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
         res, _ = _suggest(req, trace, cal_path)
     left = wanted()
     out = _plan_figures(res, given)
-    out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left)
+    out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left, refused=refused)
     say(
         f"  {len(rounds)} of at most {req.measure_rounds} measuring rounds; "
         + ("the list holds only measured sizes" if not left else f"sizes still wanted and unmeasured: {left}")
@@ -562,7 +589,7 @@ def tuned_record(result: TuneResult) -> dict[str, Any]:
         "passes": int(proof["passes"]),
         "batches": int(proof["batches"]),
         "graphs": len(result.buckets),
-        "calibration_sha256": sha256_file(result.steps["calibrate"]["file"]),
+        "calibration_sha256": sha256_file(str(_paths(result.state_dir)[1])),
         "device": str(proof["device"]),
         "torch": str(proof["torch"]),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

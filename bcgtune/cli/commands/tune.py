@@ -254,7 +254,7 @@ def _write(target: str, base: str | None, result, chunk: int | None) -> None:
         "trace_sha256": result.state["trace"]["sha256"],
         "trace_path": result.state["trace"]["path"],
         "objective": "time",
-        "max_buckets": result.state["settings"]["max_buckets"],
+        "max_buckets": result.state["plan_settings"]["max_buckets"],
         "tool_version": __version__,
         "date": dt.date.today().isoformat(),
         "source": "bcgtune tune",

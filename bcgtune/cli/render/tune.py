@@ -37,6 +37,8 @@ def _step_line(name: str, st: dict[str, Any]) -> str:
     if name == "measure":
         n = len(st["rounds"])
         tail = "the list holds only measured sizes" if st["measured_only"] else f"still unmeasured: {st['still_unmeasured']}"
+        if st.get("refused"):
+            tail += f" ({st['refused']})"
         return f"{n} of at most {st['max_rounds']} rounds ({sum(len(r['sizes']) for r in st['rounds'])} sizes added); {tail}"
     if name == "validate":
         if not st["buckets"]:
