@@ -236,12 +236,12 @@ def _time_notes(plan: BucketPlan) -> list[str]:
             "  per-round totals; a difference is paired round by round). It covers this calibration's noise, not a shift of\n"
             "  the whole machine between processes (every list moves together; differences cancel it)."
         )
-        notes.append(_model_note(plan))
         if t.widest_pct is not None and t.widest_pct > WIDE_INTERVAL_PCT:
             notes.append(
                 f"note: the calibration's rounds disagree widely (an interval of ±{t.widest_pct:.1f}%): the GPU or host was not\n"
                 "  steady while it timed; no list is called better unless beyond that noise. Calibrate again on an idle machine."
             )
+    notes.append(_model_note(plan))
     hb = t.host_bound
     if hb is not None and hb.share >= HOST_NOTE_SHARE:
         how = "host launch time measured at 80% or more of eager" if hb.how == "measured" else "eager at least 1.5x its replay"
