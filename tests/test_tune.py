@@ -195,3 +195,39 @@ def test_another_trace_in_the_same_state_is_refused(tuned, tmp_path):
     r = cli(["tune", other, "--model", "tiny", "--state-dir", tuned["state"]])
     assert r.code == 2 and "another trace" in r.err
     assert_one_line_error(r)
+
+
+def test_h200_tune_script_runs_on_cpu_with_tiny_model(tmp_path):
+    """benchmarks/h200_tune.sh (the H200 run) on the tiny model: its plumbing, every step, the
+    JSON and the table it writes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        TRACE=_trace(tmp_path / "t.json", n=12),
+        MODEL="tiny",
+        GRID="64",
+        MIX_EVERY="1",
+        CAL_REPEATS="2",
+        CAL_WARMUP="0",
+        CHECK="12",
+        PROOF="12",
+        PROOF_REPEATS="2",
+        PASSES="2",
+        MEMORY="0",
+        PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    p = subprocess.run(
+        ["bash", "benchmarks/h200_tune.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    doc = json.loads((out / "tune_tiny.json").read_text())
+    assert doc["steps"]["proof"]["passes"] == 2 and len(doc["steps"]["proof"]["lists"]["eager"]["measured"]) == 2
+    assert "recommended - ladder: predicted" in (out / "tune_tiny.txt").read_text()
+    assert "sampling: grid 64" in p.stdout and "tune: " in p.stdout

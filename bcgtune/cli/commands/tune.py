@@ -20,7 +20,7 @@ _MEASURE = "Measurement"
 
 @examples(
     "bcgtune tune trace.json --model qwen3-8b --write-profile h200.toml",
-    "bcgtune tune trace.json --model tiny --json   # every step in seconds on the CPU",
+    "bcgtune tune trace.json --model tiny --json  # a CPU dry run of every step",
 )
 @options("engine", EngineOptions)
 def tune_command(
@@ -235,7 +235,9 @@ def tune_command(
     if plot:
         plot_tune(result, plot)
         note(f"wrote {plot}", quiet)
-    if target is not None:
+    if target is not None and not result.buckets:
+        note(f"nothing written to {target}: the list recommended has no graphs (prefill runs eager)", quiet)
+    elif target is not None:
         _write(target, base, result, engine.chunked_prefill_size)
         note(f"wrote {len(result.buckets)} buckets and a [tuned] record to {target}", quiet)
     emit(result.to_json, lambda: format_tune(result), as_json=as_json)
