@@ -124,7 +124,9 @@ def test_suggest_says_what_the_intervals_rest_on(tmp_path):
     save_calibration(cal, tmp_path / "plain.json")
     r = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", tmp_path / "plain.json", "--json"])
     assert json.loads(r.out)["model_check"]["checked"] is False
-    r = cli(["suggest-buckets", trace, "--objective", "time", "--calibration", OLD / "format2_breakable_grid128_qwen3-8b_h200.json"])
+    r = cli(
+        ["suggest-buckets", trace, "--objective", "time", "--calibration", OLD / "format2_breakable_grid128_qwen3-8b_h200.json"]
+    )
     assert "model error not checked: a calibration written before format 4" in r.out.replace("\n  ", " ")
 
 

@@ -279,9 +279,7 @@ class TunedTable(StrictDocument):
     proof run's gain over SGLang's default ladder (recommended minus ladder, replayed on the
     trace in interleaved rounds), with what the list costs and where it was measured."""
 
-    list_: Annotated[
-        list[Tokens], Field(alias="list", min_length=0, max_length=4096, description="The list the tune measured.")
-    ]
+    list_: Annotated[list[Tokens], Field(alias="list", min_length=0, max_length=4096, description="The list the tune measured.")]
     measured_gain_pct: Annotated[Pct, Field(description="Measured time saved against SGLang's ladder, % of the ladder's.")]
     measured_gain_half_pct: Annotated[Optional[Pct], Field(description="Half-width of its 95% interval (%).")] = None
     predicted_gain_pct: Annotated[Optional[Pct], Field(description="The gain the calibration predicted (%).")] = None
@@ -485,8 +483,16 @@ def _with_buckets(
             # the profile's own spelling of the flag (tp_size or tp-size), else the key given
             same = next((k for k in table if snake(str(k)) == snake(key)), key)
             table[same] = value
-    # [tuned] describes the list written with it; a list written without one (suggest-buckets,
-    # drift) is no longer the list an earlier tune measured, so its record goes
+    _set_tuned(doc, tuned)
+    out = tomlkit.dumps(doc)
+    return out.replace("\n", "\r\n") if crlf else out
+
+
+def _set_tuned(doc, tuned: Mapping[str, Any] | None) -> None:
+    """[tuned] describes the list written with it; a list written without one (suggest-buckets,
+    drift) is no longer the list an earlier tune measured, so its record goes."""
+    import tomlkit
+
     if "tuned" in doc:
         del doc["tuned"]
     if tuned:
@@ -494,8 +500,6 @@ def _with_buckets(
         for key, value in tuned.items():
             rec.add(key, tomlkit.array(value) if isinstance(value, list) else value)  # type: ignore[arg-type]
         doc.add("tuned", rec)
-    out = tomlkit.dumps(doc)
-    return out.replace("\n", "\r\n") if crlf else out
 
 
 def _read_text(path: str) -> str:

@@ -36,6 +36,8 @@ DEFAULT_GRID = 64
 # the times describe no GPU: the run checks the pipeline, and one round runs every call.
 GPU_ROUNDS = (3, 10)
 CPU_ROUNDS = (0, 1)
+# (warm-up, timed) rounds of the model check at most (each replays the whole sample of the trace)
+CHECK_ROUNDS = (1, 5)
 
 Say = Callable[[str], None]
 
@@ -292,13 +294,16 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
         + ", ".join(f"{n} ({len(b)} graphs)" for n, b in lists.items())
     )
     engine = engine_for(run.engine, largest, run.spec)
+    # a round replays the whole sample, so its total averages over many batches: a few
+    # rounds give its spread (at most the calibration's own)
+    warmup, repeats = min(run.warmup, CHECK_ROUNDS[0]), min(run.repeats, CHECK_ROUNDS[1])
     got = replay_in_order(
         engine,
         lists,
         st,
         sr,
-        run.warmup,
-        run.repeats,
+        warmup,
+        repeats,
         seed=run.spec.seed,
         factor=plan.factor,
         on_round=lambda done, total: say(f"model check round {done}/{total} done"),
@@ -315,7 +320,7 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
         batches=int(st.size),
         of=int(tok.size),
         every=every,
-        rounds=run.repeats,
+        rounds=repeats,
         ordered=ordered,
         device=run.env.get("gpu_name") or run.engine.device.type,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -405,7 +405,12 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
             break
         save_calibration(ext.calibration, cal_path)
         rounds.append(
-            {"sizes": ext.added, "anchors": ext.anchors, "scale_graph": ext.scale_graph, "wall_s": round(time.perf_counter() - t0, 3)}
+            {
+                "sizes": ext.added,
+                "anchors": ext.anchors,
+                "scale_graph": ext.scale_graph,
+                "wall_s": round(time.perf_counter() - t0, 3),
+            }
         )
         steps["measure"] = {"rounds": rounds, "done": False}
         _save_state(_paths(req.state_dir)[0], state)
@@ -491,7 +496,8 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
             raise ExternalError(f"capture of the recommended list failed at {bad[0].bucket} tokens: {bad[0].error}")
         say(f"  recommended list: {len(rec)} graphs captured in {capture_s:.2f} s, {mem:.3f} GiB")
     say(
-        f"  {st.size:,} of {tok.size:,} trace batches (every {every}{'' if ordered else ', shuffled: the trace keeps no order'}), "
+        f"  {st.size:,} of {tok.size:,} trace batches (every {every}"
+        f"{'' if ordered else ', shuffled: the trace keeps no order'}), "
         f"{len(lists)} lists, {repeats} rounds after {warmup} warm-up, {req.passes} pass{'es' if req.passes != 1 else ''}"
     )
     runs: dict[str, dict[str, list]] = {n: {"totals_ms": [], "round_totals_ms": []} for n in lists}

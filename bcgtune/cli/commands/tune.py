@@ -27,9 +27,7 @@ def tune_command(
     trace: Annotated[str, typer.Argument(help="The workload's prefill trace (from bcgtune trace).", show_default=False)],
     profile: Annotated[
         Optional[str],
-        typer.Option(
-            "--profile", "-p", help="Price the launch this profile makes (its flags, GPU, model).", show_default=False
-        ),
+        typer.Option("--profile", "-p", help="Price the launch this profile makes (its flags, GPU, model).", show_default=False),
     ] = None,
     write_profile: Annotated[
         Optional[str],
@@ -147,7 +145,10 @@ def tune_command(
     passes: Annotated[
         int,
         typer.Option(
-            "--passes", min=1, max=100, help="Independent passes of the proof run (interleaved A/A rounds each).",
+            "--passes",
+            min=1,
+            max=100,
+            help="Independent passes of the proof run (interleaved A/A rounds each).",
             rich_help_panel=_MEASURE,
         ),
     ] = 1,

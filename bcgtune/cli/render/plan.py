@@ -293,10 +293,7 @@ def _model_note(plan: BucketPlan) -> str:
     cal = plan.request.calibration
     mc = getattr(cal, "model_check", None)
     if mc is None:
-        return (
-            "note: the intervals do not cover the time model's own error (model error not checked: "
-            f"{not_checked_reason(cal)})"
-        )
+        return f"note: the intervals do not cover the time model's own error (model error not checked: {not_checked_reason(cal)})"
     return (
         f"note: the intervals include the time model's error, {mc.summary()}:\n"
         f"  +{100 * mc.total_margin:.2f}% of a total, +{100 * mc.difference_margin:.2f}% of the larger total for a difference"

@@ -30,9 +30,8 @@ def _step_line(name: str, st: dict[str, Any]) -> str:
             f"the optimizer recommends {st['optimizer_recommended']['graphs']}"
         )
     if name == "optimum":
-        return (
-            f"time optimum {st['optimal']['graphs']} graphs, recommended {st['recommended']['graphs']}"
-            + (f"; wants unmeasured sizes {st['unmeasured_wanted']}" if st["unmeasured_wanted"] else "")
+        return f"time optimum {st['optimal']['graphs']} graphs, recommended {st['recommended']['graphs']}" + (
+            f"; wants unmeasured sizes {st['unmeasured_wanted']}" if st["unmeasured_wanted"] else ""
         )
     if name == "measure":
         n = len(st["rounds"])
@@ -102,7 +101,10 @@ def format_tune(result) -> str:
             f"graph memory {proof['recommended_graph_mem_gib']:.3f} GiB"
         )
     total = sum(float(steps[n]["wall_s"]) for n in steps)
-    lines.append(f"wall time of the steps: {total:,.1f} s" + (f" ({', '.join(result.resumed)} kept from {result.state_dir})" if result.resumed else ""))
+    lines.append(
+        f"wall time of the steps: {total:,.1f} s"
+        + (f" ({', '.join(result.resumed)} kept from {result.state_dir})" if result.resumed else "")
+    )
     lines.append("recommended: " + (result.flag if result.buckets else "no graphs; run prefill eager"))
     return "\n".join(lines) + "\n"
 
