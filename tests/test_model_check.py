@@ -1,5 +1,5 @@
-"""The time model's own error (core.model_check): its arithmetic, how every interval and
-paired difference widens by it (core.predict), the calibration file that keeps it (format 4,
+"""The time model's own error (core.plan.model_check): its arithmetic, how every interval and
+paired difference widens by it (core.plan.predict), the calibration file that keeps it (format 4,
 older formats read as "not checked"), and what suggest-buckets says its intervals rest on."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from cli_helpers import assert_one_line_error, cli
 from test_predict import EPS, OLD, scaled_calibration
 
-from bcgtune.core.mix import BatchMix
-from bcgtune.core.model_check import ListCheck, ModelCheck, sample_every, trace_sequence
-from bcgtune.core.predict import TimeModel
+from bcgtune.core.plan.model_check import ListCheck, ModelCheck, sample_every, trace_sequence
+from bcgtune.core.plan.predict import TimeModel
 from bcgtune.core.stats import t_quantile_975
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.trace.mix import BatchMix
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.files.calibration_file import load_calibration, save_calibration
 
 
@@ -53,7 +53,7 @@ def test_no_model_error_no_widening_and_one_round_no_interval():
 @pytest.mark.parametrize("runner", ["breakable", "full"])
 def test_intervals_widen_by_the_stated_formula(runner):
     """The noise half-width as before, plus u_total x the total; a difference adds
-    u_total |d| + u_diff max(T_A, T_B): the formula core.predict states."""
+    u_total |d| + u_diff max(T_A, T_B): the formula core.plan.predict states."""
     cal = scaled_calibration(runner).validate()
     mix = BatchMix.from_batches([40, 100, 100, 100, 200, 200], [1, 1, 3, 3, 2, 2])
     sizes, counts = mix.histogram()

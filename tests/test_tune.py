@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from cli_helpers import assert_one_line_error, cli
 
-from bcgtune.core.trace import PrefillTrace
+from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.files.trace_file import save_trace
 
 pytest.importorskip("torch")

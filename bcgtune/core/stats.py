@@ -65,7 +65,7 @@ class Interval:
     se: float | None
     rounds: int
     # the part of `half` that is the time model's own error, measured by a replay of the
-    # trace (core.model_check); None: not included (the model error was not checked)
+    # trace (core.plan.model_check); None: not included (the model error was not checked)
     model_half: float | None = None
 
     @property

@@ -5,7 +5,7 @@ run measure.
 Every list's buckets are captured once into one pool (a replay does not depend on which
 other graphs share it). A timed round runs, for each list in a fresh shuffled order, the
 whole sample in trace order: each batch replayed in the bucket SGLang's rule gives it under
-that list (core.replay.assign_buckets), else eagerly. Calls are timed as
+that list (core.sglang.replay.assign_buckets), else eagerly. Calls are timed as
 engines/timing.time_interleaved times them (CUDA events, a synchronization between calls and
 none inside one, as a server's scheduler waits for each step; perf_counter on the CPU). Batch
 inputs are made on the host before the rounds, so no forward reads a device tensor back."""
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bcgtune.core.replay import DEFAULT_PADDING_FACTOR, assign_buckets
+from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, assign_buckets
 from bcgtune.errors import ExternalError
 
 EAGER = "eager"

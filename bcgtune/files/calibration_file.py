@@ -21,7 +21,7 @@ On-disk forms (all read by `load_calibration`):
   * JSON `format_version` 4: as 3, plus "model_check" (null, or the time model checked against
     a replay of the trace: {"batches", "of", "every", "rounds", "ordered", "device", "created",
     "lists": [{"name", "buckets", "predicted_ms", "measured_ms", "round_totals_ms"}, ...]};
-    bcgtune.core.model_check). Format 3 reads as "model error not checked".
+    bcgtune.core.plan.model_check). Format 3 reads as "model error not checked".
   * JSON `format_version` 2: as 3 without rounds, sessions or engine options.
   * JSON `format_version` 1 (earlier bcgtune, whole-forward graphs): read as runner full.
   * CSV with the header `tokens,eager_ms,graph_ms`: runner full.
@@ -332,7 +332,7 @@ def _calibration_from(doc, runner: str, meta: dict, path: str) -> Calibration:
         cal.sessions = [s.model_dump() for s in doc.sessions]
         cal.engine_options = doc.engine_options
         if doc.model_check is not None:
-            from bcgtune.core.model_check import ModelCheck
+            from bcgtune.core.plan.model_check import ModelCheck
 
             if meta.get("format_version", FORMAT_VERSION) < 4:
                 raise InputError("model_check belongs to a format-4 calibration (this one says format 3)", path)

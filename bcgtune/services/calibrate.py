@@ -20,8 +20,8 @@ from bcgtune.engines.build import EngineSpec
 from bcgtune.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.model_check import ModelCheck
     from bcgtune.core.plan.calibration import Calibration
+    from bcgtune.core.plan.model_check import ModelCheck
     from bcgtune.core.trace.mix import BatchMix
     from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
@@ -205,8 +205,8 @@ def calibrate(
     calibration's meta records how the sizes were chosen. On a trace (`request.trace`), and
     unless `model_check` is False, the calibration then checks its own model: a sample of
     at most `check_batches` of the trace's batches replayed in order under SGLang's ladder
-    and the time optimum, measured against predicted (core.model_check)."""
-    from bcgtune.core.model_check import DEFAULT_CHECK_BATCHES
+    and the time optimum, measured against predicted (core.plan.model_check)."""
+    from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
 
     say = progress or (lambda msg: None)
     say(f"{len(request.sizes)} sizes: {request.sizes[0]} ... {request.sizes[-1]}")
@@ -245,8 +245,8 @@ def check_lists(cal: Calibration, trace: PrefillTrace, chunk: int | None, factor
     """The lists the model check replays: SGLang's default ladder for the trace's chunk, and
     a sparse list, the time optimum of `cal` (at most 12 buckets among its measured sizes);
     eager when the optimum is the ladder itself."""
-    from bcgtune.core.ladder import sglang_default_ladder
-    from bcgtune.core.plan import assumed_chunked_prefill_size, make_plan, plan_request
+    from bcgtune.core.plan.bucket_plan import assumed_chunked_prefill_size, make_plan, plan_request
+    from bcgtune.core.sglang.ladder import sglang_default_ladder
 
     cps = assumed_chunked_prefill_size(trace, chunk)
     ladder = sglang_default_ladder(cps)
@@ -271,10 +271,10 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
     engine over the same model, in the calibration's rounds; measured against predicted."""
     import datetime as dt
 
-    from bcgtune.core.mix import BatchMix
-    from bcgtune.core.model_check import ListCheck, ModelCheck, sample_every, trace_sequence
-    from bcgtune.core.plan import resolve_candidates
-    from bcgtune.core.predict import TimeModel
+    from bcgtune.core.plan.bucket_plan import resolve_candidates
+    from bcgtune.core.plan.model_check import ListCheck, ModelCheck, sample_every, trace_sequence
+    from bcgtune.core.plan.predict import TimeModel
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.engines.trace_replay import engine_for, replay_in_order
 
     say = run.say

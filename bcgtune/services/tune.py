@@ -452,11 +452,11 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
     """The recommended list, SGLang's ladder and eager replayed on a sample of the trace in
     trace order, in interleaved rounds, `passes` times; the recommended list captured first
     in a fresh pool (its capture time and graph memory)."""
-    from bcgtune.core.mix import BatchMix
-    from bcgtune.core.model_check import sample_every, trace_sequence
-    from bcgtune.core.plan import resolve_candidates
-    from bcgtune.core.predict import TimeModel
+    from bcgtune.core.plan.bucket_plan import resolve_candidates
+    from bcgtune.core.plan.model_check import sample_every, trace_sequence
+    from bcgtune.core.plan.predict import TimeModel
     from bcgtune.core.stats import round_interval
+    from bcgtune.core.trace.mix import BatchMix
     from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run
     from bcgtune.engines.trace_replay import replay_in_order

@@ -186,7 +186,7 @@ def tune_command(
         raise InputError("no trace given (an empty path)", "TRACE")
     given = None
     if bucket_list is not None:
-        from bcgtune.core.replay import parse_bucket_list
+        from bcgtune.core.sglang.replay import parse_bucket_list
 
         given = parse_bucket_list(bucket_list, "--list")
     folder = state_dir or "bcgtune-tune-" + (os.path.basename(trace.rstrip("/")).split(".")[0] or "trace")

@@ -165,7 +165,7 @@ def format_calibration(cal: Calibration) -> list[str]:
 
 def model_check_line(cal: Calibration) -> str:
     """What a calibration's intervals rest on: its model check, or why there is none."""
-    from bcgtune.core.model_check import not_checked_reason
+    from bcgtune.core.plan.model_check import not_checked_reason
 
     mc = cal.model_check
     if mc is None:

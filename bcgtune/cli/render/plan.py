@@ -288,7 +288,7 @@ def _time_notes(plan: BucketPlan) -> list[str]:
 def _model_note(plan: BucketPlan) -> str:
     """What the intervals rest on beyond the calibration's noise: the model check, or that
     they do not cover the model's own error."""
-    from bcgtune.core.model_check import not_checked_reason
+    from bcgtune.core.plan.model_check import not_checked_reason
 
     cal = plan.request.calibration
     mc = getattr(cal, "model_check", None)

@@ -16,7 +16,7 @@ every size once, in a fresh shuffled order. Format 3 keeps each value of each ro
 of a size is the median of its rounds, as before; a list's predicted total is the sum of
 those medians, and its spread comes from the list's total in each round. Formats 1 and 2 and
 the CSV kept one value per size: they read as "one round", which gives no interval.
-Format 4 adds the model check (bcgtune.core.model_check): the calibration's predictions
+Format 4 adds the model check (bcgtune.core.plan.model_check): the calibration's predictions
 against a replay of the trace's batches in order, which widens every interval by the model's
 own error; a calibration without it (formats 1-3, or one not made on a trace) reads as "model
 error not checked".
@@ -47,7 +47,7 @@ from bcgtune.core.schema import MS_MAX, GiB, Milliseconds, Tokens, validate
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
-    from bcgtune.core.model_check import ModelCheck
+    from bcgtune.core.plan.model_check import ModelCheck
 
 FORMAT_VERSION = 4  # 4: format 3 with the model check (model_check, optional); 1-3 still read
 ROUNDS_MAX = 10_000  # calibrate --repeats at most
@@ -220,7 +220,7 @@ class Calibration:
     row_session: np.ndarray | None = None  # per row, its index in `sessions` (None: all the first)
     # the engine options the calibration ran with, so `calibrate --extend` measures alike
     engine_options: dict | None = None
-    # the time model checked against a replay of the trace (core.model_check); None: not checked
+    # the time model checked against a replay of the trace (core.plan.model_check); None: not checked
     model_check: ModelCheck | None = None
 
     def __post_init__(self) -> None:

@@ -352,7 +352,7 @@ class BucketPlan:
     def model_check_json(self) -> dict[str, Any] | None:
         """The calibration's model check (what the intervals rest on), or why there is none;
         None without a calibration."""
-        from bcgtune.core.model_check import not_checked_reason
+        from bcgtune.core.plan.model_check import not_checked_reason
 
         cal = self.request.calibration
         if cal is None:

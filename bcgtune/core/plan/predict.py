@@ -27,7 +27,7 @@ launches kernels at another speed: eager forwards of a small model are launch-bo
 time is the CPU's (`host_bound`), and it moved 29-68% between processes on that H200.
 
 The model's own error. A calibration made on a trace (format 4) carries a model check
-(bcgtune.core.model_check): the trace's batches replayed in order under SGLang's ladder and a
+(bcgtune.core.plan.model_check): the trace's batches replayed in order under SGLang's ladder and a
 sparse list, measured against predicted. From it, u_total (the largest relative error of a
 total, |bias| + t se) and u_diff (the largest difference between two lists' relative errors,
 plus t times their combined se). Every interval is then widened, the two parts added (not
@@ -140,7 +140,7 @@ class TimeModel:
 
     @property
     def model_check(self):
-        """The calibration's model check (core.model_check.ModelCheck), None when not checked."""
+        """The calibration's model check (core.plan.model_check.ModelCheck), None when not checked."""
         return getattr(self.cal, "model_check", None)
 
     def total(self, buckets) -> Interval:

@@ -17,7 +17,7 @@ round's measured total. From those:
     u_total   = max_L |bias(L)| + t(0.975, R - 1) se(L)               (of a total)
     u_diff    = max_{L,M} |bias(L) - bias(M)| + t sqrt(se(L)^2 + se(M)^2)  (between lists)
 
-core.predict widens every interval by them (see TimeModel there).
+core.plan.predict widens every interval by them (see TimeModel there).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def trace_sequence(trace, seed: int = 0) -> tuple[np.ndarray, np.ndarray, bool]:
         r = np.ones_like(t) if req is None else np.asarray(req, dtype=np.int64)
         r = np.where(r >= 1, np.minimum(r, t), 1)
         return t, r, True
-    from bcgtune.core.mix import batch_mix
+    from bcgtune.core.trace.mix import batch_mix
 
     mix = batch_mix(trace)
     t = np.repeat(mix.tokens, mix.counts)
