@@ -272,6 +272,7 @@ class BucketsTable(StrictDocument):
 
 
 Pct = Annotated[float, Field(strict=False, ge=-1e6, le=1e6, allow_inf_nan=False)]
+HalfPct = Annotated[float, Field(strict=False, ge=0, le=1e6, allow_inf_nan=False)]
 
 
 class TunedTable(StrictDocument):
@@ -281,9 +282,9 @@ class TunedTable(StrictDocument):
 
     list_: Annotated[list[Tokens], Field(alias="list", min_length=0, max_length=4096, description="The list the tune measured.")]
     measured_gain_pct: Annotated[Pct, Field(description="Measured time saved against SGLang's ladder, % of the ladder's.")]
-    measured_gain_half_pct: Annotated[Optional[Pct], Field(description="Half-width of its 95% interval (%).")] = None
+    measured_gain_half_pct: Annotated[Optional[HalfPct], Field(description="Half-width of its 95% interval (%).")] = None
     predicted_gain_pct: Annotated[Optional[Pct], Field(description="The gain the calibration predicted (%).")] = None
-    predicted_gain_half_pct: Annotated[Optional[Pct], Field(description="Half-width of its 95% interval (%).")] = None
+    predicted_gain_half_pct: Annotated[Optional[HalfPct], Field(description="Half-width of its 95% interval (%).")] = None
     passes: Annotated[StrictInt, Field(ge=1, le=100, description="Independent passes of the proof run.")]
     batches: Annotated[StrictInt, Field(ge=1, le=10**12, description="Trace batches each pass replayed.")]
     graphs: Annotated[StrictInt, Field(ge=0, le=4096, description="Graphs in the list.")]
