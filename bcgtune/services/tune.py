@@ -241,7 +241,7 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
         t0 = time.perf_counter()
         say(f"[{name}] started")
         out = _STEP_FUNCS[name](req, trace, state, cal_path, say)
-        out["done"] = True
+        out["done"] = out.get("ok") is not False  # a failed validation is run again next time, never skipped
         out["wall_s"] = round(time.perf_counter() - t0 + float(out.get("wall_s", 0.0)), 3)
         steps[name] = out
         _save_state(state_path, state)
