@@ -72,8 +72,8 @@ def engine_for(session_engine: Any, max_tokens: int, spec: Any) -> Any:
 def replay_in_order(
     engine: Any,
     lists: dict[str, list[int]],
-    tokens: Sequence[int],
-    requests: Sequence[int],
+    tokens: Sequence[int] | np.ndarray,
+    requests: Sequence[int] | np.ndarray,
     warmup: int,
     repeats: int,
     seed: int = 0,
