@@ -231,3 +231,14 @@ def test_h200_tune_script_runs_on_cpu_with_tiny_model(tmp_path):
     assert doc["steps"]["proof"]["passes"] == 2 and len(doc["steps"]["proof"]["lists"]["eager"]["measured"]) == 2
     assert "recommended - ladder: predicted" in (out / "tune_tiny.txt").read_text()
     assert "sampling: grid 64" in p.stdout and "tune: " in p.stdout
+
+
+def test_plot_of_predicted_vs_measured(tuned, tmp_path):
+    pytest.importorskip("matplotlib")
+    state = tmp_path / "state"
+    shutil.copytree(tuned["state"], state)
+    png = tmp_path / "tune.png"
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--plot", png])
+    assert r.code == 0, r.err[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "recommended - ladder: predicted" in r.out and "wall time of the steps" in r.out

@@ -163,7 +163,7 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
             now = now["sha256"]
         if was != now:
             raise InputError(
-                f"this state folder holds a tune of another {key} ({_short(was)} there, {_short(now)} now): "
+                f"this state folder holds a tune of {_WHAT[key]} ({_short(was)} there, {_short(now)} now): "
                 "give another --state-dir, or remove this one to start again",
                 where,
             )
@@ -175,6 +175,9 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
         obj["plan_settings"] = ident["plan_settings"]
         obj["replanned"] = True
     return obj
+
+
+_WHAT = {"trace": "another trace", "engine": "another engine", "settings": "other calibration settings"}
 
 
 def _short(v: Any) -> str:
