@@ -59,6 +59,7 @@ def test_intervals_widen_by_the_stated_formula(runner):
     sizes, counts = mix.histogram()
     m = mix if runner == "breakable" else None
     plain = TimeModel(sizes, counts, cal, mix=m)
+    before_model = TimeModel(sizes, counts, scaled_calibration(runner).validate(), mix=m)
     a, b = [128, 256], []
     before = {tuple(bl): plain.total(bl) for bl in ([], [128, 256])}
     d0, g0 = plain.difference(a, b), plain.gain_pct(a, b)
@@ -76,9 +77,25 @@ def test_intervals_widen_by_the_stated_formula(runner):
     ta, tb = before[tuple(a)].center, before[tuple(b)].center
     d1 = checked.difference(a, b)
     assert d1.center == d0.center
-    assert d1.half == pytest.approx(d0.half + mc.total_margin * abs(ta - tb) + mc.difference_margin * max(ta, tb))
+    # P: each list's time over the batches the two run differently (here: those [128, 256] replays)
+    ca, cb = checked._unit_costs[(128, 256)], checked._unit_costs[()]
+    dif = ca != cb
+    pa, pb = float(checked.weights[dif] @ ca[dif]), float(checked.weights[dif] @ cb[dif])
+    assert dif.any() and pa <= ta and pb <= tb
+    assert d1.half == pytest.approx(d0.half + mc.total_margin * abs(ta - tb) + mc.difference_margin * max(pa, pb))
+    # two lists that run most batches the same way: only the batches they run differently count
+    c, e = [64, 128, 256], [64, 256]
+    same, dd = before_model.difference(c, e), checked.difference(c, e)
+    costs_c, costs_e = checked._unit_costs[(64, 128, 256)], checked._unit_costs[(64, 256)]
+    differ = costs_c != costs_e
+    assert differ.any() and not differ.all()
+    w = checked.weights
+    pc, pe = float(w[differ] @ costs_c[differ]), float(w[differ] @ costs_e[differ])
+    tc, te = before_model.totals(c)[0], before_model.totals(e)[0]
+    assert dd.half == pytest.approx(same.half + mc.total_margin * abs(tc - te) + mc.difference_margin * max(pc, pe))
+    assert max(pc, pe) < max(tc, te)
     g1 = checked.gain_pct(a, b)
-    assert g1.half == pytest.approx(g0.half + 100 * mc.difference_half(ta, tb) / ta)
+    assert g1.half == pytest.approx(g0.half + 100 * mc.difference_half(ta, tb, pa, pb) / ta)
 
 
 def test_format4_keeps_the_check_and_older_files_say_not_checked(tmp_path):

@@ -245,7 +245,8 @@ def check_lists(cal: Calibration, trace: PrefillTrace, chunk: int | None, factor
     """The lists the model check replays: SGLang's default ladder for the trace's chunk, and
     a sparse list, the time optimum of `cal` (at most 12 buckets among its measured sizes);
     eager when the optimum is the ladder itself."""
-    from bcgtune.core.plan.bucket_plan import assumed_chunked_prefill_size, make_plan, plan_request
+    from bcgtune.core.plan.bucket_plan import assumed_chunked_prefill_size, make_plan
+    from bcgtune.core.plan.plan_types import plan_request
     from bcgtune.core.sglang.ladder import sglang_default_ladder
 
     cps = assumed_chunked_prefill_size(trace, chunk)

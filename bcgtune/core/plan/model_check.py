@@ -110,11 +110,16 @@ class ModelCheck:
         """What the model error adds to the half-width of a total of `total_ms`."""
         return self.total_margin * abs(float(total_ms))
 
-    def difference_half(self, a_ms: float, b_ms: float) -> float:
+    def difference_half(
+        self, a_ms: float, b_ms: float, a_differing_ms: float | None = None, b_differing_ms: float | None = None
+    ) -> float:
         """What the model error adds to the half-width of total(A) - total(B):
-        u_total |T(A) - T(B)| + u_diff max(T(A), T(B)), since the error of the difference is
-        bias(A) (T(A) - T(B)) + (bias(A) - bias(B)) T(B)."""
-        return self.total_margin * abs(float(a_ms) - float(b_ms)) + self.difference_margin * max(float(a_ms), float(b_ms))
+        u_total |T(A) - T(B)| + u_diff max(P(A), P(B)), since the error of the difference is
+        bias(A) (T(A) - T(B)) + (bias(A) - bias(B)) T(B); P is each list's time over the
+        batches the lists price differently (the rest cancels), the whole totals when not given."""
+        pa = float(a_ms) if a_differing_ms is None else float(a_differing_ms)
+        pb = float(b_ms) if b_differing_ms is None else float(b_differing_ms)
+        return self.total_margin * abs(float(a_ms) - float(b_ms)) + self.difference_margin * max(pa, pb)
 
     def summary(self) -> str:
         """'checked by replay on N batches: ladder predicted X s, measured Y s; ...'."""

@@ -34,10 +34,14 @@ plus t times their combined se). Every interval is then widened, the two parts a
 in quadrature: the model error is a bias, not a noise that averages out):
 
     total(L):          predicted(L) +- [noise half-width + u_total * predicted(L)]
-    difference(A, B):  d +- [paired noise half-width + u_total * |d| + u_diff * max(pred(A), pred(B))]
+    difference(A, B):  d +- [paired noise half-width + u_total * |d| + u_diff * max(P_A, P_B)]
     gain_pct(A, B):    the difference's widening in % of predicted(A)
 
-since the model error of a difference is bias(A) (T(A) - T(B)) + (bias(A) - bias(B)) T(B).
+where P_A, P_B are each list's predicted time over the batches the two lists price
+differently (another bucket, or replay against eager): the model error of a difference is
+bias(A) (T(A) - T(B)) + (bias(A) - bias(B)) T(B), and on batches both lists run the same way
+the two errors are the same and cancel. Two lists that differ in one bucket so differ in
+model error only on the batches of that bucket.
 The widening is recorded in Interval.model_half. Without a model check (formats 1-3, a
 calibration on sizes alone, a run that skipped it) the intervals cover the noise only, and
 the plan says that they do not cover the model's error.
@@ -108,6 +112,7 @@ class TimeModel:
         self.eager = np.stack([c[0] for c in costs], axis=1)  # units x (1 + R)
         self.breaks = np.stack([c[1] for c in costs], axis=1)
         self._totals: dict[tuple[int, ...], np.ndarray] = {}
+        self._unit_costs: dict[tuple[int, ...], np.ndarray] = {}  # per unit, its median cost under a list
 
     @property
     def rounds(self) -> int:
@@ -136,7 +141,18 @@ class TimeModel:
             cost = self.eager
         out = self.weights @ cost
         self._totals[key] = out
+        self._unit_costs[key] = cost[:, 0]
         return out
+
+    def _differing(self, a, b) -> tuple[float, float]:
+        """(T_A, T_B) over the units (batches or steps) the two lists price differently: the
+        part of each total where their model errors can differ."""
+        ka = tuple(np.unique(np.asarray(list(a), dtype=np.int64)).tolist())
+        kb = tuple(np.unique(np.asarray(list(b), dtype=np.int64)).tolist())
+        self.totals(a), self.totals(b)
+        ca, cb = self._unit_costs[ka], self._unit_costs[kb]
+        diff = ca != cb
+        return float(self.weights[diff] @ ca[diff]), float(self.weights[diff] @ cb[diff])
 
     @property
     def model_check(self):
@@ -158,7 +174,7 @@ class TimeModel:
         d = ta - tb
         iv = round_interval(d[0], d[1:])
         mc = self.model_check
-        return iv if mc is None else iv.widened(mc.difference_half(ta[0], tb[0]))
+        return iv if mc is None else iv.widened(mc.difference_half(ta[0], tb[0], *self._differing(a, b)))
 
     def gain_pct(self, a, b) -> Interval:
         """How much less time list b takes than list a, in % of a's: 100 (T(a) - T(b)) / T(a),
@@ -171,7 +187,7 @@ class TimeModel:
         mc = self.model_check
         if mc is None or ta[0] <= 0:
             return iv
-        return iv.widened(100.0 * mc.difference_half(ta[0], tb[0]) / ta[0])
+        return iv.widened(100.0 * mc.difference_half(ta[0], tb[0], *self._differing(a, b)) / ta[0])
 
     def unmeasured(self, buckets) -> list[int]:
         """The list's buckets that replay some traced batch at a size the calibration did not
