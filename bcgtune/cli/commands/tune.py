@@ -11,7 +11,7 @@ import typer
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import EngineOptions, JsonFlag, Quiet, options
+from bcgtune.cli.options import TOLERANCE_HELP, EngineOptions, JsonFlag, Quiet, options, tolerance_option
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import InputError
 
@@ -24,7 +24,9 @@ _MEASURE = "Measurement"
 )
 @options("engine", EngineOptions)
 def tune_command(
-    trace: Annotated[str, typer.Argument(help="The workload's prefill trace (from bcgtune trace).", show_default=False)],
+    trace: Annotated[
+        str, typer.Argument(metavar="TRACE", help="The workload's prefill trace (from bcgtune trace).", show_default=False)
+    ],
     profile: Annotated[
         Optional[str],
         typer.Option("--profile", "-p", help="Price the launch this profile makes (its flags, GPU, model).", show_default=False),
@@ -115,9 +117,8 @@ def tune_command(
         Optional[float],
         typer.Option(
             "--tolerance",
-            min=0.0,
-            max=100.0,
-            help="Recommend the fewest graphs within this % of the best predicted time (as suggest-buckets).",
+            callback=tolerance_option,
+            help=TOLERANCE_HELP,
             rich_help_panel=_MEASURE,
             show_default=False,
         ),
