@@ -53,15 +53,20 @@ The versioned JSON `bcgtune calibrate` writes (kind `bcgtune.calibration`), or a
 `tokens,eager_ms,graph_ms` (a whole-forward calibration). `runner` says what was measured:
 `breakable` holds segment replay time per bucket (`rows`) and eager and break time per
 (tokens, requests) batch (`batches`); `full` holds eager and replay time per size. Format 3
-(this version) keeps every timed round beside each median: `rounds` R, and per row
+keeps every timed round beside each median: `rounds` R, and per row
 `graph_rounds_ms` (and `eager_rounds_ms` on full), per batch `eager_rounds_ms` and
 `breaks_rounds_ms` (R values each; a median must be the median of its rounds, a break time
 clipped at 0 ms while a round's paired difference may be negative), `eager_host_ms` (host
 launch time of each eager forward, when measured), `sessions` (the calibration, then each
 `calibrate --extend`: when, which sizes, the rows timed again as anchors, the scale that put
 them on the first run's times; each row names its `session`) and `engine_options` (what
-`--extend` rebuilds the engine from). Formats 1 and 2 and the CSV keep one value per size:
-they still load, as one round, which gives no interval. Times are 0..86,400,000 ms.
+`--extend` rebuilds the engine from). Format 4 (this version) adds `model_check`: null, or
+the time model checked against a replay of the trace's batches in order (`batches` of `of`,
+every `every`-th, `rounds`, `ordered`, `device`, `created`, and per list replayed, at least
+SGLang's ladder and a sparse list: `name`, `buckets`, `predicted_ms`, `measured_ms`,
+`round_totals_ms`); every interval widens by it (bcgtune.core.plan.predict). Format 3 loads
+as "model error not checked"; formats 1 and 2 and the CSV keep one value per size: they
+still load, as one round, which gives no interval. Times are 0..86,400,000 ms.
 """
 
 
@@ -170,6 +175,7 @@ def render() -> str:
     ]
     parts += ["### `[env]`", "", profiles.ProfileFile.model_fields["env"].description or "", ""]
     parts += _table(profiles.BucketsTable, "### `[buckets]`")
+    parts += _table(profiles.TunedTable, "### `[tuned]`")
     parts.append("## Workloads (`trace --simulate --workload W`)\n")
     parts.append(
         "A TOML file (or a shipped preset: mi355x-multimodal-pr, chat-text-h200). Options given on the "

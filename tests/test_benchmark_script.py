@@ -105,7 +105,7 @@ def test_h200_script_aa_mode_runs_on_cpu_with_tiny_model(tmp_path):
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     cal = json.loads((out / "cal_breakable_tiny.json").read_text())
-    assert cal["format_version"] == 3 and cal["rounds"] == 3 and len(cal["rows"][0]["graph_rounds_ms"]) == 3
+    assert cal["format_version"] == 4 and cal["rounds"] == 3 and len(cal["rows"][0]["graph_rounds_ms"]) == 3
     plan = json.loads((out / "suggest_tiny.json").read_text())
     rep = json.loads((out / "gpu_replay_aa_tiny.json").read_text())
     assert rep["method"]["passes"] == 3 and rep["bucket_lists"]["tuned"] == plan["optimal"]["buckets"]

@@ -57,7 +57,7 @@ def test_json_round_trip(tmp_path):
     p = tmp_path / "cal.json"
     save_calibration(cal, p)
     obj = json.loads(p.read_text())
-    assert obj["format_version"] == 3 and obj["runner"] == "full" and obj["kind"] == "bcgtune.calibration"
+    assert obj["format_version"] == 4 and obj["runner"] == "full" and obj["kind"] == "bcgtune.calibration"
     back = load_calibration(p)
     assert back.tokens.tolist() == cal.tokens.tolist()
     assert back.graph_ms.tolist() == pytest.approx(cal.graph_ms.tolist())
@@ -110,7 +110,7 @@ def test_csv_error_has_line_number(tmp_path):
 @pytest.mark.parametrize(
     "obj,match",
     [
-        ({"format_version": 4, "rows": []}, "format_version '4' .this bcgtune reads 1, 2 and 3"),
+        ({"format_version": 5, "rows": []}, "format_version '5' .this bcgtune reads 1, 2, 3 and 4"),
         ({"format_version": 2, "runner": "breakable", "rows": [{"tokens": 16, "graph_ms": 1}]}, "batches"),
         ({"format_version": 2, "runner": "tiled", "rows": []}, "runner"),
         ({"format_version": 1, "rows": []}, "rows"),

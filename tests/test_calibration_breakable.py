@@ -55,7 +55,7 @@ def test_round_trip(tmp_path):
     p = tmp_path / "c.json"
     save_calibration(cal, p)
     obj = json.loads(p.read_text())
-    assert obj["format_version"] == 3 and obj["runner"] == "breakable" and "eager_ms" not in obj["rows"][0]
+    assert obj["format_version"] == 4 and obj["runner"] == "breakable" and "eager_ms" not in obj["rows"][0]
     back = load_calibration(p)
     assert back.runner == "breakable" and back.eager_ms is None
     assert back.batches.tokens.tolist() == [64, 128, 128, 200, 256]  # sorted by (n, r)

@@ -27,7 +27,7 @@ def _help(args: list[str], columns: int = 80) -> str:
 
 def test_the_command_table_is_in_help_order_with_each_docstring_summary():
     assert NAMES == [
-        "trace", "trace merge", "suggest-buckets", "drift", "capture", "validate", "calibrate", "serve", "doctor", "bench"
+        "trace", "trace merge", "suggest-buckets", "drift", "capture", "validate", "calibrate", "tune", "serve", "doctor", "bench"
     ]  # fmt: skip
     for c in COMMANDS:
         doc = inspect.getdoc(command_function(c.name)) or ""

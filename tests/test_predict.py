@@ -149,7 +149,7 @@ def test_earlier_formats_read_as_one_round_and_say_so(name, fmt, tmp_path):
     out = tmp_path / "again.json"
     save_calibration(cal, out)
     again = load_calibration(out)
-    assert json.loads(out.read_text())["format_version"] == 3 and again.rounds == 1
+    assert json.loads(out.read_text())["format_version"] == 4 and again.rounds == 1
     assert again.graph_ms.tolist() == pytest.approx(cal.graph_ms.tolist())
 
 

@@ -76,6 +76,9 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Measure eager time, replay time and graph memory: a calibration for the time objective.",
     ),
     CommandEntry(
+        "tune", "tune", "tune_command", "Tune on the GPU in one command: calibrate, optimize, measure, validate, prove."
+    ),
+    CommandEntry(
         "serve", "serve", "serve_command", "Launch an SGLang server from a profile, flags checked against SGLang's parser."
     ),
     CommandEntry(

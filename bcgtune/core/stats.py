@@ -64,6 +64,9 @@ class Interval:
     half: float | None
     se: float | None
     rounds: int
+    # the part of `half` that is the time model's own error, measured by a replay of the
+    # trace (core.plan.model_check); None: not included (the model error was not checked)
+    model_half: float | None = None
 
     @property
     def low(self) -> float | None:
@@ -79,7 +82,14 @@ class Interval:
         return self.center - self.half <= x <= self.center + self.half
 
     def to_dict(self) -> dict:
-        return {"center": self.center, "half": self.half, "se": self.se, "rounds": self.rounds}
+        return {"center": self.center, "half": self.half, "se": self.se, "rounds": self.rounds, "model_half": self.model_half}
+
+    def widened(self, extra: float) -> "Interval":
+        """This interval with `extra` (the model error) added to its half-width; one without
+        a half-width (one round) stays without one."""
+        if self.half is None:
+            return self
+        return Interval(self.center, self.half + float(extra), self.se, self.rounds, float(extra))
 
 
 def round_interval(center: float, per_round) -> Interval:

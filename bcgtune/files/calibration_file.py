@@ -18,6 +18,10 @@ On-disk forms (all read by `load_calibration`):
     A row's median equals the median of its rounds (a break time: the median of its paired
     differences, clipped at 0 ms; a round's difference may be negative). Rows added later
     by `calibrate --extend` carry the index of the session that measured them.
+  * JSON `format_version` 4: as 3, plus "model_check" (null, or the time model checked against
+    a replay of the trace: {"batches", "of", "every", "rounds", "ordered", "device", "created",
+    "lists": [{"name", "buckets", "predicted_ms", "measured_ms", "round_totals_ms"}, ...]};
+    bcgtune.core.plan.model_check). Format 3 reads as "model error not checked".
   * JSON `format_version` 2: as 3 without rounds, sessions or engine options.
   * JSON `format_version` 1 (earlier bcgtune, whole-forward graphs): read as runner full.
   * CSV with the header `tokens,eager_ms,graph_ms`: runner full.
@@ -49,7 +53,7 @@ from bcgtune.core.schema import Document, GiB, Milliseconds, NonNegativeInt, Tok
 from bcgtune.errors import InputError
 from bcgtune.fileio import csv_rows
 
-READ_VERSIONS = (1, 2, 3)
+READ_VERSIONS = (1, 2, 3, 4)
 
 
 def save_calibration(cal: Calibration, path) -> None:
@@ -204,12 +208,41 @@ class _BreakableDocument(Document):
     meta: Optional[dict[str, Any]] = None
 
 
+class _ListCheck(Document):
+    """One list of the model check: predicted and measured total on the replayed sample."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    buckets: Annotated[list[Tokens], Field(max_length=100_000)]
+    predicted_ms: Milliseconds
+    measured_ms: Milliseconds
+    round_totals_ms: Annotated[list[Milliseconds], Field(max_length=ROUNDS_MAX)] = []
+    bias: Optional[float] = None  # derived, written for readers; recomputed on load
+    se: Optional[float] = None
+
+
+class _ModelCheck(Document):
+    """Format 4: the time model against a replay of the trace's batches in order."""
+
+    batches: Annotated[int, Field(strict=True, ge=1, le=10**9)]
+    of: Annotated[int, Field(strict=True, ge=1, le=10**12)]
+    every: Annotated[int, Field(strict=True, ge=1, le=10**12)]
+    rounds: RoundCount
+    ordered: bool = True
+    device: Optional[Annotated[str, Field(max_length=200)]] = None
+    created: Optional[Annotated[str, Field(max_length=64)]] = None
+    total_margin: Optional[float] = None  # derived, recomputed on load
+    difference_margin: Optional[float] = None
+    lists: Annotated[list[_ListCheck], Field(min_length=2, max_length=64)]
+
+
 class _Rounds3(Document):
-    """What format 3 adds to every document: the timed rounds, the sessions, the engine."""
+    """What format 3 adds to every document: the timed rounds, the sessions, the engine
+    (and format 4 the model check)."""
 
     rounds: RoundCount
     sessions: Annotated[list[_Session], Field(min_length=1, max_length=10_000)]
     engine_options: Optional[dict[str, Any]] = None
+    model_check: Optional[_ModelCheck] = None
 
 
 class _FullDocument3(_FullDocument, _Rounds3):
@@ -298,6 +331,12 @@ def _calibration_from(doc, runner: str, meta: dict, path: str) -> Calibration:
         cal.row_session = np.asarray([row.session for row in rows], dtype=np.int64)
         cal.sessions = [s.model_dump() for s in doc.sessions]
         cal.engine_options = doc.engine_options
+        if doc.model_check is not None:
+            from bcgtune.core.plan.model_check import ModelCheck
+
+            if meta.get("format_version", FORMAT_VERSION) < 4:
+                raise InputError("model_check belongs to a format-4 calibration (this one says format 3)", path)
+            cal.model_check = ModelCheck.from_json(doc.model_check.model_dump(), path)
     return cal
 
 

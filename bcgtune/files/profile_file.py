@@ -11,6 +11,11 @@
     [buckets]   list = [...] the prefill buckets, plus provenance: source, trace_sha256,
                 trace_path, objective, max_buckets, padding_factor, alignment,
                 tool_version, date, note
+    [tuned]     written by `bcgtune tune` with the list: what its proof run measured (list,
+                measured_gain_pct and its 95% half-width against SGLang's ladder, the
+                predicted gain, passes, batches, graphs, capture_s, graph_mem_gib,
+                calibration_sha256, device, torch, date); doctor and drift report it. A list
+                written without it (suggest-buckets, drift) drops an older [tuned].
 
 The bucket list lives only in [buckets].list; `serve` passes it as
 `--cuda-graph-bs-prefill`. [server] may not set `cuda-graph-bs-prefill` (two places for
@@ -99,6 +104,7 @@ class Profile:
     env: dict[str, str] = field(default_factory=dict)
     buckets: list[int] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] | None = None  # [tuned]: what bcgtune tune measured for the list (TunedTable)
 
     @property
     def where(self) -> str:
@@ -119,6 +125,8 @@ class Profile:
             out["env"] = dict(self.env)
         if self.buckets is not None:
             out["buckets"] = {"list": list(self.buckets), **self.provenance}
+        if self.tuned is not None:
+            out["tuned"] = dict(self.tuned)
         return out
 
     def to_toml(self) -> str:
@@ -271,6 +279,36 @@ class BucketsTable(StrictDocument):
     ] = None
 
 
+Pct = Annotated[float, Field(strict=False, ge=-1e6, le=1e6, allow_inf_nan=False)]
+HalfPct = Annotated[float, Field(strict=False, ge=0, le=1e6, allow_inf_nan=False)]
+
+
+class TunedTable(StrictDocument):
+    """[tuned]: what `bcgtune tune` measured for the list it wrote into [buckets].list: the
+    proof run's gain over SGLang's default ladder (recommended minus ladder, replayed on the
+    trace in interleaved rounds), with what the list costs and where it was measured."""
+
+    list_: Annotated[list[Tokens], Field(alias="list", min_length=0, max_length=4096, description="The list the tune measured.")]
+    measured_gain_pct: Annotated[Pct, Field(description="Measured time saved against SGLang's ladder, % of the ladder's.")]
+    measured_gain_half_pct: Annotated[Optional[HalfPct], Field(description="Half-width of its 95% interval (%).")] = None
+    predicted_gain_pct: Annotated[Optional[Pct], Field(description="The gain the calibration predicted (%).")] = None
+    predicted_gain_half_pct: Annotated[Optional[HalfPct], Field(description="Half-width of its 95% interval (%).")] = None
+    passes: Annotated[StrictInt, Field(ge=1, le=100, description="Independent passes of the proof run.")]
+    batches: Annotated[StrictInt, Field(ge=1, le=10**12, description="Trace batches each pass replayed.")]
+    graphs: Annotated[StrictInt, Field(ge=0, le=4096, description="Graphs in the list.")]
+    capture_s: Annotated[
+        Optional[float], Field(ge=0, le=86_400, allow_inf_nan=False, description="Capture time of the list (s).")
+    ] = None
+    graph_mem_gib: Annotated[
+        Optional[float], Field(ge=0, le=1e6, allow_inf_nan=False, description="Memory its graphs reserve (GiB).")
+    ] = None
+    calibration_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the calibration file.")]
+    device: Annotated[str, Field(min_length=1, max_length=200, description="The GPU (or cpu) it was measured on.")]
+    torch: Annotated[str, Field(min_length=1, max_length=80, description="torch's version.")]
+    date: Annotated[str, Field(min_length=1, max_length=40, description="When it was measured (UTC, ISO 8601).")]
+    tool_version: Annotated[Optional[str], Field(max_length=40, description="bcgtune's version.")] = None
+
+
 class ProfileFile(StrictDocument):
     """A launch profile: one TOML file per hardware and model."""
 
@@ -290,6 +328,9 @@ class ProfileFile(StrictDocument):
     buckets: Annotated[
         Optional[BucketsTable], Field(description="The prefill bucket list; without it SGLang captures its default ladder.")
     ] = None
+    tuned: Annotated[
+        Optional[TunedTable], Field(description="What bcgtune tune measured for [buckets].list (written by it).")
+    ] = None
 
 
 def _snake_keys(table: Any) -> Any:
@@ -301,7 +342,7 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
     the rules between keys: one flag written twice, flags that belong elsewhere, a JSON
     config that would override [buckets].list."""
     raw = dict(data)
-    for sec in ("profile", "buckets"):  # kebab or snake keys
+    for sec in ("profile", "buckets", "tuned"):  # kebab or snake keys
         if sec in raw:
             raw[sec] = _snake_keys(raw[sec])
     doc = validate(ProfileFile, raw, where, style="toml", loc_in_where=True)
@@ -328,6 +369,11 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
                 "sets prefill bs, which SGLang would use instead of [buckets].list; remove one",
                 f"{where}: [server].{seen_as['cuda_graph_config']}",
             )
+    tuned = None
+    if doc.tuned is not None:
+        if doc.buckets is None:
+            raise InputError("[tuned] describes a list, and the profile has no [buckets].list", f"{where}: [tuned]")
+        tuned = doc.tuned.model_dump(by_alias=True, exclude_none=True)
     return Profile(
         name=doc.profile.name,
         platform=doc.profile.platform,
@@ -339,6 +385,7 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
         env=dict(doc.env),
         buckets=buckets,
         provenance=provenance,
+        tuned=tuned,
     )
 
 
@@ -357,6 +404,7 @@ def write_profile_buckets(
     provenance: Mapping[str, Any] | None = None,
     base_profile: str | os.PathLike | None = None,
     server: Mapping[str, Any] | None = None,
+    tuned: Mapping[str, Any] | None = None,
 ) -> Profile:
     """Set `path`'s [buckets] (list + provenance) atomically (temp file + rename), and the
     [server] flags in `server` (the launch the list was priced for, e.g. its chunk).
@@ -386,7 +434,9 @@ def write_profile_buckets(
         stem = path.stem if path.suffix == ".toml" else path.name
         if stem != base.name and _NAME_RE.match(stem):
             new_name = stem
-    new = _with_buckets(old, source, blist, prov, new_name, dict(server or {}))
+    if tuned is not None:
+        validate(TunedTable, _snake_keys(dict(tuned)), where, style="toml", prefix=("tuned",), loc_in_where=True)
+    new = _with_buckets(old, source, blist, prov, new_name, dict(server or {}), None if tuned is None else dict(tuned))
     result = parse_profile(new, where, path=path)
     atomic_write_text(path, new)
     return result
@@ -399,6 +449,7 @@ def _with_buckets(
     provenance: Mapping[str, Any],
     name: str | None,
     server: Mapping[str, Any] | None = None,
+    tuned: Mapping[str, Any] | None = None,
 ) -> str:
     """`text` with its [buckets] table replaced (or added at the end), [profile].name set
     to `name` when given and the `server` flags set in [server]; everything else as written."""
@@ -441,8 +492,23 @@ def _with_buckets(
             # the profile's own spelling of the flag (tp_size or tp-size), else the key given
             same = next((k for k in table if snake(str(k)) == snake(key)), key)
             table[same] = value
+    _set_tuned(doc, tuned)
     out = tomlkit.dumps(doc)
     return out.replace("\n", "\r\n") if crlf else out
+
+
+def _set_tuned(doc, tuned: Mapping[str, Any] | None) -> None:
+    """[tuned] describes the list written with it; a list written without one (suggest-buckets,
+    drift) is no longer the list an earlier tune measured, so its record goes."""
+    import tomlkit
+
+    if "tuned" in doc:
+        del doc["tuned"]
+    if tuned:
+        rec = tomlkit.table()
+        for key, value in tuned.items():
+            rec.add(key, tomlkit.array(value) if isinstance(value, list) else value)  # type: ignore[arg-type]
+        doc.add("tuned", rec)
 
 
 def _read_text(path: str) -> str:

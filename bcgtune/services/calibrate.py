@@ -21,7 +21,9 @@ from bcgtune.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
     from bcgtune.core.plan.calibration import Calibration
+    from bcgtune.core.plan.model_check import ModelCheck
     from bcgtune.core.trace.mix import BatchMix
+    from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
     from bcgtune.engines.timing import RoundTimes
 
@@ -34,6 +36,8 @@ DEFAULT_GRID = 64
 # the times describe no GPU: the run checks the pipeline, and one round runs every call.
 GPU_ROUNDS = (3, 10)
 CPU_ROUNDS = (0, 1)
+# (warm-up, timed) rounds of the model check at most (each replays the whole sample of the trace)
+CHECK_ROUNDS = (1, 5)
 
 Say = Callable[[str], None]
 
@@ -102,6 +106,7 @@ class CalibrationSizes:
     sizes: list[int]
     mix: BatchMix | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    trace: PrefillTrace | None = None  # the trace the sizes come from (its batches replayed by the model check)
 
 
 def _check_count(wanted: list[int]) -> None:
@@ -130,7 +135,7 @@ def calibration_sizes(
     if sizes_from is not None and not sizes_from.strip():
         raise InputError("no trace given (an empty path)", "--sizes-from")
     if sizes_from is not None or grid is not None:
-        trace_sizes = mix = None
+        trace_sizes = mix = trace = None
         meta: dict[str, Any] = {"bucket_grid": grid or DEFAULT_GRID, "sizes_from": sizes_from}
         if sizes_from is not None:
             from bcgtune.core.trace.mix import batch_mix
@@ -146,7 +151,7 @@ def calibration_sizes(
             meta["sizes_added"] = sorted(set(extra) - set(wanted))
             wanted = sorted(set(wanted) | set(extra))
             _check_count(wanted)
-        return CalibrationSizes(wanted, mix, meta)
+        return CalibrationSizes(wanted, mix, meta, trace)
     wanted = list(sizes) if sizes is not None else list(DEFAULT_CALIBRATION_SIZES)
     if max_tokens is not None:
         wanted = [s for s in wanted if s <= max_tokens] or [max_tokens]
@@ -193,14 +198,139 @@ def calibrate(
     repeats: int | None = None,
     memory: bool = True,
     progress: Say | None = None,
+    model_check: bool = True,
+    check_batches: int | None = None,
 ) -> CalibrateResult:
     """Measure the sizes (and batch mix) of `request` on the engine of `spec`; the
-    calibration's meta records how the sizes were chosen."""
+    calibration's meta records how the sizes were chosen. On a trace (`request.trace`), and
+    unless `model_check` is False, the calibration then checks its own model: a sample of
+    at most `check_batches` of the trace's batches replayed in order under SGLang's ladder
+    and the time optimum, measured against predicted (core.plan.model_check)."""
+    from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
+
     say = progress or (lambda msg: None)
     say(f"{len(request.sizes)} sizes: {request.sizes[0]} ... {request.sizes[-1]}")
-    result = run_calibrate(request.sizes, spec, warmup=warmup, repeats=repeats, memory=memory, progress=progress, mix=request.mix)
-    result.calibration.meta.update(request.meta)
+    check = None
+    if request.trace is not None and model_check:
+        check = CheckPlan(request.trace, check_batches or DEFAULT_CHECK_BATCHES)
+    result = run_calibrate(
+        request.sizes,
+        spec,
+        warmup=warmup,
+        repeats=repeats,
+        memory=memory,
+        progress=progress,
+        mix=request.mix,
+        check=check,
+        meta=request.meta,
+    )
+    if request.trace is not None and not model_check:
+        result.calibration.meta["model_check_skipped"] = "skipped by the run that calibrated it (--no-model-check)"
     return result
+
+
+@dataclass
+class CheckPlan:
+    """What the model check replays: the trace's batches (at most `batches`, every Nth in
+    trace order), under `lists` (name -> buckets; None: SGLang's ladder for the chunk and the
+    time optimum of the new calibration)."""
+
+    trace: PrefillTrace
+    batches: int
+    lists: dict[str, list[int]] | None = None
+    factor: float = DEFAULT_PADDING_FACTOR
+
+
+def check_lists(cal: Calibration, trace: PrefillTrace, chunk: int | None, factor: float = DEFAULT_PADDING_FACTOR):
+    """The lists the model check replays: SGLang's default ladder for the trace's chunk, and
+    a sparse list, the time optimum of `cal` (at most 12 buckets among its measured sizes);
+    eager when the optimum is the ladder itself."""
+    from bcgtune.core.plan.bucket_plan import assumed_chunked_prefill_size, make_plan
+    from bcgtune.core.plan.plan_types import plan_request
+    from bcgtune.core.sglang.ladder import sglang_default_ladder
+
+    cps = assumed_chunked_prefill_size(trace, chunk)
+    ladder = sglang_default_ladder(cps)
+    req = plan_request(
+        objective="time",
+        calibration=cal,
+        max_buckets=12,
+        sglang_ladder=ladder,
+        ladder_max=cps,
+        quantiles=False,
+        padding_factor=factor,
+    )
+    plan = make_plan(trace, req)
+    opt = list((plan.optimal or plan.rows[0]).buckets)
+    if opt == ladder:
+        return {"SGLang ladder": ladder, "eager": []}
+    return {"SGLang ladder": ladder, "time optimum": opt}
+
+
+def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
+    """Replay a sample of the trace's batches in order under the check's lists, on a fresh
+    engine over the same model, in the calibration's rounds; measured against predicted."""
+    import datetime as dt
+
+    from bcgtune.core.plan.bucket_plan import resolve_candidates
+    from bcgtune.core.plan.model_check import ListCheck, ModelCheck, sample_every, trace_sequence
+    from bcgtune.core.plan.predict import TimeModel
+    from bcgtune.core.trace.mix import BatchMix
+    from bcgtune.engines.trace_replay import engine_for, replay_in_order
+
+    say = run.say
+    tok, req, ordered = trace_sequence(plan.trace, seed=run.spec.seed)
+    every = sample_every(tok.size, plan.batches)
+    st, sr = tok[::every], req[::every]
+    if run.spec.runner == "full":
+        sr = np.ones_like(sr)
+    lists = plan.lists if plan.lists is not None else check_lists(cal, plan.trace, run.spec.chunked_prefill_size, plan.factor)
+    mix = BatchMix.from_batches(st, sr)
+    sizes, counts = mix.histogram()
+    model = TimeModel(sizes, counts, cal, plan.factor, resolve_candidates("auto", cal), mix=mix)
+    largest = max([int(st.max()), *(max(b) for b in lists.values() if b)])
+    say(
+        f"model check: {st.size:,} of {tok.size:,} trace batches (every {every}"
+        f"{'' if ordered else ', shuffled: the trace keeps no order'}) replayed in order under "
+        + ", ".join(f"{n} ({len(b)} graphs)" for n, b in lists.items())
+    )
+    engine = engine_for(run.engine, largest, run.spec)
+    # a round replays the whole sample, so its total averages over many batches: a few
+    # rounds give its spread (at most the calibration's own)
+    warmup, repeats = min(run.warmup, CHECK_ROUNDS[0]), min(run.repeats, CHECK_ROUNDS[1])
+    got = replay_in_order(
+        engine,
+        lists,
+        st,
+        sr,
+        warmup,
+        repeats,
+        seed=run.spec.seed,
+        factor=plan.factor,
+        on_round=lambda done, total: say(f"model check round {done}/{total} done"),
+    )
+    engine.release()
+    checks = []
+    for name, bl in lists.items():
+        r = got[name]
+        pred = float(model.totals(bl)[0])
+        checks.append(ListCheck(name, list(bl), pred, r.measured_ms, r.round_totals_ms.tolist()))
+        say(f"model check: {name}: predicted {pred:,.1f} ms, measured {r.measured_ms:,.1f} ms ({100 * checks[-1].bias:+.2f}%)")
+    mc = ModelCheck(
+        lists=checks,
+        batches=int(st.size),
+        of=int(tok.size),
+        every=every,
+        rounds=repeats,
+        ordered=ordered,
+        device=run.env.get("gpu_name") or run.engine.device.type,
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    say(
+        f"model check: intervals widen by {100 * mc.total_margin:.2f}% of a total and "
+        f"{100 * mc.difference_margin:.2f}% of the larger total for a difference"
+    )
+    return mc
 
 
 def run_calibrate(
@@ -211,6 +341,8 @@ def run_calibrate(
     memory: bool = True,
     progress: Say | None = None,
     mix: BatchMix | None = None,
+    check: CheckPlan | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> CalibrateResult:
     """Measure what the time objective prices, on one runner, and graph memory.
 
@@ -238,8 +370,13 @@ def run_calibrate(
     repeats = default_repeats if repeats is None else repeats
     run = _Run(session.engine, session.environment, session.model, spec, warmup, repeats, say)
     if spec.runner == "breakable":
-        return _calibrate_breakable(run, wanted, mix, memory)
-    return _calibrate_full(run, wanted, memory)
+        result = _calibrate_breakable(run, wanted, mix, memory)
+    else:
+        result = _calibrate_full(run, wanted, memory)
+    result.calibration.meta.update(meta or {})  # how the sizes were chosen (the candidates the optimum picks among)
+    if check is not None:  # `check`: the model check (see calibrate)
+        result.calibration.model_check = check_model(run, result.calibration, check)
+    return result
 
 
 @dataclass

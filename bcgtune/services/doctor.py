@@ -334,6 +334,40 @@ def profile_findings(
     return out
 
 
+def tuned_text(tuned: dict[str, Any]) -> str:
+    """A profile's [tuned] record in one line: where and when, and the measured gain."""
+    half = tuned.get("measured_gain_half_pct")
+    gain = f"{tuned['measured_gain_pct']:+.2f}%" + (f" ± {half:.2f}%" if half is not None else "")
+    extra = []
+    if tuned.get("capture_s") is not None:
+        extra.append(f"capture {tuned['capture_s']:.2f} s")
+    if tuned.get("graph_mem_gib") is not None:
+        extra.append(f"{tuned['graph_mem_gib']:.3f} GiB")
+    return (
+        f"tuned on {tuned.get('device')} at {tuned.get('date')} (torch {tuned.get('torch')}), measured gain {gain} "
+        f"against SGLang's ladder over {tuned.get('passes')} proof pass{'es' if tuned.get('passes') != 1 else ''}; "
+        f"{tuned.get('graphs')} graphs" + (", " + ", ".join(extra) if extra else "")
+    )
+
+
+def _tuned_findings(profile) -> list[Finding]:
+    """The profile's [tuned] record (info), or a warning when [buckets].list is not the list
+    it measured (edited by hand since)."""
+    tuned = getattr(profile, "tuned", None)
+    if not tuned:
+        return []
+    if list(tuned.get("list") or []) != list(profile.buckets or []):
+        return [
+            Finding(
+                WARNING,
+                "tuned-stale",
+                f"[tuned] measured the list {tuned.get('list')}, and [buckets].list is {profile.buckets}: its figures "
+                "describe another list (run bcgtune tune again)",
+            )
+        ]
+    return [Finding(INFO, "tuned", tuned_text(tuned))]
+
+
 def _platform_findings(profile, tor: TorchInfo) -> list[Finding]:
     if not tor.installed or not tor.gpu_available:
         return []
@@ -474,7 +508,7 @@ def run_doctor(
         else:
             findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
             findings += _deepstack_findings(model or profile.model, runner, path, answers.capture)
-        report.findings += findings + _platform_findings(profile, tor)
+        report.findings += findings + _platform_findings(profile, tor) + _tuned_findings(profile)
     report.not_checked = not_checked_parts(profile, answers, gate, runner)
     if report.not_checked:
         report.how_to_check = how_to_check(report.not_checked, skipped_by=skipped_by, timeout=probe_timeout)

@@ -92,7 +92,9 @@ def drift_for_profile(
             "this traffic), or trace a server launched as the profile is",
             profile.where,
         ) from None
-    return drift_from_plan(plan, name, threshold_pct)
+    report = drift_from_plan(plan, name, threshold_pct)
+    report.tuned = getattr(profile, "tuned", None)
+    return report
 
 
 def _todays_plan(

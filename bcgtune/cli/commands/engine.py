@@ -369,6 +369,25 @@ def calibrate_command(
             "others interpolated), to save device time on large models.",
         ),
     ] = 1,
+    model_check: Annotated[
+        bool,
+        typer.Option(
+            "--model-check/--no-model-check",
+            help="With --sizes-from: after timing the sizes, replay a sample of the trace's batches in trace order under "
+            "SGLang's ladder and the time optimum, and store how far measured lies from predicted; every interval "
+            "suggest-buckets prints then covers that model error.",
+        ),
+    ] = True,
+    check_batches: Annotated[
+        Optional[int],
+        typer.Option(
+            "--check-batches",
+            min=1,
+            max=1_000_000,
+            help="The model check replays at most this many of the trace's batches (every Nth, in order). Default: 200.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,
     quiet: Quiet = False,
     engine: EngineOptions = None,  # type: ignore[assignment]
@@ -389,6 +408,8 @@ def calibrate_command(
     from bcgtune.core.sglang.replay import parse_bucket_list
     from bcgtune.services import calibrate
 
+    if sizes_from is None and (_given(ctx, "check_batches") or (_given(ctx, "model_check") and model_check)):
+        raise InputError("the model check replays a trace's batches: give --sizes-from TRACE", "--model-check")
     plan = calibrate.calibration_sizes(
         None if sizes is None else parse_bucket_list(sizes, "--sizes"), max_tokens, grid, sizes_from, padding_factor, mix_every
     )
@@ -403,6 +424,8 @@ def calibrate_command(
         repeats=repeats,
         memory=memory,
         progress=say,
+        model_check=model_check,
+        check_batches=check_batches,
     )
     save_calibration(result.calibration, out_path)
     note(f"wrote {out_path}", quiet)
@@ -419,6 +442,8 @@ _NOT_WITH_EXTEND = {
     "repeats": "--repeats",
     "memory": "--memory/--no-memory",
     "mix_every": "--mix-every",
+    "model_check": "--model-check/--no-model-check",
+    "check_batches": "--check-batches",
 }
 
 

@@ -24,6 +24,8 @@ def render_drift_text(r: DriftReport, trace_batches: int) -> str:
     lines += table(head, rows)
     if r.tolerance_pct is not None and r.margin_ms is not None:
         lines += ["", "rule: " + drift_rule_text(r)]
+    if r.tuned:
+        lines += ["", _tuned_line(r.tuned)]
     lines += ["", f"verdict: {r.verdict.upper()}: {r.reason}"]
     if r.verdict == "re-tune":
         lines.append("--cuda-graph-bs-prefill " + " ".join(map(str, r.optimum.metrics.buckets)))
@@ -38,6 +40,13 @@ def drift_rule_text(r: DriftReport) -> str:
         f"optimum (--tolerance) or the gain's upper end is within the {r.threshold_pct:g}% threshold; a gain is claimed "
         "only when its whole interval is above the threshold"
     )
+
+
+def _tuned_line(tuned: dict) -> str:
+    """The profile's [tuned] record: the gain bcgtune tune measured for the list it wrote."""
+    from bcgtune.services.doctor import tuned_text
+
+    return "the deployed list was " + tuned_text(tuned)
 
 
 def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
@@ -74,6 +83,9 @@ def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
     else:
         within = "shown within the threshold or the tolerance" if timed else "within the threshold"
         lines.append(f"verdict: KEEP: all {len(f.rows)} lists {within}")
+    for r in f.rows:
+        if r.report.tuned:
+            lines.append(f"note: {r.deployed}: {_tuned_line(r.report.tuned)}")
     for u in f.unjudged:
         lines.append(f"note: not judged (no profile agrees with it): {u}")
     return "\n".join(lines) + "\n"

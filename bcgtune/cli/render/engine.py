@@ -159,7 +159,21 @@ def format_calibration(cal: Calibration) -> list[str]:
             lines.append(f"{int(t):>7} {e:>10.3f} {gm:>10.3f} {e / gm if gm else float('nan'):>7.2f}x")
     if cal.pool_gib is not None:
         lines.append(f"pool of the largest graph {cal.pool_gib:.3f} GiB, per further graph {cal.per_graph_gib or 0:.4f} GiB")
+    lines.append(model_check_line(cal))
     return lines
+
+
+def model_check_line(cal: Calibration) -> str:
+    """What a calibration's intervals rest on: its model check, or why there is none."""
+    from bcgtune.core.plan.model_check import not_checked_reason
+
+    mc = cal.model_check
+    if mc is None:
+        return f"model error not checked ({not_checked_reason(cal)}): intervals cover the calibration's noise only"
+    return (
+        f"{mc.summary()}; intervals widen by {100 * mc.total_margin:.2f}% of a total and "
+        f"{100 * mc.difference_margin:.2f}% of the larger total for a difference"
+    )
 
 
 def text(lines: list[str]) -> str:

@@ -241,6 +241,7 @@ def _time_notes(plan: BucketPlan) -> list[str]:
                 f"note: the calibration's rounds disagree widely (an interval of ±{t.widest_pct:.1f}%): the GPU or host was not\n"
                 "  steady while it timed; no list is called better unless beyond that noise. Calibrate again on an idle machine."
             )
+    notes.append(_model_note(plan))
     hb = t.host_bound
     if hb is not None and hb.share >= HOST_NOTE_SHARE:
         how = "host launch time measured at 80% or more of eager" if hb.how == "measured" else "eager at least 1.5x its replay"
@@ -282,6 +283,21 @@ def _time_notes(plan: BucketPlan) -> list[str]:
         else:
             notes.append(f"{head}\n  {ref.why_no_command}")
     return notes
+
+
+def _model_note(plan: BucketPlan) -> str:
+    """What the intervals rest on beyond the calibration's noise: the model check, or that
+    they do not cover the model's own error."""
+    from bcgtune.core.plan.model_check import not_checked_reason
+
+    cal = plan.request.calibration
+    mc = getattr(cal, "model_check", None)
+    if mc is None:
+        return f"note: the intervals do not cover the time model's own error (model error not checked: {not_checked_reason(cal)})"
+    return (
+        f"note: the intervals include the time model's error, {mc.summary()}:\n"
+        f"  +{100 * mc.total_margin:.2f}% of a total, +{100 * mc.difference_margin:.2f}% of the larger total for a difference"
+    )
 
 
 WIDE_INTERVAL_PCT = 10.0

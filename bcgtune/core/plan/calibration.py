@@ -16,6 +16,10 @@ every size once, in a fresh shuffled order. Format 3 keeps each value of each ro
 of a size is the median of its rounds, as before; a list's predicted total is the sum of
 those medians, and its spread comes from the list's total in each round. Formats 1 and 2 and
 the CSV kept one value per size: they read as "one round", which gives no interval.
+Format 4 adds the model check (bcgtune.core.plan.model_check): the calibration's predictions
+against a replay of the trace's batches in order, which widens every interval by the model's
+own error; a calibration without it (formats 1-3, or one not made on a trace) reads as "model
+error not checked".
 
 The JSON document a calibration is written as comes from `Calibration.to_json_obj`; the
 files (format 3 JSON, the older formats, the CSV) are read and written by
@@ -34,7 +38,7 @@ r share an n; linear beyond its ends, clipped at 0), never extrapolated from one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import numpy as np
 from pydantic import Field
@@ -42,7 +46,10 @@ from pydantic import Field
 from bcgtune.core.schema import MS_MAX, GiB, Milliseconds, Tokens, validate
 from bcgtune.errors import InputError
 
-FORMAT_VERSION = 3
+if TYPE_CHECKING:
+    from bcgtune.core.plan.model_check import ModelCheck
+
+FORMAT_VERSION = 4  # 4: format 3 with the model check (model_check, optional); 1-3 still read
 ROUNDS_MAX = 10_000  # calibrate --repeats at most
 # A paired difference of two times in one round (a break time's round value) may be negative.
 SignedMilliseconds = Annotated[float, Field(strict=True, ge=-MS_MAX, le=MS_MAX, allow_inf_nan=False)]
@@ -213,6 +220,8 @@ class Calibration:
     row_session: np.ndarray | None = None  # per row, its index in `sessions` (None: all the first)
     # the engine options the calibration ran with, so `calibrate --extend` measures alike
     engine_options: dict | None = None
+    # the time model checked against a replay of the trace (core.plan.model_check); None: not checked
+    model_check: ModelCheck | None = None
 
     def __post_init__(self) -> None:
         self.tokens = np.asarray(self.tokens, dtype=np.int64)
@@ -471,6 +480,7 @@ class Calibration:
             "memory": memory,
             "sessions": sessions,
             "engine_options": self.engine_options,
+            "model_check": None if self.model_check is None else self.model_check.to_json(),
             "meta": self.meta,
         }
 

@@ -112,5 +112,6 @@ def extend_calibration(cal: Calibration, new: Calibration, session: dict[str, An
         sessions=sessions,
         row_session=row_session[order],
         engine_options=cal.engine_options,
+        model_check=cal.model_check,  # the model's error, measured on the trace: the added rows are priced the same way
     )
     return out.validate()

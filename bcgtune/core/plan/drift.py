@@ -59,6 +59,7 @@ class DriftReport:
     tolerance_pct: float | None = None
     margin_ms: float | None = None
     excess: Interval | None = None
+    tuned: dict[str, Any] | None = None  # the profile's [tuned] record: what bcgtune tune measured for the list
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

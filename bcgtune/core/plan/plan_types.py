@@ -349,6 +349,19 @@ class BucketPlan:
             "tolerance_pct": self.rule.tolerance_pct if self.rule is not None else r.tolerance_pct,
         }
 
+    def model_check_json(self) -> dict[str, Any] | None:
+        """The calibration's model check (what the intervals rest on), or why there is none;
+        None without a calibration."""
+        from bcgtune.core.plan.model_check import not_checked_reason
+
+        cal = self.request.calibration
+        if cal is None:
+            return None
+        mc = getattr(cal, "model_check", None)
+        if mc is None:
+            return {"checked": False, "reason": "model error not checked: " + not_checked_reason(cal)}
+        return {"checked": True, "summary": mc.summary(), **mc.to_json()}
+
     def to_json_obj(self) -> dict[str, Any]:
         from bcgtune.core.document import document_header
 
@@ -366,6 +379,7 @@ class BucketPlan:
             "recommended": rec,
             "optimal": opt.to_dict() | {"flag": "--cuda-graph-bs-prefill " + " ".join(map(str, opt.buckets))},
             "uncertainty": None if self.time is None else time_json(self.time),
+            "model_check": self.model_check_json(),
             "refine": None if self.refine is None else refine_json(self.refine),
             "comparison": [r.to_dict() for r in self.rows],
             "curve": [{k: v for k, v in asdict(c).items() if v is not None} for c in self.curve],

@@ -26,6 +26,26 @@ error of interpolating sizes the calibration did not measure (`unmeasured`), nor
 launches kernels at another speed: eager forwards of a small model are launch-bound, their
 time is the CPU's (`host_bound`), and it moved 29-68% between processes on that H200.
 
+The model's own error. A calibration made on a trace (format 4) carries a model check
+(bcgtune.core.plan.model_check): the trace's batches replayed in order under SGLang's ladder and a
+sparse list, measured against predicted. From it, u_total (the largest relative error of a
+total, |bias| + t se) and u_diff (the largest difference between two lists' relative errors,
+plus t times their combined se). Every interval is then widened, the two parts added (not
+in quadrature: the model error is a bias, not a noise that averages out):
+
+    total(L):          predicted(L) +- [noise half-width + u_total * predicted(L)]
+    difference(A, B):  d +- [paired noise half-width + u_total * |d| + u_diff * max(P_A, P_B)]
+    gain_pct(A, B):    the difference's widening in % of predicted(A)
+
+where P_A, P_B are each list's predicted time over the batches the two lists price
+differently (another bucket, or replay against eager): the model error of a difference is
+bias(A) (T(A) - T(B)) + (bias(A) - bias(B)) T(B), and on batches both lists run the same way
+the two errors are the same and cancel. Two lists that differ in one bucket so differ in
+model error only on the batches of that bucket.
+The widening is recorded in Interval.model_half. Without a model check (formats 1-3, a
+calibration on sizes alone, a run that skipped it) the intervals cover the noise only, and
+the plan says that they do not cover the model's error.
+
 A calibration that kept one value per size (formats 1 and 2, the CSV) is one round: it gives
 no interval, and the plan says so. Pure numpy: no torch, no printing.
 """
@@ -92,6 +112,7 @@ class TimeModel:
         self.eager = np.stack([c[0] for c in costs], axis=1)  # units x (1 + R)
         self.breaks = np.stack([c[1] for c in costs], axis=1)
         self._totals: dict[tuple[int, ...], np.ndarray] = {}
+        self._unit_costs: dict[tuple[int, ...], np.ndarray] = {}  # per unit, its median cost under a list
 
     @property
     def rounds(self) -> int:
@@ -120,17 +141,40 @@ class TimeModel:
             cost = self.eager
         out = self.weights @ cost
         self._totals[key] = out
+        self._unit_costs[key] = cost[:, 0]
         return out
 
+    def _differing(self, a, b) -> tuple[float, float]:
+        """(T_A, T_B) over the units (batches or steps) the two lists price differently: the
+        part of each total where their model errors can differ."""
+        ka = tuple(np.unique(np.asarray(list(a), dtype=np.int64)).tolist())
+        kb = tuple(np.unique(np.asarray(list(b), dtype=np.int64)).tolist())
+        self.totals(a), self.totals(b)
+        ca, cb = self._unit_costs[ka], self._unit_costs[kb]
+        diff = ca != cb
+        return float(self.weights[diff] @ ca[diff]), float(self.weights[diff] @ cb[diff])
+
+    @property
+    def model_check(self):
+        """The calibration's model check (core.plan.model_check.ModelCheck), None when not checked."""
+        return getattr(self.cal, "model_check", None)
+
     def total(self, buckets) -> Interval:
-        """The list's predicted total (ms) with its 95% interval."""
+        """The list's predicted total (ms) with its 95% interval, widened by the model error
+        when the calibration checked it (the module says how)."""
         t = self.totals(buckets)
-        return round_interval(t[0], t[1:])
+        iv = round_interval(t[0], t[1:])
+        mc = self.model_check
+        return iv if mc is None else iv.widened(mc.total_half(t[0]))
 
     def difference(self, a, b) -> Interval:
-        """predicted(a) - predicted(b) (ms), with its paired 95% interval."""
-        d = self.totals(a) - self.totals(b)
-        return round_interval(d[0], d[1:])
+        """predicted(a) - predicted(b) (ms), with its paired 95% interval, widened by the model
+        error when the calibration checked it."""
+        ta, tb = self.totals(a), self.totals(b)
+        d = ta - tb
+        iv = round_interval(d[0], d[1:])
+        mc = self.model_check
+        return iv if mc is None else iv.widened(mc.difference_half(ta[0], tb[0], *self._differing(a, b)))
 
     def gain_pct(self, a, b) -> Interval:
         """How much less time list b takes than list a, in % of a's: 100 (T(a) - T(b)) / T(a),
@@ -139,7 +183,11 @@ class TimeModel:
         ta, tb = self.totals(a), self.totals(b)
         with np.errstate(divide="ignore", invalid="ignore"):
             g = np.where(ta > 0, 100.0 * (ta - tb) / ta, 0.0)
-        return round_interval(g[0], g[1:])
+        iv = round_interval(g[0], g[1:])
+        mc = self.model_check
+        if mc is None or ta[0] <= 0:
+            return iv
+        return iv.widened(100.0 * mc.difference_half(ta[0], tb[0], *self._differing(a, b)) / ta[0])
 
     def unmeasured(self, buckets) -> list[int]:
         """The list's buckets that replay some traced batch at a size the calibration did not

@@ -1,0 +1,267 @@
+"""`bcgtune tune`: options, one call into bcgtune.services.tune, the result rendered (and,
+when asked, written into a profile and plotted)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from bcgtune.cli import guard
+from bcgtune.cli.console import emit, note
+from bcgtune.cli.help import examples
+from bcgtune.cli.options import TOLERANCE_HELP, EngineOptions, JsonFlag, Quiet, options, tolerance_option
+from bcgtune.engines.preflight import require_torch
+from bcgtune.errors import InputError
+
+_MEASURE = "Measurement"
+
+
+@examples(
+    "bcgtune tune trace.json --model qwen3-8b --write-profile h200.toml",
+    "bcgtune tune trace.json --model tiny --json  # a CPU dry run of every step",
+)
+@options("engine", EngineOptions)
+def tune_command(
+    trace: Annotated[
+        str, typer.Argument(metavar="TRACE", help="The workload's prefill trace (from bcgtune trace).", show_default=False)
+    ],
+    profile: Annotated[
+        Optional[str],
+        typer.Option("--profile", "-p", help="Price the launch this profile makes (its flags, GPU, model).", show_default=False),
+    ] = None,
+    write_profile: Annotated[
+        Optional[str],
+        typer.Option(
+            "--write-profile",
+            help="Write the list and a [tuned] record (the proof run's measured gain, graphs, capture time, graph memory, "
+            "calibration hash, device, torch, date) into this profile; a new file is made from --profile or the "
+            "built-in profile named like it.",
+            show_default=False,
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Optional[str],
+        typer.Option(
+            "--state-dir",
+            help="Folder of the tune's state and calibration; a tune killed midway resumes from it and never measures "
+            "again what it has. Default: ./bcgtune-tune-<trace name>.",
+            show_default=False,
+        ),
+    ] = None,
+    grid: Annotated[
+        int, typer.Option("--grid", min=1, max=2**31 - 1, help="Bucket grid of the calibration.", rich_help_panel=_MEASURE)
+    ] = 64,
+    mix_every: Annotated[
+        int,
+        typer.Option(
+            "--mix-every",
+            min=1,
+            max=1_000_000,
+            help="Calibrate every Nth distinct (tokens, requests) batch of the trace (large models).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 1,
+    repeats: Annotated[
+        Optional[int],
+        typer.Option(
+            "--repeats",
+            min=1,
+            max=10000,
+            help="Timed calibration rounds. Default: 10 on a GPU, 2 on the CPU (a dry run).",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
+    warmup: Annotated[
+        Optional[int],
+        typer.Option(
+            "--warmup",
+            min=0,
+            max=1000,
+            help="Untimed calibration rounds. Default: 3 on a GPU, 0 on the CPU.",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
+    memory: Annotated[
+        bool,
+        typer.Option("--memory/--no-memory", help="Measure graph memory in the calibration.", rich_help_panel=_MEASURE),
+    ] = True,
+    check_batches: Annotated[
+        Optional[int],
+        typer.Option(
+            "--check-batches",
+            min=1,
+            max=1_000_000,
+            help="Trace batches the calibration's model check replays (every Nth, in order). Default: 200.",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
+    bucket_list: Annotated[
+        Optional[str],
+        typer.Option(
+            "--list",
+            help="Tune this list instead of the optimizer's (your current one, say): its unmeasured sizes measured, "
+            "validated and proved against SGLang's ladder; the optimum is still reported.",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
+    max_buckets: Annotated[
+        int, typer.Option("--max-buckets", "-k", min=1, max=4096, help="Most buckets in the list.", rich_help_panel=_MEASURE)
+    ] = 12,
+    tolerance: Annotated[
+        Optional[float],
+        typer.Option(
+            "--tolerance",
+            callback=tolerance_option,
+            help=TOLERANCE_HELP,
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
+    measure_rounds: Annotated[
+        int,
+        typer.Option(
+            "--measure-rounds",
+            min=0,
+            max=20,
+            help="At most this many rounds of measuring the sizes the optimizer wants and the calibration lacks.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 3,
+    proof_batches: Annotated[
+        int,
+        typer.Option(
+            "--proof-batches",
+            min=1,
+            max=10_000_000,
+            help="The proof run replays at most this many of the trace's batches (every Nth, in trace order).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 400,
+    passes: Annotated[
+        int,
+        typer.Option(
+            "--passes",
+            min=1,
+            max=100,
+            help="Independent passes of the proof run (interleaved A/A rounds each).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 1,
+    proof_repeats: Annotated[
+        Optional[int],
+        typer.Option(
+            "--proof-repeats",
+            min=1,
+            max=10000,
+            help="Timed rounds per proof pass. Default: 5 on a GPU, 2 on the CPU.",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
+    plot: Annotated[
+        Optional[str],
+        typer.Option("--plot", help="Write a PNG of predicted vs measured per list (needs bcgtune[plot]).", show_default=False),
+    ] = None,
+    as_json: JsonFlag = False,
+    quiet: Quiet = False,
+    engine: EngineOptions = None,  # type: ignore[assignment]
+) -> None:
+    """Tune on the GPU in one command: calibrate, optimize, measure, validate, prove.
+
+    Steps, each resumable from --state-dir: calibrate the trace's sizes (with the model
+    check), find the time optimum, measure the sizes it wants until the list holds only
+    measured sizes, validate the list (replay against eager, side inputs included), then a
+    proof run: the list, SGLang's ladder and eager replayed on the trace in interleaved
+    rounds, measured totals and gain beside the predicted ones.
+    """
+    from bcgtune.cli.commands.engine import _spec
+    from bcgtune.cli.commands.suggest import _base_profile, _profile_target
+
+    if not trace.strip():
+        raise InputError("no trace given (an empty path)", "TRACE")
+    given = None
+    if bucket_list is not None:
+        from bcgtune.core.sglang.replay import parse_bucket_list
+
+        given = parse_bucket_list(bucket_list, "--list")
+    folder = state_dir or "bcgtune-tune-" + (os.path.basename(trace.rstrip("/")).split(".")[0] or "trace")
+    guard.workdir(folder, "--state-dir")
+    target = _profile_target(write_profile) if write_profile else None
+    guard.outputs({"--write-profile": target, "--plot": plot}, inputs=[trace, *([profile] if profile else [])])
+    for flag, path in (("--write-profile", target), ("--plot", plot)):
+        inside = path and os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(folder)
+        if inside and os.path.basename(str(path)) in ("state.json", "calibration.json"):
+            raise InputError("is one of the tune's own state files", flag)
+    if plot:
+        guard.needs("matplotlib", "plot", "--plot")
+    base = None
+    if target is not None:
+        base = profile if profile is not None and not os.path.exists(target) else None
+        if base is None:
+            base = _base_profile(target, None) if not os.path.exists(target) else None
+    prof = None
+    if profile is not None:
+        from bcgtune.files.profile_file import load_profile
+
+        prof = load_profile(profile)
+    require_torch()
+    from bcgtune.cli.render.tune import format_tune, plot_tune
+    from bcgtune.services import tune
+
+    req = tune.TuneRequest(
+        trace=trace,
+        spec=_spec(engine),
+        state_dir=folder,
+        profile=prof,
+        grid=grid,
+        mix_every=mix_every,
+        warmup=warmup,
+        repeats=repeats,
+        memory=memory,
+        check_batches=check_batches,
+        max_buckets=max_buckets,
+        measure_rounds=measure_rounds,
+        proof_batches=proof_batches,
+        passes=passes,
+        proof_repeats=proof_repeats,
+        tolerance_pct=tolerance,
+        buckets=given,
+    )
+    result = tune.tune(req, say=lambda m: note(m, quiet))
+    if plot:
+        plot_tune(result, plot)
+        note(f"wrote {plot}", quiet)
+    if target is not None and not result.buckets:
+        note(f"nothing written to {target}: the list recommended has no graphs (prefill runs eager)", quiet)
+    elif target is not None:
+        _write(target, base, result, engine.chunked_prefill_size)
+        note(f"wrote {len(result.buckets)} buckets and a [tuned] record to {target}", quiet)
+    emit(result.to_json, lambda: format_tune(result), as_json=as_json)
+
+
+def _write(target: str, base: str | None, result, chunk: int | None) -> None:
+    """The list into the profile as suggest-buckets --write-profile writes it (with the
+    launch flags it was priced for), and the [tuned] record."""
+    import datetime as dt
+
+    from bcgtune import __version__
+    from bcgtune.files.profile_file import write_profile_buckets
+    from bcgtune.services.tune import tuned_record
+
+    provenance = {
+        "trace_sha256": result.state["trace"]["sha256"],
+        "trace_path": result.state["trace"]["path"],
+        "objective": "time",
+        "max_buckets": result.state["plan_settings"]["max_buckets"],
+        "tool_version": __version__,
+        "date": dt.date.today().isoformat(),
+        "source": "bcgtune tune",
+    }
+    server = {"chunked-prefill-size": chunk} if chunk else {}  # the chunk it was priced for, when given
+    write_profile_buckets(target, result.buckets, provenance, base_profile=base, server=server, tuned=tuned_record(result))

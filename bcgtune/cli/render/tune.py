@@ -1,0 +1,151 @@
+"""`bcgtune tune`'s result as text (every step's wall time and figures, the proof run's table)
+and as a plot of predicted vs measured per list."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from bcgtune.cli.render.table import table
+
+
+def _s(iv: dict[str, Any] | None, signed: bool = False, unit: float = 1e3) -> str:
+    """An interval dict (center, half in ms) in seconds (unit 1e3) or ms (unit 1)."""
+    if iv is None:
+        return "-"
+    prec = 3 if unit == 1e3 else 1
+    c = iv["center"] / unit
+    text = f"{c:+,.{prec}f}" if signed else f"{c:,.{prec}f}"
+    return text + (f" ± {iv['half'] / unit:,.{prec}f}" if iv.get("half") is not None else "")
+
+
+def _step_line(name: str, st: dict[str, Any]) -> str:
+    if name == "calibrate":
+        mc = st.get("model_check")
+        check = mc["summary"] if mc else "model error not checked"
+        return f"{st['sizes']} sizes, {st['rounds']} rounds on {st['device']}; {check}"
+    if name == "optimum" and st.get("given"):
+        return (
+            f"tuning the list given ({st['recommended']['graphs']} graphs); time optimum {st['optimal']['graphs']} graphs, "
+            f"the optimizer recommends {st['optimizer_recommended']['graphs']}"
+        )
+    if name == "optimum":
+        return f"time optimum {st['optimal']['graphs']} graphs, recommended {st['recommended']['graphs']}" + (
+            f"; wants unmeasured sizes {st['unmeasured_wanted']}" if st["unmeasured_wanted"] else ""
+        )
+    if name == "measure":
+        n = len(st["rounds"])
+        tail = "the list holds only measured sizes" if st["measured_only"] else f"still unmeasured: {st['still_unmeasured']}"
+        if st.get("refused"):
+            tail += f" ({st['refused']})"
+        return f"{n} of at most {st['max_rounds']} rounds ({sum(len(r['sizes']) for r in st['rounds'])} sizes added); {tail}"
+    if name == "validate":
+        if not st["buckets"]:
+            return st.get("note", "nothing to validate")
+        return (
+            f"{'ok' if st['ok'] else 'FAILED'}: {st['batches_checked']} batches replayed against eager "
+            f"({st['bitwise_batches']} bit for bit), side inputs {', '.join(st['side_inputs']) or 'none'}"
+        )
+    if name == "proof":
+        return (
+            f"{st['passes']} pass{'es' if st['passes'] != 1 else ''} of {st['repeats']} rounds on {st['batches']:,} of "
+            f"{st['of']:,} trace batches (every {st['every']}{', in trace order' if st['ordered'] else ', shuffled'})"
+        )
+    return ""
+
+
+def format_tune(result) -> str:
+    steps = result.steps
+    proof = steps["proof"]
+    lines = [
+        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']} (torch {proof['torch']}), "
+        f"model {result.state['engine']['model']}, runner {result.state['engine']['runner']}"
+    ]
+    body = []
+    for name in ("calibrate", "optimum", "measure", "validate", "proof"):
+        st = steps[name]
+        body.append([name, f"{st['wall_s']:.1f}", ("(kept) " if name in result.resumed else "") + _step_line(name, st)])
+    lines += table(["step", "wall s", "result"], body, right={1})
+    lines.append("")
+    passes = proof["passes"]
+    head = ["list", "graphs", "replayed", "predicted s (95%)"] + [f"measured s, pass {i + 1}" for i in range(passes)] + ["inside"]
+    rows = []
+    for name, r in proof["lists"].items():
+        rows.append(
+            [name, str(r["graphs"]), f"{r['replayed_batches']}/{proof['batches']}", _s(r["predicted"])]
+            + [_s(m) for m in r["measured"]]
+            + ["-" if r["inside"] is None else f"{r['inside']}/{passes}"]
+        )
+    lines += table(head, rows)
+    d = proof["recommended_minus_ladder"]
+    each = "; ".join(
+        f"{_s(m, True, 1)} ms (gain {g:+.2f}%" + (f" ± {h:.2f}%)" if h is not None else ")")
+        for m, g, h in zip(d["measured"], d["measured_gain_pct"], d["measured_gain_half_pct"])
+    )
+    lines.append(
+        f"recommended - ladder: predicted {_s(d['predicted'], True, 1)} ms; measured {each}"
+        + (f"; inside the predicted interval in {d['inside']}/{passes}" if d["inside"] is not None else "")
+    )
+    mc = steps["measure"].get("model_check") or {}
+    if mc.get("checked"):
+        lines.append(f"predicted intervals include the model error ({mc['summary']})")
+    else:
+        lines.append(f"predicted intervals do not cover the model's own error ({mc.get('reason', 'model error not checked')})")
+    if not proof["ordered"]:
+        lines.append("note: the trace keeps no batch order: its batches were replayed in a seeded shuffle")
+    if proof["timer"] != "cuda events":
+        lines.append("note: no GPU: every step ran as a dry run on the CPU; its times describe no GPU")
+    if proof["recommended_capture_s"] is not None:
+        lines.append(
+            f"recommended list: {len(result.buckets)} graphs, capture {proof['recommended_capture_s']:.2f} s, "
+            f"graph memory {proof['recommended_graph_mem_gib']:.3f} GiB"
+        )
+    total = sum(float(steps[n]["wall_s"]) for n in steps)
+    lines.append(
+        f"wall time of the steps: {total:,.1f} s"
+        + (f" ({', '.join(result.resumed)} kept from {result.state_dir})" if result.resumed else "")
+    )
+    lines.append("recommended: " + (result.flag if result.buckets else "no graphs; run prefill eager"))
+    return "\n".join(lines) + "\n"
+
+
+def plot_tune(result, path: str) -> None:
+    """Predicted total (95% interval) and each pass's measured total (its interval) per list,
+    and the recommended-minus-ladder difference the same way. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bcgtune.fileio import atomic_write_bytes
+
+    proof = result.steps["proof"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    names = list(proof["lists"])
+    for i, name in enumerate(names):
+        r = proof["lists"][name]
+        p = r["predicted"]
+        ax1.errorbar([i - 0.15], [p["center"] / 1e3], yerr=[(p["half"] or 0.0) / 1e3], fmt="o", capsize=4, color="#4878a8",
+                     label="predicted" if i == 0 else None)  # fmt: skip
+        for j, m in enumerate(r["measured"]):
+            ax1.errorbar([i + 0.05 + 0.08 * j], [m["center"] / 1e3], yerr=[(m["half"] or 0.0) / 1e3], fmt="s", capsize=4,
+                         color="#d1495b", label="measured (each pass)" if i == 0 and j == 0 else None)  # fmt: skip
+    ax1.set_xticks(range(len(names)), names)
+    ax1.set_ylabel("total prefill time on the replayed batches (s)")
+    ax1.set_title("predicted vs measured, per list")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    d = proof["recommended_minus_ladder"]
+    ax2.errorbar([0], [d["predicted"]["center"]], yerr=[d["predicted"]["half"] or 0.0], fmt="o", capsize=4, color="#4878a8")
+    for j, m in enumerate(d["measured"]):
+        ax2.errorbar([1 + 0.1 * j], [m["center"]], yerr=[m["half"] or 0.0], fmt="s", capsize=4, color="#d1495b")
+    ax2.axhline(0.0, color="grey", lw=0.8, ls=":")
+    ax2.set_xticks([0, 1], ["predicted", "measured"])
+    ax2.set_ylabel("recommended - ladder (ms, 95% interval)")
+    ax2.set_title("the gain over SGLang's ladder")
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

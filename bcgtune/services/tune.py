@@ -1,0 +1,615 @@
+"""`bcgtune tune`: the whole GPU loop in one pipeline, each step resumable from a state
+folder.
+
+    1. calibrate   the trace's sizes on a bucket grid, with the model check (services/calibrate.py)
+    2. optimum     the time objective's list (services/suggest.py, the same plan as suggest-buckets)
+    3. measure     the sizes the optimizer wants but the calibration lacks, measured into it
+                   (calibrate --extend's arithmetic), then the optimum again; at most
+                   `measure_rounds` rounds, until the list holds only measured sizes
+    4. validate    the recommended list, replay against eager with side inputs (services/validate.py)
+    5. proof       the recommended list, SGLang's ladder and eager replayed on the trace in
+                   trace order, in interleaved rounds, `passes` independent times
+                   (engines/trace_replay.py): measured totals and recommended-minus-ladder,
+                   each with its interval, beside the predicted ones
+
+The state folder holds `state.json` (which steps are done, with their figures) and
+`calibration.json`; both are written atomically after each step, so a tune that is killed
+resumes from the last finished step and never measures again what it has. A state of
+another trace, model or engine is refused rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bcgtune.engines.build import EngineSpec
+from bcgtune.errors import CheckFailed, InputError
+
+TUNE_KIND = "bcgtune.tune"
+STATE_KIND = "bcgtune.tune-state"
+STATE_VERSION = 1
+STEPS = ("calibrate", "optimum", "measure", "validate", "proof")
+DEFAULT_MEASURE_ROUNDS = 3
+DEFAULT_PROOF_BATCHES = 400
+# rounds of the proof run: (warm-up, timed) on a GPU and without one (a dry run of the pipeline)
+PROOF_ROUNDS_GPU = (1, 5)
+PROOF_ROUNDS_CPU = (0, 2)
+# a tune's own calibration rounds without a GPU: two, so every step has an interval to carry
+CPU_CALIBRATION_ROUNDS = (0, 2)
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class TuneRequest:
+    """What to tune: a trace file, the engine (model, runner, device ...), an optional launch
+    profile the list is priced for, and how much to measure."""
+
+    trace: str
+    spec: EngineSpec
+    state_dir: str
+    profile: Any = None  # files.profile_file.Profile
+    grid: int = 64
+    mix_every: int = 1
+    warmup: int | None = None
+    repeats: int | None = None
+    memory: bool = True
+    check_batches: int | None = None
+    max_buckets: int = 12
+    measure_rounds: int = DEFAULT_MEASURE_ROUNDS
+    proof_batches: int = DEFAULT_PROOF_BATCHES
+    passes: int = 1
+    proof_warmup: int | None = None
+    proof_repeats: int | None = None
+    tolerance_pct: float | None = None
+    buckets: list[int] | None = None  # a list to tune instead of the optimizer's (measure, validate, prove it)
+
+
+@dataclass
+class TuneResult:
+    """Every step's figures (as the state holds them) and the list."""
+
+    state: dict[str, Any]
+    state_dir: str
+    resumed: list[str] = field(default_factory=list)  # steps taken from the state, not run
+
+    @property
+    def steps(self) -> dict[str, Any]:
+        return self.state["steps"]
+
+    @property
+    def buckets(self) -> list[int]:
+        return list(self.steps["optimum"]["recommended"]["buckets"])
+
+    @property
+    def flag(self) -> str:
+        return "--cuda-graph-bs-prefill " + " ".join(map(str, self.buckets))
+
+    def to_json(self) -> dict[str, Any]:
+        from bcgtune.core.document import document_header
+
+        return {
+            **document_header(TUNE_KIND),
+            "buckets": self.buckets,
+            "flag": self.flag if self.buckets else None,
+            "state_dir": self.state_dir,
+            "resumed": self.resumed,
+            "trace": self.state["trace"],
+            "engine": self.state["engine"],
+            "profile": (self.state.get("plan_settings") or {}).get("profile"),
+            "steps": self.steps,
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# the state on disk
+# ---------------------------------------------------------------------------------------
+def _paths(state_dir: str) -> tuple[Path, Path]:
+    d = Path(state_dir)
+    return d / "state.json", d / "calibration.json"
+
+
+def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
+    """What a state must agree on to be resumed: the trace's bytes, the engine, the launch."""
+    spec = dataclasses.asdict(req.spec)
+    return {
+        "trace": {"path": req.trace, "sha256": trace_sha},
+        "engine": spec,
+        "settings": {"grid": req.grid, "mix_every": req.mix_every, "check_batches": req.check_batches},
+        "plan_settings": _plan_settings(req),
+    }
+
+
+def _plan_settings(req: TuneRequest) -> dict[str, Any]:
+    """What the steps after the calibration depend on: another value re-runs them on the
+    same calibration."""
+    return {
+        "profile": None if req.profile is None else {"name": req.profile.name, "where": req.profile.where},
+        "max_buckets": req.max_buckets,
+        "tolerance_pct": req.tolerance_pct,
+        "list": req.buckets,
+        "measure_rounds": req.measure_rounds,
+        "proof_batches": req.proof_batches,
+        "passes": req.passes,
+        "proof_repeats": req.proof_repeats,
+    }
+
+
+def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
+    """The state of an earlier run of the same tune, or None when the folder holds none; a
+    state of another tune is refused (its measurements describe another trace or engine)."""
+    from bcgtune.fileio import parse_json, read_input
+
+    if not path.exists():
+        return None
+    where = str(path)
+    if path.is_dir():
+        raise InputError("is a folder, not a tune state", where)
+    obj = parse_json(read_input(where, "tune state").decode("utf-8", errors="replace"), where)
+    if not isinstance(obj, dict) or obj.get("kind") != STATE_KIND or obj.get("format_version") != STATE_VERSION:
+        raise InputError("not a bcgtune tune state (kind bcgtune.tune-state, format 1)", where)
+    for key in ("trace", "engine", "settings"):
+        was, now = obj.get(key), ident[key]
+        if key == "trace":
+            was = (was or {}).get("sha256") if isinstance(was, dict) else None
+            now = now["sha256"]
+        if was != now:
+            raise InputError(
+                f"this state folder holds a tune of {_WHAT[key]} ({_short(was)} there, {_short(now)} now): "
+                "give another --state-dir, or remove this one to start again",
+                where,
+            )
+    if not isinstance(obj.get("steps"), dict):
+        raise InputError("tune state has no steps table", where)
+    if obj.get("plan_settings") != ident["plan_settings"]:
+        # the same calibration, other settings for what follows it: those steps run again
+        obj["steps"] = {k: v for k, v in obj["steps"].items() if k == "calibrate"}
+        obj["plan_settings"] = ident["plan_settings"]
+        obj["replanned"] = True
+    return obj
+
+
+_WHAT = {"trace": "another trace", "engine": "another engine", "settings": "other calibration settings"}
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> None:
+    from bcgtune.fileio import atomic_write_json
+
+    atomic_write_json(path, state)
+
+
+# ---------------------------------------------------------------------------------------
+# the pipeline
+# ---------------------------------------------------------------------------------------
+def check_fit(req: TuneRequest):
+    """The trace, read and checked against the model and the chunk before anything runs:
+    a trace that is empty, larger than the chunk or the model's context is refused."""
+    from bcgtune.engines.preflight import check_run, model_shape
+    from bcgtune.files.trace_file import load_trace
+
+    trace = load_trace(req.trace)
+    trace.validate(req.trace)
+    if trace.n_batches == 0:
+        raise InputError("the trace holds no prefill batches", req.trace)
+    if len(trace.groups) > 1:
+        raise InputError(
+            f"the trace mixes {len(trace.groups)} server configurations ({trace.describe_groups()}): tune one at a time "
+            "(bcgtune trace each configuration's logs apart)",
+            req.trace,
+        )
+    model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
+    try:
+        check_run(req.spec.model, req.spec.device, trace.sizes.tolist(), req.spec.chunked_prefill_size, what="trace batch")
+    except InputError as exc:
+        raise InputError(f"the trace does not fit this model and launch: {exc.what}", req.trace) from None
+    return trace
+
+
+def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
+    """Run (or resume) every step; returns the figures. A failed validation stops the tune
+    (CheckFailed) with the state kept."""
+    from bcgtune.fileio import sha256_file
+
+    say = say or (lambda m: None)
+    trace = check_fit(req)
+    state_path, cal_path = _paths(req.state_dir)
+    Path(req.state_dir).mkdir(parents=True, exist_ok=True)
+    ident = _identity(req, sha256_file(req.trace))
+    state = _load_state(state_path, ident)
+    resumed: list[str] = []
+    if state is not None and state.pop("replanned", False):
+        say(f"other settings than {state_path} was made with: the calibration is kept, the steps after it run again")
+    if state is None:
+        state = {"kind": STATE_KIND, "format_version": STATE_VERSION, **ident, "steps": {}}
+        _save_state(state_path, state)
+    steps = state["steps"]
+    for name in STEPS:
+        if name in steps and steps[name].get("done"):
+            resumed.append(name)
+            say(f"[{name}] done in an earlier run ({steps[name].get('wall_s', 0):.1f} s): kept from {state_path}")
+            continue
+        t0 = time.perf_counter()
+        say(f"[{name}] started")
+        out = _STEP_FUNCS[name](req, trace, state, cal_path, say)
+        out["done"] = out.get("ok") is not False  # a failed validation is run again next time, never skipped
+        out["wall_s"] = round(time.perf_counter() - t0 + float(out.get("wall_s", 0.0)), 3)
+        steps[name] = out
+        _save_state(state_path, state)
+        say(f"[{name}] done in {out['wall_s']:.1f} s")
+        if name == "validate" and out.get("ok") is False:
+            raise CheckFailed("validation failed: " + "; ".join(out.get("problems") or ["see the state's validate step"]))
+    return TuneResult(state, req.state_dir, resumed)
+
+
+def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+    from bcgtune.engines.runtime import resolve_device
+    from bcgtune.files.calibration_file import save_calibration
+    from bcgtune.services import calibrate
+
+    if cal_path.exists():
+        # written by a run that stopped before it recorded the step: its measurements are kept
+        from bcgtune.files.calibration_file import load_calibration
+
+        say(f"  {cal_path} was written by an earlier run: kept, not measured again")
+        return _calibration_figures(load_calibration(str(cal_path)), cal_path)
+    plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, req.grid, req.trace, mix_every=req.mix_every)
+    warmup, repeats = req.warmup, req.repeats
+    if resolve_device(req.spec.device).type == "cpu":
+        warmup = CPU_CALIBRATION_ROUNDS[0] if warmup is None else warmup
+        repeats = CPU_CALIBRATION_ROUNDS[1] if repeats is None else repeats
+    result = calibrate.calibrate(
+        plan,
+        req.spec,
+        warmup=warmup,
+        repeats=repeats,
+        memory=req.memory,
+        progress=lambda m: say("  " + m),
+        model_check=True,
+        check_batches=req.check_batches,
+    )
+    save_calibration(result.calibration, cal_path)
+    return _calibration_figures(result.calibration, cal_path)
+
+
+def _calibration_figures(cal, cal_path: Path) -> dict[str, Any]:
+    mc = cal.model_check
+    return {
+        "file": str(cal_path),
+        "sizes": len(cal.tokens),
+        "batches": int(cal.batches.tokens.size) if cal.batches is not None else None,
+        "rounds": cal.rounds,
+        "device": (cal.meta.get("gpu") or {}).get("gpu_name") or "cpu",
+        "model_check": None if mc is None else mc.to_json() | {"summary": mc.summary()},
+    }
+
+
+def _suggest(req: TuneRequest, trace, cal_path: Path):
+    from bcgtune.files.calibration_file import load_calibration
+    from bcgtune.services.suggest import SuggestRequest, suggest
+
+    cal = load_calibration(str(cal_path))
+    res = suggest(
+        SuggestRequest(
+            trace=trace,
+            objective="time",
+            calibration=cal,
+            max_buckets=req.max_buckets,
+            profile=req.profile,
+            chunked_prefill_size=req.spec.chunked_prefill_size if req.profile is None else None,
+            tolerance_pct=req.tolerance_pct,
+            baselines=False,
+            compare=[] if req.buckets is None else [(GIVEN, list(req.buckets))],
+        )
+    )
+    if res.plan is None:
+        raise InputError(f"this launch captures no prefill graphs ({res.capture.reason}): nothing to tune")
+    return res, cal
+
+
+GIVEN = "the list given (--list)"
+
+
+def _row(row) -> dict[str, Any]:
+    iv = row.interval
+    return {
+        "name": row.name,
+        "buckets": list(row.buckets),
+        "graphs": len(row.buckets),
+        "predicted_ms": row.predicted_ms,
+        "predicted_half_ms": None if iv is None else iv.half,
+        "model_half_ms": None if iv is None else iv.model_half,
+        "graph_mem_gib": row.graph_mem_gib,
+        "capture_s": row.capture_s,
+        "replayed_batches": row.metrics.replayed_batches,
+        "batches": row.metrics.batches,
+    }
+
+
+def _chosen(plan, given: bool):
+    """The row the tune carries on: the recommended list, or the list given (--list)."""
+    if given:
+        return next(r for r in plan.rows if r.name == GIVEN)
+    return plan.recommended
+
+
+def _plan_figures(res, given: bool = False) -> dict[str, Any]:
+    plan = res.plan
+    ladder = next(r for r in plan.rows if r.kind == "sglang-default")
+    eager = next((r for r in plan.rows if r.kind == "eager"), None)
+    chosen = _chosen(plan, given)
+    d = plan.model.difference(chosen.buckets, ladder.buckets)
+    return {
+        "recommended": _row(chosen),
+        "given": given,
+        "optimizer_recommended": _row(plan.recommended),
+        "optimal": _row(plan.optimal or plan.rows[0]),
+        "ladder": _row(ladder),
+        "eager": None if eager is None else _row(eager),
+        "reason": plan.recommended_reason,
+        "recommended_minus_ladder": d.to_dict(),
+        "unmeasured_wanted": list(chosen.unmeasured) if given else ([] if plan.refine is None else list(plan.refine.sizes)),
+        "model_check": plan.model_check_json(),
+        "launch_flags": {k: v for k, v in res.server_flags.items()},
+    }
+
+
+def _step_optimum(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+    res, _ = _suggest(req, trace, cal_path)
+    out = _plan_figures(res, req.buckets is not None)
+    rec = out["recommended"]
+    say(f"  time optimum: {out['optimal']['buckets']}; recommended {rec['graphs']} graphs: {rec['buckets']}")
+    if out["unmeasured_wanted"]:
+        say(f"  the optimizer also wants sizes the calibration did not measure: {out['unmeasured_wanted']}")
+    return out
+
+
+def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+    """Measure what the optimizer wants until the list holds only measured sizes (or the
+    rounds run out); each round's extension is saved, and recorded, before the next."""
+    from bcgtune.files.calibration_file import save_calibration
+    from bcgtune.services import calibrate
+
+    steps = state["steps"]
+    refused = None
+    partial = steps.get("measure") or {"rounds": []}
+    rounds: list[dict[str, Any]] = partial["rounds"]
+    given = req.buckets is not None
+    res, _ = _suggest(req, trace, cal_path)
+
+    def wanted() -> list[int]:
+        if given:  # the given list's own buckets that the calibration did not measure
+            return list(_chosen(res.plan, True).unmeasured)
+        return [] if res.plan.refine is None else list(res.plan.refine.sizes)
+
+    while wanted() and len(rounds) < req.measure_rounds:
+        sizes = wanted()
+        say(f"  round {len(rounds) + 1}/{req.measure_rounds}: measuring {sizes}")
+        t0 = time.perf_counter()
+        try:
+            ext = calibrate.extend(str(cal_path), sizes, progress=lambda m: say("    " + m))
+        except InputError as exc:
+            # e.g. the rows timed again moved beyond what one scale can put right: the sizes
+            # stay unmeasured, and the list keeps to measured ones
+            refused = f"measuring {sizes} refused: {exc}"
+            say("  " + refused)
+            break
+        save_calibration(ext.calibration, cal_path)
+        rounds.append(
+            {
+                "sizes": ext.added,
+                "anchors": ext.anchors,
+                "scale_graph": ext.scale_graph,
+                "wall_s": round(time.perf_counter() - t0, 3),
+            }
+        )
+        steps["measure"] = {"rounds": rounds, "done": False}
+        _save_state(_paths(req.state_dir)[0], state)
+        res, _ = _suggest(req, trace, cal_path)
+    left = wanted()
+    out = _plan_figures(res, given)
+    out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left, refused=refused)
+    say(
+        f"  {len(rounds)} of at most {req.measure_rounds} measuring rounds; "
+        + ("the list holds only measured sizes" if not left else f"sizes still wanted and unmeasured: {left}")
+        + f"; recommended {out['recommended']['buckets']}"
+    )
+    return out
+
+
+def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+    from bcgtune.services.validate import run_validate
+
+    buckets = state["steps"]["measure"]["recommended"]["buckets"]
+    if not buckets:
+        say("  the recommended list has no graphs: nothing to validate")
+        return {"ok": True, "buckets": [], "batches_checked": 0, "note": "no graphs: prefill runs eager"}
+    rep = run_validate(
+        buckets, req.spec, sizes_per_bucket=2, progress=lambda e: say(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}")
+    )
+    return {
+        "ok": rep.ok,
+        "buckets": rep.buckets,
+        "batches_checked": rep.batches_checked,
+        "bitwise_batches": rep.bitwise_batches,
+        "side_inputs": list(rep.side_inputs),
+        "failed_buckets": rep.failed_buckets,
+        "problems": rep.problems(),
+        "image_sweep": rep.image_sweep is not None,
+    }
+
+
+def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+    """The recommended list, SGLang's ladder and eager replayed on a sample of the trace in
+    trace order, in interleaved rounds, `passes` times; the recommended list captured first
+    in a fresh pool (its capture time and graph memory)."""
+    from bcgtune.core.plan.bucket_plan import resolve_candidates
+    from bcgtune.core.plan.model_check import sample_every, trace_sequence
+    from bcgtune.core.plan.predict import TimeModel
+    from bcgtune.core.stats import round_interval
+    from bcgtune.core.trace.mix import BatchMix
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.preflight import check_run
+    from bcgtune.engines.trace_replay import replay_in_order
+    from bcgtune.files.calibration_file import load_calibration
+
+    meas = state["steps"]["measure"]
+    rec = list(meas["recommended"]["buckets"])
+    ladder = list(meas["ladder"]["buckets"])
+    lists = {"recommended": rec, "SGLang ladder": ladder, "eager": []}
+    tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)
+    every = sample_every(tok.size, req.proof_batches)
+    st, sr = tok[::every], rq[::every]
+    if req.spec.runner == "full":
+        sr = np.ones_like(sr)
+    cal = load_calibration(str(cal_path))
+    mix = BatchMix.from_batches(st, sr)
+    sizes, counts = mix.histogram()
+    model = TimeModel(sizes, counts, cal, candidates=resolve_candidates("auto", cal), mix=mix)
+    largest = max([int(st.max()), *(max(b) for b in lists.values() if b)])
+    shape = check_run(req.spec.model, req.spec.device, [largest], req.spec.chunked_prefill_size, what="proof size")
+    session = open_engine(req.spec, largest, shape)
+    engine = session.engine
+    gpu = engine.graphs_enabled
+    warmup = req.proof_warmup if req.proof_warmup is not None else (PROOF_ROUNDS_GPU if gpu else PROOF_ROUNDS_CPU)[0]
+    repeats = req.proof_repeats if req.proof_repeats is not None else (PROOF_ROUNDS_GPU if gpu else PROOF_ROUNDS_CPU)[1]
+    capture_s = mem = None
+    if rec and gpu:
+        before = engine.reserved_gib()
+        t0 = time.perf_counter()
+        recs = engine.capture(rec, record_attention=False)
+        capture_s = time.perf_counter() - t0
+        mem = engine.reserved_gib() - before
+        bad = [r for r in recs if not r.ok]
+        if bad:
+            from bcgtune.errors import ExternalError
+
+            raise ExternalError(f"capture of the recommended list failed at {bad[0].bucket} tokens: {bad[0].error}")
+        say(f"  recommended list: {len(rec)} graphs captured in {capture_s:.2f} s, {mem:.3f} GiB")
+    say(
+        f"  {st.size:,} of {tok.size:,} trace batches (every {every}"
+        f"{'' if ordered else ', shuffled: the trace keeps no order'}), "
+        f"{len(lists)} lists, {repeats} rounds after {warmup} warm-up, {req.passes} pass{'es' if req.passes != 1 else ''}"
+    )
+    runs: dict[str, dict[str, list]] = {n: {"totals_ms": [], "round_totals_ms": []} for n in lists}
+    for p in range(req.passes):
+        t1 = time.perf_counter()
+        got = replay_in_order(engine, lists, st, sr, warmup, repeats, seed=req.spec.seed + 1000 * (p + 1))
+        for n, r in got.items():
+            runs[n]["totals_ms"].append(r.measured_ms)
+            runs[n]["round_totals_ms"].append(r.round_totals_ms.tolist())
+        say(
+            f"  pass {p + 1}/{req.passes} in {time.perf_counter() - t1:.1f} s: "
+            + ", ".join(f"{n} {got[n].measured_ms / 1e3:.3f} s" for n in lists)
+        )
+    replayed = {n: int(r.replayed) for n, r in got.items()}
+    engine.release()
+    per_list = {}
+    for n, bl in lists.items():
+        pred = model.total(bl)
+        meas_iv = [round_interval(c, rt) for c, rt in zip(runs[n]["totals_ms"], runs[n]["round_totals_ms"])]
+        per_list[n] = {
+            "buckets": bl,
+            "graphs": len(bl),
+            "replayed_batches": replayed[n],
+            "predicted": pred.to_dict(),
+            "measured": [iv.to_dict() for iv in meas_iv],
+            "inside": None if pred.half is None else sum(bool(pred.contains(x)) for x in runs[n]["totals_ms"]),
+        }
+    d_pred = model.difference(rec, ladder)
+    d_meas = []
+    for p in range(req.passes):
+        a = np.asarray(runs["recommended"]["round_totals_ms"][p])
+        b = np.asarray(runs["SGLang ladder"]["round_totals_ms"][p])
+        d_meas.append(round_interval(runs["recommended"]["totals_ms"][p] - runs["SGLang ladder"]["totals_ms"][p], a - b))
+    lad_meas = float(np.mean(runs["SGLang ladder"]["totals_ms"]))
+    gain = [-iv.center / max(runs["SGLang ladder"]["totals_ms"][i], 1e-9) * 100.0 for i, iv in enumerate(d_meas)]
+    gain_half = [
+        None if iv.half is None else iv.half / max(runs["SGLang ladder"]["totals_ms"][i], 1e-9) * 100.0
+        for i, iv in enumerate(d_meas)
+    ]
+    ladder_pred = float(model.totals(ladder)[0])
+    return {
+        "batches": int(st.size),
+        "of": int(tok.size),
+        "every": every,
+        "ordered": ordered,
+        "passes": req.passes,
+        "warmup": warmup,
+        "repeats": repeats,
+        "device": session.environment.get("gpu_name") or engine.device.type,
+        "torch": session.environment.get("torch"),
+        "timer": "cuda events" if engine.device.type == "cuda" else "perf_counter",
+        "lists": per_list,
+        "recommended_minus_ladder": {
+            "predicted": d_pred.to_dict(),
+            "measured": [iv.to_dict() for iv in d_meas],
+            "inside": None if d_pred.half is None else sum(bool(d_pred.contains(iv.center)) for iv in d_meas),
+            "measured_gain_pct": gain,
+            "measured_gain_half_pct": gain_half,
+            "predicted_gain_pct": -d_pred.center / ladder_pred * 100.0 if ladder_pred > 0 else None,
+            "predicted_gain_half_pct": None if d_pred.half is None or ladder_pred <= 0 else d_pred.half / ladder_pred * 100.0,
+            "ladder_measured_ms": lad_meas,
+        },
+        "recommended_capture_s": capture_s,
+        "recommended_graph_mem_gib": mem,
+    }
+
+
+_STEP_FUNCS: dict[str, Callable[..., dict[str, Any]]] = {
+    "calibrate": _step_calibrate,
+    "optimum": _step_optimum,
+    "measure": _step_measure,
+    "validate": _step_validate,
+    "proof": _step_proof,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# the profile's [tuned] record
+# ---------------------------------------------------------------------------------------
+def tuned_record(result: TuneResult) -> dict[str, Any]:
+    """What a profile's [tuned] table records of this tune: the list, the proof run's measured
+    gain over SGLang's ladder with its interval (mean over passes, the half-width the widest
+    pass's), graphs, capture time, graph memory, the calibration file's hash, the device,
+    torch and the date."""
+    from bcgtune import __version__
+    from bcgtune.fileio import sha256_file
+
+    proof = result.steps["proof"]
+    d = proof["recommended_minus_ladder"]
+    halves = [h for h in d["measured_gain_half_pct"] if h is not None]
+    out: dict[str, Any] = {
+        "list": result.buckets,
+        "measured_gain_pct": round(float(np.mean(d["measured_gain_pct"])), 4),
+        "predicted_gain_pct": None if d["predicted_gain_pct"] is None else round(float(d["predicted_gain_pct"]), 4),
+        "passes": int(proof["passes"]),
+        "batches": int(proof["batches"]),
+        "graphs": len(result.buckets),
+        "calibration_sha256": sha256_file(str(_paths(result.state_dir)[1])),
+        "device": str(proof["device"]),
+        "torch": str(proof["torch"]),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool_version": __version__,
+    }
+    if halves:
+        out["measured_gain_half_pct"] = round(max(halves), 4)
+    if d["predicted_gain_half_pct"] is not None:
+        out["predicted_gain_half_pct"] = round(float(d["predicted_gain_half_pct"]), 4)
+    if proof["recommended_capture_s"] is not None:
+        out["capture_s"] = round(float(proof["recommended_capture_s"]), 3)
+    if proof["recommended_graph_mem_gib"] is not None:
+        out["graph_mem_gib"] = round(float(proof["recommended_graph_mem_gib"]), 4)
+    return {k: v for k, v in out.items() if v is not None}

@@ -1,0 +1,244 @@
+"""`bcgtune tune` on the CPU (the tiny model, a dry run of every step): the JSON of every
+step, the resume from the state folder (never measuring again what it has), the profile's
+[tuned] record read back by doctor and drift, and hostile inputs. The trace is made here
+(a seeded lognormal mix of small batches)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from cli_helpers import assert_one_line_error, cli
+
+from bcgtune.core.trace.prefill_trace import PrefillTrace
+from bcgtune.files.trace_file import save_trace
+
+pytest.importorskip("torch")
+
+
+def _trace(path, n: int = 16, seed: int = 3) -> str:
+    rng = np.random.default_rng(seed)
+    tok = np.clip(np.round(rng.lognormal(np.log(70), 0.5, n)), 8, 180).astype(int)
+    req = np.minimum(rng.integers(1, 3, n), tok)
+    save_trace(PrefillTrace.from_batches({"forward_tokens": tok, "new_seq": req}, origin="simulation"), str(path))
+    return str(path)
+
+
+def _sha(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """One plain tune (the command as a user types it, the state folder its default in the
+    working folder), then a tune of a given list on the same state (the calibration kept)
+    that writes a profile."""
+    import os
+
+    d = tmp_path_factory.mktemp("tune")
+    trace = _trace(d / "trace.json")
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        plain = cli(["tune", "trace.json", "--model", "tiny", "--json"])
+    finally:
+        os.chdir(cwd)
+    assert plain.code == 0, plain.err[-3000:]
+    state = d / "bcgtune-tune-trace"
+    cal_sha = _sha(state / "calibration.json")
+    prof = d / "tuned.toml"
+    given = cli(
+        ["tune", trace, "--model", "tiny", "--state-dir", state, "--list", "64,128", "--write-profile", prof,
+         "--profile", "h200", "--json"]
+    )  # fmt: skip
+    assert given.code == 0, given.err[-3000:]
+    return {"dir": d, "trace": trace, "state": state, "plain": plain, "given": given, "profile": prof, "cal_sha": cal_sha}
+
+
+def test_every_step_in_the_json(tuned):
+    doc = json.loads(tuned["plain"].out)
+    steps = doc["steps"]
+    assert list(steps) == ["calibrate", "optimum", "measure", "validate", "proof"]
+    assert all(s["done"] and s["wall_s"] >= 0 for s in steps.values())
+    mc = steps["calibrate"]["model_check"]
+    assert mc["batches"] == 16 and len(mc["lists"]) >= 2 and mc["lists"][0]["name"] == "SGLang ladder"
+    assert all(c["measured_ms"] > 0 and c["predicted_ms"] > 0 for c in mc["lists"])
+    proof = steps["proof"]
+    assert set(proof["lists"]) == {"recommended", "SGLang ladder", "eager"}
+    for r in proof["lists"].values():
+        assert len(r["measured"]) == 1 and r["measured"][0]["center"] > 0 and r["measured"][0]["half"] is not None
+        assert r["predicted"]["half"] is not None and r["predicted"]["model_half"] is not None  # the model error included
+    d = proof["recommended_minus_ladder"]
+    assert len(d["measured"]) == 1 and d["predicted"]["model_half"] is not None
+    assert doc["buckets"] == steps["measure"]["recommended"]["buckets"]
+    assert steps["measure"]["rounds"] == [] or steps["measure"]["rounds"][0]["sizes"]
+
+
+def test_given_list_validated_proved_and_calibration_kept(tuned):
+    doc = json.loads(tuned["given"].out)
+    assert doc["buckets"] == [64, 128]
+    assert doc["resumed"] == ["calibrate"]  # other settings: the calibration kept, the rest run again
+    v = doc["steps"]["validate"]
+    assert v["ok"] and v["batches_checked"] > 0 and v["buckets"] == [64, 128] and "input_ids" in v["side_inputs"]
+    assert doc["steps"]["proof"]["lists"]["recommended"]["graphs"] == 2
+    assert "not measured again" not in tuned["given"].err and "[calibrate] done in an earlier run" in tuned["given"].err
+
+
+def test_resume_after_calibration_does_not_measure_again(tuned, tmp_path):
+    state = tmp_path / "state"
+    shutil.copytree(tuned["state"], state)
+    st = json.loads((state / "state.json").read_text())
+    st["steps"] = {"calibrate": st["steps"]["calibrate"]}  # as if killed right after the calibration
+    (state / "state.json").write_text(json.dumps(st))
+    before = _sha(state / "calibration.json")
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
+    assert r.code == 0, r.err[-3000:]
+    doc = json.loads(r.out)
+    assert doc["resumed"] == ["calibrate"] and "model check:" not in r.err and "timing " not in r.err
+    assert _sha(state / "calibration.json") == before  # no size measured again (64 and 128 are on the grid)
+    assert doc["steps"]["proof"]["done"]
+    # killed after the calibration file was written, before its step was recorded: kept too
+    st["steps"] = {}
+    (state / "state.json").write_text(json.dumps(st))
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
+    assert r.code == 0, r.err[-3000:]
+    assert "not measured again" in r.err and "model check:" not in r.err
+    assert _sha(state / "calibration.json") == before
+    # everything done: a rerun measures nothing at all
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
+    assert r.code == 0 and json.loads(r.out)["resumed"] == ["calibrate", "optimum", "measure", "validate", "proof"]
+
+
+def test_profile_tuned_record_read_by_doctor_and_drift(tuned):
+    from bcgtune.files.profile_file import load_profile
+
+    prof = load_profile(str(tuned["profile"]))
+    assert prof.buckets == [64, 128] and prof.tuned is not None
+    t = prof.tuned
+    assert t["list"] == [64, 128] and t["graphs"] == 2 and t["device"] == "cpu" and t["passes"] == 1
+    assert t["calibration_sha256"] == _sha(tuned["state"] / "calibration.json")
+    doc = json.loads(tuned["given"].out)
+    gain = doc["steps"]["proof"]["recommended_minus_ladder"]["measured_gain_pct"][0]
+    assert t["measured_gain_pct"] == pytest.approx(gain, abs=1e-3)
+    r = cli(["doctor", "--profile", tuned["profile"], "--no-sglang-probe", "--json"])
+    found = [f for f in json.loads(r.out)["findings"] if f["code"] == "tuned"]
+    assert found and found[0]["severity"] == "info" and "tuned on cpu" in found[0]["message"]
+    assert "measured gain" in found[0]["message"]
+    r = cli(["drift", "--profile", tuned["profile"], "--trace", tuned["trace"]])
+    assert r.code in (0, 1), r.err
+    assert "the deployed list was tuned on cpu" in r.out
+    r = cli(["drift", "--profile", tuned["profile"], "--trace", tuned["trace"], "--json"])
+    assert json.loads(r.out)["tuned"]["list"] == [64, 128]
+
+
+def test_a_hand_edited_list_makes_the_record_stale(tuned, tmp_path):
+    p = tmp_path / "edited.toml"
+    p.write_text(tuned["profile"].read_text().replace("list = [64, 128]\nsource", "list = [64, 192]\nsource", 1))
+    r = cli(["doctor", "--profile", p, "--no-sglang-probe", "--json"])
+    codes = {f["code"]: f["severity"] for f in json.loads(r.out)["findings"]}
+    assert codes.get("tuned-stale") == "warning" and "tuned" not in codes
+
+
+def test_a_list_written_without_a_tune_drops_the_record(tuned, tmp_path):
+    from bcgtune.files.profile_file import load_profile, write_profile_buckets
+
+    p = tmp_path / "again.toml"
+    shutil.copy(tuned["profile"], p)
+    write_profile_buckets(p, [96], {"objective": "padding"})
+    assert load_profile(str(p)).tuned is None
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["{missing}", "--model", "tiny"], "no such file"),
+        (["{dir}", "--model", "tiny"], "folder"),
+        (["{trace}", "--model", "tiny", "--write-profile", "{trace}"], "input of this run"),
+        (["{trace}", "--model", "no-such-model"], "unknown built-in model"),
+        (["{trace}", "--model", "tiny", "--tolerance", "nan"], "--tolerance"),
+        (["{trace}", "--model", "tiny", "--chunked-prefill-size", "32"], "above the chunked-prefill ceiling 32"),
+        (["{nan}", "--model", "tiny"], "not an integer"),
+        (["{empty}", "--model", "tiny"], "empty"),
+        (["{state_file}", "--model", "tiny"], "not a prefill trace"),
+        (["{trace}", "--model", "tiny", "--state-dir", "{trace}"], "not a folder"),
+        (["{trace}", "--model", "tiny", "--list", "0,64"], "--list"),
+    ],
+)
+def test_hostile_inputs(tuned, tmp_path, args, says):
+    (tmp_path / "nan.csv").write_text("forward_tokens\nnan\n")
+    (tmp_path / "empty.csv").write_text("forward_tokens\n")
+    state_file = tmp_path / "state.json"
+    shutil.copy(tuned["state"] / "state.json", state_file)
+    names = {
+        "missing": tmp_path / "missing.json",
+        "dir": tmp_path,
+        "trace": tuned["trace"],
+        "nan": tmp_path / "nan.csv",
+        "empty": tmp_path / "empty.csv",
+        "state_file": state_file,
+    }
+    line = [a.format(**names) for a in args]
+    if "--state-dir" not in line:
+        line += ["--state-dir", str(tmp_path / "st")]
+    r = cli(["tune", *line])
+    assert r.code == 2, (r.code, r.err[-2000:])
+    assert_one_line_error(r)
+    assert says in r.err
+
+
+def test_another_trace_in_the_same_state_is_refused(tuned, tmp_path):
+    other = _trace(tmp_path / "other.json", seed=9)
+    r = cli(["tune", other, "--model", "tiny", "--state-dir", tuned["state"]])
+    assert r.code == 2 and "another trace" in r.err
+    assert_one_line_error(r)
+
+
+def test_h200_tune_script_runs_on_cpu_with_tiny_model(tmp_path):
+    """benchmarks/h200_tune.sh (the H200 run) on the tiny model: its plumbing, every step, the
+    JSON and the table it writes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        TRACE=_trace(tmp_path / "t.json", n=12),
+        MODEL="tiny",
+        GRID="64",
+        MIX_EVERY="1",
+        CAL_REPEATS="2",
+        CAL_WARMUP="0",
+        CHECK="12",
+        PROOF="12",
+        PROOF_REPEATS="2",
+        PASSES="2",
+        MEMORY="0",
+        PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    p = subprocess.run(
+        ["bash", "benchmarks/h200_tune.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    doc = json.loads((out / "tune_tiny.json").read_text())
+    assert doc["steps"]["proof"]["passes"] == 2 and len(doc["steps"]["proof"]["lists"]["eager"]["measured"]) == 2
+    assert "recommended - ladder: predicted" in (out / "tune_tiny.txt").read_text()
+    assert "sampling: grid 64" in p.stdout and "tune: " in p.stdout
+
+
+def test_plot_of_predicted_vs_measured(tuned, tmp_path):
+    pytest.importorskip("matplotlib")
+    state = tmp_path / "state"
+    shutil.copytree(tuned["state"], state)
+    png = tmp_path / "tune.png"
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--plot", png])
+    assert r.code == 0, r.err[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "recommended - ladder: predicted" in r.out and "wall time of the steps" in r.out
