@@ -161,6 +161,10 @@ def trace_on_cluster(
     paths = expand_logs(locations)
     if "-" in paths:
         raise InputError("standard input cannot be sent to a cluster", "--log -")
+    from bcgtune.adapters.sglang.log.remote import is_url
+
+    # a worker runs in its own folder: a path relative to this one would name another file there
+    paths = [p if is_url(p) else os.path.abspath(p) for p in paths]
     client, local = _client(cluster)
     try:
         from dask.distributed import as_completed
