@@ -819,3 +819,15 @@ def test_cluster_doc_commands_run_as_written(tmp_path):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def test_write_profile_says_when_drift_could_not_pair_it(two_servers, tmp_path):
+    """A profile created from a base profile keeps the base's model: when the logs state
+    another, suggest-buckets says that drift will not pair them by itself, and how to."""
+    a, _ = two_servers
+    t = tmp_path / "a.json"
+    assert cli(["trace", "--log", a, "-o", t, "-q"]).code == 0
+    r = cli(["suggest-buckets", t, "--write-profile", tmp_path / "p.toml", "--base-profile", "h200", "-k", "3"])
+    assert r.code == 0 and "the logs org/Model-8B" in r.err and "drift --match p=N" in r.err, r.err
+    r = cli(["drift", "-p", tmp_path / "p.toml", "--trace", t])
+    assert r.code in (0, 1), r.err  # one configuration: judged on it whatever the model

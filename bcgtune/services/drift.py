@@ -244,23 +244,28 @@ def profile_matches(profile, settings: dict[str, Any]) -> bool:
     (path, or its last component), and every layout and chunk setting both state. A
     configuration whose logs state no launch settings (rotated logs without their startup
     lines) agrees with no profile: pair it with one by --match."""
-    if not settings:
-        return False
+    return bool(settings) and disagreement(profile, settings) is None
+
+
+def disagreement(profile, settings: dict[str, Any]) -> str | None:
+    """The first launch setting in which a profile and a configuration's logged settings
+    differ (`model X, the logs Y`), or None when every setting both state agrees."""
     server = profile_launch_settings(profile)
     model = profile.model or server.get("model_path")
     logged = settings.get("model_path")
     if isinstance(model, str) and isinstance(logged, str) and model.rstrip("/") != logged.rstrip("/"):
         if os.path.basename(model.rstrip("/")) != os.path.basename(logged.rstrip("/")):
-            return False
+            return f"model {model}, the logs {logged}"
     for key in _MATCH_KEYS:
         if key in server and key in settings and settings[key] is not None and server[key] is not None:
             mine, theirs = server[key], settings[key]
             if isinstance(theirs, bool) or isinstance(mine, bool):
-                if bool(mine) != bool(theirs):
-                    return False
-            elif str(mine) != str(theirs):
-                return False
-    return True
+                differ = bool(mine) != bool(theirs)
+            else:
+                differ = str(mine) != str(theirs)
+            if differ:
+                return f"{key.replace('_', '-')} {mine}, the logs {theirs}"
+    return None
 
 
 def parse_matches(values: list[str] | None, profiles: list, n_groups: int) -> dict[int, list[int]]:
