@@ -831,3 +831,26 @@ def test_write_profile_says_when_drift_could_not_pair_it(two_servers, tmp_path):
     assert r.code == 0 and "the logs org/Model-8B" in r.err and "drift --match p=N" in r.err, r.err
     r = cli(["drift", "-p", tmp_path / "p.toml", "--trace", t])
     assert r.code in (0, 1), r.err  # one configuration: judged on it whatever the model
+
+
+def test_trace_writes_one_configuration_on_its_own(two_servers, tmp_path):
+    """`trace --log ... --group N`: the configuration's own logs, parsed alone (its sources,
+    statistics and batches only), the same as tracing those logs by themselves; a log that
+    holds two configurations cannot be split by file and is refused, naming them."""
+    a, b = two_servers
+    t = tmp_path / "both.json"
+    assert cli(["trace", "--log", a, b, "-o", t, "-q"]).code == 0
+    groups = load_trace(str(t)).groups
+    big = next(i for i, g in enumerate(groups) if g.rank_chunk == 16384)
+    one, alone = tmp_path / "one.json", tmp_path / "alone.json"
+    assert cli(["trace", "--log", a, b, "--group", str(big), "-o", one, "-q"]).code == 0
+    assert cli(["trace", "--log", b, "-o", alone, "-q"]).code == 0
+    assert _json(load_trace(str(one))) == _json(load_trace(str(alone)))
+    r = cli(["trace", "--log", a, b, "--group", "2"])
+    assert r.code == 2 and "(--group)" in r.err
+    assert_one_line_error(r)
+    restarted = tmp_path / "restarted.log"
+    restarted.write_text(server_log(2048, [100, 200]) + server_log(8192, [5000, 6000]))
+    r = cli(["trace", "--log", restarted, b, "--group", "0", "-q"])
+    assert r.code == 2 and "restarted.log holds configurations" in r.err
+    assert_one_line_error(r)
