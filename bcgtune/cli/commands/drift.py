@@ -23,7 +23,7 @@ from bcgtune.errors import InputError
     "bcgtune drift --profile h200.toml --log today.log --write-profile h200.toml",
     "bcgtune drift -p small.toml -p big.toml --log s3://bucket/today/   # a fleet",
     "bcgtune drift --log today/*.log   # each configuration's logged capture list",
-    "bcgtune drift -p small.toml -p big.toml --log today/ --match big=2   # group 2's logs lost their startup lines",
+    "bcgtune drift -p a.toml -p b.toml --log today/ --match b=2   # rotated logs",
 )
 def drift_command(
     profile: Annotated[

@@ -67,7 +67,7 @@ SimulateOptions: Any = option_set(
     "bcgtune trace --log https://logs.example.com/today.log.gz --histogram-only \\",
     "    -o today.json",
     "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.json",
-    "bcgtune trace --log today/ --group 1 -o small.json   # one configuration of a fleet's logs, on its own",
+    "bcgtune trace --log today/ --group 1 -o one.json   # one configuration alone",
     "bcgtune trace merge monday.json tuesday.json -o week.json",
     "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
     "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
