@@ -156,10 +156,20 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     return _load_calibration(_path(path, "path"))
 
 
-def trace_from_logs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, mixed_chunk: bool = False) -> PrefillTrace:
-    """A trace from SGLang server logs (one per rank or replica; .gz and '-' work); one path
-    or a list of them."""
-    from bcgtune.adapters.sglang.log import parse_logs
+def trace_from_logs(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    mixed_chunk: bool = False,
+    histogram_only: bool = False,
+    jobs: int | None = None,
+) -> PrefillTrace:
+    """A trace from SGLang server logs (one per rank or replica; .gz and '-' work), as
+    `bcgtune trace --log` reads them: one location or a list of them, each a file, a folder
+    (its logs), a glob, or a URL (file://, memory://, http(s)://, s3:// ... with fsspec).
+    `histogram_only`: counts per size and request mixes per configuration instead of
+    per-batch columns (memory flat in the logs' length; the same plans). `jobs`: worker
+    processes for several files (None: one per core)."""
+    from bcgtune.services.trace import trace_logs
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -168,7 +178,10 @@ def trace_from_logs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, m
     files = [_path(p, "paths") for p in paths]
     if not files:
         raise InputError("no log given", field="paths")
-    return parse_logs(files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"))
+    n = _optional(Annotated[int, Field(ge=1, le=4096)], jobs, "jobs")
+    return trace_logs(
+        files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"), histogram_only=_flag(histogram_only, "histogram_only"), jobs=n
+    )
 
 
 def merge_traces(traces: Sequence[PrefillTrace], *, histogram_only: bool = False) -> PrefillTrace:

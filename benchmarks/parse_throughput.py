@@ -13,7 +13,11 @@ Generates synthetic SGLang server logs (seeded) in benchmarks/_work/, then in th
 Wall-clock MB/s on a shared machine is a lower bound; CPU-time MB/s says what one core does.
 
 Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--varied-mb 100]
-           [--files 4] [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0]
+           [--files 4] [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0] [--real-mb 200] [--only-real]
+
+--real-mb: first, the public SGLang log excerpts of tests/data/sglang-logs/ repeated to that
+size, parsed histogram-only and with per-batch columns (one process each), beside
+`grep -c 'Prefill batch'` on the same file (CPU time of each).
 """
 
 from __future__ import annotations
@@ -112,28 +116,31 @@ CHILD = r"""
 import hashlib, json, resource, sys, time
 from bcgtune.adapters.sglang.log import parse_logs
 jobs, files = int(sys.argv[1]), sys.argv[2:]
+hist = files[0] == "--histogram-only"
+files = files[1:] if hist else files
 r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 t0 = time.perf_counter()
-tr = parse_logs(files, **({"jobs": jobs} if jobs else {}))
+tr = parse_logs(files, **({"jobs": jobs} if jobs else {}), **({"histogram_only": True} if hist else {}))
 dt = time.perf_counter() - t0
 r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
-digest = hashlib.sha256()
-for k in sorted(tr.batches):
+digest = hashlib.sha256(tr.sizes.tobytes() + tr.counts.tobytes())
+for k in sorted(tr.batches or {}):
     digest.update(k.encode() + tr.batches[k].tobytes())
 print(json.dumps({"seconds": dt, "cpu_seconds": cpu, "batches": tr.n_batches, "lines": tr.parse_stats["lines"],
                   "decode_lines": tr.parse_stats["decode_lines"], "digest": digest.hexdigest(),
-                  "column_bytes": sum(v.nbytes for v in tr.batches.values()),
+                  "column_bytes": sum(v.nbytes for v in (tr.batches or {}).values()),
                   "peak_rss_kb": r1.ru_maxrss, "worker_peak_rss_kb": c1.ru_maxrss}))
 """
 
 
-def parse_in_child(files: list[Path], jobs: int, repeat: int) -> dict:
+def parse_in_child(files: list[Path], jobs: int, repeat: int, histogram_only: bool = False) -> dict:
     """Best (least wall time) of `repeat` runs, each in a fresh process."""
     best = None
+    flag = ["--histogram-only"] if histogram_only else []
     for _ in range(repeat):
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(jobs), *map(str, files)], cwd=REPO, capture_output=True, check=True
+            [sys.executable, "-c", CHILD, str(jobs), *flag, *map(str, files)], cwd=REPO, capture_output=True, check=True
         )
         r = json.loads(out.stdout)
         if best is None or r["seconds"] < best["seconds"]:
@@ -145,6 +152,51 @@ def grep_count(path: Path) -> tuple[int, float]:
     t0 = time.perf_counter()
     out = subprocess.run(["grep", "-c", "Prefill batch", str(path)], capture_output=True, check=True)
     return int(out.stdout), time.perf_counter() - t0
+
+
+def grep_cpu(path: Path, repeat: int) -> tuple[int, float, float]:
+    """(count, best wall s, best CPU s) of `grep -c 'Prefill batch'` (CPU from the child's
+    rusage: on a shared machine wall time also counts other sessions' work)."""
+    import resource
+
+    best_wall = best_cpu = float("inf")
+    n = 0
+    for _ in range(repeat):
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        out = subprocess.run(["grep", "-c", "Prefill batch", str(path)], capture_output=True, check=True)
+        wall = time.perf_counter() - t0
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best_wall = min(best_wall, wall)
+        best_cpu = min(best_cpu, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+        n = int(out.stdout)
+    return n, best_wall, best_cpu
+
+
+def real_logs(a: argparse.Namespace) -> None:
+    """The public SGLang log excerpts of tests/data/sglang-logs/ concatenated and repeated to
+    --real-mb MB: real lines (startup, capture, server_args, decode and prefill lines of
+    many SGLang versions), every line of an excerpt repeated as often as the excerpt."""
+    src = sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log"))
+    blob = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in src)
+    path = WORK / f"real_excerpts_{int(a.real_mb)}mb.log"
+    if not path.exists() or path.stat().st_size < a.real_mb * 1e6:
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            for _ in range(int(a.real_mb * 1e6 // len(blob)) + 1):
+                fh.write(blob)
+        os.replace(tmp, path)
+    size_mb = path.stat().st_size / 1e6
+    n_grep, g_wall, g_cpu = grep_cpu(path, a.repeat)
+    print(f"{path.name}: {size_mb:.1f} MB ({len(src)} public excerpts, {len(blob):,} bytes, repeated)")
+    print(f"  grep -c 'Prefill batch': {n_grep:,} lines; {g_wall:.2f} s wall; {g_cpu:.3f} s CPU = {size_mb / g_cpu:.0f} MB/s")
+    for hist in (True, False):
+        r = parse_in_child([path], 1, a.repeat, histogram_only=hist)
+        print(
+            f"  parse_logs({'histogram_only=True' if hist else 'per-batch columns'}): {r['batches']:,} batches; "
+            f"{r['seconds']:.2f} s wall; {r['cpu_seconds']:.2f} s CPU = {size_mb / r['cpu_seconds']:.1f} MB/s "
+            f"({r['cpu_seconds'] / g_cpu:.0f}x grep's CPU); peak RSS {r['peak_rss_kb'] / 1024:.0f} MiB"
+        )
 
 
 def single_process(a: argparse.Namespace) -> None:
@@ -226,12 +278,19 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--real-mb", type=float, default=200, help="the public excerpts repeated to this size (0: skip)")
+    ap.add_argument("--only-real", action="store_true", help="measure only the public excerpts repeated")
     a = ap.parse_args()
     WORK.mkdir(exist_ok=True)
     print(
         f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, "
         f"numpy={np.__version__}, load average {os.getloadavg()[0]:.1f} at start"
     )
+    if a.real_mb > 0:
+        real_logs(a)
+    if a.only_real:
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+        return
     single_process(a)
     if a.jobs:
         several_files(a)

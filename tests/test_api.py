@@ -11,6 +11,7 @@ import math
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,6 +109,35 @@ def test_a_path_object_and_one_log_path(tmp_path):
     assert bcgtune.load_trace(tmp_path / "t.json").n_batches == TRACE.n_batches
 
 
+def test_trace_from_logs_reads_what_the_command_line_reads(tmp_path):
+    """Folders, globs, file:// and memory:// lists, and histogram_only, as `trace --log`."""
+    import fsspec
+    from cli_helpers import cli
+
+    src = Path(__file__).resolve().parent / "data" / "sglang-logs"
+    names = sorted(p.name for p in src.glob("*.log"))[:3]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for n in names:
+        (logs / n).write_bytes((src / n).read_bytes())
+    out = tmp_path / "cli.json"
+    assert cli(["trace", "--log", logs, "--histogram-only", "-o", out, "-q"]).code == 0
+    want = bcgtune.load_trace(out)
+    for where in (logs, str(logs) + "/", str(logs / "*.log"), [f"file://{logs / n}" for n in names]):
+        t = bcgtune.trace_from_logs(where, histogram_only=True)
+        assert t.batches is None and t.sizes.tolist() == want.sizes.tolist() and t.counts.tolist() == want.counts.tolist()
+    full = bcgtune.trace_from_logs(str(logs), jobs=1)
+    assert full.batches is not None and full.sizes.tolist() == want.sizes.tolist()
+    for n in names:
+        with fsspec.open(f"memory://api-logs/{n}", "wb") as f:
+            f.write((src / n).read_bytes())
+    assert bcgtune.trace_from_logs(["memory://api-logs/"], histogram_only=True).counts.tolist() == want.counts.tolist()
+    with pytest.raises(InputError, match=r"\(jobs\)"):
+        bcgtune.trace_from_logs(logs, jobs=0)
+    with pytest.raises(InputError, match=r"\(histogram_only\)"):
+        bcgtune.trace_from_logs(logs, histogram_only="yes")
+
+
 # ---- hostile values at every argument ---------------------------------------------------
 SETTINGS = dict(
     max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -183,7 +213,10 @@ def _calls() -> dict[str, tuple]:
             ["traces", "histogram_only"],
         ),
         "trace_from_sizes": (lambda **kw: bcgtune.trace_from_sizes(**kw), ["sizes"]),
-        "trace_from_logs": (lambda **kw: bcgtune.trace_from_logs(**{"paths": [], **kw}), ["paths", "mixed_chunk"]),
+        "trace_from_logs": (
+            lambda **kw: bcgtune.trace_from_logs(**{"paths": [], **kw}),
+            ["paths", "mixed_chunk", "histogram_only", "jobs"],
+        ),
         "load_trace": (lambda **kw: bcgtune.load_trace(**kw), ["path"]),
         "load_calibration": (lambda **kw: bcgtune.load_calibration(**kw), ["path"]),
         "save_trace": (lambda **kw: bcgtune.save_trace(**{"trace": TRACE, "path": "out.json", **kw}), ["trace", "path"]),

@@ -308,3 +308,49 @@ def test_api_takes_the_attention_dp_size(dp_trace):
     # with no layout given, the API (like the command line) prices the layout the trace records
     default = bcgtune.suggest_buckets(t, max_buckets=6, max_bucket=1024)
     assert default.unit == "step" and default.recommended.buckets == plan.recommended.buckets
+
+
+def _dp_log(chunk: int, tags: list[str], n: int = 40) -> str:
+    """A log with only the scheduler's startup line (no server_args: no layout stated) and
+    prefill lines from the ranks `tags`, each batch's ranks in one second."""
+    lines = [
+        f"[2026-12-01 00:00:00 {tags[0]}] max_total_num_tokens=400000, chunked_prefill_size={chunk}, "
+        "max_prefill_tokens=16384, max_running_requests=4096, context_len=40960, available_gpu_mem=10.54 GB"
+    ]
+    for i in range(n):
+        for j, tag in enumerate(tags):
+            tok = 64 + (i * 37 + j * 11) % (chunk - 64)
+            lines.append(
+                f"[2026-12-01 00:{i // 60:02d}:{i % 60:02d} {tag}] Prefill batch, #new-seq: 1, #new-token: {tok}, "
+                "#cached-token: 0, token usage: 0.05, #running-req: 0, #queue-req: 0, cuda graph: True"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_dp_rank_hint_reads_sglangs_rank_layout(tmp_path):
+    """SGLang tags lines with the DP rank and the global TP rank, DP rank d owning TP ranks
+    d*tp/dp..: tags up to `DP7 TP7` are tp 8, dp 8 (not tp 64). The hint is given for the
+    configuration whose lines carry DP ranks only."""
+
+    def traced(name: str, text: str):
+        (tmp_path / name).write_text(text)
+        out = tmp_path / (name + ".json")
+        assert cli(["trace", "--log", tmp_path / name, "-o", out, "-q"]).code == 0
+        return out
+
+    dp = tmp_path / "dp.log"
+    r = cli(["suggest-buckets", traced("dp.log", _dp_log(4096, [f"DP{d} TP{d}" for d in range(8)])), "-k", "4"])
+    assert r.code == 0 and "give --tp 8 --dp 8 --dp-attention" in r.err, r.err
+    # DP ranks of two TP ranks each: DP3 on TP6 and TP7 -> tp 8, dp 4
+    dp2 = traced("dp2.log", _dp_log(4096, [f"DP{t // 2} TP{t}" for t in range(8)]))
+    assert "give --tp 8 --dp 4 --dp-attention" in cli(["suggest-buckets", dp2, "-k", "4"]).err
+    # a fleet: the DP configuration gets the hint, the plain one does not
+    plain = tmp_path / "plain.log"
+    plain.write_text(_dp_log(2048, ["TP0"]))
+    t = tmp_path / "fleet.json"
+    assert cli(["trace", "--log", dp, plain, "-o", t, "-q"]).code == 0
+    groups = {g["rank_chunk"]: i for i, g in enumerate(load_trace(str(t)).to_json_obj()["groups"])}
+    r_dp = cli(["suggest-buckets", t, "--group", str(groups[4096]), "-k", "4"])
+    r_plain = cli(["suggest-buckets", t, "--group", str(groups[2048]), "-k", "4"])
+    assert r_dp.code == 0 and "--tp 8 --dp 8 --dp-attention" in r_dp.err
+    assert r_plain.code == 0 and "--dp-attention" not in r_plain.err and "DP ranks" not in r_plain.err

@@ -640,3 +640,217 @@ def test_parsed_columns_own_their_values(tmp_path):
         mp.setattr(_ColumnSink, "columns", spy)
         parse_logs([str(log)])
     assert seen and all(p.base is None for p in seen)
+
+
+def test_drift_judges_each_profile_on_the_configuration_it_serves(tmp_path):
+    """Two healthy configurations (chunk 8192, the H200's default, and 2048): the profiles
+    suggest-buckets writes for each state their chunk, and drift judges each on its own
+    traffic only (exit 0, KEEP), names each configuration's files, leaves a configuration
+    whose logs lost their startup lines unjudged (not an error) until --match pairs it, and
+    --group filters what is judged."""
+    import random
+
+    from bcgtune.files.profile_file import load_profile
+
+    model = load_profile("h200").model
+    rng = random.Random(1)
+    (tmp_path / "a.log").write_text(server_log(8192, [rng.randint(50, 8192) for _ in range(300)], model=model))
+    (tmp_path / "b.log").write_text(server_log(2048, [rng.randint(50, 2048) for _ in range(300)], model=model))
+    t = tmp_path / "ab.json"
+    assert cli(["trace", "--log", tmp_path / "a.log", tmp_path / "b.log", "-o", t, "-q"]).code == 0
+    profiles = []
+    for g, chunk in ((0, 8192), (1, 2048)):
+        p = tmp_path / f"p{g}.toml"
+        r = cli(["suggest-buckets", t, "--group", str(g), "--write-profile", p, "--base-profile", "h200", "-q"])
+        assert r.code == 0, r.err
+        assert load_profile(str(p)).server["chunked_prefill_size"] == chunk  # written even when the GPU's default
+        profiles += ["-p", p]
+    r = cli(["drift", *profiles, "--trace", t])
+    assert r.code == 0, r.out + r.err
+    assert "verdict: KEEP: all 2 lists" in r.out and "a.log" in r.out and "b.log" in r.out
+    js = json.loads(cli(["drift", *profiles, "--trace", t, "--json"]).out)
+    assert [(row["profile"].rsplit("/", 1)[-1], row["group"], row["matched"]) for row in js["rows"]] == [
+        ("p0.toml", 0, "settings"),
+        ("p1.toml", 1, "settings"),
+    ]
+    assert [f.rsplit("/", 1)[-1] for f in js["groups"]["1"]["files"]] == ["b.log"]
+    # --group filters which configurations are judged
+    js = json.loads(cli(["drift", *profiles, "--trace", t, "--group", "1", "--json"]).out)
+    assert [(row["group"], row["deployed"]) for row in js["rows"]] == [(1, "profile p1")]
+    assert any("profile p0" in u for u in js["unjudged"])
+    # a rotated log (no startup lines) forms its own configuration: named, not judged, exit 0
+    lines = (tmp_path / "a.log").read_text().splitlines()
+    (tmp_path / "c.log").write_text("\n".join(lines[-100:]) + "\n")
+    t3 = tmp_path / "abc.json"
+    assert cli(["trace", "--log", tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log", "-o", t3, "-q"]).code == 0
+    r = cli(["drift", *profiles, "--trace", t3])
+    assert r.code == 0, r.err
+    assert "not judged: group 2" in r.out and "c.log" in r.out and "--match PROFILE=2" in r.out
+    js = json.loads(cli(["drift", *profiles, "--trace", t3, "--match", "p0=2", "--json"]).out)
+    assert sorted((row["deployed"], row["group"], row["matched"]) for row in js["rows"]) == [
+        ("profile p0", 0, "settings"),
+        ("profile p0", 2, "--match"),
+        ("profile p1", 1, "settings"),
+    ]
+    assert js["unjudged"] == []
+    r = cli(["drift", *profiles, "--trace", t3, "--match", "nobody=2"])
+    assert r.code == 2 and "--match" in r.err
+    assert_one_line_error(r)
+    r = cli(["drift", *profiles, "--trace", t3, "--match", "p0=7"])
+    assert r.code == 2 and "--match" in r.err
+    assert_one_line_error(r)
+    # a profile that states too little to tell the two apart is refused until paired by hand
+    vague = tmp_path / "vague.toml"
+    vague.write_text('[profile]\nname = "vague"\nplatform = "cuda"\n\n[buckets]\nlist = [512, 2048]\n')
+    r = cli(["drift", "-p", vague, "-p", profiles[1], "--trace", t])
+    assert r.code == 2 and "--match vague=N" in r.err
+    assert_one_line_error(r)
+    r = cli(["drift", "-p", vague, "-p", profiles[1], "--trace", t, "--match", "vague=1", "--json"])
+    assert r.code in (0, 1) and {row["deployed"] for row in json.loads(r.out)["rows"]} == {"profile vague", "profile p0"}
+
+
+def test_commands_agree_on_a_profiles_chunk(tmp_path):
+    """A simulated trace that ran a 16,384-token chunk: suggest-buckets --write-profile from
+    the H200 profile (no chunk stated: the GPU's 8192) writes the chunk it priced with the
+    list, so no bucket lies above the profile's chunk; drift prices the H200 profile as it is
+    deployed (SGLang's 58-graph ladder to 8192, as serve --dry-run says), and refuses
+    batches that profile never forms with the remedy named."""
+    from bcgtune.files.profile_file import load_profile
+
+    def sim_trace(path, sizes):
+        t = PrefillTrace.from_sizes(sizes)
+        t.meta["workload"] = {"resolved": {"chunked_prefill_size": 16384}}
+        save_trace(t, str(path))
+        return path
+
+    big = sim_trace(tmp_path / "big.json", [1000, 3000, 7000, 12000, 15000, 16384] * 20)
+    new = tmp_path / "new.toml"
+    r = cli(["suggest-buckets", big, "--write-profile", new, "--base-profile", "h200", "-k", "4", "-q"])
+    assert r.code == 0, r.err
+    prof = load_profile(str(new))
+    assert prof.server["chunked_prefill_size"] == 16384 and max(prof.buckets) <= 16384
+    r = cli(["drift", "-p", "h200", "--trace", big])
+    assert r.code == 2 and "set chunked-prefill-size = 16384" in r.err
+    assert_one_line_error(r)
+    small = sim_trace(tmp_path / "small.json", [1000, 3000, 7000, 8000] * 20)
+    js = json.loads(cli(["drift", "-p", "h200", "--trace", small, "--json"]).out)
+    dry = cli(["serve", "--profile", "h200", "--dry-run"])
+    assert js["deployed"]["metrics"]["graphs"] == 58 and "captures   58 graphs" in dry.out + dry.err
+
+
+def _die_with_parent() -> None:  # a child that outlives a killed test would hold the port and CPU
+    import ctypes
+    import signal as _signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, _signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_cluster_doc_commands_run_as_written(tmp_path):
+    """docs/cluster.md's scheduler, worker and client commands, run as written (the
+    scheduler host is this one, a free port, and 2 workers): the trace equals the serial
+    histogram-only trace, with the logs given as a relative folder."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("distributed")
+    from bcgtune.services.trace import trace_logs
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text()
+    block = doc.split("```text\n", 1)[1].split("```", 1)[0]
+    cmds = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
+    sched, worker, client = cmds
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+    assert sched.startswith("dask scheduler ") and worker.startswith("dask worker tcp://SCHEDULER_HOST:8786 ")
+    sched_args = sched.split()[2:]
+    sched_args[sched_args.index("--port") + 1] = str(port)
+    worker_args = [address] + [a.replace("16", "2") for a in worker.split()[3:]]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for p in ALL_LOGS[:3]:
+        (logs / p.name).write_bytes(p.read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = []
+    try:
+        kw = dict(cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        procs.append(subprocess.Popen([*dask, "--host", "127.0.0.1", *sched_args, "--no-dashboard"], **kw))
+        worker_dir = tmp_path / "worker"  # the workers run in another folder than the client
+        worker_dir.mkdir()
+        kw["cwd"] = worker_dir
+        procs.append(
+            subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", *worker_args, "--no-dashboard"], **kw)
+        )
+        from dask.distributed import Client
+
+        deadline = time.monotonic() + 120
+        while True:  # the workers joined
+            try:
+                with Client(address, timeout="5s") as c:
+                    if len(c.scheduler_info()["workers"]) == 2:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the Dask workers did not start"
+            time.sleep(0.5)
+        argv = client.split()[1:]
+        argv[argv.index("--log") + 1] = "logs/"  # relative, as a user might give it
+        argv[argv.index("--cluster") + 1] = address
+        argv[argv.index("-o") + 1] = "today.json"
+        r = subprocess.run(
+            [sys.executable, "-m", "bcgtune", *argv, "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        serial = trace_logs([str(logs)], histogram_only=True)
+        got = load_trace(str(tmp_path / "today.json"))
+        assert got.sizes.tolist() == serial.sizes.tolist() and got.counts.tolist() == serial.counts.tolist()
+        assert "error" not in r.stderr
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def test_write_profile_says_when_drift_could_not_pair_it(two_servers, tmp_path):
+    """A profile created from a base profile keeps the base's model: when the logs state
+    another, suggest-buckets says that drift will not pair them by itself, and how to."""
+    a, _ = two_servers
+    t = tmp_path / "a.json"
+    assert cli(["trace", "--log", a, "-o", t, "-q"]).code == 0
+    r = cli(["suggest-buckets", t, "--write-profile", tmp_path / "p.toml", "--base-profile", "h200", "-k", "3"])
+    assert r.code == 0 and "the logs org/Model-8B" in r.err and "drift --match p=N" in r.err, r.err
+    r = cli(["drift", "-p", tmp_path / "p.toml", "--trace", t])
+    assert r.code in (0, 1), r.err  # one configuration: judged on it whatever the model
+
+
+def test_trace_writes_one_configuration_on_its_own(two_servers, tmp_path):
+    """`trace --log ... --group N`: the configuration's own logs, parsed alone (its sources,
+    statistics and batches only), the same as tracing those logs by themselves; a log that
+    holds two configurations cannot be split by file and is refused, naming them."""
+    a, b = two_servers
+    t = tmp_path / "both.json"
+    assert cli(["trace", "--log", a, b, "-o", t, "-q"]).code == 0
+    groups = load_trace(str(t)).groups
+    big = next(i for i, g in enumerate(groups) if g.rank_chunk == 16384)
+    one, alone = tmp_path / "one.json", tmp_path / "alone.json"
+    assert cli(["trace", "--log", a, b, "--group", str(big), "-o", one, "-q"]).code == 0
+    assert cli(["trace", "--log", b, "-o", alone, "-q"]).code == 0
+    assert _json(load_trace(str(one))) == _json(load_trace(str(alone)))
+    r = cli(["trace", "--log", a, b, "--group", "2"])
+    assert r.code == 2 and "(--group)" in r.err
+    assert_one_line_error(r)
+    restarted = tmp_path / "restarted.log"
+    restarted.write_text(server_log(2048, [100, 200]) + server_log(8192, [5000, 6000]))
+    r = cli(["trace", "--log", restarted, b, "--group", "0", "-q"])
+    assert r.code == 2 and "restarted.log holds configurations" in r.err
+    assert_one_line_error(r)

@@ -855,6 +855,35 @@ def test_ctrl_c_with_workers_running_leaves_no_orphans(tmp_path):
     assert not left
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not sys.platform.startswith("linux"), reason="named pipes, fork")
+def test_workers_stopped_by_sigterm_print_nothing(tmp_path):
+    """The command's SIGTERM handler turns SIGTERM into KeyboardInterrupt; a forked worker
+    must not keep it: stopped by its parent (SIGTERM) it ends quietly, never with a
+    traceback on a run that succeeded. The workers block opening named pipes when stopped."""
+    paths = []
+    for i in range(2):
+        os.mkfifo(tmp_path / f"f{i}.log")
+        paths.append(str(tmp_path / f"f{i}.log"))
+    code = f"""
+import signal, time
+from bcgtune.cli.app import _sigterm
+import bcgtune.adapters.sglang.log.parallel as par
+from bcgtune.adapters.sglang.log import ParseOptions
+from bcgtune.adapters.sglang.log.columns import Want
+signal.signal(signal.SIGTERM, _sigterm)
+par._start_method = lambda: "fork"
+with par._Workers({paths!r}, [0, 1], 2, [None, None], ParseOptions(), Want()) as w:
+    t = time.monotonic()
+    while w.taken.value < 2 and time.monotonic() - t < 60:
+        time.sleep(0.01)
+    time.sleep(0.2)
+print([p.exitcode for p in w.procs])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == f"[{-signal.SIGTERM}, {-signal.SIGTERM}]" and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
 # ---- several files in parallel --------------------------------------------------------
 def _same_trace(a, b):
     assert a.batches.keys() == b.batches.keys()

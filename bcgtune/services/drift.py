@@ -62,7 +62,7 @@ def drift_for_profile(
 
     check_threshold(threshold_pct)
     check_tolerance(tolerance_pct)
-    server = profile_server_flags(profile, trace)
+    server = profile_server_flags(profile, trace, traced_chunk=False)  # the launch as deployed
     capture = capture_for_flags(
         server,
         platform=profile.platform,
@@ -83,7 +83,16 @@ def drift_for_profile(
     from bcgtune.services.suggest import ChunkTooSmall
 
     try:
-        plan = _todays_plan(trace, list(capture.captured), name, calibration, tolerance_pct, sglang=sglang, profile=profile)
+        plan = _todays_plan(
+            trace,
+            list(capture.captured),
+            name,
+            calibration,
+            tolerance_pct,
+            sglang=sglang,
+            profile=profile,
+            profile_as_deployed=True,
+        )
     except ChunkTooSmall as exc:
         # the profile's list cannot be judged on batches its server never forms
         raise InputError(
@@ -184,12 +193,15 @@ class DriftRow:
     batches: int
     report: DriftReport
     profile: str | None = None  # where the profile is (its path or built-in name)
+    files: list[str] = field(default_factory=list)  # the logs (or sources) that make the configuration
+    matched: str = ""  # how the profile was paired with the configuration: "settings", "--match", "--group", ""
 
 
 @dataclass
 class FleetDrift:
     rows: list[DriftRow]
-    unjudged: list[str] = field(default_factory=list)  # configurations no profile matched
+    unjudged: list[str] = field(default_factory=list)  # configurations no list was judged on, and why
+    files: dict[int, list[str]] = field(default_factory=dict)  # each configuration's files
 
     @property
     def verdict(self) -> str:
@@ -203,35 +215,97 @@ class FleetDrift:
             "verdict": self.verdict,
             "rows": [{**{k: v for k, v in asdict(r).items() if k != "report"}, "report": r.report.to_dict()} for r in self.rows],
             "unjudged": list(self.unjudged),
+            "groups": {str(g): {"files": list(f)} for g, f in self.files.items()},
         }
 
 
 _MATCH_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "chunked_prefill_size", "pp_size", "ep_size")
 
 
-def profile_matches(profile, settings: dict[str, Any]) -> bool:
-    """A profile's launch agrees with a configuration's logged settings: the same model
-    (path, or its last component), and every layout and chunk setting both state."""
+def profile_launch_settings(profile) -> dict[str, Any]:
+    """The launch settings a profile states, as a log would state them (snake-case
+    ServerArgs names; tp/dp/ep spelled out), with the chunk its GPU sets when it states
+    none (SGLang's memory-based default, core.sglang.ladder.default_chunked_prefill_size): that is
+    the chunk its servers run, so it tells its configuration apart from another's."""
+    from bcgtune.adapters.machine.hardware import gpu_for
+    from bcgtune.core.sglang.ladder import default_chunked_prefill_size
     from bcgtune.files.profile_file import snake
 
     server = {snake(str(k)): v for k, v in profile.server.items()}
     for short, full in (("tp", "tp_size"), ("dp", "dp_size"), ("ep", "ep_size")):
         if short in server and full not in server:
             server[full] = server.pop(short)
+    gpu = gpu_for(profile.hardware)
+    if server.get("chunked_prefill_size") is None and gpu is not None:
+        server["chunked_prefill_size"] = default_chunked_prefill_size(gpu.memory_gib)
+    return server
+
+
+def profile_matches(profile, settings: dict[str, Any]) -> bool:
+    """A profile's launch agrees with a configuration's logged settings: the same model
+    (path, or its last component), and every layout and chunk setting both state. A
+    configuration whose logs state no launch settings (rotated logs without their startup
+    lines) agrees with no profile: pair it with one by --match."""
+    return bool(settings) and disagreement(profile, settings) is None
+
+
+def disagreement(profile, settings: dict[str, Any]) -> str | None:
+    """The first launch setting in which a profile and a configuration's logged settings
+    differ (`model X, the logs Y`), or None when every setting both state agrees."""
+    server = profile_launch_settings(profile)
     model = profile.model or server.get("model_path")
     logged = settings.get("model_path")
     if isinstance(model, str) and isinstance(logged, str) and model.rstrip("/") != logged.rstrip("/"):
         if os.path.basename(model.rstrip("/")) != os.path.basename(logged.rstrip("/")):
-            return False
+            return f"model {model}, the logs {logged}"
     for key in _MATCH_KEYS:
-        if key in server and key in settings and settings[key] is not None:
+        if key in server and key in settings and settings[key] is not None and server[key] is not None:
             mine, theirs = server[key], settings[key]
             if isinstance(theirs, bool) or isinstance(mine, bool):
-                if bool(mine) != bool(theirs):
-                    return False
-            elif str(mine) != str(theirs):
-                return False
-    return True
+                differ = bool(mine) != bool(theirs)
+            else:
+                differ = str(mine) != str(theirs)
+            if differ:
+                return f"{key.replace('_', '-')} {mine}, the logs {theirs}"
+    return None
+
+
+def parse_matches(values: list[str] | None, profiles: list, n_groups: int) -> dict[int, list[int]]:
+    """`--match PROFILE=GROUP` values as {profile index: [groups]}. PROFILE is the name in
+    the profile's [profile] table, the file or built-in name it was given as, or its
+    position among the profiles (0, 1, ...)."""
+    from bcgtune.core.trace.groups import check_group_index
+
+    out: dict[int, list[int]] = {}
+    if values and not profiles:
+        raise InputError("--match pairs a --profile with a configuration: give --profile", "--match")
+    for text in values or []:
+        who, sep, grp = str(text).rpartition("=")
+        if not sep or not who.strip() or not grp.strip().isdigit():
+            raise InputError(f"expected PROFILE=GROUP (e.g. h200=0), got {str(text)[:60]!r}", "--match")
+        who = who.strip()
+        hits = [
+            i for i, p in enumerate(profiles) if who in (p.name, str(p.path or ""), getattr(p, "given_as", None)) or who == str(i)
+        ]
+        if not hits and profiles:
+            hits = [i for i, p in enumerate(profiles) if p.path is not None and os.path.basename(str(p.path)) == who]
+        if not hits:
+            names = ", ".join(p.name for p in profiles) or "none given"
+            raise InputError(f"{who!r} names none of the profiles given ({names})", "--match")
+        if len(hits) > 1:
+            raise InputError(f"{who!r} names {len(hits)} of the profiles given: name one by its file", "--match")
+        g = int(grp)
+        check_group_index([None] * n_groups, g, "--match")  # type: ignore[list-item]
+        out.setdefault(hits[0], [])
+        if g not in out[hits[0]]:
+            out[hits[0]].append(g)
+    return out
+
+
+def group_files(trace: PrefillTrace) -> dict[int, list[str]]:
+    """The files (sources) each configuration's batches come from."""
+    names = trace.source_names()
+    return {i: [names[s] for s in g.sources if 0 <= s < len(names)] for i, g in enumerate(trace.groups)}
 
 
 def drift_fleet(
@@ -239,6 +313,7 @@ def drift_fleet(
     trace: PrefillTrace,
     *,
     groups: list[int] | None = None,
+    matches: dict[int, list[int]] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     tolerance_pct: float | None = None,
@@ -248,59 +323,147 @@ def drift_fleet(
 ) -> FleetDrift:
     """Every deployed list against today's traffic, one row each.
 
-    Profiles given: each is judged on the configurations in `groups`, or else on those of
-    `trace` whose logged settings it agrees with (a trace of one configuration, or none
-    known: that one); a profile that agrees with none is refused with the configurations
-    named. No profile: every configuration (or those in `groups`) is judged
-    by the list its servers logged capturing. `sglang`, `say`, `progress`: as
-    drift_for_profile takes them, for each profile's launch."""
+    `groups`: only these configurations are judged (None: all). `matches`: {profile index:
+    groups} pairs a profile with configurations it serves, whatever their logged settings
+    say (besides the one its settings agree with, if exactly one; when they agree with
+    several, only those named). A profile is judged on the configurations among those judged
+    whose logged settings it agrees with (profile_matches; a trace of one configuration,
+    or none known: that one). One profile with `groups` and no agreement is judged on
+    those groups (they name what it serves). A profile that agrees with several
+    configurations is refused (say which it serves with --match); one that agrees with none
+    is refused when it is the only profile, else left out and named. A configuration that no
+    profile serves (its logs lost their startup lines, say) is named as not judged: it does
+    not stop the others being judged. No profile: every configuration judged is judged by
+    the list its servers logged capturing (one that logged none is named as not judged).
+    `sglang`, `say`, `progress`: as drift_for_profile takes them, for each profile's launch."""
     from bcgtune.core.trace.groups import check_group_index
 
     for g in groups or []:
         check_group_index(trace.groups, g)
     n = len(trace.groups)
-    chosen = list(groups) if groups else list(range(n))
-    rows: list[DriftRow] = []
+    chosen = list(dict.fromkeys(groups)) if groups else list(range(n))
+    files = group_files(trace) if n > 1 else {}
+    label = {g: trace.groups[g].label() for g in range(n)}
+    unjudged: list[str] = []
     if not profiles:
-        for g in chosen or [0]:
-            label = trace.groups[g].label() if n else "the trace"
-            rep = drift_for_group(trace, g, calibration=calibration, threshold_pct=threshold_pct, tolerance_pct=tolerance_pct)
-            rows.append(DriftRow(f"group {g}'s captured list", g if n else None, label, _batches(trace, g), rep))
-        return FleetDrift(rows)
+        return _fleet_of_captured_lists(trace, chosen, files, label, calibration, threshold_pct, tolerance_pct)
+    plan, left_out = _pairs(profiles, trace, chosen, groups, dict(matches or {}), files, label)
+    rows: list[DriftRow] = []
     judged: set[int] = set()
-    for prof in profiles:
-        if n <= 1:
-            targets: list[int | None] = [None]
-        elif groups:  # the configurations asked for, whatever their logged settings say
-            targets = list(groups)
+    for i, target, how in plan:
+        prof = profiles[i]
+        view = trace if target is None else trace.group_view(target)
+        rep = drift_for_profile(
+            prof,
+            view,
+            calibration=calibration,
+            threshold_pct=threshold_pct,
+            tolerance_pct=tolerance_pct,
+            sglang=sglang,
+            say=say,
+            progress=progress,
+        )
+        if target is not None:
+            lab = label[target]
+            judged.add(target)
         else:
-            targets = [g for g in chosen if profile_matches(prof, trace.groups[g].settings)]
-            if not targets:
-                raise InputError(
-                    f"profile {prof.name} agrees with none of today's server configurations: {trace.describe_groups()}; "
-                    "pick the configuration it serves with --group N",
-                    prof.where,
-                )
-        for target in targets:
-            view = trace if target is None else trace.group_view(target)
-            rep = drift_for_profile(
-                prof,
-                view,
-                calibration=calibration,
-                threshold_pct=threshold_pct,
-                tolerance_pct=tolerance_pct,
-                sglang=sglang,
-                say=say,
-                progress=progress,
+            lab = trace.groups[0].label() if n == 1 else "the trace"
+        rows.append(
+            DriftRow(
+                f"profile {prof.name}",
+                target,
+                lab,
+                view.n_batches,
+                rep,
+                profile=str(prof.path or prof.name),
+                files=files.get(target, []) if target is not None else [],
+                matched=how,
             )
-            if target is not None:
-                label = trace.groups[target].label()
-                judged.add(target)
-            else:
-                label = trace.groups[0].label() if n == 1 else "the trace"
-            rows.append(DriftRow(f"profile {prof.name}", target, label, view.n_batches, rep, profile=str(prof.path or prof.name)))
-    unjudged = [f"group {g} ({trace.groups[g].label()})" for g in chosen if n > 1 and g not in judged]
-    return FleetDrift(rows, unjudged)
+        )
+    for g in chosen:
+        if n > 1 and g not in judged:
+            why = "its logs state no launch settings" if not trace.groups[g].settings else "no profile agrees with it"
+            unjudged.append(f"group {g} ({label[g]}; {_files_text(files.get(g, []))}): {why}; pair one with --match PROFILE={g}")
+    unjudged += left_out
+    if not rows:
+        raise InputError(f"no profile was judged: {'; '.join(unjudged)}")
+    return FleetDrift(rows, unjudged, files)
+
+
+def _fleet_of_captured_lists(
+    trace: PrefillTrace,
+    chosen: list[int],
+    files: dict[int, list[str]],
+    label: dict[int, str],
+    calibration,
+    threshold_pct: float,
+    tolerance_pct: float | None,
+) -> FleetDrift:
+    """No profile: each configuration judged by the list its servers logged capturing."""
+    n = len(trace.groups)
+    rows: list[DriftRow] = []
+    unjudged: list[str] = []
+    for g in chosen or [0]:
+        if n > 1 and trace.group_view(g).captured_list() is None:
+            unjudged.append(f"group {g} ({label[g]}): its logs state no complete prefill capture list; give --profile")
+            continue
+        rep = drift_for_group(trace, g, calibration=calibration, threshold_pct=threshold_pct, tolerance_pct=tolerance_pct)
+        lab = label[g] if n else "the trace"
+        row = DriftRow(f"group {g}'s captured list", g if n else None, lab, _batches(trace, g), rep, None, files.get(g, []))
+        rows.append(row)
+    if not rows:
+        raise InputError(f"no configuration of today's traffic logged its capture list: {'; '.join(unjudged)}")
+    return FleetDrift(rows, unjudged, files)
+
+
+def _pairs(
+    profiles: list, trace: PrefillTrace, chosen: list[int], groups, matches: dict[int, list[int]], files, label
+) -> tuple[list[tuple[int, int | None, str]], list[str]]:
+    """(profile, configuration or None, how paired) for every list to judge, and the
+    profiles left out (see drift_fleet)."""
+    n = len(trace.groups)
+    plan: list[tuple[int, int | None, str]] = []
+    left_out: list[str] = []
+    for i, prof in enumerate(profiles):
+        if n <= 1:
+            plan.append((i, None, ""))
+            continue
+        agree = [g for g in chosen if profile_matches(prof, trace.groups[g].settings)]
+        if i in matches:  # the configurations named, and the one its settings agree with
+            named = [g for g in matches[i] if g in chosen]
+            plan += [(i, g, "--match") for g in named]
+            if len(agree) == 1 and agree[0] not in named:
+                plan.append((i, agree[0], "settings"))
+            if not named and len(agree) != 1:
+                left_out.append(f"profile {prof.name}: the configurations --match names are not among those judged")
+            continue
+        if len(agree) > 1:
+            raise InputError(
+                f"profile {prof.name} agrees with {len(agree)} of today's configurations by the settings it states: "
+                + "; ".join(f"group {g} ({label[g]}; {_files_text(files.get(g, []))})" for g in agree)
+                + f"; say which it serves with --match {prof.name}=N (set its chunked-prefill-size to tell them apart)",
+                prof.where,
+            )
+        if agree:
+            plan.append((i, agree[0], "settings"))
+        elif groups and len(profiles) == 1:
+            plan += [(i, g, "--group") for g in chosen]
+        elif len(profiles) == 1 and not matches:
+            raise InputError(
+                f"profile {prof.name} agrees with none of today's server configurations: {trace.describe_groups()}; "
+                f"pick the configuration it serves with --match {prof.name}=N (or --group N)",
+                prof.where,
+            )
+        else:
+            left_out.append(f"profile {prof.name}: agrees with none of the configurations judged")
+    return plan, left_out
+
+
+def _files_text(names: list[str], most: int = 3) -> str:
+    if not names:
+        return "no file named"
+    shown = ", ".join(os.path.basename(n) or n for n in names[:most])
+    return shown + (f" +{len(names) - most} more" if len(names) > most else "")
 
 
 def _batches(trace: PrefillTrace, g: int) -> int:

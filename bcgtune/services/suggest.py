@@ -59,6 +59,9 @@ class SuggestRequest:
     group: int | None = None
     sglang: SglangUse = "cache"
     profile: Any = None  # a launch profile (files: Profile): its launch is priced unless server_flags are given
+    # True: price the profile as deployed (a profile that states no chunk runs its GPU's default, as drift
+    # judges it); False: a profile about to be written takes the chunk the trace knows (and writes it)
+    profile_as_deployed: bool = False
 
 
 @dataclass
@@ -171,13 +174,26 @@ def _launch_flags(req: SuggestRequest, trace: PrefillTrace, notes: list[str]) ->
 
 
 def _rank_layout(trace: PrefillTrace) -> dict[str, Any] | None:
-    """The DP-attention launch a log's rank tags point to (`DP1 TP0` ...: DP ranks, each of
-    as many TP ranks as its tags show), when the records carry more than one DP rank."""
+    """The DP-attention launch a log's rank tags point to, when its records carry more
+    than one DP rank (only the tags of the batches this trace holds: one configuration's
+    view of a fleet's trace keeps its own). SGLang tags a scheduler's lines with its DP rank
+    and its global TP rank (srt/managers/scheduler.py, configure_scheduler_process), and
+    places DP rank d on TP ranks d * tp/dp .. (d+1) * tp/dp - 1 (srt/runtime_context.py,
+    derive_attention_ranks: attn_dp_rank = tp_rank // (tp_size // attn_dp_size)): ranks up
+    to `DP7 TP7` are tp 8, dp 8, never tp 64."""
     import re
+
+    import numpy as np
 
     tags = trace.meta.get("ranks") if isinstance(trace.meta, dict) else None
     if not isinstance(tags, list):
         return None
+    col = (trace.batches or {}).get("rank")
+    if col is not None:  # only the ranks this trace's batches come from
+        seen = {int(i) for i in np.unique(col) if 0 <= int(i) < len(tags)}
+        tags = [t for i, t in enumerate(tags) if i in seen]
+    elif len(trace.groups) == 1 and trace.meta.get("ranks_from_all_groups"):
+        return None  # a histogram-only view of one configuration: whose ranks the tags are is not known
     dps: set[int] = set()
     tps: set[int] = set()
     for tag in tags:
@@ -187,7 +203,9 @@ def _rank_layout(trace: PrefillTrace) -> dict[str, Any] | None:
     if len(dps) < 2:
         return None
     dp = max(dps) + 1
-    return {"tp_size": dp * (max(tps) + 1 if tps else 1), "dp_size": dp, "enable_dp_attention": True}
+    tp = max(dp, max(tps) + 1 if tps else 1)
+    tp = -(-tp // dp) * dp  # SGLang needs tp a multiple of the attention-DP size
+    return {"tp_size": tp, "dp_size": dp, "enable_dp_attention": True}
 
 
 def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None = None, how: str = "--group N") -> PrefillTrace:
@@ -215,10 +233,14 @@ def select_group(trace: PrefillTrace, group: int | None, notes: list[str] | None
     return trace
 
 
-def _attention_dp(flags: dict[str, Any]) -> int:
+def attention_dp_of(flags: dict[str, Any]) -> int:
+    """Attention-DP ranks of a launch given as snake-case flags (SGLang's layout rules)."""
     from bcgtune.adapters.sglang.flags import layout_from_server_flags
 
     return layout_from_server_flags(flags).attn_dp_size
+
+
+_attention_dp = attention_dp_of
 
 
 def _traced_chunk(trace: PrefillTrace, flags: dict[str, Any]) -> int:
@@ -230,12 +252,20 @@ def _traced_chunk(trace: PrefillTrace, flags: dict[str, Any]) -> int:
 
 
 def profile_server_flags(
-    prof, trace: PrefillTrace, chunked_prefill_size: int | None = None, overrides: dict[str, Any] | None = None
+    prof,
+    trace: PrefillTrace,
+    chunked_prefill_size: int | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    traced_chunk: bool = True,
 ) -> dict[str, Any]:
     """A profile's [server] flags as priced against a trace, with `overrides` (snake-case
     launch flags) in place of its own: the chunk is the one given, else the profile's, else
-    the trace's (per attention-DP rank, times the ranks) when the trace knows it or the
-    profile's GPU does not set SGLang's memory-based default."""
+    the trace's (per attention-DP rank, times the ranks) when the trace knows it and
+    `traced_chunk` (a list about to be written with that chunk: suggest-buckets
+    --write-profile), or when the profile's GPU does not set SGLang's memory-based default.
+    `traced_chunk` False (the profile as deployed: drift): a profile that states no chunk
+    launches with its GPU's default, as doctor and serve --dry-run price it."""
     from bcgtune.adapters.machine.hardware import gpu_for
     from bcgtune.files.profile_file import snake
 
@@ -243,7 +273,9 @@ def profile_server_flags(
     server.update(overrides or {})
     if chunked_prefill_size:
         server["chunked_prefill_size"] = chunked_prefill_size
-    elif "chunked_prefill_size" not in server and (trace.chunked_prefill_size() or gpu_for(prof.hardware) is None):
+    elif "chunked_prefill_size" not in server and (
+        (traced_chunk and trace.chunked_prefill_size()) or gpu_for(prof.hardware) is None
+    ):
         server["chunked_prefill_size"] = _traced_chunk(trace, server)
     return server
 
@@ -257,7 +289,9 @@ def _profile_launch(
     from bcgtune.services.launch import capture_for_flags
 
     prof = req.profile
-    server = profile_server_flags(prof, trace, req.chunked_prefill_size, dict(req.server_flags or {}))
+    server = profile_server_flags(
+        prof, trace, req.chunked_prefill_size, dict(req.server_flags or {}), traced_chunk=not req.profile_as_deployed
+    )
     if req.server_flags:  # the layout flags given replace the profile's own
         notes.append(
             f"note: priced as profile {prof.name} launches with {_flags_text(dict(req.server_flags))} "

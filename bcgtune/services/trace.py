@@ -56,6 +56,37 @@ def trace_logs(
     )
 
 
+def trace_of_group(
+    locations: list[str], group: int, *, mixed_chunk: bool = False, jobs: int | None = None, histogram_only: bool = False
+) -> PrefillTrace:
+    """One server configuration of the logs on its own: the logs are parsed (histogram-only)
+    to find the files of configuration `group` (numbered as the whole trace numbers them),
+    and those files parsed again alone, so the trace's sources, statistics and batches are
+    that configuration's. A file that holds two configurations (a server restarted with
+    other settings) cannot be split by file, and is refused with its configurations named."""
+    from bcgtune.adapters.sglang.log import parse_logs
+    from bcgtune.core.trace.groups import check_group_index
+
+    paths = expand_logs(locations)
+    if "-" in paths:
+        raise InputError("standard input cannot be read twice: save it to a file to pick a configuration", "--group")
+    whole = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=True)
+    check_group_index(whole.groups, group)
+    if len(whole.groups) <= 1:
+        return whole if histogram_only else parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs)
+    assert len(whole.sources) == len(paths)
+    own = sorted(set(whole.groups[group].sources))
+    for s in own:
+        others = [i for i, g in enumerate(whole.groups) if i != group and s in g.sources]
+        if others:
+            raise InputError(
+                f"{whole.source_names()[s]} holds configurations {', '.join(map(str, sorted([group, *others])))}: "
+                "one file cannot be split by configuration",
+                "--group",
+            )
+    return parse_logs([paths[s] for s in own], mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only)
+
+
 def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
     """`bcgtune trace merge`: trace files in, one trace out (core.trace.merge)."""
     from bcgtune.core.trace.merge import merge_traces
@@ -161,6 +192,10 @@ def trace_on_cluster(
     paths = expand_logs(locations)
     if "-" in paths:
         raise InputError("standard input cannot be sent to a cluster", "--log -")
+    from bcgtune.adapters.sglang.log.remote import is_url
+
+    # a worker runs in its own folder: a path relative to this one would name another file there
+    paths = [p if is_url(p) else os.path.abspath(p) for p in paths]
     client, local = _client(cluster)
     try:
         from dask.distributed import as_completed

@@ -23,6 +23,7 @@ from bcgtune.errors import InputError
     "bcgtune drift --profile h200.toml --log today.log --write-profile h200.toml",
     "bcgtune drift -p small.toml -p big.toml --log s3://bucket/today/   # a fleet",
     "bcgtune drift --log today/*.log   # each configuration's logged capture list",
+    "bcgtune drift -p a.toml -p b.toml --log today/ --match b=2   # rotated logs",
 )
 def drift_command(
     profile: Annotated[
@@ -49,7 +50,21 @@ def drift_command(
     group: Annotated[
         Optional[List[int]],
         typer.Option(
-            "--group", min=0, help="Judge only this server configuration of today's traffic, repeatable.", show_default=False
+            "--group",
+            min=0,
+            help="Judge only this server configuration of today's traffic, repeatable (each profile on those it agrees with; "
+            "one profile alone: on these).",
+            show_default=False,
+        ),
+    ] = None,
+    match: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--match",
+            help="PROFILE=GROUP: judge this profile (its [profile] name, file, or position 0, 1, ...) on this server "
+            "configuration of today's traffic, whatever the settings its logs state; repeatable. For logs that lost "
+            "their startup lines, or a profile that states too little to tell configurations apart.",
+            show_default=False,
         ),
     ] = None,
     calibration: Annotated[
@@ -109,7 +124,7 @@ def drift_command(
     from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
     from bcgtune.cli.render.launch import capture_line
     from bcgtune.files.profile_file import load_profile
-    from bcgtune.services.drift import drift_fleet, load_traffic
+    from bcgtune.services.drift import drift_fleet, load_traffic, parse_matches
 
     if extra and log:  # `--log a.log b.log` (a shell glob): one value per --log, the rest arrive here
         log = list(log) + list(extra)
@@ -138,10 +153,12 @@ def drift_command(
     def said(capture) -> None:
         priced.append(capture)
 
+    pairs = parse_matches(match, profiles, len(trace.groups) or 1)
     fleet = drift_fleet(
         profiles,
         trace,
         groups=group,
+        matches=pairs,
         calibration=cal,
         threshold_pct=threshold,
         tolerance_pct=tolerance,

@@ -272,15 +272,57 @@ def suggest_buckets_command(
     if profile_path:
         # the launch the list was priced for: the layout flags and chunk given, in the profile
         server = {k.replace("_", "-"): v for k, v in (layout.flags() or {}).items()}
-        if chunked_prefill_size is not None:
-            server["chunked-prefill-size"] = chunked_prefill_size
+        chunk = _priced_chunk(result, chunked_prefill_size)
+        if chunk is not None:
+            server["chunked-prefill-size"] = chunk
         _write_profile(profile_path, base, plan, result.trace, server, result.capture)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}{_unchecked_note(result.capture)}", quiet)
+        _say_if_drift_cannot_pair(profile_path, result.trace, group, quiet)
     emit(
         lambda: {**plan.to_json_obj(), **launch_check_json(result.capture), "launch_capture": result.capture.to_json()},
         lambda: capture_line(result.capture) + "\n" + render_plan_text(plan),
         as_json=as_json,
     )
+
+
+def _priced_chunk(result, given: int | None) -> int | None:
+    """The launch's --chunked-prefill-size the list was priced with, written into the
+    profile even when it is the GPU's default, so the profile states the configuration it
+    serves (drift matches a profile to today's configurations by it): the value given, else
+    the one priced (the profile's own, or the trace's), else the capture's (per attention-DP
+    rank, times the ranks)."""
+    from bcgtune.services.suggest import attention_dp_of
+
+    if given is not None:
+        return given
+    chunk = result.server_flags.get("chunked_prefill_size")
+    if isinstance(chunk, int) and not isinstance(chunk, bool):
+        return chunk
+    rank = result.capture.chunked_prefill_size
+    if isinstance(rank, int) and rank > 0:
+        return rank * max(1, attention_dp_of(result.server_flags))
+    return None
+
+
+def _say_if_drift_cannot_pair(path: str, trace: PrefillTrace, group: int | None, quiet: bool) -> None:
+    """A note when the profile written differs from the launch settings its trace's logs
+    state (a base profile's model, say): drift pairs a profile with today's configuration by
+    those settings, and would not pair this one by itself."""
+    from bcgtune.files.profile_file import load_profile
+    from bcgtune.services.drift import disagreement
+
+    if len(trace.groups) != 1 or not trace.groups[0].settings:
+        return
+    prof = load_profile(path)
+    differ = disagreement(prof, trace.groups[0].settings)
+    if differ:
+        at = "N" if group is None else str(group)
+        note(
+            f"note: {path} differs from the launch its logs state ({differ}): over logs of several "
+            "configurations drift will not pair it with this one by itself; set it in the profile, or pair them "
+            f"with drift --match {prof.name}={at}",
+            quiet,
+        )
 
 
 def _graphs_off(capture: PrefillCapture, as_json: bool, source: str) -> None:

@@ -67,6 +67,7 @@ SimulateOptions: Any = option_set(
     "bcgtune trace --log https://logs.example.com/today.log.gz --histogram-only \\",
     "    -o today.json",
     "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.json",
+    "bcgtune trace --log today/ --group 1 -o one.json   # one configuration alone",
     "bcgtune trace merge monday.json tuesday.json -o week.json",
     "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
     "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
@@ -119,6 +120,16 @@ def trace_command(
             "(memory flat in the logs' length; enough for suggest-buckets and drift).",
         ),
     ] = False,
+    group: Annotated[
+        Optional[int],
+        typer.Option(
+            "--group",
+            min=0,
+            help="Write only this server configuration of the logs (as `trace` numbers them): its logs are parsed "
+            "again on their own, so the trace's sources, statistics and batches are that configuration's.",
+            show_default=False,
+        ),
+    ] = None,
     cluster: Annotated[
         Optional[str],
         typer.Option(
@@ -189,8 +200,10 @@ def trace_command(
         raise InputError("give --log FILE (an SGLang server log), --simulate or --live")
     if bench_args and not live:
         raise InputError(f"unexpected argument {bench_args[0][:60]!r} (arguments after `--` go with --live)")
-    if (histogram_only or cluster) and not log:
-        raise InputError("--histogram-only and --cluster apply to --log")
+    if (histogram_only or cluster or group is not None) and not log:
+        raise InputError("--histogram-only, --group and --cluster apply to --log")
+    if cluster and group is not None:
+        raise InputError("--group applies to logs parsed on this machine, not with --cluster", "--group")
     if not simulate and (sim.given() or sim.workload is not None or buckets is not None or calibration is not None):
         raise InputError(
             "simulation options (workload, client and server settings, --buckets, --calibration) apply with --simulate"
@@ -210,18 +223,28 @@ def trace_command(
             trace = trace_on_cluster(list(log or []), cluster, mixed_chunk=mixed_chunk, progress=bar.update)
         _emit(trace, out_path, as_json, quiet)
     else:
-        _logs(list(log or []), mixed_chunk, jobs, histogram_only, out_path, as_json, quiet)
+        _logs(list(log or []), mixed_chunk, jobs, histogram_only, out_path, as_json, quiet, group)
 
 
 def _logs(
-    paths: list[str], mixed_chunk: bool, jobs: int | None, histogram_only: bool, out_path: str | None, as_json: bool, quiet: bool
+    paths: list[str],
+    mixed_chunk: bool,
+    jobs: int | None,
+    histogram_only: bool,
+    out_path: str | None,
+    as_json: bool,
+    quiet: bool,
+    group: int | None = None,
 ) -> None:
-    from bcgtune.services.trace import trace_logs
+    from bcgtune.services.trace import trace_logs, trace_of_group
 
     if sum(1 for p in paths if p == "-") > 1:
         raise InputError("standard input ('-') can be read once only", "--log")
     with Progress("parsing logs", unit=" MB", scale=1e6, quiet=quiet) as bar:
-        trace = trace_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update)
+        if group is None:
+            trace = trace_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update)
+        else:
+            trace = trace_of_group(paths, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only)
     _emit(trace, out_path, as_json, quiet)
 
 

@@ -67,11 +67,17 @@ def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
             row.append("" if g is None else f"{g.center:.2f}" + ("" if g.half is None else f" ± {g.half:.2f}"))
         row.append(r.report.verdict.upper())
         rows.append(row)
-    lines = [f"today's traffic: {trace_batches:,} prefill batches; {len(f.rows)} lists judged on {basis}", ""]
+    lists = f"{len(f.rows)} list{'s' if len(f.rows) != 1 else ''}"
+    lines = [f"today's traffic: {trace_batches:,} prefill batches; {lists} judged on {basis}", ""]
     lines += table(head, rows)
-    labels = dict.fromkeys(f"group {r.group}: {r.configuration}" for r in f.rows if r.group is not None)
+    labels = dict.fromkeys(
+        f"group {r.group}: {r.configuration}{_files(f.files.get(r.group, []))}" for r in f.rows if r.group is not None
+    )
     if labels:
-        lines += ["", "configurations (launch settings the logs state):"] + [f"  {label}" for label in labels]
+        lines += ["", "configurations (launch settings the logs state; their files):"] + [f"  {label}" for label in labels]
+    paired = [f"  {r.deployed} on group {r.group}: by {r.matched}" for r in f.rows if r.matched in ("--match", "--group")]
+    if paired:
+        lines += ["", "paired by hand:"] + paired
     retune = [r for r in f.rows if r.report.verdict == "re-tune"]
     lines.append("")
     if retune:
@@ -82,10 +88,17 @@ def render_fleet_text(f: FleetDrift, trace_batches: int) -> str:
             lines.append("  --cuda-graph-bs-prefill " + " ".join(map(str, r.report.optimum.metrics.buckets)))
     else:
         within = "shown within the threshold or the tolerance" if timed else "within the threshold"
-        lines.append(f"verdict: KEEP: all {len(f.rows)} lists {within}")
+        lines.append(f"verdict: KEEP: {'all ' + str(len(f.rows)) + ' lists' if len(f.rows) != 1 else 'the list'} {within}")
     for r in f.rows:
         if r.report.tuned:
             lines.append(f"note: {r.deployed}: {_tuned_line(r.report.tuned)}")
     for u in f.unjudged:
-        lines.append(f"note: not judged (no profile agrees with it): {u}")
+        lines.append(f"note: not judged: {u}")
     return "\n".join(lines) + "\n"
+
+
+def _files(names: list[str], most: int = 4) -> str:
+    """`; a.log, b.log +3 more` for a configuration's files."""
+    if not names:
+        return ""
+    return "; " + ", ".join(names[:most]) + (f" +{len(names) - most} more" if len(names) > most else "")

@@ -160,6 +160,8 @@ class PrefillTrace:
             batches = {k: v[keep] for k, v in self.batches.items()}
             batches["group"] = np.zeros(int(keep.sum()), np.int32)
         meta = dict(self.meta)
+        if batches is None and len(self.groups) > 1:
+            meta["ranks_from_all_groups"] = True  # the rank tags are the whole trace's, not this group's
         for key in ("startup", "graph_disabled", "server_args"):
             if isinstance(meta.get(key), list):
                 meta[key] = [d for d in meta[key] if not isinstance(d, dict) or d.get("source") in own]

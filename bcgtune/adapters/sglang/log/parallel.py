@@ -81,10 +81,21 @@ def _parse_files(
     return _parse_parallel(paths, files, n, progress, options, want)
 
 
+def _worker_signals() -> None:
+    """A worker's signals: Ctrl-C is the parent's to handle, and SIGTERM (how the parent
+    stops a worker) ends it quietly. A forked worker inherits the command's SIGTERM handler,
+    which turns SIGTERM into KeyboardInterrupt: a worker stopped while its last result was
+    on its way out printed a traceback on a run that succeeded."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # blocked by the parent while it started the workers
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, want: Want) -> None:
     """A worker process: parse the next file of `order` not taken yet, until none is left;
     send (index, _FileResult or the parts of its InputError) on `results`."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _worker_signals()
     while True:
         with taken.get_lock():
             k = taken.value
@@ -129,12 +140,19 @@ class _Workers:
         ]
         main = threading.current_thread() is threading.main_thread()
         old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        # SIGTERM waits until the workers are started: a worker forked with the command's
+        # handler takes its own (_worker_signals) before any SIGTERM reaches it
+        mask = main and hasattr(signal, "pthread_sigmask")
+        if mask:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             for proc in self.procs:
                 proc.start()
         finally:
             if main:
                 signal.signal(signal.SIGINT, old)
+            if mask:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
     def __enter__(self) -> Self:
         return self
