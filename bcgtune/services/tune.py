@@ -87,7 +87,7 @@ class TuneResult:
 
     @property
     def buckets(self) -> list[int]:
-        return list(self.steps["optimum"]["recommended"]["buckets"])
+        return list(self.steps["measure"]["recommended"]["buckets"])  # after the sizes it wanted were measured
 
     @property
     def flag(self) -> str:
