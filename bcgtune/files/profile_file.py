@@ -397,6 +397,22 @@ def check_provenance(prov: Mapping[str, Any], where: str) -> dict[str, Any]:
     return table.model_dump(exclude={"list_"}, exclude_none=True)
 
 
+def tuned_text(tuned: dict[str, Any]) -> str:
+    """A profile's [tuned] record in one line: where and when, and the measured gain."""
+    half = tuned.get("measured_gain_half_pct")
+    gain = f"{tuned['measured_gain_pct']:+.2f}%" + (f" ± {half:.2f}%" if half is not None else "")
+    extra = []
+    if tuned.get("capture_s") is not None:
+        extra.append(f"capture {tuned['capture_s']:.2f} s")
+    if tuned.get("graph_mem_gib") is not None:
+        extra.append(f"{tuned['graph_mem_gib']:.3f} GiB")
+    return (
+        f"tuned on {tuned.get('device')} at {tuned.get('date')} (torch {tuned.get('torch')}), measured gain {gain} "
+        f"against SGLang's ladder over {tuned.get('passes')} proof pass{'es' if tuned.get('passes') != 1 else ''}; "
+        f"{tuned.get('graphs')} graphs" + (", " + ", ".join(extra) if extra else "")
+    )
+
+
 # --------------------------------------------------------------------------- writing
 def write_profile_buckets(
     path: str | os.PathLike,

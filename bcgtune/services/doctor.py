@@ -334,22 +334,6 @@ def profile_findings(
     return out
 
 
-def tuned_text(tuned: dict[str, Any]) -> str:
-    """A profile's [tuned] record in one line: where and when, and the measured gain."""
-    half = tuned.get("measured_gain_half_pct")
-    gain = f"{tuned['measured_gain_pct']:+.2f}%" + (f" ± {half:.2f}%" if half is not None else "")
-    extra = []
-    if tuned.get("capture_s") is not None:
-        extra.append(f"capture {tuned['capture_s']:.2f} s")
-    if tuned.get("graph_mem_gib") is not None:
-        extra.append(f"{tuned['graph_mem_gib']:.3f} GiB")
-    return (
-        f"tuned on {tuned.get('device')} at {tuned.get('date')} (torch {tuned.get('torch')}), measured gain {gain} "
-        f"against SGLang's ladder over {tuned.get('passes')} proof pass{'es' if tuned.get('passes') != 1 else ''}; "
-        f"{tuned.get('graphs')} graphs" + (", " + ", ".join(extra) if extra else "")
-    )
-
-
 def _tuned_findings(profile) -> list[Finding]:
     """The profile's [tuned] record (info), or a warning when [buckets].list is not the list
     it measured (edited by hand since)."""
@@ -365,6 +349,8 @@ def _tuned_findings(profile) -> list[Finding]:
                 "describe another list (run bcgtune tune again)",
             )
         ]
+    from bcgtune.files.profile_file import tuned_text
+
     return [Finding(INFO, "tuned", tuned_text(tuned))]
 
 

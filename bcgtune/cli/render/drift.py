@@ -44,7 +44,7 @@ def drift_rule_text(r: DriftReport) -> str:
 
 def _tuned_line(tuned: dict) -> str:
     """The profile's [tuned] record: the gain bcgtune tune measured for the list it wrote."""
-    from bcgtune.services.doctor import tuned_text
+    from bcgtune.files.profile_file import tuned_text
 
     return "the deployed list was " + tuned_text(tuned)
 
