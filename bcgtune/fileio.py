@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -233,6 +234,59 @@ def check_output(path: str, where: str, inputs: Iterable[str] = ()) -> None:
         raise InputError(f"cannot write in {parent}: {exc.strerror}", f"{where} {path}") from None
     os.close(fd)
     os.unlink(probe)
+
+
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+# fsspec's names for this machine's own files
+_LOCAL_PROTOCOLS = ("file", "local")
+
+
+def local_paths(value: str) -> list[str]:
+    """The paths on this machine that an input value names, as a reader would open them:
+    the value itself; the path of a `file://` or `local://` URL; and every local part of a
+    chained fsspec URL (`zip://member::file:///a.zip` reads /a.zip, `simplecache::file:///x.log`
+    reads /x.log). Other URLs (http, s3, ...) name nothing here. No I/O."""
+    if value in ("", "-"):
+        return []
+    out = []
+    for part in value.split("::") if "::" in value else [value]:
+        if not _URL_RE.match(part):
+            if part is not value and (":" in part or "/" not in part):  # a bare protocol name in a chain
+                continue
+            out.append(part)
+            continue
+        scheme, rest = part.split("://", 1)
+        if scheme.lower() in _LOCAL_PROTOCOLS:
+            out.append(rest)
+    return out
+
+
+def input_files(value: str, suffixes: tuple[str, ...] | None = None) -> list[str]:
+    """The existing regular files an input value expands to, as a reader of folders and globs
+    expands it (see local_paths for URLs): a file as it is, a glob to the files it matches, a
+    folder to the files under it (those ending in `suffixes` when given). Never raises."""
+    import glob
+
+    found: list[str] = []
+    for path in local_paths(value):
+        try:
+            if _GLOB_CHARS.search(path):
+                found += [p for p in glob.glob(path, recursive=True) if os.path.isfile(p)]
+                if os.path.isfile(path):  # a name with [ or * in it
+                    found.append(path)
+            elif os.path.isdir(path):
+                found += [
+                    os.path.join(root, f)
+                    for root, _, files in os.walk(path)
+                    for f in files
+                    if suffixes is None or f.endswith(suffixes)
+                ]
+            elif os.path.isfile(path):
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def check_outputs(outputs: Mapping[str, str | None], inputs: Iterable[str] = ()) -> None:

@@ -14,7 +14,7 @@ import os
 from typing import Iterable, Mapping, Sequence
 
 from bcgtune.errors import InputError
-from bcgtune.fileio import check_outputs
+from bcgtune.fileio import check_outputs, input_files, local_paths
 
 # (the option's names, its value) for every value of the command line being run
 _line: list[tuple[tuple[str, ...], str]] = []
@@ -28,16 +28,28 @@ def line_inputs(outputs: Iterable[str]) -> list[str]:
     """The values of the running command line that name existing files, except those of the
     output options themselves."""
     skip = set(outputs)
-    return [v for names, v in _line if not skip & set(names) and v != "-" and os.path.isfile(v)]
+    return [
+        p for names, v in _line if not skip & set(names) for p in local_paths(v) if _isfile(p)
+    ]
+
+
+def _isfile(path: str) -> bool:
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
 
 
 def outputs(paths: Mapping[str, str | None], inputs: Iterable[str | None] = (), in_place: Iterable[str] = ()) -> None:
     """Refuse bad output paths (flag -> path) before any work: see check_outputs. The run's
-    inputs: `inputs` and every file the command line names (line_inputs), except the files in
+    inputs: the files each of `inputs` expands to (a folder's files, a glob's matches, the
+path of a `file://` or other local URL: fileio.input_files) and every file the command
+line names (line_inputs), except the files in
     `in_place`, which the command rewrites on purpose (atomically, e.g. calibrate --extend)."""
     rewritten = {os.path.realpath(p) for p in in_place}
     named = [p for p in line_inputs(paths) if os.path.realpath(p) not in rewritten]
-    check_outputs(paths, [i for i in inputs if i] + named)
+    given = [f for i in inputs if i for f in (input_files(i) or [i])]
+    check_outputs(paths, given + named)
 
 
 def needs(module: str, extra: str, what: str) -> None:

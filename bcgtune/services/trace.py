@@ -40,6 +40,16 @@ def expand_logs(locations: list[str]) -> list[str]:
     return out
 
 
+def log_input_files(locations: list[str]) -> list[str]:
+    """The files on this machine that `--log` values read (folders and globs expanded as
+    expand_logs does, `file://` and other local URLs as paths): the run's inputs an output
+    may never replace. No error: a value that names nothing is refused when it is read."""
+    from bcgtune.adapters.sglang_log.remote import LOG_SUFFIXES
+    from bcgtune.fileio import input_files
+
+    return [f for loc in locations for f in input_files(loc, LOG_SUFFIXES)]
+
+
 def trace_logs(
     locations: list[str],
     *,

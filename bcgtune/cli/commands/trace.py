@@ -208,7 +208,9 @@ def trace_command(
         raise InputError(
             "simulation options (workload, client and server settings, --buckets, --calibration) apply with --simulate"
         )
-    inputs = list(log or []) + [p for p in (sim.workload, calibration, sim.profile) if p and os.path.exists(p)]
+    from bcgtune.services.trace import log_input_files
+
+    inputs = log_input_files(list(log or [])) + [p for p in (sim.workload, calibration, sim.profile) if p and os.path.exists(p)]
     guard.outputs({"-o": out_path}, inputs=inputs)
     if workdir is not None:
         guard.workdir(workdir)

@@ -126,17 +126,13 @@ def list_logs(location: str) -> list[str]:
     `s3://bucket/day/*.log`) or a folder (its files ending in LOG_SUFFIXES, recursively),
     sorted. A folder or glob that holds no log is bad input."""
     if not is_url(location):
-        import glob
         import os
 
-        if _GLOB_CHARS.search(location):
-            found = sorted(p for p in glob.glob(location, recursive=True) if os.path.isfile(p))
-        elif os.path.isdir(location):
-            found = sorted(
-                os.path.join(root, f) for root, _, files in os.walk(location) for f in files if f.endswith(LOG_SUFFIXES)
-            )
-        else:
+        from bcgtune.fileio import input_files
+
+        if not (_GLOB_CHARS.search(location) or os.path.isdir(location)):
             return [location]
+        found = sorted(set(input_files(location, LOG_SUFFIXES)))
     else:
         fs, path = _filesystem(location)
         try:
