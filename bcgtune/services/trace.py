@@ -155,17 +155,28 @@ def merge_two(a: PrefillTrace | _Failure, b: PrefillTrace | _Failure) -> Prefill
         return _failure(exc)
 
 
+def check_cluster(cluster: str) -> str:
+    """`local`, `local:N`, or a scheduler address checked for what answers there
+    (adapters.dask_scheduler), before Dask is imported: a wrong value fails in seconds."""
+    from bcgtune.adapters.dask_scheduler import check_scheduler
+
+    if cluster == "local" or cluster.startswith("local:"):
+        n = cluster.partition(":")[2]
+        if n and not (n.isdigit() and 1 <= int(n) <= 1024):
+            raise InputError(f"local:N needs a worker count 1..1024, got {n[:20]!r}", "--cluster")
+        return cluster
+    return check_scheduler(cluster, "--cluster")
+
+
 def _client(cluster: str) -> tuple[Any, Any]:
     """(dask Client, the LocalCluster it started or None): `local` (a worker process per
-    core), `local:N`, or a scheduler address (tcp://host:8786)."""
+    core), `local:N`, or a scheduler address (tcp://host:8786) that check_cluster passed."""
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise InputError(f"a cluster run needs dask[distributed]: pip install 'bcgtune[{CLUSTER_EXTRA}]'", "--cluster") from None
     if cluster == "local" or cluster.startswith("local:"):
         n = cluster.partition(":")[2]
-        if n and not (n.isdigit() and 1 <= int(n) <= 1024):
-            raise InputError(f"local:N needs a worker count 1..1024, got {n[:20]!r}", "--cluster")
         workers = int(n) if n else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         import dask
 
@@ -180,14 +191,11 @@ def _client(cluster: str) -> tuple[Any, Any]:
             return Client(local), local
         except Exception as exc:  # worker processes that cannot start: a port, memory, the environment
             raise ExternalError(f"cannot start a local Dask cluster: {' '.join(str(exc).split())[:120]}", "--cluster") from None
-    if "://" not in cluster:
-        raise InputError(
-            f"give 'local', 'local:N' or a scheduler address such as tcp://host:8786, got {cluster[:60]!r}", "--cluster"
-        )
     try:
         return Client(cluster, timeout="30s"), None
-    except (OSError, TimeoutError) as exc:
-        raise ExternalError(f"cannot reach the Dask scheduler: {' '.join(str(exc).split())[:120]}", cluster) from None
+    except Exception as exc:  # the scheduler went away, or answered the handshake wrongly
+        what = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise ExternalError(f"cannot connect to the Dask scheduler: {what}", cluster) from None
 
 
 def trace_on_cluster(
@@ -199,14 +207,15 @@ def trace_on_cluster(
 ) -> PrefillTrace:
     """Logs parsed on a Dask cluster into one histogram-only trace. The workers must reach
     the logs (a shared folder, or URLs). progress: (logs parsed, logs)."""
-    paths = expand_logs(locations)
-    if "-" in paths:
+    if "-" in locations:
         raise InputError("standard input cannot be sent to a cluster", "--log -")
+    address = check_cluster(cluster)
     from bcgtune.adapters.sglang.log.remote import is_url
 
+    paths = expand_logs(locations)
     # a worker runs in its own folder: a path relative to this one would name another file there
     paths = [p if is_url(p) else os.path.abspath(p) for p in paths]
-    client, local = _client(cluster)
+    client, local = _client(address)
     try:
         from dask.distributed import as_completed
 

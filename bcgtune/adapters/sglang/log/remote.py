@@ -44,12 +44,16 @@ def _filesystem(url: str) -> tuple[Any, str]:
             raise InputError("reading http(s) URLs needs aiohttp: pip install 'bcgtune[remote]'", url) from None
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
         kwargs["client_kwargs"] = {"timeout": timeout}
+    elif scheme == "ftp":
+        kwargs["timeout"] = CONNECT_TIMEOUT_S  # ftplib waits forever by default
     try:
         return url_to_fs(url, **kwargs)
     except (ImportError, ValueError) as exc:
         known = known_implementations.get(scheme) or {}
         hint = str(exc) or known.get("err") or type(exc).__name__
         raise InputError(f"cannot read {scheme}:// URLs here: {_one_line(hint)}", url) from None
+    except Exception as exc:  # backends connect or open here: ftp refused, a missing zip, hdfs without Java
+        raise _failure(exc, url) from None
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -65,6 +69,8 @@ def _failure(exc: BaseException, url: str) -> Exception:
         return InputError("is a folder, not a file", url)
     if isinstance(exc, PermissionError):
         return InputError("permission denied", url)
+    if type(exc).__name__ in ("BadZipFile", "ReadError", "LargeZipFile"):  # zipfile's, tarfile's
+        return InputError(f"cannot read the archive: {_one_line(str(exc) or type(exc).__name__)}", url)
     if isinstance(exc, (EOFError, gzip.BadGzipFile)) or type(exc).__name__ == "error":  # zlib.error
         return InputError(f"cannot read: {_one_line(str(exc) or 'corrupt .gz')}", url)
     what = _one_line(str(exc) or type(exc).__name__)
