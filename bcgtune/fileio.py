@@ -325,6 +325,8 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
     except OSError as exc:
         raise InputError(f"cannot write in {parent}: {exc.strerror}", where) from None
     try:
+        _hold(fd)
+        _remove_stale_temps(real, tmp)
         with os.fdopen(fd, "wb") as fh:
             if where.lower().endswith(".gz"):
                 with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
@@ -344,6 +346,51 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _hold(fd: int) -> None:
+    """Lock a temp file while it is written: a lock nobody holds marks one a killed write left."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a file system without locks: such temps are then never taken for stale
+
+
+def _remove_stale_temps(real: str, mine: str) -> list[str]:
+    """Remove the temp files of `real` that earlier writes left when they were killed
+    (`.NAME.XXXXXXXX.tmp` beside it, not locked by a running write), naming each on stderr."""
+    import fcntl
+    import glob
+
+    parent, base = os.path.split(real)
+    removed = []
+    for cand in glob.glob(os.path.join(glob.escape(parent), f".{glob.escape(base)}.{'[a-z0-9_]' * 8}.tmp")):
+        if cand == mine or path_kind(cand) != "file":
+            continue
+        try:
+            fd = os.open(cand, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a write in progress holds it (or locks do not work here): leave it
+        else:
+            try:
+                os.unlink(cand)
+                removed.append(cand)
+            except OSError:
+                pass
+        finally:
+            os.close(fd)
+    for cand in removed:
+        try:
+            sys.stderr.write(f"bcgtune: removed {cand}, left by an interrupted write of {real}\n")
+        except (OSError, ValueError, AttributeError):
+            pass
+    return removed
 
 
 def _unlink_quietly(path: str) -> None:

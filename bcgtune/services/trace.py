@@ -105,7 +105,29 @@ def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> Pref
 
     if len(paths) < 2:
         raise InputError("give at least two trace files to merge", "TRACES")
+    _refuse_duplicates(paths)
     return merge_traces([load_trace(p) for p in paths], names=[display_path(p) for p in paths], histogram_only=histogram_only)
+
+
+def _refuse_duplicates(paths: list[str]) -> None:
+    """The same trace twice (one file, or two files with the same bytes) would count its
+    batches twice: refused, naming both."""
+    from bcgtune.fileio import MAX_DOCUMENT_BYTES, path_kind, sha256_file
+
+    seen: dict[str, str] = {}
+    for p in paths:
+        if p == "-" or path_kind(p) != "file":  # stdin, devices and the missing: the loader's to refuse
+            continue
+        try:
+            if os.path.getsize(p) > MAX_DOCUMENT_BYTES:
+                continue
+            key = sha256_file(p)
+        except OSError:
+            continue  # the loader says what is wrong with it
+        if key in seen:
+            same = "is given twice" if os.path.realpath(p) == os.path.realpath(seen[key]) else f"has the same contents as {seen[key]}"
+            raise InputError(f"{same}: merging it would count its batches twice", p)
+        seen[key] = p
 
 
 # ---- on a Dask cluster -------------------------------------------------------------------
