@@ -307,3 +307,245 @@ def test_drift_with_hostile_values(opts, data):
         yield ["drift", "--profile", prof, "--trace", t, "--calibration", p], [p, t, prof]
 
     _run_with_file(data, args_for)
+
+
+# ---- the doors: inputs as the files they name, clusters and URLs, duplicates, stale temps ----
+import contextlib  # noqa: E402
+import fcntl  # noqa: E402
+import http.server  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+LOG_LINE = "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100, cuda graph: True\n"
+REAL_LOG = Path(__file__).parent / "data" / "sglang-logs" / "01_docker_desktop_outer_timestamp.log"
+
+
+@pytest.fixture()
+def logs(tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "a.log").write_text(LOG_LINE)
+    (d / "b.log").write_text(LOG_LINE.replace("100", "300"))
+    return d
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["{d}", "{d}/", "{d}/*.log", "{d}/?.log", "file://{d}/a.log", "file://{d}/*.log", "local://{d}/a.log",
+     "simplecache::file://{d}/a.log", "{d}/../logs/a.log"],
+)
+def test_an_output_is_refused_when_an_input_expands_to_it(logs, form):
+    target = logs / "a.log"
+    before = digest([target, logs / "b.log"])
+    r = cli(["trace", "--log", form.format(d=logs), "-o", target])
+    assert r.code == 2, r.err
+    assert_one_line_error(r)
+    assert "input of this run" in r.err and str(target) in r.err
+    assert digest([target, logs / "b.log"]) == before
+
+
+def test_an_output_beside_inputs_that_is_none_of_them_is_written(logs):
+    for out in (logs / "t.json", logs / "new.log"):
+        r = cli(["trace", "--log", logs, "-o", out, "-q"])
+        assert r.code == 0, r.err
+        assert out.exists()
+        out.unlink()
+
+
+def test_trace_merge_refuses_an_output_that_a_file_url_names(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.csv"
+    assert cli(["trace", "--log", REAL_LOG, "-o", a, "-q"]).code == 0
+    b.write_text("size,count\n64,1\n")
+    before = digest([a, b])
+    r = cli(["trace", "merge", f"file://{a}", b, "-o", a])
+    assert r.code == 2 and "input of this run" in r.err, r.err
+    assert digest([a, b]) == before
+
+
+@contextlib.contextmanager
+def _tcp_server(reply: bytes | None, close: bool = False):
+    """A TCP server on 127.0.0.1 that sends `reply` to each connection (None: stays silent),
+    then closes it when `close`."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    held = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            if reply:
+                c.sendall(reply)
+            if close:
+                c.close()
+            else:
+                held.append(c)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        srv.close()
+        for c in held:
+            c.close()
+
+
+@contextlib.contextmanager
+def _http_server(root):
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(root), **k)  # noqa: E731
+    handler_cls = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler_cls(*a, directory=str(root)))
+    del handler
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize(
+    "reply, close, found",
+    [
+        (None, False, "sent nothing"),
+        (b"\xff" * 64, False, "not Dask's protocol"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", False, "SSH server"),
+        (b"", True, "closed the connection"),
+        (b"\x00" * 8 + b"\xff" * 8, False, "not Dask's protocol"),  # a frame count no handshake has
+    ],
+)
+def test_cluster_at_something_that_is_not_a_scheduler_fails_with_what_is_there(logs, reply, close, found):
+    with _tcp_server(reply, close) as address:
+        r = cli(["trace", "--log", logs / "a.log", "--cluster", address])
+    assert r.code == 3, r.err
+    assert_one_line_error(r)
+    assert "not a Dask scheduler" in r.err and found in r.err and address in r.err
+
+
+def test_cluster_at_an_http_server_names_it(logs, tmp_path):
+    with _http_server(tmp_path) as port:
+        r = cli(["trace", "--log", logs / "a.log", "--cluster", f"tcp://127.0.0.1:{port}"])
+    assert r.code == 3, r.err
+    assert_one_line_error(r)
+    assert "an HTTP server answers there" in r.err
+
+
+def test_cluster_where_nothing_listens(logs):
+    r = cli(["trace", "--log", logs / "a.log", "--cluster", f"tcp://127.0.0.1:{_free_port()}"])
+    assert r.code == 3 and "nothing listens there" in r.err, r.err
+    assert_one_line_error(r)
+
+
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("tcp://", "no host"),
+        ("tcp://:8786", "no host"),
+        ("inproc://x", "inproc://"),
+        ("tcp://127.0.0.1:99999", "port"),
+        ("tcp://127.0.0.1:x", "port"),
+        ("udp://127.0.0.1:8786", "unknown scheduler protocol"),
+        ("127.0.0.1:8786", "scheduler address"),
+        ("local:-1", "local:N"),
+    ],
+)
+def test_a_malformed_cluster_value_is_bad_input_before_dask_is_imported(logs, value, needle):
+    code = (
+        "import sys\nfrom bcgtune.cli.app import main\n"
+        f"try:\n    main(['trace', '--log', {str(logs / 'a.log')!r}, '--cluster', {value!r}])\n"
+        "except SystemExit as exc:\n    print('exit', exc.code, 'dask' in sys.modules or 'distributed' in sys.modules)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.stdout.strip() == "exit 2 False", (p.stdout, p.stderr)
+    assert needle in p.stderr and len([ln for ln in p.stderr.splitlines() if ln.startswith("error:")]) == 1
+
+
+@pytest.mark.parametrize(
+    "url, codes, needle",
+    [
+        ("ftp://127.0.0.1:{port}/x.log", {3}, "refused"),
+        ("zip://x.log::file:///nonexistent-bcgtune.zip", {2}, "no such file"),
+        ("zip://x.log::file://{log}", {2}, "archive"),
+        ("hdfs://127.0.0.1:{port}/x.log", {2, 3}, "hdfs"),
+        ("bogus://x/y.log", {2}, "bogus"),
+    ],
+)
+def test_bad_urls_are_one_line_never_an_internal_error(url, codes, needle, tmp_path):
+    pytest.importorskip("fsspec")
+    log = tmp_path / "plain.log"
+    log.write_text(LOG_LINE)
+    r = cli(["trace", "--log", url.format(port=_free_port(), log=log)])
+    assert r.code in codes, r.err
+    assert_one_line_error(r)
+    assert needle in r.err.lower() or url.split(":")[0] in r.err
+
+
+def test_trace_merge_refuses_the_same_histogram_twice(tmp_path):
+    a, b, c = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "c.csv"
+    a.write_text(GOOD_TRACE)
+    shutil.copy(a, b)
+    c.write_text("size,count\n64,1\n")
+    r = cli(["trace", "merge", a, a])
+    assert r.code == 2 and "given twice" in r.err and str(a) in r.err, r.err
+    r = cli(["trace", "merge", a, c, b, "--json"])
+    assert r.code == 2 and f"same contents as {a}" in r.err and str(b) in r.err, r.err
+    assert_one_line_error(r)
+    r = cli(["trace", "merge", a, c, "--json"])
+    assert r.code == 0 and json.loads(r.out)["batches"] == 12, r.err
+
+
+def test_a_write_removes_the_temp_files_killed_writes_left(tmp_path):
+    a, c = tmp_path / "a.csv", tmp_path / "c.csv"
+    a.write_text(GOOD_TRACE)
+    c.write_text("size,count\n64,1\n")
+    out = tmp_path / "m.json"
+    stale = tmp_path / ".m.json.k1ll3d00.tmp"
+    stale.write_text("half a trace")
+    held = tmp_path / ".m.json.wr1t1ng0.tmp"  # a write in progress holds its temp locked
+    held.write_text("being written")
+    other = tmp_path / ".other.json.k1ll3d00.tmp"  # another target's
+    other.write_text("x")
+    with open(held, "rb") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        r = cli(["trace", "merge", a, c, "-o", out])
+    assert r.code == 0, r.err
+    assert not stale.exists() and held.exists() and other.exists()
+    assert str(stale) in r.err and "interrupted write" in r.err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == sorted([other.name, held.name])
+
+
+def test_a_killed_write_leaves_a_temp_that_the_next_write_removes(tmp_path):
+    """A real kill (SIGKILL) in the middle of an atomic write, then the same write again."""
+    out = tmp_path / "big.json"
+    code = (
+        "import os, signal\nfrom bcgtune.fileio import atomic_write_chunks\n"
+        "def chunks():\n    yield b'x' * 1000\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"atomic_write_chunks({str(out)!r}, chunks())\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=600)
+    assert p.returncode == -9
+    left = [q for q in tmp_path.iterdir() if q.name.endswith(".tmp")]
+    assert len(left) == 1 and not out.exists()
+    a = tmp_path / "a.csv"
+    a.write_text(GOOD_TRACE)
+    r = cli(["trace", "--log", REAL_LOG, "-o", out, "-q"])
+    assert r.code == 0, r.err
+    assert not left[0].exists() and str(left[0]) in r.err
