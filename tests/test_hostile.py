@@ -337,8 +337,17 @@ def logs(tmp_path):
 
 @pytest.mark.parametrize(
     "form",
-    ["{d}", "{d}/", "{d}/*.log", "{d}/?.log", "file://{d}/a.log", "file://{d}/*.log", "local://{d}/a.log",
-     "simplecache::file://{d}/a.log", "{d}/../logs/a.log"],
+    [
+        "{d}",
+        "{d}/",
+        "{d}/*.log",
+        "{d}/?.log",
+        "file://{d}/a.log",
+        "file://{d}/*.log",
+        "local://{d}/a.log",
+        "simplecache::file://{d}/a.log",
+        "{d}/../logs/a.log",
+    ],
 )
 def test_an_output_is_refused_when_an_input_expands_to_it(logs, form):
     target = logs / "a.log"

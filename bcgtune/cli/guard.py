@@ -28,9 +28,7 @@ def line_inputs(outputs: Iterable[str]) -> list[str]:
     """The values of the running command line that name existing files, except those of the
     output options themselves."""
     skip = set(outputs)
-    return [
-        p for names, v in _line if not skip & set(names) for p in local_paths(v) if _isfile(p)
-    ]
+    return [p for names, v in _line if not skip & set(names) for p in local_paths(v) if _isfile(p)]
 
 
 def _isfile(path: str) -> bool:
@@ -42,10 +40,10 @@ def _isfile(path: str) -> bool:
 
 def outputs(paths: Mapping[str, str | None], inputs: Iterable[str | None] = (), in_place: Iterable[str] = ()) -> None:
     """Refuse bad output paths (flag -> path) before any work: see check_outputs. The run's
-    inputs: the files each of `inputs` expands to (a folder's files, a glob's matches, the
-path of a `file://` or other local URL: fileio.input_files) and every file the command
-line names (line_inputs), except the files in
-    `in_place`, which the command rewrites on purpose (atomically, e.g. calibrate --extend)."""
+        inputs: the files each of `inputs` expands to (a folder's files, a glob's matches, the
+    path of a `file://` or other local URL: fileio.input_files) and every file the command
+    line names (line_inputs), except the files in
+        `in_place`, which the command rewrites on purpose (atomically, e.g. calibrate --extend)."""
     rewritten = {os.path.realpath(p) for p in in_place}
     named = [p for p in line_inputs(paths) if os.path.realpath(p) not in rewritten]
     given = [f for i in inputs if i for f in (input_files(i) or [i])]

@@ -125,7 +125,8 @@ def _refuse_duplicates(paths: list[str]) -> None:
         except OSError:
             continue  # the loader says what is wrong with it
         if key in seen:
-            same = "is given twice" if os.path.realpath(p) == os.path.realpath(seen[key]) else f"has the same contents as {seen[key]}"
+            twice = os.path.realpath(p) == os.path.realpath(seen[key])
+            same = "is given twice" if twice else f"has the same contents as {seen[key]}"
             raise InputError(f"{same}: merging it would count its batches twice", p)
         seen[key] = p
 
