@@ -59,7 +59,7 @@ def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | Non
     from bcgtune.engines.loader import load_model, parse_dtype
     from bcgtune.engines.preflight import refuse_cpu_for_large
     from bcgtune.engines.runtime import environment, resolve_device
-    from bcgtune.engines.sdpa import resolved_sdpa_backend
+    from bcgtune.engines.sdpa import check_sdpa_backend, resolved_sdpa_backend
 
     runner = check_runner(spec.runner)
     device = resolve_device(spec.device)
@@ -70,6 +70,7 @@ def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | Non
     if runner == "breakable" and is_hf and spec.hf_attention != "causal":
         raise InputError("the breakable runner needs --hf-attention causal (its attention runs per request)", "--hf-attention")
     dtype = parse_dtype(spec.dtype, device)
+    check_sdpa_backend(spec.sdpa_backend, device, dtype)
     torch.manual_seed(spec.seed)
     model, desc = load_model(
         spec.model, device, dtype, spec.sdpa_backend, spec.seed, spec.hf_attention == "causal", spec.random_weights

@@ -42,6 +42,25 @@ def sdpa_context(name: str) -> contextlib.AbstractContextManager[Any]:
     return sdpa_kernel([table[resolved_sdpa_backend(name)]])
 
 
+def check_sdpa_backend(name: str, device: Any, dtype: Any) -> None:
+    """Refuse, before any model runs, an SDPA backend torch has no kernel for on this device
+    and dtype (efficient and cudnn have none on the CPU): one tiny causal attention call
+    under the pin, the shapes a model's call has (batch, heads, tokens, head size)."""
+    if name == "none":
+        return
+    q = torch.zeros(1, 2, 4, 16, device=device, dtype=dtype)
+    try:
+        with sdpa_context(name):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    except RuntimeError:
+        kind = getattr(device, "type", str(device))
+        raise InputError(
+            f"torch has no {resolved_sdpa_backend(name)} attention kernel for {str(dtype).removeprefix('torch.')} on {kind}"
+            + (": use flash or math on the CPU" if kind == "cpu" else ""),
+            "--sdpa-backend",
+        ) from None
+
+
 _BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
 
 

@@ -61,9 +61,22 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     raise InputError("give --buckets LIST or --profile P")
 
 
-def _spec(engine: EngineOptions) -> EngineSpec:
+def _profile_chunk(profile: Optional[str]) -> int | None:
+    """The chunked-prefill size a profile's [server] sets (a positive value), else None."""
+    if profile is None:
+        return None
+    from bcgtune.files.profile_file import load_profile
+
+    value = load_profile(profile).server.get("chunked_prefill_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _spec(engine: EngineOptions, profile: Optional[str] = None) -> EngineSpec:
+    """The engine the options describe; with --profile, the profile's chunked-prefill size
+    is the buckets' ceiling unless --chunked-prefill-size is given."""
     from bcgtune.engines.build import EngineSpec
 
+    chunk = engine.chunked_prefill_size if engine.chunked_prefill_size is not None else _profile_chunk(profile)
     return EngineSpec(
         model=engine.model,
         device=engine.device,
@@ -73,7 +86,7 @@ def _spec(engine: EngineOptions) -> EngineSpec:
         hf_attention=engine.hf_attention.value,
         random_weights=engine.random_weights,
         runner=engine.runner.value,
-        chunked_prefill_size=engine.chunked_prefill_size,
+        chunked_prefill_size=chunk,
         graph_impl=engine.graph_impl.value,
     )
 
@@ -109,8 +122,8 @@ def capture_command(
     from bcgtune.cli.render.engine import format_capture, text
     from bcgtune.services import capture
 
-    progress = None if quiet else (lambda r: note(f"  captured {r.bucket}: {'ok' if r.ok else r.error}"))
-    rep = capture.run_capture(bl, _spec(engine), warmup=warmup, progress=progress)
+    progress = None if quiet else (lambda r: note(f"  bucket {r.bucket}: {'done' if r.ok else r.error}"))
+    rep = capture.run_capture(bl, _spec(engine, profile), warmup=warmup, progress=progress)
     emit(rep.to_json, lambda: text(format_capture(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
     if rep.failed:
         raise CheckFailed(f"{rep.failed} of {len(rep.buckets)} captures failed")
@@ -232,7 +245,7 @@ def validate_command(
     from bcgtune.services import validate
 
     progress = None if quiet else (lambda e: note(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"))
-    spec = _spec(engine)
+    spec = _spec(engine, profile)
     if inject_fault is not None:
         spec = dataclasses.replace(spec, fault=inject_fault.value)
     rep = validate.run_validate(
@@ -404,6 +417,7 @@ def calibrate_command(
     if out_path is None:
         raise InputError("give -o FILE (the calibration to write), or --extend CAL to add sizes to one", "-o")
     guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
+    _refuse_csv_for_breakable(out_path, engine.runner.value)
     from bcgtune.cli.render.engine import format_calibration, text
     from bcgtune.core.sglang.replay import parse_bucket_list
     from bcgtune.services import calibrate
@@ -430,6 +444,17 @@ def calibrate_command(
     save_calibration(result.calibration, out_path)
     note(f"wrote {out_path}", quiet)
     emit(result.to_json, lambda: text(format_calibration(result.calibration)), as_json=as_json)
+
+
+def _refuse_csv_for_breakable(out_path: str, runner: str) -> None:
+    """Before any measuring: a breakable-runner calibration has no CSV form
+    (files.calibration_file.save_calibration)."""
+    if runner != "full" and out_path.lower().removesuffix(".gz").endswith(".csv"):
+        raise InputError(
+            f"a {runner}-runner calibration is written as JSON only (its per-batch table does not fit "
+            "tokens,eager_ms,graph_ms): name a .json file, or use --runner full",
+            f"-o {out_path}",
+        )
 
 
 # What a new calibration measures, chosen by options that do not apply to an extension.
@@ -472,6 +497,10 @@ def _extend(
     target = out_path or cal_path
     guard.outputs({"-o": target}, inputs=[cal_path] if out_path else [], in_place=[] if out_path else [cal_path])
     wanted = parse_bucket_list(sizes, "--sizes")
+    if target.lower().removesuffix(".gz").endswith(".csv"):
+        from bcgtune.files.calibration_file import load_calibration
+
+        _refuse_csv_for_breakable(target, load_calibration(cal_path).runner)
     require_torch()
     from bcgtune.files.calibration_file import save_calibration
 

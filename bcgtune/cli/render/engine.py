@@ -28,16 +28,24 @@ def format_environment(environment: dict[str, Any], model: dict[str, Any]) -> st
 
 def format_capture(rep: CaptureReport) -> list[str]:
     lines = [format_environment(rep.environment, rep.model), f"{'bucket':>8} {'capture s':>10} {'pool GiB':>9}  result"]
+    dry = rep.environment.get("graph_mode") == "padded-eager"  # no graph on this device: nothing was captured
     for r in rep.per_bucket:
         pool = "-" if r.pool_growth_gib is None else f"{r.pool_growth_gib:.4f}"
-        res = "ok" if r.ok else f"FAILED: {r.error}"
+        res = ("ran eager, no graph" if dry else "ok") if r.ok else f"FAILED: {r.error}"
         if r.ok and r.segments:
             res += f" ({r.segments} segments)"
         if r.ok and not r.attention_match:
             res += "  (attention differs from eager: " + "; ".join(r.attention_capture) + ")"
         lines.append(f"{r.bucket:>8} {r.capture_s:>10.3f} {pool:>9}  {res}")
     pool = "-" if rep.pool_gib_total is None else f"{rep.pool_gib_total:.3f} GiB"
-    lines.append(f"{rep.graphs} graphs in {rep.capture_s_total:.2f} s, pool {pool}")
+    if dry:
+        lines.append(
+            f"no graphs captured: {rep.graphs} buckets ran as padded eager forwards on "
+            f"{rep.environment.get('backend', 'this device')} in {rep.capture_s_total:.2f} s "
+            "(a dry run: graph capture not checked; run on a GPU for that)"
+        )
+    else:
+        lines.append(f"{rep.graphs} graphs in {rep.capture_s_total:.2f} s, pool {pool}")
     return lines
 
 
