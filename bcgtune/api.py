@@ -132,6 +132,13 @@ def _group(value: Any, trace: PrefillTrace | None) -> int | None:
     return group
 
 
+def _name_of(value: Any, name: str = "compare") -> str:
+    """A list's name in `compare`: a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"names a list by a non-empty string, got {quote(value)} ({_kind(value)})", field=name)
+    return value
+
+
 def _flag(value: Any, name: str) -> bool:
     value = _plain(value)
     if not isinstance(value, bool):
@@ -280,7 +287,7 @@ def suggest_buckets(
         max_graph_mem_gib=_plain(max_graph_mem_gib),
         candidates=_plain(candidates),
         seed=_check(Seed, seed, "seed"),
-        compare=[(str(name), _buckets(lst, str(name))) for name, lst in (compare or {}).items()],
+        compare=[(_name_of(name), _buckets(lst, str(name))) for name, lst in (compare or {}).items()],
         chunked_prefill_size=_plain(chunked_prefill_size),
         kmeans=_flag(kmeans, "kmeans"),
         baselines=_flag(baselines, "baselines"),
@@ -337,3 +344,32 @@ def drift(
     return drift_for_list(
         t, buckets, server_flags=flags, align=align, calibration=cal, threshold_pct=threshold, tolerance_pct=tolerance
     )
+
+
+def _door(fn: Any) -> Any:
+    """`fn` whose call with an argument it does not take (a misspelt keyword, one positional
+    too many, a missing trace) is an InputError naming the argument, as every other bad value
+    at this door is, instead of Python's TypeError."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            unknown = next((k for k in kwargs if k not in sig.parameters), None)
+            what = str(exc).removeprefix(f"{fn.__name__}() ")
+            raise InputError(what, field=unknown or fn.__name__) from None
+        return fn(*args, **kwargs)
+
+    return call
+
+
+for _name in _API:
+    _fn = globals().get(_name)
+    if callable(_fn) and getattr(_fn, "__module__", None) == __name__ and not isinstance(_fn, type):
+        globals()[_name] = _door(_fn)
+del _name, _fn

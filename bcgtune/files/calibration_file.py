@@ -49,7 +49,7 @@ from bcgtune.core.plan.calibration import (
     Runner,
     SignedMilliseconds,
 )
-from bcgtune.core.schema import Document, GiB, Milliseconds, NonNegativeInt, Tokens, validate
+from bcgtune.core.schema import TOKENS_MAX, Document, GiB, Milliseconds, NonNegativeInt, Tokens, validate
 from bcgtune.errors import InputError
 from bcgtune.fileio import csv_rows
 
@@ -370,8 +370,9 @@ def _parse_csv(text: str, path: str) -> Calibration:
             tok = int(tok_s)
         except ValueError:
             raise InputError(f"field tokens {tok_s!r} is not an integer", f"{path}:{lineno}") from None
-        if tok <= 0:
-            raise InputError(f"field tokens must be positive, got {tok}", f"{path}:{lineno}")
+        if not 1 <= tok <= TOKENS_MAX:
+            shown = tok_s if len(tok_s) <= 24 else tok_s[:21] + "..."
+            raise InputError(f"field tokens must be within 1..{TOKENS_MAX:,}, got {shown}", f"{path}:{lineno}")
         vals = []
         for name, cell in (("eager_ms", row[1]), ("graph_ms", row[2])):
             c = cell.strip()

@@ -427,7 +427,8 @@ def write_profile_buckets(
 
     The document is edited with tomlkit, which keeps every other table, comment, blank line
     and key order as written: only [buckets] changes (its old keys go: provenance describes
-    the new list). A file with CRLF line endings stays CRLF. When `path` does not exist, it is
+    the new list). A file with CRLF line endings stays CRLF, and one that opens with a
+UTF-8 byte-order mark keeps it. When `path` does not exist, it is
     created from `base_profile` (a built-in name or a path; required then) with
     [profile].name set from the new file's stem. The result is re-read with the strict
     loader before it replaces anything."""
@@ -436,10 +437,12 @@ def write_profile_buckets(
     blist = check_bucket_list(list(buckets), "bucket list to write")
     prov = check_provenance(dict(provenance or {}), where)
     new_name = None
+    bom = False
     if path.exists():
         if path.is_dir():
             raise InputError("is a folder, not a profile file", where)
         source, old = where, _read_text(where)
+        bom = _starts_with_bom(where)  # kept: the editor that wrote it may want it back
         parse_profile(old, where, path=path)  # refuse to edit a file that is already wrong
     else:
         if base_profile is None:
@@ -454,8 +457,16 @@ def write_profile_buckets(
         validate(TunedTable, _snake_keys(dict(tuned)), where, style="toml", prefix=("tuned",), loc_in_where=True)
     new = _with_buckets(old, source, blist, prov, new_name, dict(server or {}), None if tuned is None else dict(tuned))
     result = parse_profile(new, where, path=path)
-    atomic_write_text(path, new)
+    atomic_write_text(path, ("\ufeff" if bom else "") + new)
     return result
+
+
+def _starts_with_bom(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(3) == b"\xef\xbb\xbf"
+    except OSError:
+        return False
 
 
 def _with_buckets(

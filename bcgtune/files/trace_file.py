@@ -228,6 +228,7 @@ def _parse_json_trace(text: str, where: str) -> PrefillTrace:
         raise InputError("histogram.sizes holds a size twice", where)
     batches = _batch_columns(doc.batches, where) if doc.batches else None
     meta = doc.meta.model_dump(exclude_unset=True)
+    _check_decode_votes(meta, batches, where)
     groups = _groups(doc.groups, len(doc.sources), sizes, counts, where)
     if batches is not None and groups:
         col = batches.get("group")
@@ -244,6 +245,49 @@ def _parse_json_trace(text: str, where: str) -> PrefillTrace:
         meta=meta,
         groups=groups,
     )
+
+
+def _check_decode_votes(meta: dict[str, Any], batches: dict[str, np.ndarray] | None, where: str) -> None:
+    """meta.dp_attention.decode_votes, each a (step, rank, rows) of a rank decoding during a
+    simulated step: equal lengths, ranks below meta.dp_attention.ranks, steps the batches
+    hold, one vote per (step, rank), and never a rank that prefills in that step."""
+    from bcgtune.core.step_grouping import dp_index
+
+    dpa = meta.get("dp_attention") or {}
+    votes = dpa.get("decode_votes")
+    if not votes:
+        return
+    loc = "meta.dp_attention.decode_votes"
+    step, rank, rows = (np.asarray(votes.get(k, []), dtype=np.int64) for k in ("step", "rank", "rows"))
+    if not (step.size == rank.size == rows.size):
+        raise InputError(f"{loc}: step, rank and rows differ in length", where)
+    if rank.size and int(rank.max()) >= dpa["ranks"]:
+        raise InputError(f"{loc}.rank: rank {int(rank.max())} is not below meta.dp_attention.ranks ({dpa['ranks']})", where)
+    col = None if batches is None else batches.get("step")
+    if col is None:
+        if step.size:
+            raise InputError(f"{loc}: votes of simulated steps need the batches' step column", where)
+        return
+    known = np.unique(col[col >= 0])
+    unknown = step[~np.isin(step, known)]
+    if unknown.size:
+        raise InputError(f"{loc}.step: step {int(unknown[0])} is no step of the trace's batches", where)
+    pairs = np.stack([step, rank], axis=1)
+    uniq, counts = np.unique(pairs, axis=0, return_counts=True)
+    if (counts > 1).any():
+        s0, r0 = uniq[int(np.argmax(counts > 1))]
+        raise InputError(f"{loc}: rank {int(r0)} votes twice in step {int(s0)}", where)
+    tags = list(meta.get("ranks") or [])
+    rank_col = batches.get("rank") if batches is not None else None
+    if rank_col is None or not tags:
+        return
+    dp_of_tag = np.array([-1 if (d := dp_index(t)) is None else d for t in tags] + [-1], dtype=np.int64)
+    rc = np.asarray(rank_col, dtype=np.int64)
+    dp = dp_of_tag[np.where((rc >= 0) & (rc < len(tags)), rc, len(tags))]
+    prefill = {(int(a), int(b)) for a, b in zip(col.tolist(), dp.tolist()) if a >= 0 and b >= 0}
+    both = next(((int(a), int(b)) for a, b in pairs.tolist() if (a, b) in prefill), None)
+    if both is not None:
+        raise InputError(f"{loc}: rank {both[1]} both prefills and decodes in step {both[0]}", where)
 
 
 def _groups(docs: list[_GroupDoc], n_sources: int, sizes: np.ndarray, counts: np.ndarray, where: str) -> list[TraceGroup]:

@@ -402,7 +402,8 @@ def _deepstack_findings(
 
 
 def _check_runner_source(path: str | Path) -> None:
-    """--runner-source must name a readable Python file of reasonable size."""
+    """--runner-source must name a readable Python text file of reasonable size that defines
+    the runner's class (one that then fails to import is a finding, not bad input)."""
     import os
     import stat
 
@@ -421,6 +422,21 @@ def _check_runner_source(path: str | Path) -> None:
         raise InputError(f"is {st.st_size:,} bytes, more than a runner's source ({RUNNER_SOURCE_MAX_BYTES:,})", where)
     if not os.access(path, os.R_OK):
         raise InputError("cannot read it: permission denied", where)
+    import re
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(RUNNER_SOURCE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", where) from None
+    if b"\x00" in data:
+        raise InputError("binary data, not Python source (a prefill_cuda_graph_runner.py)", where)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): not Python source", where) from None
+    if not re.search(r"^[ \t]*class[ \t]+PrefillCudaGraphRunner\b", text, re.M):
+        raise InputError("defines no class PrefillCudaGraphRunner: not SGLang's prefill_cuda_graph_runner.py", where)
 
 
 # SGLang 0.5.23's runner is about 90 kB

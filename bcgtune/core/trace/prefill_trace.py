@@ -114,6 +114,8 @@ class PrefillTrace:
         """Nearest-rank percentile of the per-batch forward size (0 <= q <= 100)."""
         from fractions import Fraction
 
+        if isinstance(q, (str, bytes, bool)):  # pydantic would read '50' as 50
+            raise InputError(f"must be a number within 0..100, got {type(q).__name__} {q!r:.40}", field="q")
         if not isinstance(q, Fraction):
             q = validate(Percent, q.item() if isinstance(q, np.generic) else q, field="q")
         if self.n_batches == 0:
