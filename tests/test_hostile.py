@@ -558,3 +558,146 @@ def test_a_killed_write_leaves_a_temp_that_the_next_write_removes(tmp_path):
     r = cli(["trace", "--log", REAL_LOG, "-o", out, "-q"])
     assert r.code == 0, r.err
     assert not left[0].exists() and str(left[0]) in r.err
+
+
+# ---- left from before: checks that come first, values that were accepted -------------------
+def _in_a_child(args: list[str]) -> tuple[int, str, bool]:
+    """(exit code, stderr, whether torch was imported) of the CLI run in a fresh interpreter."""
+    code = (
+        "import sys\nfrom bcgtune.cli.app import main\n"
+        f"try:\n    main({[str(a) for a in args]!r})\n"
+        "except SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    rc, torch_loaded = p.stdout.split()[-2:]
+    return int(rc), p.stderr, torch_loaded == "True"
+
+
+@pytest.mark.parametrize("name", ["out.csv", "out.CSV.gz"])
+def test_calibrate_refuses_a_csv_for_the_breakable_runner_before_measuring(tmp_path, name):
+    rc, err, torch_loaded = _in_a_child(
+        ["calibrate", "--model", "tiny", "--device", "cpu", "--sizes", "16 32", "-o", tmp_path / name]
+    )
+    assert rc == 2 and "JSON only" in err and not torch_loaded, err
+    assert not (tmp_path / name).exists()
+
+
+def test_capture_takes_the_profiles_chunk_as_the_ceiling(tmp_path):
+    pytest.importorskip("torch")
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        '[profile]\nname = "p"\nplatform = "cuda"\nmodel = "tiny"\n\n[server]\nchunked-prefill-size = 256\n\n'
+        "[buckets]\nlist = [128, 512]\n"
+    )
+    r = cli(["capture", "--profile", prof, "--model", "tiny", "--device", "cpu"])
+    assert r.code == 2 and "512 is above the chunked-prefill ceiling 256" in r.err, r.err
+    assert_one_line_error(r)
+
+
+@pytest.mark.parametrize("backend", ["efficient", "cudnn"])
+def test_an_sdpa_backend_without_a_cpu_kernel_is_refused(backend):
+    pytest.importorskip("torch")
+    r = cli(["capture", "--buckets", "16", "--model", "tiny", "--device", "cpu", "--sdpa-backend", backend])
+    assert r.code == 2 and "--sdpa-backend" in r.err and "no " + backend in r.err, r.err
+    assert_one_line_error(r)
+
+
+def test_a_cpu_capture_says_no_graph_was_captured():
+    pytest.importorskip("torch")
+    r = cli(["capture", "--buckets", "16 32", "--model", "tiny", "--device", "cpu", "--sdpa-backend", "flash"])
+    assert r.code == 0, r.err
+    assert "no graphs captured" in r.out and "graph capture not checked" in r.out
+    assert not [ln for ln in r.out.splitlines() if ln.rstrip().endswith(" ok")]
+
+
+def _dp_trace_doc(tmp_path):
+    from bcgtune.adapters.simulator import simulate
+    from bcgtune.core.workload import Workload
+    from bcgtune.files.trace_file import save_trace
+
+    w = Workload(
+        dataset_name="random", num_prompts=[60], random_input_len=1500, random_output_len=20, random_range_ratio=0.2,
+        max_concurrency=[16], chunked_prefill_size=4096, dp_size=4, enable_dp_attention=True, seed=3,
+    )  # fmt: skip
+    p = tmp_path / "dp.json"
+    save_trace(simulate(w), str(p))
+    return json.loads(p.read_text())
+
+
+@pytest.mark.parametrize(
+    "break_it, needle",
+    [
+        (lambda v, b: v["rank"].append(0), "differ in length"),
+        (lambda v, b: v["rank"].__setitem__(0, 4), "not below meta.dp_attention.ranks"),
+        (lambda v, b: v["step"].__setitem__(0, max(b["step"]) + 1000), "no step of the trace"),
+        (lambda v, b: [v[k].append(v[k][0]) for k in ("step", "rank", "rows")], "votes twice"),
+        (lambda v, b: (v["step"].__setitem__(0, b["step"][0]), v["rank"].__setitem__(0, b["rank"][0])), "both prefills"),
+    ],
+)
+def test_bad_dp_decode_votes_are_refused(tmp_path, break_it, needle):
+    doc = _dp_trace_doc(tmp_path)
+    votes = doc["meta"]["dp_attention"]["decode_votes"]
+    assert votes["step"]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(doc))
+    assert cli(["suggest-buckets", good, "--tp", "4", "--attn-dp-size", "4", "--json"]).code == 0
+    break_it(votes, doc["batches"])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    r = cli(["suggest-buckets", bad, "--tp", "4", "--attn-dp-size", "4"])
+    assert r.code == 2 and needle in r.err and "decode_votes" in r.err, r.err
+    assert_one_line_error(r)
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 8, b"x = 1\n", b"\xff\xfeclass PrefillCudaGraphRunner:\n"])
+def test_doctor_refuses_a_runner_source_that_is_no_runner(tmp_path, content):
+    f = tmp_path / "runner.py"
+    f.write_bytes(content)
+    r = cli(["doctor", "--no-sglang-probe", "--runner-source", f])
+    assert r.code == 2 and f"--runner-source {f}" in r.err, r.err
+    assert_one_line_error(r)
+
+
+def test_api_doors():
+    import bcgtune
+    from bcgtune.errors import InputError
+
+    t = bcgtune.trace_from_sizes([100, 200, 300])
+    for call, field in (
+        (lambda: t.percentile("50"), "q"),
+        (lambda: t.percentile(b"50"), "q"),
+        (lambda: bcgtune.suggest_buckets(t, bogus_kw=1), "bogus_kw"),
+        (lambda: bcgtune.suggest_buckets(t, compare={1: [256]}), "compare"),
+        (lambda: bcgtune.suggest_buckets(t, compare={"": [256]}), "compare"),
+        (lambda: bcgtune.evaluate(t), "evaluate"),
+        (lambda: bcgtune.evaluate(t, [256], 1.5), "evaluate"),
+        (lambda: bcgtune.trace_from_sizes(), "trace_from_sizes"),
+    ):
+        with pytest.raises(InputError) as ei:
+            call()
+        assert ei.value.field == field, (ei.value, field)
+    assert t.percentile(50) == 200
+    assert bcgtune.suggest_buckets(t, compare={"mine": [256, 512]}).rows
+
+
+def test_write_profile_keeps_a_byte_order_mark(tmp_path):
+    prof = tmp_path / "mine.toml"
+    prof.write_bytes(b"\xef\xbb\xbf" + (Path(__file__).parents[1] / "profiles" / "h200.toml").read_bytes())
+    t = tmp_path / "t.csv"
+    t.write_text(GOOD_TRACE)
+    r = cli(["suggest-buckets", t, "--write-profile", prof, "-q"])
+    assert r.code == 0, r.err
+    data = prof.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b"\xef\xbb\xbf" not in data[3:]
+    assert cli(["doctor", "--profile", prof, "--no-sglang-probe", "--json"]).code in (0, 1)
+
+
+@pytest.mark.parametrize("tokens", [str(2**70), str(2**31), "-" + str(2**70), "9" * 5000])
+def test_a_calibration_csv_with_a_huge_token_count_names_the_row(tmp_path, tokens):
+    cal = tmp_path / "c.csv"
+    cal.write_text(f"tokens,eager_ms,graph_ms\n256,1.0,0.5\n{tokens},1.0,0.5\n")
+    t = tmp_path / "t.csv"
+    t.write_text(GOOD_TRACE)
+    r = cli(["suggest-buckets", t, "--objective", "time", "--calibration", cal])
+    assert r.code == 2 and f"{cal}:3" in r.err and "tokens" in r.err, r.err
+    assert_one_line_error(r)

@@ -50,7 +50,7 @@ from bcgtune.core.plan.calibration import (
     SignedMilliseconds,
 )
 from bcgtune.core.schema import TOKENS_MAX, Document, GiB, Milliseconds, NonNegativeInt, Tokens, validate
-from bcgtune.errors import InputError
+from bcgtune.errors import InputError, quote
 from bcgtune.fileio import csv_rows
 
 READ_VERSIONS = (1, 2, 3, 4)
@@ -369,10 +369,9 @@ def _parse_csv(text: str, path: str) -> Calibration:
         try:
             tok = int(tok_s)
         except ValueError:
-            raise InputError(f"field tokens {tok_s!r} is not an integer", f"{path}:{lineno}") from None
+            raise InputError(f"field tokens {quote(tok_s)} is not an integer", f"{path}:{lineno}") from None
         if not 1 <= tok <= TOKENS_MAX:
-            shown = tok_s if len(tok_s) <= 24 else tok_s[:21] + "..."
-            raise InputError(f"field tokens must be within 1..{TOKENS_MAX:,}, got {shown}", f"{path}:{lineno}")
+            raise InputError(f"field tokens must be within 1..{TOKENS_MAX:,}, got {quote(tok_s, 40)}", f"{path}:{lineno}")
         vals = []
         for name, cell in (("eager_ms", row[1]), ("graph_ms", row[2])):
             c = cell.strip()

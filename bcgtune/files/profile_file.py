@@ -423,15 +423,15 @@ def write_profile_buckets(
     tuned: Mapping[str, Any] | None = None,
 ) -> Profile:
     """Set `path`'s [buckets] (list + provenance) atomically (temp file + rename), and the
-    [server] flags in `server` (the launch the list was priced for, e.g. its chunk).
+        [server] flags in `server` (the launch the list was priced for, e.g. its chunk).
 
-    The document is edited with tomlkit, which keeps every other table, comment, blank line
-    and key order as written: only [buckets] changes (its old keys go: provenance describes
-    the new list). A file with CRLF line endings stays CRLF, and one that opens with a
-UTF-8 byte-order mark keeps it. When `path` does not exist, it is
-    created from `base_profile` (a built-in name or a path; required then) with
-    [profile].name set from the new file's stem. The result is re-read with the strict
-    loader before it replaces anything."""
+        The document is edited with tomlkit, which keeps every other table, comment, blank line
+        and key order as written: only [buckets] changes (its old keys go: provenance describes
+        the new list). A file with CRLF line endings stays CRLF, and one that opens with a
+    UTF-8 byte-order mark keeps it. When `path` does not exist, it is
+        created from `base_profile` (a built-in name or a path; required then) with
+        [profile].name set from the new file's stem. The result is re-read with the strict
+        loader before it replaces anything."""
     path = Path(path)
     where = str(path)
     blist = check_bucket_list(list(buckets), "bucket list to write")
