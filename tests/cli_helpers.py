@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from bcgtune.cli.app import main
 
+# A test that runs this long has hung: the limit stops it, never judges speed (tests assert
+# behaviour; speed is measured in benchmarks/, as ratios). Busy machines run 10x slower.
+HANG_S = 600
+
 README_EXIT_CODES = {0, 1, 2, 3, 4, 130}
 USER_EXIT_CODES = {0, 1, 2, 3, 5, 130}  # 4 means a bug in bcgtune
 
@@ -24,12 +28,39 @@ class Result:
     seconds: float
 
 
+class Hung(BaseException):
+    """A call ran past HANG_S."""
+
+
+@contextlib.contextmanager
+def hang_stop(seconds: int = HANG_S):
+    """Raise Hung in this thread after `seconds` (SIGALRM; the main thread only, else nothing)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Hung(f"still running after {seconds} s: hung")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def cli(args: list[str], stdin: str | None = None) -> Result:
-    """bcgtune's real entry point in-process: exit code, stdout, stderr, wall time."""
+    """bcgtune's real entry point in-process: exit code, stdout, stderr, wall time (for
+    reports only: tests never bound it); stopped as hung after HANG_S."""
     out, err = io.StringIO(), io.StringIO()
     t0 = time.monotonic()
     code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), hang_stop():
         try:
             main([str(a) for a in args])
         except SystemExit as exc:

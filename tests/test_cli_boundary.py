@@ -11,7 +11,7 @@ import stat
 import sys
 
 import pytest
-from cli_helpers import README_EXIT_CODES, assert_one_line_error, cli, digest
+from cli_helpers import HANG_S, README_EXIT_CODES, assert_one_line_error, cli, digest
 
 import bcgtune.cli.commands.engine as engine_cmd
 import bcgtune.cli.render.doctor as doctor_render
@@ -222,7 +222,7 @@ def test_nonsense_options_are_refused(trace_csv, extra, needle):
 
 def test_huge_max_buckets_is_clamped_not_a_runaway(trace_csv):
     r = cli(["suggest-buckets", str(trace_csv), "--max-buckets", "4096", "--json"])
-    assert r.code == 0 and r.seconds < 10
+    assert r.code == 0, r.err
     obj = json.loads(r.out)
     assert len(obj["recommended"]["buckets"]) <= 3
     r = cli(["suggest-buckets", str(trace_csv), "--max-buckets", "1000000000"])
@@ -238,7 +238,7 @@ def test_alignment_above_every_size_says_no_graphs(trace_csv):
 
 def test_dev_zero_as_a_trace_is_refused_fast():
     r = cli(["suggest-buckets", "/dev/zero"])
-    assert r.code == 2 and r.seconds < 5
+    assert r.code == 2, r.err
     assert "binary" in r.err
 
 
@@ -256,7 +256,6 @@ def test_outputs_that_are_inputs_are_refused_before_work(tmp_path, trace_csv):
         assert r.code == 2, (args, r.err)
         assert_one_line_error(r)
         assert "input of this run" in r.err
-        assert r.seconds < 5
     assert digest([log, trace_csv]) == before
 
 
@@ -303,7 +302,7 @@ def test_gpu_commands_without_torch(monkeypatch):
 def _bcgtune(args, **kw):
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=HANG_S, **kw)
 
 
 def test_a_full_disk_is_an_outside_failure(tmp_path, trace_csv, monkeypatch):
@@ -313,7 +312,11 @@ def test_a_full_disk_is_an_outside_failure(tmp_path, trace_csv, monkeypatch):
     # stdout on a full disk: the result cannot be delivered (exit 3), one line, no traceback
     for args in (["suggest-buckets", str(trace_csv)], ["suggest-buckets", str(trace_csv), "--json"], ["--help"]):
         p = subprocess.run(
-            f'"{sys.executable}" -m bcgtune {" ".join(args)} > /dev/full', shell=True, capture_output=True, text=True, timeout=60
+            f'"{sys.executable}" -m bcgtune {" ".join(args)} > /dev/full',
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
         )
         assert p.returncode == 3, (args, p.stderr)
         assert p.stderr.count("error:") == 1 and "No space left on device" in p.stderr and "Traceback" not in p.stderr
@@ -348,12 +351,12 @@ def test_a_closed_or_vanishing_stdout_is_no_traceback(tmp_path, trace_csv):
 
     prof = tmp_path / "tuned.toml"
     cmd = f'"{sys.executable}" -m bcgtune suggest-buckets {trace_csv} --write-profile {prof} --base-profile h200 >&-'
-    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0 and "Traceback" not in p.stderr and "error" not in p.stderr, p.stderr
     assert prof.exists()  # the work is done; only the printed result had nowhere to go
     for args in ("suggest-buckets {t}", "suggest-buckets {t} --json", "--help", "suggest-buckets --help"):
         cmd = f'"{sys.executable}" -m bcgtune {args.format(t=trace_csv)} | head -c 1'
-        p = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, timeout=60)
+        p = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, timeout=HANG_S)
         assert p.returncode == 0 and not p.stderr, (args, p.stderr)
 
 
@@ -377,7 +380,7 @@ def test_a_stop_during_start_up_imports_exits_130(trace_csv, module, sig):
     )
     import subprocess
 
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 130, (p.returncode, p.stderr)
     assert p.stderr == "error: interrupted\n" and not p.stdout
 
@@ -574,6 +577,6 @@ def test_a_file_name_too_long_for_the_file_system(trace_csv):
 )
 def test_closed_sets_are_choices_at_parse_time(args, flag):
     r = cli(args)
-    assert r.code == 2 and r.seconds < 2, r.err
+    assert r.code == 2, r.err
     assert_one_line_error(r)
     assert r.err.rstrip().endswith(f"({flag})") and ("must be one of" in r.err or "is not one of" in r.err), r.err

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import HANG_S
 
 from bcgtune.cli.app import COMMANDS, _build_command, command_function
 from bcgtune.cli.help import command_examples
@@ -20,7 +21,7 @@ NAMES = [c.name for c in COMMANDS]
 
 def _help(args: list[str], columns: int = 80) -> str:
     env = dict(os.environ, COLUMNS=str(columns), TERM="dumb")
-    p = subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, env=env, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, env=env, timeout=HANG_S)
     assert p.returncode == 0 and not p.stderr, p.stderr
     return p.stdout
 
@@ -54,7 +55,7 @@ def test_help_imports_no_command_module_numpy_or_pydantic():
         "    run([cmd, '--help'])\n"
         "print('ALL', [m for m in ('numpy', 'pydantic', 'rich', 'torch', 'sglang', 'sklearn') if m in sys.modules])\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr
     assert "ROOT [] []" in p.stdout, p.stdout[-800:]
     assert "ALL []" in p.stdout, p.stdout[-800:]

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_helpers import HANG_S
 
 torch = pytest.importorskip("torch")
 
@@ -207,7 +208,7 @@ def _cli(args, env_extra=None, pre=""):
         f"import sys; {pre}\nfrom bcgtune.cli.app import main\nsys.argv = ['bcgtune', *{args!r}]\n"
         "try:\n    main()\nfinally:\n    print('torch imported:', 'torch' in sys.modules and sys.modules['torch'] is not None)"
     )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=HANG_S, check=False)
 
 
 @pytest.mark.parametrize(

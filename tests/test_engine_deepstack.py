@@ -7,7 +7,7 @@ naming DeepStack."""
 import json
 
 import pytest
-from cli_helpers import assert_one_line_error, cli
+from cli_helpers import HANG_S, assert_one_line_error, cli
 
 torch = pytest.importorskip("torch")
 
@@ -272,7 +272,7 @@ def test_the_device_script_passes_then_fails_both_negative_controls_on_cpu(tmp_p
         PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
     )
     p = subprocess.run(
-        ["bash", "benchmarks/h200_deepstack_validate.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=300
+        ["bash", "benchmarks/h200_deepstack_validate.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=HANG_S
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "none: exit 0" in p.stdout and "drop-deepstack: exit 1" in p.stdout and "stale-deepstack: exit 1" in p.stdout

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import assert_one_line_error, cli
+from cli_helpers import HANG_S, assert_one_line_error, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -573,7 +573,7 @@ def test_help_imports_no_fsspec_or_dask():
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 'dask', 'distributed', 'aiohttp'))\n"
         "print('HEAVY', bad)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr
     assert "HEAVY []" in p.stdout, p.stdout[-500:]
 

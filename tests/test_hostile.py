@@ -1,7 +1,8 @@
 """Hostile-input suite: the real CLI driven with generated garbage (bytes, JSON, TOML, option
 values, output paths). Whatever comes in: no traceback, an exit code from the README's list
 other than 4 (a bug), at most one `error:` line, the run's input files byte-identical
-afterwards, and bounded time and memory (the peak resident size may not grow by 1 GiB in one run)."""
+afterwards, and bounded memory (the peak resident size may not grow by 1 GiB in one run); a
+run that never ends is stopped as hung (cli_helpers.HANG_S), and no run is timed."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ import os
 import tempfile
 
 import tomli_w
-from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
+from cli_helpers import HANG_S, USER_EXIT_CODES, assert_one_line_error, cli, digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SETTINGS = dict(
     max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-SECONDS = 20.0
 MEMORY_MIB = 1024  # no run may raise the process's peak memory by more than this
 
 
@@ -34,7 +34,6 @@ GOOD_TRACE = "size,count\n100,5\n300,2\n700,1\n2000,3\n"
 def _check(r, inputs_before, paths) -> None:
     assert r.code in USER_EXIT_CODES, (r.code, r.err[-1500:])
     assert_one_line_error(r)
-    assert r.seconds < SECONDS, r.seconds
     assert digest(paths) == inputs_before
 
 
@@ -482,7 +481,7 @@ def test_a_malformed_cluster_value_is_bad_input_before_dask_is_imported(logs, va
         f"try:\n    main(['trace', '--log', {str(logs / 'a.log')!r}, '--cluster', {value!r}])\n"
         "except SystemExit as exc:\n    print('exit', exc.code, 'dask' in sys.modules or 'distributed' in sys.modules)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert p.stdout.strip() == "exit 2 False", (p.stdout, p.stderr)
     assert needle in p.stderr and len([ln for ln in p.stderr.splitlines() if ln.startswith("error:")]) == 1
 
@@ -549,7 +548,7 @@ def test_a_killed_write_leaves_a_temp_that_the_next_write_removes(tmp_path):
         "def chunks():\n    yield b'x' * 1000\n    os.kill(os.getpid(), signal.SIGKILL)\n"
         f"atomic_write_chunks({str(out)!r}, chunks())\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=600)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=HANG_S)
     assert p.returncode == -9
     left = [q for q in tmp_path.iterdir() if q.name.endswith(".tmp")]
     assert len(left) == 1 and not out.exists()
@@ -568,7 +567,7 @@ def _in_a_child(args: list[str]) -> tuple[int, str, bool]:
         f"try:\n    main({[str(a) for a in args]!r})\n"
         "except SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     rc, torch_loaded = p.stdout.split()[-2:]
     return int(rc), p.stderr, torch_loaded == "True"
 

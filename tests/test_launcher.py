@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import HANG_S
 from proc_helpers import pid_alive as _alive  # noqa: E402
 
 from bcgtune.adapters.sglang.launcher import ServerProcess, exit_status
@@ -29,10 +30,9 @@ def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):
     port = _free_port()
     log = tmp_path / "server.log"
     with ServerProcess([sys.executable, FAKE, "--port", str(port)], log_path=log, echo=None, grace_s=5) as sp:
-        waited = sp.wait_healthy(f"http://127.0.0.1:{port}", timeout=20, interval=0.05)
-        assert waited < 20
+        sp.wait_healthy(f"http://127.0.0.1:{port}", timeout=HANG_S, interval=0.05)
         assert sp.returncode is None
-        deadline = time.monotonic() + 20  # the stand-in logs its batch lines after it turns healthy
+        deadline = time.monotonic() + HANG_S  # the stand-in logs its batch lines after it turns healthy
         while time.monotonic() < deadline and "Prefill batch" not in log.read_text():
             time.sleep(0.05)
     leader, grandchild = map(int, pid_file.read_text().split())
@@ -48,7 +48,7 @@ def test_crash_before_healthy_names_code_and_log(tmp_path, monkeypatch):
     sp = ServerProcess([sys.executable, FAKE], log_path=log, echo=None)
     with sp:
         with pytest.raises(ExternalError) as ei:
-            sp.wait_healthy("http://127.0.0.1:9", timeout=20, interval=0.05)
+            sp.wait_healthy("http://127.0.0.1:9", timeout=HANG_S, interval=0.05)
     assert "exited with code 7" in str(ei.value) and str(log) in str(ei.value)
     assert sp.returncode == 7 and exit_status(sp.returncode) == 7
     assert "fake crash" in log.read_text()
@@ -61,7 +61,7 @@ def test_stop_escalates_to_sigkill(tmp_path):
     import time
 
     t = time.monotonic()
-    while "up" not in (tmp_path / "x.log").read_text() and time.monotonic() - t < 10:
+    while "up" not in (tmp_path / "x.log").read_text() and time.monotonic() - t < HANG_S:
         time.sleep(0.05)
     rc = sp.stop()
     assert rc == -9 and exit_status(rc) == 137

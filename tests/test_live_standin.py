@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import HANG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standin"
@@ -64,7 +65,7 @@ def env(monkeypatch):
     return os.environ
 
 
-def bcgtune(*args, timeout=120, **kw):
+def bcgtune(*args, timeout=HANG_S, **kw):
     return subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
@@ -141,7 +142,7 @@ def test_interrupt_during_bench_leaves_no_orphans(env, profile, tmp_path, monkey
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while time.time() < deadline and not (client_pids.exists() and client_pids.read_text().strip()):
         time.sleep(0.1)
     assert client_pids.exists(), "the client never started"
@@ -150,7 +151,7 @@ def test_interrupt_during_bench_leaves_no_orphans(env, profile, tmp_path, monkey
     cpid = int(client_pids.read_text().split()[0])
     assert _alive(spid) and _alive(cpid)
     p.send_signal(sig)
-    _out, err = p.communicate(timeout=30)
+    _out, err = p.communicate(timeout=HANG_S)
     assert p.returncode == 130, err
     assert "error: interrupted" in err and "Traceback" not in err
     time.sleep(0.2)
@@ -295,7 +296,7 @@ def test_trace_live_with_real_bench_serving_client(env, profile, tmp_path, model
         "8",
         "--max-concurrency",
         "4",
-        timeout=180,
+        timeout=HANG_S,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     t = json.loads(out.read_text())

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import HANG_S
 from proc_helpers import pid_alive as _alive
 from proc_helpers import run_cli
 
@@ -184,13 +185,13 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
     pid_file = tmp_path / "pids"
     log = tmp_path / "server.log"
     proc = _serve(tmp_path, {"FAKE_PID_FILE": str(pid_file)}, "--log-file", str(log))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline and not (log.exists() and "Prefill batch" in log.read_text()):
         time.sleep(0.05)
-    assert pid_file.exists(), proc.communicate(timeout=10)
+    assert pid_file.exists(), proc.communicate(timeout=HANG_S)
     leader, grandchild = map(int, pid_file.read_text().split())
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to bcgtune (the server has its own group)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_S)
     assert not _alive(leader) and not _alive(grandchild)
     assert proc.returncode == 130, err  # interrupted, whatever the server's own exit code
     assert "Received sig 2" in log.read_text() and "Prefill batch, #new-seq" in out  # teed to terminal too
@@ -201,13 +202,13 @@ def test_ctrl_c_is_130_when_the_server_ignores_signals(tmp_path):
     pid_file = tmp_path / "pids"
     log = tmp_path / "server.log"
     proc = _serve(tmp_path, {"FAKE_PID_FILE": str(pid_file), "FAKE_IGNORE_SIGNALS": "1"}, "--log-file", str(log))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline and not (log.exists() and "Prefill batch" in log.read_text()):
         time.sleep(0.05)
-    assert pid_file.exists(), proc.communicate(timeout=10)
+    assert pid_file.exists(), proc.communicate(timeout=HANG_S)
     leader, grandchild = map(int, pid_file.read_text().split())
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)  # the grace period (5 s), then SIGKILL to the group
+    out, err = proc.communicate(timeout=HANG_S)  # the grace period (5 s), then SIGKILL to the group
     assert proc.returncode == 130, err
     assert not _alive(leader) and not _alive(grandchild)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
@@ -216,7 +217,7 @@ def test_ctrl_c_is_130_when_the_server_ignores_signals(tmp_path):
 
 def test_crash_reports_code_and_log_in_one_line(tmp_path):
     proc = _serve(tmp_path, {"FAKE_EXIT_CODE": "7"})
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 3  # an external failure; the server's own code is in the message
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import HANG_S
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -791,7 +792,7 @@ def test_adversarial_long_lines_parse_in_linear_time(tmp_path):
     # quadratic pattern takes hours here, the timeout turns that into a failure
     out = subprocess.run(
         [sys.executable, "-c", _ADVERSARIAL, str(tmp_path / "adv.log")],
-        capture_output=True, timeout=120, cwd=REPO, check=False,
+        capture_output=True, timeout=HANG_S, cwd=REPO, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()[-2000:]
 
@@ -818,7 +819,7 @@ def _interrupt(code: str, feed: bytes | None = None) -> tuple[int, str, list[str
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
     try:
-        rc = proc.wait(timeout=10)
+        rc = proc.wait(timeout=HANG_S)
     finally:
         proc.kill()
     time.sleep(0.2)

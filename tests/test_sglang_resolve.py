@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_helpers import HANG_S
 
 from bcgtune.adapters.machine.hardware import gpu_for
 from bcgtune.adapters.machine.model_config import locate_model_config
@@ -449,7 +450,7 @@ def test_architecture_tables_match_the_installed_sglang():
     if not sglang_installed():
         pytest.skip("sglang not installed")
     script = Path(__file__).resolve().parents[1] / "scripts" / "extract_sglang_tables.py"
-    r = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=HANG_S)
     assert r.returncode == 0, r.stderr
 
 

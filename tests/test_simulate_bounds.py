@@ -11,7 +11,7 @@ import textwrap
 from dataclasses import replace
 
 import pytest
-from cli_helpers import assert_one_line_error, cli
+from cli_helpers import HANG_S, assert_one_line_error, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +25,6 @@ def _refused(args: list[str], flag: str, words: str) -> None:
     assert r.code == 2, (r.code, r.err)
     assert_one_line_error(r)
     assert f"({flag})" in r.err and words in r.err, r.err
-    assert r.seconds < 10
 
 
 # ---- runaways ----------------------------------------------------------------------------
@@ -126,7 +125,7 @@ def test_extreme_step_times_simulate_in_bounded_time():
             print(simulate(w).n_batches)
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [int(x) for x in r.stdout.split()] == [51, 51]
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+from cli_helpers import HANG_S
 from typer.testing import CliRunner
 
 from bcgtune.adapters.bench_serving.simulator import simulate
@@ -71,7 +72,7 @@ def test_bad_calibration_is_one_line_error(tmp_path):
         [sys.executable, "-m", "bcgtune", "trace", "--simulate", "--calibration", str(bad)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         check=False,
     )
     assert p.returncode == 2

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_helpers import HANG_S
 from typer.testing import CliRunner
 
 from bcgtune.cli.app import app
@@ -18,7 +19,7 @@ runner = CliRunner()
 
 def run_cli(*args):
     """The real entry point in a subprocess: exit code, stdout, stderr."""
-    p = subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "bcgtune", *args], capture_output=True, text=True, timeout=HANG_S)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -153,7 +154,7 @@ def test_help_imports_no_torch_sglang_or_sklearn():
         "'transformers'))\n"
         "print('HEAVY', bad)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr
     assert "HEAVY []" in p.stdout, p.stdout[-500:]
 
@@ -246,7 +247,9 @@ def test_help_keeps_literal_brackets():
         ("validate", "[buckets].list"),
         ("serve", "[profile].model"),
     ):
-        p = subprocess.run([sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True, env=env, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-m", "bcgtune", cmd, "--help"], capture_output=True, text=True, env=env, timeout=HANG_S
+        )
         assert p.returncode == 0 and needle in p.stdout, (cmd, p.stdout[-500:])
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import HANG_S
 from typer.testing import CliRunner
 
 from bcgtune.cli.app import app
@@ -111,7 +112,7 @@ def _run(*args, stdin: bytes | None = None):
         cwd=REPO,
         input=stdin,
         capture_output=True,
-        timeout=60,
+        timeout=HANG_S,
         check=False,
     )
 
@@ -151,7 +152,7 @@ def test_closed_stdin_one_line_error():
     import os
 
     proc = subprocess.run(
-        [sys.executable, "-m", "bcgtune", "trace", "--log", "-"], cwd=REPO, capture_output=True, timeout=60,
+        [sys.executable, "-m", "bcgtune", "trace", "--log", "-"], cwd=REPO, capture_output=True, timeout=HANG_S,
         stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0), check=False,
     )  # fmt: skip
     err = proc.stderr.decode()

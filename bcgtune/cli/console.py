@@ -1,9 +1,9 @@
 """What a command writes: results on stdout (exactly the text or JSON the command promises),
 notes and progress on stderr, silenced by --quiet.
 
-Progress appears only for work that lasts: after `delay` seconds, a bar on a terminal
-(rich, which typer brings) or, when stderr is not a terminal, a plain line every `every`
-seconds, so logs of long jobs stay readable."""
+Progress appears only for work that lasts (after `delay` seconds) and only on a terminal: a
+bar (rich, which typer brings), erased when the step ends. Written to a file or a pipe, a
+command's output never depends on how fast the machine ran it."""
 
 from __future__ import annotations
 
@@ -80,7 +80,9 @@ def note(text: str, quiet: bool = False) -> None:
 
 
 class Progress:
-    """Progress of one long step on stderr. `update(done, total)` as often as convenient;
+    """Progress of one long step, as a bar on stderr when stderr is a terminal (erased when
+    the step ends); nothing when it is not, so what a command writes to a file or a pipe is
+    the same on a fast or a busy machine. `update(done, total)` as often as convenient;
     nothing shows for the first `delay` seconds."""
 
     def __init__(
@@ -91,7 +93,6 @@ class Progress:
         unit: str = "",
         quiet: bool = False,
         delay: float = 2.0,
-        every: float = 10.0,
         scale: float = 1.0,
     ):
         self.label = label
@@ -99,10 +100,8 @@ class Progress:
         self.unit = unit
         self.quiet = quiet
         self.delay = delay
-        self.every = every
         self.scale = scale
         self.t0 = time.monotonic()
-        self.last = 0.0
         self.done = 0.0
         self._bar: Any = None
         self._task: Any = None
@@ -128,9 +127,8 @@ class Progress:
             return
         if self.tty:
             self._tty_update()
-        elif now - self.last >= self.every or self.last == 0.0:
-            self.last = now
-            err_line(f"bcgtune: {self.label}: {self._text()} ({now - self.t0:.0f} s)")
+        # elsewhere (a file, a pipe, a CI log) nothing: a line whose presence and figures
+        # depend on how fast the machine is would make the same run print different text
 
     def _text(self) -> str:
         d = self.done / self.scale

@@ -30,6 +30,30 @@ from typing import IO, Mapping, Sequence
 
 from bcgtune.errors import ExternalError, InputError
 
+
+def die_with_parent():
+    """A preexec_fn for Popen: the child gets SIGKILL when this process dies, however it dies
+    (a SIGKILL gives bcgtune no chance to stop it; the child runs in its own session, so
+    nothing else would). Linux only (prctl PR_SET_PDEATHSIG); None elsewhere. The C function
+    is looked up here, before the fork: the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the line above took effect
+            os._exit(1)
+
+    return preexec
+
+
 DEFAULT_GRACE_S = 30.0
 
 
@@ -109,6 +133,7 @@ class ServerProcess:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,  # own session + process group: pgid == pid
+                preexec_fn=die_with_parent(),
             )
         except OSError as exc:
             self._close_log()

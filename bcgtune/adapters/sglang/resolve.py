@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from bcgtune.adapters.machine.hardware import GpuSpec, gpu_for
 from bcgtune.adapters.machine.model_config import locate_model_config
-from bcgtune.adapters.sglang.launcher import ServerCommand, build_server_command
+from bcgtune.adapters.sglang.launcher import ServerCommand, build_server_command, die_with_parent
 from bcgtune.core.sglang.capture import CaptureSource, PrefillBackend, PrefillCapture
 from bcgtune.errors import InputError
 
@@ -169,6 +169,7 @@ def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
                 env=env,
                 cwd=tmp,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
             try:
                 rc = proc.wait(timeout=timeout)
