@@ -17,6 +17,12 @@ import sys
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+# hypothesis times each example (200 ms by default) and fails a slow one: a bound on speed,
+# which a machine busy with other work breaks; examples are judged by what they return only
+settings.register_profile("behaviour-only", deadline=None)
+settings.load_profile("behaviour-only")
 
 # set at import, before any test module imports bcgtune or torch, and inherited by the
 # commands tests run in child processes

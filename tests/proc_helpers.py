@@ -21,6 +21,20 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def gone(pid: int, limit_s: float = 600.0) -> bool:
+    """True once `pid` has stopped running. A kill is delivered asynchronously: a process just
+    sent SIGKILL may run a moment longer, longer still on a busy machine, so this waits for it
+    (up to `limit_s`, a hang stop, not a speed bound) instead of looking once."""
+    import time
+
+    end = time.monotonic() + limit_s
+    while pid_alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def run_cli(args, capsys):
     """bcgtune's real entry point in-process: (exit code, stdout, stderr)."""
     try:

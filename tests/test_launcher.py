@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import HANG_S
-from proc_helpers import pid_alive as _alive  # noqa: E402
+from proc_helpers import gone
 
 from bcgtune.adapters.sglang.launcher import ServerProcess, exit_status
 from bcgtune.errors import ExternalError
@@ -37,7 +37,7 @@ def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):
             time.sleep(0.05)
     leader, grandchild = map(int, pid_file.read_text().split())
     assert sp.returncode == 0  # exits cleanly on SIGTERM
-    assert not _alive(leader) and not _alive(grandchild)
+    assert gone(leader) and gone(grandchild)
     text = log.read_text()
     assert "Prefill batch, #new-seq" in text and "Received sig 15" in text
 
@@ -65,4 +65,4 @@ def test_stop_escalates_to_sigkill(tmp_path):
         time.sleep(0.05)
     rc = sp.stop()
     assert rc == -9 and exit_status(rc) == 137
-    assert not _alive(sp.pid)
+    assert gone(sp.pid)

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standin"
 sys.path.insert(0, str(STANDIN))
 
+from proc_helpers import gone
 from proc_helpers import pid_alive as _alive  # noqa: E402
 from tiny_tokenizer import build_tiny_tokenizer  # noqa: E402
 
@@ -154,9 +155,8 @@ def test_interrupt_during_bench_leaves_no_orphans(env, profile, tmp_path, monkey
     _out, err = p.communicate(timeout=HANG_S)
     assert p.returncode == 130, err
     assert "error: interrupted" in err and "Traceback" not in err
-    time.sleep(0.2)
-    assert not _alive(spid), "server left running"
-    assert not _alive(cpid), "client left running"
+    assert gone(spid), "server left running"
+    assert gone(cpid), "client left running"
 
 
 def test_bench_table_json_plot(env, profile, tmp_path):

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import HANG_S
-from proc_helpers import pid_alive as _alive
-from proc_helpers import run_cli
+from proc_helpers import gone, run_cli
 
 from bcgtune.adapters.sglang.launcher import build_server_command, check_command_flags
 from bcgtune.errors import InputError
@@ -192,7 +191,7 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
     leader, grandchild = map(int, pid_file.read_text().split())
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to bcgtune (the server has its own group)
     out, err = proc.communicate(timeout=HANG_S)
-    assert not _alive(leader) and not _alive(grandchild)
+    assert gone(leader) and gone(grandchild)
     assert proc.returncode == 130, err  # interrupted, whatever the server's own exit code
     assert "Received sig 2" in log.read_text() and "Prefill batch, #new-seq" in out  # teed to terminal too
     assert f"log: {log}" in err and "error: interrupted: server stopped" in err
@@ -210,7 +209,7 @@ def test_ctrl_c_is_130_when_the_server_ignores_signals(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=HANG_S)  # the grace period (5 s), then SIGKILL to the group
     assert proc.returncode == 130, err
-    assert not _alive(leader) and not _alive(grandchild)
+    assert gone(leader) and gone(grandchild)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert errors == [f"error: interrupted: server stopped, it was killed by SIGKILL (log: {log})"]
 

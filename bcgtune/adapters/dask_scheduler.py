@@ -18,7 +18,11 @@ from bcgtune.errors import ExternalError, InputError
 
 DEFAULT_PORT = 8786
 CONNECT_TIMEOUT_S = 10.0
-HANDSHAKE_TIMEOUT_S = 5.0
+# A scheduler's handshake comes at once; after this much silence the peer is asked (an HTTP
+# request) what it is, and its first bytes are awaited for REPLY_TIMEOUT_S more: a scheduler
+# slowed by a busy machine still answers with its handshake then.
+SILENCE_S = 3.0
+REPLY_TIMEOUT_S = 10.0
 # protocols Dask's client connects over; inproc:// lives inside one Python process
 _SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 # a scheduler's first frame is its handshake: a few hundred bytes, a handful of frames
@@ -53,7 +57,7 @@ def parse_address(address: str, where: str = "--cluster") -> tuple[str, str, int
 
 def _found(data: bytes) -> str:
     if data.startswith(b"HTTP/"):
-        status = data.split(b"\r\n", 1)[0].decode("latin-1")[:60]
+        status = data.split(b"\n", 1)[0].strip().decode("latin-1")[:60]
         return f"an HTTP server answers there ({status})"
     if data.startswith(b"SSH-"):
         return "an SSH server answers there"
@@ -89,22 +93,23 @@ def check_scheduler(address: str, where: str = "--cluster") -> str:
     with sock:
         if scheme != "tcp":  # tls, websockets and ucx open with their own handshakes: reachable is what we check
             return target
-        data = _read_some(sock, 16, HANDSHAKE_TIMEOUT_S)
+        data = _read_some(sock, 16, SILENCE_S)
         if data is None:  # silent: a server waiting for a request; ask it what it is
             try:
                 sock.sendall(b"HEAD / HTTP/1.0\r\nHost: " + host.encode("ascii", "replace") + b"\r\n\r\n")
             except OSError:
                 pass
-            reply = _read_some(sock, 64, 2.0)
-            if reply:
-                raise ExternalError(f"not a Dask scheduler: {_found(reply)}", target)
-            raise ExternalError(
-                f"not a Dask scheduler: something accepts connections there but sent nothing in {HANDSHAKE_TIMEOUT_S:.0f} s "
-                f"(a scheduler speaks first; its default port is {DEFAULT_PORT})",
-                target,
-            )
+            data = _read_some(sock, 16, REPLY_TIMEOUT_S)
+            if data is None:
+                raise ExternalError(
+                    f"not a Dask scheduler: something accepts connections there but sent nothing in "
+                    f"{SILENCE_S + REPLY_TIMEOUT_S:.0f} s (a scheduler speaks first; its default port is {DEFAULT_PORT})",
+                    target,
+                )
         if not data:
             raise ExternalError("not a Dask scheduler: it closed the connection without a word", target)
+        if data.startswith(b"HTTP/"):  # the rest of its status line
+            data += _read_some(sock, 48, 0.5) or b""
         if not _looks_like_handshake(data):
             raise ExternalError(f"not a Dask scheduler: {_found(data)}", target)
     return target
