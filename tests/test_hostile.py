@@ -610,8 +610,8 @@ def test_a_cpu_capture_says_no_graph_was_captured():
 
 
 def _dp_trace_doc(tmp_path):
-    from bcgtune.adapters.simulator import simulate
-    from bcgtune.core.workload import Workload
+    from bcgtune.adapters.bench_serving.simulator import simulate
+    from bcgtune.core.sim.workload import Workload
     from bcgtune.files.trace_file import save_trace
 
     w = Workload(

@@ -251,7 +251,7 @@ def _check_decode_votes(meta: dict[str, Any], batches: dict[str, np.ndarray] | N
     """meta.dp_attention.decode_votes, each a (step, rank, rows) of a rank decoding during a
     simulated step: equal lengths, ranks below meta.dp_attention.ranks, steps the batches
     hold, one vote per (step, rank), and never a rank that prefills in that step."""
-    from bcgtune.core.step_grouping import dp_index
+    from bcgtune.core.plan.step_grouping import dp_index
 
     dpa = meta.get("dp_attention") or {}
     votes = dpa.get("decode_votes")

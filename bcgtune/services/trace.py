@@ -44,7 +44,7 @@ def log_input_files(locations: list[str]) -> list[str]:
     """The files on this machine that `--log` values read (folders and globs expanded as
     expand_logs does, `file://` and other local URLs as paths): the run's inputs an output
     may never replace. No error: a value that names nothing is refused when it is read."""
-    from bcgtune.adapters.sglang_log.remote import LOG_SUFFIXES
+    from bcgtune.adapters.sglang.log.remote import LOG_SUFFIXES
     from bcgtune.fileio import input_files
 
     return [f for loc in locations for f in input_files(loc, LOG_SUFFIXES)]
@@ -180,8 +180,8 @@ def merge_two(a: PrefillTrace | _Failure, b: PrefillTrace | _Failure) -> Prefill
 
 def check_cluster(cluster: str) -> str:
     """`local`, `local:N`, or a scheduler address checked for what answers there
-    (adapters.dask_scheduler), before Dask is imported: a wrong value fails in seconds."""
-    from bcgtune.adapters.dask_scheduler import check_scheduler
+    (adapters.machine.dask_scheduler), before Dask is imported: a wrong value fails in seconds."""
+    from bcgtune.adapters.machine.dask_scheduler import check_scheduler
 
     if cluster == "local" or cluster.startswith("local:"):
         n = cluster.partition(":")[2]

@@ -1,2 +1,3 @@
 """This machine: its Python, torch and sglang (`environment`), the GPUs a profile can name
-(`hardware`) and a model's config.json found locally without downloading (`model_config`)."""
+(`hardware`), a model's config.json found locally without downloading (`model_config`), and
+what answers at a Dask scheduler's address (`dask_scheduler`, checked before Dask loads)."""
