@@ -105,8 +105,9 @@ def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> Pref
 
     if len(paths) < 2:
         raise InputError("give at least two trace files to merge", "TRACES")
+    traces = [load_trace(p) for p in paths]  # each file's own errors first
     _refuse_duplicates(paths)
-    return merge_traces([load_trace(p) for p in paths], names=[display_path(p) for p in paths], histogram_only=histogram_only)
+    return merge_traces(traces, names=[display_path(p) for p in paths], histogram_only=histogram_only)
 
 
 def _refuse_duplicates(paths: list[str]) -> None:
@@ -127,7 +128,7 @@ def _refuse_duplicates(paths: list[str]) -> None:
         if key in seen:
             twice = os.path.realpath(p) == os.path.realpath(seen[key])
             same = "is given twice" if twice else f"has the same contents as {seen[key]}"
-            raise InputError(f"{same}: merging it would count its batches twice", p)
+            raise InputError(f"{same}: its batches would count twice", p)
         seen[key] = p
 
 
