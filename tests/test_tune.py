@@ -76,6 +76,11 @@ def test_every_step_in_the_json(tuned):
     assert len(d["measured"]) == 1 and d["predicted"]["model_half"] is not None
     assert doc["buckets"] == steps["measure"]["recommended"]["buckets"]
     assert steps["measure"]["rounds"] == [] or steps["measure"]["rounds"][0]["sizes"]
+    rechecked = steps["measure"]["model_rechecked"]
+    if steps["measure"]["rounds"]:  # sizes were added: the model is checked again on the list they made
+        assert {c["name"] for c in rechecked["lists"]} == {"SGLang ladder", "recommended"}
+    else:
+        assert rechecked is None
 
 
 def test_given_list_validated_proved_and_calibration_kept(tuned):
@@ -242,3 +247,17 @@ def test_plot_of_predicted_vs_measured(tuned, tmp_path):
     assert r.code == 0, r.err[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "recommended - ladder: predicted" in r.out and "wall time of the steps" in r.out
+
+
+def test_the_model_is_checked_again_on_a_list_of_added_sizes(tuned, tmp_path):
+    # the check replays the sample under the lists given, on the calibration's own model and rounds
+    from bcgtune.files.trace_file import load_trace
+    from bcgtune.services.calibrate import recheck_model
+
+    cal = tmp_path / "cal.json"
+    shutil.copy(tuned["state"] / "calibration.json", cal)
+    lists = {"SGLang ladder": [64, 128, 192], "recommended": [96, 180]}
+    check = recheck_model(str(cal), load_trace(tuned["trace"]), lists, batches=8)
+    assert [c.name for c in check.lists] == ["SGLang ladder", "recommended"]
+    assert [c.buckets for c in check.lists] == [[64, 128, 192], [96, 180]]
+    assert all(c.predicted_ms > 0 and c.measured_ms > 0 for c in check.lists) and check.batches <= 8

@@ -799,3 +799,30 @@ def _same_gpu(cal: Calibration, env: dict[str, Any], where: str) -> None:
         raise InputError(f"this calibration was measured on {was or 'the CPU'}, this run is on {now or 'the CPU'}", where)
     if was_backend and env.get("backend") and was_backend != env.get("backend"):
         raise InputError(f"this calibration was measured with {was_backend}, this run with {env.get('backend')}", where)
+
+
+def recheck_model(path: str, trace: PrefillTrace, lists: dict[str, list[int]], batches: int, progress: Say | None = None):
+    """Check the model of the calibration at `path` again, on the lists given (name ->
+    buckets), and return the new ModelCheck: after `calibrate --extend` added sizes that an
+    optimum then picked, the model check made before them says nothing about that list. A
+    size picked because its rounds came out fast is the one most likely to be priced low, so
+    the list that is recommended is the one to replay (core.plan.model_check)."""
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.preflight import check_run
+    from bcgtune.files.calibration_file import load_calibration
+
+    cal = load_calibration(path)
+    spec = recorded_spec(cal, path)
+    say = progress or (lambda msg: None)
+    sizes = sorted({int(b) for bl in lists.values() for b in bl} | {int(trace.sizes[-1])})
+    shape = check_run(spec.model, spec.device, sizes, spec.chunked_prefill_size, what="model-check size")
+    session = open_engine(spec, max(sizes), shape)
+    _same_gpu(cal, session.environment, path)
+    first = cal.sessions[0] if cal.sessions else {}
+    recorded_warmup = first.get("warmup")
+    warmup: int = recorded_warmup if isinstance(recorded_warmup, int) else 3
+    run = _Run(session.engine, session.environment, session.model, spec, warmup, cal.rounds, say)
+    try:
+        return check_model(run, cal, CheckPlan(trace, batches, lists))
+    finally:
+        session.engine.release()

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
 from bcgtune.engines.build import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
 
@@ -418,15 +419,43 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
         steps["measure"] = {"rounds": rounds, "done": False}
         _save_state(_paths(req.state_dir)[0], state)
         res, _ = _suggest(req, trace, cal_path)
+    rechecked = None
+    if rounds:
+        res, rechecked = _recheck(req, trace, res, cal_path, given, say)
     left = wanted()
     out = _plan_figures(res, given)
     out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left, refused=refused)
+    out["model_rechecked"] = rechecked
     say(
         f"  {len(rounds)} of at most {req.measure_rounds} measuring rounds; "
         + ("the list holds only measured sizes" if not left else f"sizes still wanted and unmeasured: {left}")
         + f"; recommended {out['recommended']['buckets']}"
     )
     return out
+
+
+def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say):
+    """After sizes were added, replay the trace's sample again under SGLang's ladder and the
+    list now recommended, and keep that model check in the calibration: an added size that
+    the optimizer picked was picked because its rounds came out fast, so the check made
+    before it was measured says nothing about the list that holds it. The plan is priced
+    again with the new check's model error."""
+    from bcgtune.files.calibration_file import load_calibration, save_calibration
+    from bcgtune.services import calibrate
+
+    plan = res.plan
+    ladder = next(r for r in plan.rows if r.kind == "sglang-default")
+    chosen = list(_chosen(plan, given).buckets)
+    lists = {"SGLang ladder": list(ladder.buckets), "recommended": chosen}
+    say(f"  the model checked again on the list now recommended ({len(chosen)} graphs) and SGLang's ladder")
+    check = calibrate.recheck_model(
+        str(cal_path), trace, lists, req.check_batches or DEFAULT_CHECK_BATCHES, progress=lambda m: say("    " + m)
+    )
+    cal = load_calibration(str(cal_path))
+    cal.model_check = check
+    save_calibration(cal, cal_path)
+    res, _ = _suggest(req, trace, cal_path)
+    return res, check.to_json() | {"summary": check.summary()}
 
 
 def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
