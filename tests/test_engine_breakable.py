@@ -19,10 +19,10 @@ from typer.testing import CliRunner  # noqa: E402
 
 from bcgtune.cli.app import app  # noqa: E402
 from bcgtune.engines.breakable import BreakablePrefillEngine  # noqa: E402
-from bcgtune.engines.build import EngineSpec  # noqa: E402
 from bcgtune.engines.compare import check_pad_invariance, compare_batch  # noqa: E402
 from bcgtune.engines.inputs import split_tokens, text_inputs  # noqa: E402
 from bcgtune.engines.models import build_model, preset  # noqa: E402
+from bcgtune.engines.spec import EngineSpec  # noqa: E402
 from bcgtune.errors import ExternalError, InputError  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -260,12 +260,12 @@ def test_preflight_reads_checkpoint_shapes_without_transformers(tmp_path):
     assert 7.5e9 < s.params < 9e9 and s.max_context == 40960
     assert model_shape("tiny").params < CPU_MAX_PARAMS
     with pytest.raises(InputError, match="context of 40960"):
-        check_run(f"hf:{tmp_path}", "auto", [65536], chunked_prefill_size=131072)
+        check_run(EngineSpec(model=f"hf:{tmp_path}", device="auto", chunked_prefill_size=131072), [65536])
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
         with pytest.raises(ExternalError, match="needs a CUDA or ROCm GPU"):
-            check_run(f"hf:{tmp_path}", "auto", [256])
+            check_run(EngineSpec(model=f"hf:{tmp_path}", device="auto"), [256])
     finally:
         if old is None:
             del os.environ["CUDA_VISIBLE_DEVICES"]
@@ -321,8 +321,8 @@ def test_weak_ref_view_shares_memory():
 
 
 def test_unknown_runner_and_graph_impl():
-    from bcgtune.engines.build import check_runner
     from bcgtune.engines.segmented import resolve_impl
+    from bcgtune.engines.spec import check_runner
 
     with pytest.raises(InputError, match="unknown runner"):
         check_runner("piecewise")

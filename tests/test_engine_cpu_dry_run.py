@@ -43,7 +43,7 @@ def test_cpu_capture_runs_each_buckets_segments_once_without_attention(monkeypat
 
 
 def test_cpu_calibration_defaults_to_one_round_and_sdpa_flash():
-    from bcgtune.engines.build import EngineSpec
+    from bcgtune.engines.spec import EngineSpec
     from bcgtune.services.calibrate import CPU_ROUNDS, GPU_ROUNDS, run_calibrate
 
     assert GPU_ROUNDS == (3, 10) and CPU_ROUNDS == (0, 1)

@@ -12,11 +12,11 @@ from cli_helpers import HANG_S, assert_one_line_error, cli
 torch = pytest.importorskip("torch")
 
 from bcgtune.engines.breakable import BreakablePrefillEngine  # noqa: E402
-from bcgtune.engines.build import EngineSpec  # noqa: E402
 from bcgtune.engines.compare import check_pad_invariance, compare_batch, probe_side_inputs  # noqa: E402
 from bcgtune.engines.full import FullPrefillEngine  # noqa: E402
 from bcgtune.engines.inputs import image_inputs, text_inputs  # noqa: E402
 from bcgtune.engines.models import build_model, preset  # noqa: E402
+from bcgtune.engines.spec import EngineSpec  # noqa: E402
 from bcgtune.errors import InputError  # noqa: E402
 from bcgtune.services.validate import run_validate  # noqa: E402
 

@@ -60,7 +60,7 @@ def test_replay_is_not_slower_than_eager_at_small_n(small):
 
 
 def test_vl_image_sweep_no_new_captures():
-    from bcgtune.engines.build import EngineSpec
+    from bcgtune.engines.spec import EngineSpec
     from bcgtune.services.validate import run_validate
 
     rep = run_validate([256, 512], EngineSpec(model="qwen3-vl-tiny", device="cuda"), sizes_per_bucket=2)

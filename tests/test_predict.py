@@ -339,7 +339,7 @@ def test_engine_calibration_with_a_known_spread_gives_the_known_interval(monkeyp
     known times, and every list's interval is t(0.975, R-1) x P x sd(eps) / sqrt(R)."""
     from fake_timer import breaks_ms, eager_ms, segments_ms
 
-    from bcgtune.engines.build import EngineSpec
+    from bcgtune.engines.spec import EngineSpec
     from bcgtune.services.calibrate import run_calibrate
 
     _fake_clock(monkeypatch, EPS, host_share=0.25)

@@ -10,8 +10,11 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from bcgtune.core.sglang.ladder import default_chunked_prefill_size
+from bcgtune.engines.choices import HfAttentionName
+from bcgtune.engines.spec import EngineSpec, check_runner
 from bcgtune.errors import ExternalError, InputError
 
 # A CPU dry run builds the model in fp32 and runs forwards of up to thousands of tokens:
@@ -121,13 +124,21 @@ def check_buckets(buckets, shape: ModelShape, chunked_prefill_size: int | None, 
     return out
 
 
-def check_run(model: str, device: str, buckets, chunked_prefill_size: int | None = None, what: str = "bucket") -> ModelShape:
-    """Everything knowable before torch: torch installed, the model's shape, the buckets,
-    and a GPU for anything larger than the tiny models."""
+def check_run(spec: EngineSpec, buckets, what: str = "bucket") -> ModelShape:
+    """Every check of a run that is knowable before torch, in one step: the runner and the
+    attention it can run, torch installed, the model's shape, the buckets (or sizes) within
+    its context and the chunked prefill ceiling, and a GPU for anything larger than the tiny
+    models. engines/build.py then builds what passed."""
+    check_runner(spec.runner)
+    if spec.hf_attention not in get_args(HfAttentionName):
+        raise InputError(f"must be causal or sdpa, got {spec.hf_attention[:40]!r}", "--hf-attention")
+    is_hf = spec.model.startswith("hf:") or os.path.isdir(spec.model)
+    if spec.runner == "breakable" and is_hf and spec.hf_attention != "causal":
+        raise InputError("the breakable runner needs --hf-attention causal (its attention runs per request)", "--hf-attention")
     require_torch()
-    shape = model_shape(model)
-    check_buckets(buckets, shape, chunked_prefill_size, what)
-    dev = (device or "auto").lower()
+    shape = model_shape(spec.model)
+    check_buckets(buckets, shape, spec.chunked_prefill_size, what)
+    dev = (spec.device or "auto").lower()
     big = shape.params > CPU_MAX_PARAMS
     if big and dev == "cpu":
         raise InputError(

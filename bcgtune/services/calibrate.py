@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
-from bcgtune.engines.build import EngineSpec
+from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import ExternalError, InputError
 
 if TYPE_CHECKING:
@@ -352,17 +352,16 @@ def run_calibrate(
     bucket's segments. full: eager and whole-forward replay at every size (one request).
     `warmup` and `repeats` (untimed and timed rounds) default to GPU_ROUNDS on a GPU and
     CPU_ROUNDS without one."""
-    from bcgtune.engines.build import check_runner, open_engine
+    from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run
 
     spec = spec or EngineSpec()
-    check_runner(spec.runner)
     wanted = sorted({int(s) for s in sizes})
     if not wanted or wanted[0] < 1:
         raise InputError("calibration sizes must be positive integers", "--sizes")
     if mix is not None and spec.runner == "breakable" and int(mix.tokens.max()) > wanted[-1]:
         wanted.append(int(mix.tokens.max()))  # breaks of the largest batches need a bucket that holds them
-    shape = check_run(spec.model, spec.device, wanted, spec.chunked_prefill_size, what="calibration size")
+    shape = check_run(spec, wanted, what="calibration size")
     session = open_engine(spec, max(wanted), shape)
     say = progress or (lambda msg: None)
     default_warmup, default_repeats = GPU_ROUNDS if session.engine.graphs_enabled else CPU_ROUNDS
@@ -740,7 +739,7 @@ def extend(
     warmup: int = recorded_warmup if isinstance(recorded_warmup, int) else 3
     repeats = cal.rounds
     say = progress or (lambda msg: None)
-    shape = check_run(spec.model, spec.device, measure, spec.chunked_prefill_size, what="calibration size")
+    shape = check_run(spec, measure, what="calibration size")
     session = open_engine(spec, max(measure), shape)
     _same_gpu(cal, session.environment, path)
     engine = session.engine
@@ -815,7 +814,7 @@ def recheck_model(path: str, trace: PrefillTrace, lists: dict[str, list[int]], b
     spec = recorded_spec(cal, path)
     say = progress or (lambda msg: None)
     sizes = sorted({int(b) for bl in lists.values() for b in bl} | {int(trace.sizes[-1])})
-    shape = check_run(spec.model, spec.device, sizes, spec.chunked_prefill_size, what="model-check size")
+    shape = check_run(spec, sizes, what="model-check size")
     session = open_engine(spec, max(sizes), shape)
     _same_gpu(cal, session.environment, path)
     first = cal.sessions[0] if cal.sessions else {}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bcgtune.core.plan.calibration import Runner
-from bcgtune.engines.build import EngineSpec
+from bcgtune.engines.spec import EngineSpec
 
 if TYPE_CHECKING:
     from bcgtune.engines.base import CaptureRecord
@@ -96,11 +96,10 @@ def run_capture(
     runs before each capture (default: 2 on the breakable runner, as SGLang, 1 on full);
     `progress(record)` after each bucket."""
     from bcgtune.core.document import document_header
-    from bcgtune.engines.build import check_runner, open_engine
+    from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run
 
-    check_runner(spec.runner)
-    shape = check_run(spec.model, spec.device, buckets, spec.chunked_prefill_size)
+    shape = check_run(spec, buckets)
     bl = sorted({int(b) for b in buckets})
     session = open_engine(spec, max(bl), shape, warmup)
     engine = session.engine

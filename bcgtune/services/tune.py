@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
-from bcgtune.engines.build import EngineSpec
+from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
 
 TUNE_KIND = "bcgtune.tune"
@@ -213,7 +213,7 @@ def check_fit(req: TuneRequest):
         )
     model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
     try:
-        check_run(req.spec.model, req.spec.device, trace.sizes.tolist(), req.spec.chunked_prefill_size, what="trace batch")
+        check_run(req.spec, trace.sizes.tolist(), what="trace batch")
     except InputError as exc:
         raise InputError(f"the trace does not fit this model and launch: {exc.what}", req.trace) from None
     return trace
@@ -508,7 +508,7 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
     sizes, counts = mix.histogram()
     model = TimeModel(sizes, counts, cal, candidates=resolve_candidates("auto", cal), mix=mix)
     largest = max([int(st.max()), *(max(b) for b in lists.values() if b)])
-    shape = check_run(req.spec.model, req.spec.device, [largest], req.spec.chunked_prefill_size, what="proof size")
+    shape = check_run(req.spec, [largest], what="proof size")
     session = open_engine(req.spec, largest, shape)
     engine = session.engine
     gpu = engine.graphs_enabled

@@ -12,8 +12,8 @@ import numpy as np
 
 from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.core.plan.calibration import Runner
-from bcgtune.engines.build import EngineSpec
 from bcgtune.engines.choices import FaultName, SideInputName
+from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import InputError
 
 if TYPE_CHECKING:
@@ -378,11 +378,10 @@ def run_validate(
     requests differ or fail; per bucket a pad-invariance check (garbage in the padded rows
     must not change any real row). `images` (default: on for VL models): the image sweep."""
     from bcgtune.core.document import document_header
-    from bcgtune.engines.build import check_runner, open_engine
+    from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run
 
-    check_runner(spec.runner)
-    shape = check_run(spec.model, spec.device, buckets, spec.chunked_prefill_size)
+    shape = check_run(spec, buckets)
     req_list = _request_counts(requests, spec.runner)
     bl = sorted({int(b) for b in buckets})
     session = open_engine(spec, max(bl), shape)

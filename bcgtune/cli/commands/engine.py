@@ -19,7 +19,7 @@ from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import CheckFailed, InputError
 
 if TYPE_CHECKING:
-    from bcgtune.engines.build import EngineSpec
+    from bcgtune.engines.spec import EngineSpec
 
 _BUCKETS = "Buckets"
 
@@ -74,7 +74,7 @@ def _profile_chunk(profile: Optional[str]) -> int | None:
 def _spec(engine: EngineOptions, profile: Optional[str] = None) -> EngineSpec:
     """The engine the options describe; with --profile, the profile's chunked-prefill size
     is the buckets' ceiling unless --chunked-prefill-size is given."""
-    from bcgtune.engines.build import EngineSpec
+    from bcgtune.engines.spec import EngineSpec
 
     chunk = engine.chunked_prefill_size if engine.chunked_prefill_size is not None else _profile_chunk(profile)
     return EngineSpec(
