@@ -61,6 +61,10 @@ for name, r in p["lists"].items():
 dd = p["recommended_minus_ladder"]
 print(f"recommended - ladder: predicted {iv(dd['predicted'], 1)} ms; measured " + ", ".join(iv(m, 1) for m in dd["measured"])
       + f" ms; inside {dd['inside']}/{p['passes']}")
+o = p.get("recommended_minus_optimum")
+if o:
+    print(f"recommended - optimum: predicted {iv(o['predicted'], 1)} ms; measured " + ", ".join(iv(m, 1) for m in o["measured"])
+          + f" ms; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:.1f} ms) in {o['within_margin']}/{p['passes']}")
 PY
 cat "$OUT/tune_$MODEL.txt"
 echo "tune: ${SECONDS} s in all"

@@ -75,6 +75,13 @@ def test_every_step_in_the_json(tuned):
     d = proof["recommended_minus_ladder"]
     assert len(d["measured"]) == 1 and d["predicted"]["model_half"] is not None
     assert doc["buckets"] == steps["measure"]["recommended"]["buckets"]
+    proof, opt = steps["proof"], steps["measure"]["optimal"]["buckets"]
+    if opt not in (doc["buckets"], steps["measure"]["ladder"]["buckets"], []):  # fewer graphs than the optimum: measured
+        vs = proof["recommended_minus_optimum"]
+        assert proof["lists"]["optimum"]["buckets"] == opt and len(vs["measured"]) == proof["passes"]
+        assert vs["margin_ms"] > 0 and 0 <= vs["within_margin"] <= proof["passes"]
+    else:
+        assert "optimum" not in proof["lists"] and proof["recommended_minus_optimum"] is None
     assert steps["measure"]["rounds"] == [] or steps["measure"]["rounds"][0]["sizes"]
     rechecked = steps["measure"]["model_rechecked"]
     if steps["measure"]["rounds"]:  # sizes were added: the model is checked again on the list they made

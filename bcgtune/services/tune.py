@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
+from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
 
@@ -481,9 +482,10 @@ def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> 
 
 
 def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
-    """The recommended list, SGLang's ladder and eager replayed on a sample of the trace in
-    trace order, in interleaved rounds, `passes` times; the recommended list captured first
-    in a fresh pool (its capture time and graph memory)."""
+    """The recommended list, SGLang's ladder and eager (and the exact optimum, when the
+    recommended list has fewer graphs: it must measure within the margin of it) replayed on a
+    sample of the trace in trace order, in interleaved rounds, `passes` times; the
+    recommended list captured first in a fresh pool (its capture time and graph memory)."""
     from bcgtune.core.plan.bucket_plan import resolve_candidates
     from bcgtune.core.plan.model_check import sample_every, trace_sequence
     from bcgtune.core.plan.predict import TimeModel
@@ -498,6 +500,11 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
     rec = list(meas["recommended"]["buckets"])
     ladder = list(meas["ladder"]["buckets"])
     lists = {"recommended": rec, "SGLang ladder": ladder, "eager": []}
+    opt = list((meas.get("optimal") or {}).get("buckets") or rec)
+    if opt != rec and opt != ladder and opt:
+        # a list with fewer graphs than the optimum stands for it only within the margin:
+        # measured, not only predicted
+        lists["optimum"] = opt
     tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)
     every = sample_every(tok.size, req.proof_batches)
     st, sr = tok[::every], rq[::every]
@@ -570,6 +577,24 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         for i, iv in enumerate(d_meas)
     ]
     ladder_pred = float(model.totals(ladder)[0])
+    vs_opt = None
+    if "optimum" in lists:
+        tol = DEFAULT_TOLERANCE_PCT if req.tolerance_pct is None else float(req.tolerance_pct)
+        margin = tol / 100.0 * float(model.totals(opt)[0])
+        o_meas = [
+            round_interval(
+                runs["recommended"]["totals_ms"][p] - runs["optimum"]["totals_ms"][p],
+                np.asarray(runs["recommended"]["round_totals_ms"][p]) - np.asarray(runs["optimum"]["round_totals_ms"][p]),
+            )
+            for p in range(req.passes)
+        ]
+        vs_opt = {
+            "predicted": model.difference(rec, opt).to_dict(),
+            "measured": [iv.to_dict() for iv in o_meas],
+            "tolerance_pct": tol,
+            "margin_ms": margin,
+            "within_margin": sum(iv.center <= margin for iv in o_meas),
+        }
     return {
         "batches": int(st.size),
         "of": int(tok.size),
@@ -592,6 +617,7 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
             "predicted_gain_half_pct": None if d_pred.half is None or ladder_pred <= 0 else d_pred.half / ladder_pred * 100.0,
             "ladder_measured_ms": lad_meas,
         },
+        "recommended_minus_optimum": vs_opt,
         "recommended_capture_s": capture_s,
         "recommended_graph_mem_gib": mem,
     }

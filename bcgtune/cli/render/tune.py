@@ -86,6 +86,13 @@ def format_tune(result) -> str:
         f"recommended - ladder: predicted {_s(d['predicted'], True, 1)} ms; measured {each}"
         + (f"; inside the predicted interval in {d['inside']}/{passes}" if d["inside"] is not None else "")
     )
+    o = proof.get("recommended_minus_optimum")
+    if o is not None:
+        lines.append(
+            f"recommended - optimum: predicted {_s(o['predicted'], True, 1)} ms; measured "
+            + "; ".join(f"{_s(m, True, 1)} ms" for m in o["measured"])
+            + f"; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms) in {o['within_margin']}/{passes}"
+        )
     mc = steps["measure"].get("model_check") or {}
     if mc.get("checked"):
         lines.append(f"predicted intervals include the model error ({mc['summary']})")
