@@ -28,7 +28,7 @@ def _children_cpu() -> float:
 
 
 def one(kind: str, *, addon: bool, importtime: bool) -> str:
-    from bcgtune.adapters import sglang_resolve as sr
+    from bcgtune.adapters.sglang import resolve as sr
     from bcgtune.files.profile_file import parse_profile
 
     platform = sr.gpu_for(kind).platform
