@@ -163,7 +163,7 @@ class PlanRequest(pydantic.BaseModel):
     padding_factor: Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)] = DEFAULT_PADDING_FACTOR
     objective: str = "padding"
     chunked_prefill_size: Optional[Annotated[int, Field(ge=1, le=TOKENS_MAX)]] = None
-    # SGLang's default ladder as this launch captures it (bcgtune.core.sglang.ladder.resolve_prefill_capture),
+    # SGLang's default ladder as this launch captures it (bcgtune.core.sglang.capture.resolve_prefill_capture),
     # with its maximum; None: the plain ladder up to chunked_prefill_size (or one covering the trace)
     sglang_ladder: Optional[list[int]] = None
     ladder_max: Optional[int] = None
