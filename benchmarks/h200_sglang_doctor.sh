@@ -66,6 +66,6 @@ for name in ("doctor1", "doctor2", "doctor-patched_as_proposed", "doctor-never_t
     except Exception as exc:  # noqa: BLE001
         print(name, "unreadable:", exc)
         continue
-    print(name, "ok:", d.get("ok"), "|", "; ".join(f"{f['severity']} {f['code']}" for f in d.get("findings", [])))
+    print(name, "outcome:", d.get("outcome"), "(exit 0 ok, 1 blocking, 5 not checked) ok:", d.get("ok"), "|", "; ".join(f"{f['severity']} {f['code']}" for f in d.get("findings", [])))
 PY
 head -3 "$OUT/serve.txt"; head -2 "$OUT/suggest.txt"; tail -2 "$OUT/suggest.txt"
