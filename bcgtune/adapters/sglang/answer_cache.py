@@ -295,19 +295,27 @@ class CacheLocked(Exception):
 def lock_timeout(given: float | None = None) -> float:
     """The seconds to wait for the lock: `given`, else $BCGTUNE_LOCK_TIMEOUT, else
     DEFAULT_LOCK_TIMEOUT_S."""
-    from bcgtune.errors import InputError
 
     if given is not None:
         return max(0.0, float(given))
-    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    return env_seconds(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S, zero_allowed=True)
+
+
+def env_seconds(var: str, default: float, *, zero_allowed: bool) -> float:
+    """A number of seconds from the environment variable `var` (`default` when unset or
+    empty); anything else than a finite number (positive, or zero when `zero_allowed`) is an
+    InputError naming the variable."""
+    from bcgtune.errors import InputError
+
+    text = os.environ.get(var, "").strip()
     if not text:
-        return DEFAULT_LOCK_TIMEOUT_S
+        return default
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"must be a number of seconds, not {text[:40]!r}", LOCK_TIMEOUT_ENV) from None
-    if not 0 <= value < float("inf"):
-        raise InputError("must be zero or a positive number of seconds", LOCK_TIMEOUT_ENV)
+        raise InputError(f"must be a number of seconds, not {text[:40]!r}", var) from None
+    if not (0 <= value if zero_allowed else 0 < value) or value == float("inf"):
+        raise InputError(f"must be {'zero or ' if zero_allowed else ''}a positive number of seconds", var)
     return value
 
 

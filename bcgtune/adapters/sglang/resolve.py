@@ -132,16 +132,9 @@ def probe_timeout(given: float | None = None) -> float:
         if not given > 0 or given != given:
             raise InputError("must be a positive number of seconds", field="probe_timeout")
         return float(given)
-    text = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"must be a number of seconds, not {text[:40]!r}", PROBE_TIMEOUT_ENV) from None
-    if not value > 0 or value == float("inf"):
-        raise InputError("must be a positive number of seconds", PROBE_TIMEOUT_ENV)
-    return value
+    from bcgtune.adapters.sglang.answer_cache import env_seconds
+
+    return env_seconds(PROBE_TIMEOUT_ENV, DEFAULT_TIMEOUT_S, zero_allowed=False)
 
 
 # The child's environment: offline, and without tvm-ffi's optional torch DLPack add-on, which
