@@ -2,7 +2,7 @@
 # `bcgtune tune` on the default workload on one GPU (device tool, repository root); results under $OUT (./out):
 #   MODEL=qwen3-8b bash benchmarks/h200_tune.sh
 # The trace is the simulated default workload with request counts and batch order
-# (benchmarks/data/default_workload.json: `bcgtune trace --simulate --workload seeds-mi355x
+# (benchmarks/data/default_workload.json: `bcgtune trace --simulate --workload mi355x-multimodal-pr
 # --chunked-prefill-size 8192`, 1,275 batches, 595 distinct sizes), as h200_default_workload.sh uses.
 # One tune: calibrate on the trace with the model check, the time optimum, the sizes it wants
 # measured, validation, and a proof run of PASSES independent passes (the recommended list,
