@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bcgtune.adapters.machine.hardware import gpu_for  # noqa: E402
 from bcgtune.adapters.sglang.launcher import build_server_command  # noqa: E402
-from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed  # noqa: E402
+from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, known_device, run_probe, sglang_installed  # noqa: E402
 from bcgtune.files.profile_file import Profile, snake  # noqa: E402
 from bcgtune.services.launch import model_capture  # noqa: E402
 
@@ -97,14 +97,7 @@ def _profile(hw: str, model: str, server: dict, buckets) -> Profile:
 
 
 def _device(hw: str) -> dict:
-    g = gpu_for(hw)
-    return {
-        "platform": g.platform,
-        "name": g.name,
-        "memory_gib": g.memory_gib,
-        "capability": list(g.capability),
-        "gcn_arch": g.gcn_arch,
-    }
+    return known_device(gpu_for(hw))
 
 
 def sglang_outcome(answer: dict) -> tuple | None:

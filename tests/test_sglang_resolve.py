@@ -22,7 +22,7 @@ from cli_helpers import HANG_S
 from bcgtune.adapters.machine.hardware import gpu_for
 from bcgtune.adapters.machine.model_config import locate_model_config
 from bcgtune.adapters.sglang.launcher import build_server_command
-from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, run_probe, sglang_installed
+from bcgtune.adapters.sglang.resolve import PROBE_CONFIG_DIR, known_device, run_probe, sglang_installed
 from bcgtune.cli.render.launch import render_resolved_prefill
 from bcgtune.files.profile_file import Profile
 from bcgtune.services.launch import capture_for_profile as resolve_prefill
@@ -151,14 +151,7 @@ def _profile(server: dict, buckets, platform: str, hardware: str, model: Path) -
 
 
 def _device(hw: str) -> dict:
-    g = gpu_for(hw)
-    return {
-        "platform": g.platform,
-        "name": g.name,
-        "memory_gib": g.memory_gib,
-        "capability": list(g.capability),
-        "gcn_arch": g.gcn_arch,
-    }
+    return known_device(gpu_for(hw))
 
 
 def _ours(p: Profile):

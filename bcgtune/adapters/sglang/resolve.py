@@ -109,13 +109,19 @@ def device_for(profile) -> tuple[dict, list[str]]:
             notes.append(f"[profile].hardware {profile.hardware!r} is not a GPU bcgtune knows: its memory is unknown")
         cap = (9, 4) if platform == "rocm" else (9, 0)
         return {"platform": platform, "name": "unknown GPU", "memory_gib": None, "capability": list(cap)}, notes
+    return known_device(spec, platform), notes
+
+
+def known_device(spec: GpuSpec, platform: str | None = None) -> dict:
+    """The device SGLang is told it runs on, for a GPU bcgtune knows (`platform`: the
+    profile's, else the GPU's own)."""
     return {
-        "platform": platform,
+        "platform": platform or spec.platform,
         "name": spec.name,
         "memory_gib": spec.memory_gib,
         "capability": list(spec.capability),
         "gcn_arch": spec.gcn_arch,
-    }, notes
+    }
 
 
 def sglang_installed() -> bool:
