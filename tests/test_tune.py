@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import assert_one_line_error, cli
 
 from bcgtune.core.trace.prefill_trace import PrefillTrace
-from bcgtune.files.trace_file import save_trace
+from bcgtune.files.trace_file import load_trace, save_trace
 
 pytest.importorskip("torch")
 
@@ -268,3 +268,23 @@ def test_the_model_is_checked_again_on_a_list_of_added_sizes(tuned, tmp_path):
     assert [c.name for c in check.lists] == ["SGLang ladder", "recommended"]
     assert [c.buckets for c in check.lists] == [[64, 128, 192], [96, 180]]
     assert all(c.predicted_ms > 0 and c.measured_ms > 0 for c in check.lists) and check.batches <= 8
+
+
+def test_a_trace_of_two_configurations_is_refused_with_a_hint_that_runs(tmp_path):
+    import re
+
+    from test_fleet import server_log
+
+    (tmp_path / "a.log").write_text(server_log(8192, [100, 200, 300]))
+    (tmp_path / "b.log").write_text(server_log(2048, [120, 220, 320]))
+    mixed = tmp_path / "ab.json"
+    assert cli(["trace", "--log", tmp_path / "a.log", "--log", tmp_path / "b.log", "-o", mixed, "-q"]).code == 0
+    r = cli(["tune", mixed, "--model", "tiny", "--state-dir", tmp_path / "st"])
+    assert r.code == 2 and "2 server configurations" in r.err
+    assert_one_line_error(r)
+    hint = re.search(r"`(bcgtune trace --log LOGS --group N -o one\.json)`", r.err)
+    assert hint is not None, r.err
+    one = tmp_path / "one.json"  # the hint as printed, LOGS and N filled in
+    args = ["trace", "--log", tmp_path / "a.log", "--log", tmp_path / "b.log", "--group", "1", "-o", one, "-q"]
+    assert cli(args).code == 0
+    assert len(load_trace(str(one)).groups) == 1

@@ -209,7 +209,7 @@ def check_fit(req: TuneRequest):
     if len(trace.groups) > 1:
         raise InputError(
             f"the trace mixes {len(trace.groups)} server configurations ({trace.describe_groups()}): tune one at a time "
-            "(bcgtune trace each configuration's logs apart)",
+            "(`bcgtune trace --log LOGS --group N -o one.json` writes configuration N's trace on its own)",
             req.trace,
         )
     model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
@@ -347,9 +347,14 @@ def _chosen(plan, given: bool):
     return plan.recommended
 
 
+def _ladder_row(plan):
+    """The plan's row of SGLang's default ladder (every time plan has one)."""
+    return next(r for r in plan.rows if r.kind == "sglang-default")
+
+
 def _plan_figures(res, given: bool = False) -> dict[str, Any]:
     plan = res.plan
-    ladder = next(r for r in plan.rows if r.kind == "sglang-default")
+    ladder = _ladder_row(plan)
     eager = next((r for r in plan.rows if r.kind == "eager"), None)
     chosen = _chosen(plan, given)
     d = plan.model.difference(chosen.buckets, ladder.buckets)
@@ -445,7 +450,7 @@ def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say
     from bcgtune.services import calibrate
 
     plan = res.plan
-    ladder = next(r for r in plan.rows if r.kind == "sglang-default")
+    ladder = _ladder_row(plan)
     chosen = list(_chosen(plan, given).buckets)
     lists = {"SGLang ladder": list(ladder.buckets), "recommended": chosen}
     say(f"  the model checked again on the list now recommended ({len(chosen)} graphs) and SGLang's ladder")
