@@ -125,6 +125,36 @@ def test_resume_after_calibration_does_not_measure_again(tuned, tmp_path):
     assert r.code == 0 and json.loads(r.out)["resumed"] == ["calibrate", "optimum", "measure", "validate", "proof"]
 
 
+def test_a_proof_in_another_process_checks_the_model_again(tuned, tmp_path):
+    # the calibration's model check ran in another process (a tune killed before its proof
+    # and resumed): a level shift between processes is not in its error, so the proof
+    # replays the check again in its own process before it predicts the totals
+    state = tmp_path / "state"
+    shutil.copytree(tuned["state"], state)
+    st = json.loads((state / "state.json").read_text())
+    st["steps"].pop("proof")
+    st["model_checked_in"] = "an earlier process"
+    (state / "state.json").write_text(json.dumps(st))
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
+    assert r.code == 0, r.err[-3000:]
+    assert "checked again in this one" in r.err
+    proof = json.loads(r.out)["steps"]["proof"]
+    assert [c["name"] for c in proof["model_rechecked"]["lists"]] == ["SGLang ladder", "recommended"]
+    assert proof["model_rechecked"]["lists"][1]["buckets"] == [64, 128]
+    cal = json.loads((state / "calibration.json").read_text())
+    assert json.dumps(cal).count('"recommended"') >= 1  # the check is kept in the calibration
+    saved = json.loads((state / "state.json").read_text())
+    assert saved["model_checked_in"] != "an earlier process"
+    # run again: every step done, nothing checked or measured
+    again = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128"])
+    assert again.code == 0 and "checked again in this one" not in again.err
+    assert "model error, checked again in the proof's process (checked by replay on" in again.out
+
+
+def test_a_proof_in_the_process_of_the_check_does_not_check_again(tuned):
+    assert json.loads(tuned["plain"].out)["steps"]["proof"]["model_rechecked"] is None
+
+
 def test_profile_tuned_record_read_by_doctor_and_drift(tuned):
     from bcgtune.files.profile_file import load_profile
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,11 @@ PROOF_ROUNDS_CPU = (0, 2)
 CPU_CALIBRATION_ROUNDS = (0, 2)
 
 Say = Callable[[str], None]
+
+# This process, as the state names it: the model check's error is a property of the process
+# that measured it (its clocks, its allocator, its kernels' choices), so a proof run in
+# another process (a resumed tune) checks the model again before it predicts a total.
+_PROCESS = uuid.uuid4().hex
 
 
 @dataclass
@@ -283,6 +289,7 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
         check_batches=req.check_batches,
     )
     save_calibration(result.calibration, cal_path)
+    state["model_checked_in"] = _PROCESS
     return _calibration_figures(result.calibration, cal_path)
 
 
@@ -427,7 +434,7 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
         res, _ = _suggest(req, trace, cal_path)
     rechecked = None
     if rounds:
-        res, rechecked = _recheck(req, trace, res, cal_path, given, say)
+        res, rechecked = _recheck(req, trace, res, cal_path, given, say, state)
     left = wanted()
     out = _plan_figures(res, given)
     out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left, refused=refused)
@@ -440,28 +447,36 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
     return out
 
 
-def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say):
+def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say, state: dict[str, Any]):
     """After sizes were added, replay the trace's sample again under SGLang's ladder and the
     list now recommended, and keep that model check in the calibration: an added size that
     the optimizer picked was picked because its rounds came out fast, so the check made
     before it was measured says nothing about the list that holds it. The plan is priced
     again with the new check's model error."""
-    from bcgtune.files.calibration_file import load_calibration, save_calibration
-    from bcgtune.services import calibrate
-
     plan = res.plan
     ladder = _ladder_row(plan)
     chosen = list(_chosen(plan, given).buckets)
     lists = {"SGLang ladder": list(ladder.buckets), "recommended": chosen}
     say(f"  the model checked again on the list now recommended ({len(chosen)} graphs) and SGLang's ladder")
+    figures = _check_model_here(req, trace, cal_path, lists, say, state)
+    res, _ = _suggest(req, trace, cal_path)
+    return res, figures
+
+
+def _check_model_here(req: TuneRequest, trace, cal_path: Path, lists: dict[str, list[int]], say: Say, state):
+    """Replay the trace's sample under `lists` in this process and keep that model check in
+    the calibration (services/calibrate.recheck_model); the state records the process."""
+    from bcgtune.files.calibration_file import load_calibration, save_calibration
+    from bcgtune.services import calibrate
+
     check = calibrate.recheck_model(
         str(cal_path), trace, lists, req.check_batches or DEFAULT_CHECK_BATCHES, progress=lambda m: say("    " + m)
     )
     cal = load_calibration(str(cal_path))
     cal.model_check = check
     save_calibration(cal, cal_path)
-    res, _ = _suggest(req, trace, cal_path)
-    return res, check.to_json() | {"summary": check.summary()}
+    state["model_checked_in"] = _PROCESS
+    return check.to_json() | {"summary": check.summary()}
 
 
 def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
@@ -510,6 +525,14 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         # a list with fewer graphs than the optimum stands for it only within the margin:
         # measured, not only predicted
         lists["optimum"] = opt
+    rechecked = None
+    if state.get("model_checked_in") != _PROCESS:
+        # a resumed tune: the model's error was measured by another process, and a level
+        # shift between processes (about 1.5% on an H200, every list alike) is not in it
+        say("  the model check ran in an earlier process: checked again in this one, whose totals are predicted")
+        check_lists = {"SGLang ladder": ladder} | ({"recommended": rec} if rec else {"optimum": opt} if opt else {})
+        rechecked = _check_model_here(req, trace, cal_path, check_lists, say, state)
+        _save_state(_paths(req.state_dir)[0], state)
     tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)
     every = sample_every(tok.size, req.proof_batches)
     st, sr = tok[::every], rq[::every]
@@ -623,6 +646,7 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
             "ladder_measured_ms": lad_meas,
         },
         "recommended_minus_optimum": vs_opt,
+        "model_rechecked": rechecked,
         "recommended_capture_s": capture_s,
         "recommended_graph_mem_gib": mem,
     }

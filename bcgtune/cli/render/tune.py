@@ -94,7 +94,10 @@ def format_tune(result) -> str:
             + f"; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms) in {o['within_margin']}/{passes}"
         )
     mc = steps["measure"].get("model_check") or {}
-    if mc.get("checked"):
+    again = proof.get("model_rechecked")
+    if again:
+        lines.append(f"predicted intervals include the model error, checked again in the proof's process ({again['summary']})")
+    elif mc.get("checked"):
         lines.append(f"predicted intervals include the model error ({mc['summary']})")
     else:
         lines.append(f"predicted intervals do not cover the model's own error ({mc.get('reason', 'model error not checked')})")
