@@ -318,3 +318,22 @@ def test_a_trace_of_two_configurations_is_refused_with_a_hint_that_runs(tmp_path
     args = ["trace", "--log", tmp_path / "a.log", "--log", tmp_path / "b.log", "--group", "1", "-o", one, "-q"]
     assert cli(args).code == 0
     assert len(load_trace(str(one)).groups) == 1
+
+
+def test_a_list_outside_its_interval_that_the_check_did_not_replay_is_named(tuned):
+    # eager is priced from the calibration's rounds, never replayed by the model check: when it
+    # misses its interval the text says so, and why, instead of leaving a bare count
+    from bcgtune.cli.render.tune import format_tune
+    from bcgtune.services.tune import TuneResult
+
+    state = json.loads((tuned["state"] / "state.json").read_text())
+    proof = state["steps"]["proof"]
+    assert proof["lists"]["eager"]["in_model_check"] is False
+    text = format_tune(TuneResult(state, str(tuned["state"])))
+    assert "note: eager measured outside" not in text or proof["lists"]["eager"]["inside"] < proof["passes"]
+    proof["lists"]["eager"]["inside"] = 0
+    proof["lists"]["SGLang ladder"].update(inside=0, in_model_check=True)  # replayed by the check: no excuse for it
+    text = format_tune(TuneResult(state, str(tuned["state"])))
+    assert "note: eager measured outside its predicted interval in 1/1 passes" in text
+    assert "it is not replayed by the model check" in text and "host's CPU" in text
+    assert "note: SGLang ladder measured outside" not in text

@@ -580,6 +580,8 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         )
     replayed = {n: int(r.replayed) for n, r in got.items()}
     engine.release()
+    latest_check = cal.model_check
+    in_check = {tuple(int(b) for b in c.buckets) for c in latest_check.lists} if latest_check is not None else set()
     per_list = {}
     for n, bl in lists.items():
         pred = model.total(bl)
@@ -591,6 +593,8 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
             "predicted": pred.to_dict(),
             "measured": [iv.to_dict() for iv in meas_iv],
             "inside": None if pred.half is None else sum(bool(pred.contains(x)) for x in runs[n]["totals_ms"]),
+            # replayed by the model check (its error measured on this list), or priced from the calibration only
+            "in_model_check": tuple(int(b) for b in bl) in in_check,
         }
     d_pred = model.difference(rec, ladder)
     d_meas = []
