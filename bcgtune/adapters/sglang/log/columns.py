@@ -4,6 +4,7 @@ in input order with ranks numbered in order of first record (as one serial pass 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -116,10 +117,13 @@ class _FileSink(_Sink):
         self.head_cut_samples: list[dict] = []
         self.glued_samples: list[dict] = []
         self.seg_starts: list[int] = [0]
+        self._seg_array: np.ndarray | None = None
         self.segments: list[dict] = [{"start": 0, "server_args": None, "startup": None, "saturated": {}}]
 
     def segment_of(self, lines: np.ndarray) -> np.ndarray:
-        return (np.searchsorted(np.asarray(self.seg_starts), lines, side="right") - 1).astype(np.int32)
+        if self._seg_array is None or len(self._seg_array) != len(self.seg_starts):
+            self._seg_array = np.asarray(self.seg_starts)  # seg_starts only grows
+        return (np.searchsorted(self._seg_array, lines, side="right") - 1).astype(np.int32)
 
     def records(self, source: int, b: _Block) -> None:
         labels = b.label[b.label >= 0]
@@ -175,7 +179,7 @@ class _FileSink(_Sink):
         self.startup_count += 1
         if len(self.startup_list) < MAX_META_EVENTS:
             self.startup_list.append(d)
-        seg = self.segments[int(self.segment_of(np.array([d["line"]]))[0])]
+        seg = self.segments[bisect.bisect_right(self.seg_starts, d["line"]) - 1]
         if seg["startup"] is None:
             seg["startup"] = {k: v for k, v in d.items() if k not in ("source", "line", "rank")}
 

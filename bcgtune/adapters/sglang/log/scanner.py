@@ -193,20 +193,20 @@ class _Scanner:
         lo = c.starts[edges[0::2]]  # runs of other lines, as byte ranges
         hi = c.ends[edges[1::2] - 1]
         text = b"\n".join(c.spans(lo, hi))
-        hits = [n for n in _RARE_NEEDLES if n in text]
-        if not hits:
-            return []
-        sep = np.cumsum(hi - lo + 1) - 1  # offset in `text` of the b"\n" after each run
-        found = set()
-        for needle in hits:
+        found: list[int] = []
+        for needle in _RARE_NEEDLES:  # the first hit of each needle on each line
             p = text.find(needle)
             while p >= 0:
-                r = int(np.searchsorted(sep, p, "right"))
-                at = int(lo[r] + p - (sep[r] - (hi[r] - lo[r])))  # offset in the chunk
-                i = int(np.searchsorted(c.ends, at))
-                found.add(i)
-                p = text.find(needle, p + int(c.ends[i]) - at + 1)  # from the next line
-        return sorted(found)
+                found.append(p)
+                e = text.find(b"\n", p)
+                p = -1 if e < 0 else text.find(needle, e + 1)
+        if not found:
+            return []
+        pos = np.array(found, np.int64)
+        sep = np.cumsum(hi - lo + 1) - 1  # offset in `text` of the b"\n" after each run
+        r = np.searchsorted(sep, pos, "right")
+        at = lo[r] + pos - (sep[r] - (hi[r] - lo[r]))  # offsets in the chunk
+        return np.unique(np.searchsorted(c.ends, at)).tolist()
 
     def _plan_lines(self, c: _ChunkLines, prefill: np.ndarray, per_line: list[int]) -> np.ndarray:
         """Plan ids of the prefill lines; adds to `per_line` those the fast path cannot read
@@ -396,6 +396,7 @@ class _Scanner:
 
 
 _RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
+
 _PREFIX_BEFORE_RE = re.compile(rb"\[[^\[\]]*+\]\s*+$")
 
 
