@@ -26,7 +26,7 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping
 
 from bcgtune.errors import ExternalError, InputError
 
@@ -314,6 +314,23 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
     """atomic_write_bytes of the concatenated `chunks`, written as they come (a large
     document need not be held whole in memory)."""
+
+    def write(fh: IO[bytes]) -> None:
+        if str(path).lower().endswith(".gz"):
+            with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+                for chunk in chunks:
+                    gz.write(chunk)
+        else:
+            for chunk in chunks:
+                fh.write(chunk)
+
+    atomic_write_with(path, write)
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
+    """Atomic write of what `write` puts into the (seekable) temp file it is given: temp file
+    in the target's folder + fsync + rename; a symbolic link is followed, anything but a
+    regular file is refused, and a failed or interrupted write leaves the target as it was."""
     where = str(path)
     real = os.path.realpath(path)
     existed = _regular_or_absent(real, where)
@@ -327,14 +344,8 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
     try:
         _hold(fd)
         _remove_stale_temps(real, tmp)
-        with os.fdopen(fd, "wb") as fh:
-            if where.lower().endswith(".gz"):
-                with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
-                    for chunk in chunks:
-                        gz.write(chunk)
-            else:
-                for chunk in chunks:
-                    fh.write(chunk)
+        with os.fdopen(fd, "w+b") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         mode = (os.stat(real).st_mode & 0o777) if existed else 0o644

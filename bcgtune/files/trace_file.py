@@ -17,12 +17,20 @@ bcgtune.core.schema's bounds):
   * CSV with a `size` column (also `tokens`, `num_tokens`, `forward_tokens`) and an optional
     `count` (or `batches`) column, in any order; without a count each row is one batch;
   * a JSON array of forward sizes, one per batch;
-  * plain text, one forward size per line (blank lines and `#` comments skipped).
+  * plain text, one forward size per line (blank lines and `#` comments skipped);
+  * binary (`.npz`, written by `save_trace` for a name ending in .npz): a zip archive of
+    numpy arrays, `document.npy` (the JSON document above as UTF-8 bytes, `batches: null`)
+    and one `batches.<column>.npy` per per-batch column, each in the narrowest integer type
+    that holds its values and deflated; read back into the columns' own types. A trace of
+    millions of batches is a few bytes per batch and loads at the speed of numpy.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Annotated, Any, Optional, Union
 
@@ -48,12 +56,16 @@ MAX_TRACE_BYTES = 512 << 20
 
 
 def save_trace(trace: PrefillTrace, path: str) -> None:
-    """Write atomically: `size,count` CSV when `path` ends in .csv, else versioned JSON (the
-    per-batch columns streamed a slice at a time: memory stays near the columns' own);
-    gzip-compressed when it ends in .gz (.csv.gz, .json.gz)."""
+    """Write atomically: `size,count` CSV when `path` ends in .csv, the binary form when it
+    ends in .npz, else versioned JSON (the per-batch columns streamed a slice at a time:
+    memory stays near the columns' own); gzip-compressed when it ends in .gz (.csv.gz,
+    .json.gz)."""
     from bcgtune.fileio import atomic_write_chunks, atomic_write_text
 
-    if str(path).lower().removesuffix(".gz").endswith(".csv"):
+    name = str(path).lower()
+    if name.endswith(".npz"):
+        save_binary_trace(trace, path)
+    elif name.removesuffix(".gz").endswith(".csv"):
         atomic_write_text(path, trace.to_csv())
     else:
         atomic_write_chunks(path, (s.encode("utf-8") for s in json_text_chunks(trace)))
@@ -88,13 +100,204 @@ def json_text_chunks(trace: PrefillTrace) -> Iterator[str]:
     yield "}}\n"
 
 
+# ---- the binary form ------------------------------------------------------------------
+ZIP_MAGIC = b"PK\x03\x04"
+NPZ_DOCUMENT = "document.npy"
+_NPZ_COLUMN = "batches.{}.npy"
+# what the columns of a binary trace may hold once read (a zip's members can claim sizes far
+# beyond their compressed bytes): 8 GiB, about 70 million batches with every column
+MAX_BINARY_COLUMN_BYTES = 8 << 30
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same trace gives the same bytes
+
+
+def _narrow(col: np.ndarray) -> np.ndarray:
+    """An integer column in the narrowest signed type that holds its values (it is read
+    back into its declared type); float columns as they are."""
+    if col.dtype.kind != "i" or col.size == 0:
+        return col
+    lo, hi = int(col.min()), int(col.max())
+    for t in (np.int8, np.int16, np.int32):
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return col.astype(t)
+    return col
+
+
+def save_binary_trace(trace: PrefillTrace, path: str) -> None:
+    """The binary form (module docstring), written atomically."""
+    from bcgtune.fileio import atomic_write_with
+
+    batches = trace.batches
+    trace.batches = None
+    try:
+        head = json.dumps(trace.to_json_obj(), separators=(",", ":")).encode("utf-8")
+    finally:
+        trace.batches = batches
+
+    def member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
+        info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        # level 1: fast; the narrowed columns are most of the saving (Python 3.13 names it
+        # compress_level, earlier ones _compresslevel)
+        setattr(info, "compress_level" if hasattr(info, "compress_level") else "_compresslevel", 1)
+        with zf.open(info, "w", force_zip64=True) as fh:
+            np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+
+    def write(fh) -> None:
+        with zipfile.ZipFile(fh, "w", allowZip64=True) as zf:
+            member(zf, NPZ_DOCUMENT, np.frombuffer(head, np.uint8))
+            for name, col in (batches or {}).items():
+                member(zf, _NPZ_COLUMN.format(name), _narrow(np.asarray(col, BATCH_COLUMNS[name])))
+
+    atomic_write_with(path, write)
+
+
+def _npy_header(fh, where: str, member: str) -> tuple[tuple[int, ...], np.dtype]:
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{member}: not a numpy array ({str(exc)[:120]})", where) from None
+    if fortran or dtype.hasobject or len(shape) != 1:
+        raise InputError(f"{member}: must be a one-dimensional array of numbers", where)
+    return shape, dtype
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget: list[int]) -> np.ndarray:
+    """One member's array: its header checked before its data is read, its size within what
+    is left of the budget."""
+    name = info.filename
+    try:
+        with zf.open(info) as fh:
+            (n,), dtype = _npy_header(fh, where, name)
+            if dtype.kind not in "iuf" or dtype.itemsize > 8:
+                raise InputError(f"{name}: holds {dtype}, not integers or floats", where)
+            nbytes = n * dtype.itemsize
+            if nbytes > budget[0]:
+                raise InputError(f"{name}: {nbytes >> 20:,} MiB is more than a trace may hold", where)
+            budget[0] -= nbytes
+            data = fh.read(nbytes)
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{name}: cannot read ({str(exc)[:120]})", where) from None
+    if len(data) != nbytes:
+        raise InputError(f"{name}: ends early ({len(data):,} of {nbytes:,} bytes)", where)
+    return np.frombuffer(data, dtype)
+
+
+def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: list[int]) -> dict[str, np.ndarray] | None:
+    """The per-batch columns of a binary trace, in their declared types, each checked as the
+    JSON form's are; None when it holds none."""
+    out: dict[str, np.ndarray] = {}
+    for info in zf.infolist():
+        name = info.filename
+        if not (name.startswith("batches.") and name.endswith(".npy")):
+            continue
+        col = name[len("batches.") : -len(".npy")]
+        if col not in BATCH_COLUMNS:
+            continue  # columns from a newer writer are left out, not fatal
+        arr = _read_member(zf, info, where, budget)
+        loc = f"batches.{col}"
+        if arr.size != n_batches:
+            raise InputError(f"{loc}: has {arr.size:,} rows, the histogram counts {n_batches:,} batches", where)
+        dtype = np.dtype(BATCH_COLUMNS[col])
+        if dtype.kind == "f":
+            arr = arr.astype(dtype)
+            if np.isinf(arr).any():
+                raise InputError(f"{loc}[{int(np.flatnonzero(np.isinf(arr))[0])}]: must be finite (NaN when absent)", where)
+        else:
+            if arr.dtype.kind == "f":
+                raise InputError(f"{loc}: holds floats, must hold integers", where)
+            lo, hi = (1, TOKENS_MAX) if col == "forward_tokens" else _COLUMN_BOUNDS[str(dtype)]
+            if arr.size:
+                bad = np.flatnonzero((arr < lo) | (arr > hi)) if arr.dtype.kind == "i" else np.flatnonzero(arr > hi)
+                if bad.size:
+                    raise InputError(f"{loc}[{int(bad[0])}]: must be within {lo}..{hi}, got {arr[bad[0]]}", where)
+            arr = arr.astype(dtype)
+        out[col] = arr
+    return out or None
+
+
+def _load_binary_trace(path: str, where: str) -> PrefillTrace:
+    """The binary form (module docstring): its document checked as a JSON trace is, and
+    its columns against it (one row per batch the histogram counts, the histogram that of
+    forward_tokens)."""
+    from bcgtune.fileio import open_binary
+
+    fh = open_binary(path)
+    try:
+        try:
+            zf = zipfile.ZipFile(fh if fh.seekable() else io.BytesIO(fh.read(MAX_TRACE_BYTES + 1)))
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+            raise InputError(f"not a binary trace: {str(exc)[:120]}", where) from None
+        with zf:
+            infos = {i.filename: i for i in zf.infolist()}
+            if NPZ_DOCUMENT not in infos:
+                raise InputError(f"not a bcgtune binary trace: no {NPZ_DOCUMENT} in the archive", where)
+            budget = [MAX_TRACE_BYTES]
+            head = _read_member(zf, infos[NPZ_DOCUMENT], where, budget)
+            if head.dtype != np.uint8:
+                raise InputError(f"{NPZ_DOCUMENT}: must hold bytes", where)
+            try:
+                text = head.tobytes().decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"{NPZ_DOCUMENT}: not UTF-8 text", where) from None
+            budget = [MAX_BINARY_COLUMN_BYTES]
+            trace = _parse_json_trace(text, where, binary=True)
+            n = int(trace.counts.sum())
+            cols = _binary_columns(zf, where, n, budget)
+    finally:
+        if path != "-":
+            fh.close()
+    if cols is not None:
+        if "forward_tokens" not in cols:
+            raise InputError("batches need a forward_tokens column", where)
+        sizes, counts = np.unique(cols["forward_tokens"], return_counts=True)
+        if not (np.array_equal(sizes, trace.sizes) and np.array_equal(counts, trace.counts)):
+            raise InputError("batches.forward_tokens does not give the document's histogram", where)
+        _check_decode_votes(trace.meta, cols, where)
+        col = cols.get("group")
+        if col is not None and trace.groups and col.size and (col.min() < 0 or col.max() >= len(trace.groups)):
+            raise InputError(f"batches.group: must be within 0..{len(trace.groups) - 1}", where)
+        trace.batches = cols
+    return trace
+
+
+def _is_zip(path: str) -> bool:
+    from bcgtune.fileio import open_binary, path_kind
+
+    if path == "-":  # a pipe: looked at without taking its bytes
+        peek = getattr(open_binary("-"), "peek", None)
+        try:
+            return peek is not None and peek(4)[:4] == ZIP_MAGIC
+        except (OSError, ValueError):
+            return False
+    if path_kind(path) != "file":
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == ZIP_MAGIC
+    except OSError:
+        return False
+
+
 def load_trace(path: str) -> PrefillTrace:
-    """Read a JSON trace, a CSV, a JSON array of sizes or a one-size-per-line file.
-    Errors name the file (and the line or field)."""
+    """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
+    one-size-per-line file. Errors name the file (and the line or field)."""
     from bcgtune.fileio import decode_text, display_path, read_input
 
     where = display_path(path)
-    what = "trace (JSON trace, size,count CSV or one size per line)"
+    if _is_zip(path):
+        trace = _load_binary_trace(path, where)
+        trace.validate(where)
+        if not trace.sources:
+            trace.sources = [{"path": where}]
+        return trace
+    what = "trace (JSON trace, binary .npz trace, size,count CSV or one size per line)"
     text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
     stripped = text.lstrip()
     if not stripped:
@@ -212,11 +415,13 @@ class _TraceDocument(Document):
     batches: Optional[dict[str, Any]] = None
 
 
-def _parse_json_trace(text: str, where: str) -> PrefillTrace:
+def _parse_json_trace(text: str, where: str, binary: bool = False) -> PrefillTrace:
     from bcgtune.fileio import parse_json
 
     obj = check_header(parse_json(text, where), TRACE_KIND, FORMAT_VERSION, "prefill trace", where)
     doc = validate(_TraceDocument, obj, where)
+    if binary and doc.batches is not None:
+        raise InputError(f"{NPZ_DOCUMENT}: batches must be null (the columns are the archive's arrays)", where)
     hist = doc.histogram
     if len(hist.sizes) != len(hist.counts):
         raise InputError("histogram.sizes and histogram.counts differ in length", where)
@@ -228,7 +433,8 @@ def _parse_json_trace(text: str, where: str) -> PrefillTrace:
         raise InputError("histogram.sizes holds a size twice", where)
     batches = _batch_columns(doc.batches, where) if doc.batches else None
     meta = doc.meta.model_dump(exclude_unset=True)
-    _check_decode_votes(meta, batches, where)
+    if not binary:  # a binary trace's columns are read after its document, and checked then
+        _check_decode_votes(meta, batches, where)
     groups = _groups(doc.groups, len(doc.sources), sizes, counts, where)
     if batches is not None and groups:
         col = batches.get("group")

@@ -66,7 +66,7 @@ SimulateOptions: Any = option_set(
     "bcgtune trace --log rank0.log.gz rank1.log.gz -j 2 --json",
     "bcgtune trace --log https://logs.example.com/today.log.gz --histogram-only \\",
     "    -o today.json",
-    "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.json",
+    "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.npz",
     "bcgtune trace --log today/ --group 1 -o one.json   # one configuration alone",
     "bcgtune trace merge monday.json tuesday.json -o week.json",
     "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
@@ -91,7 +91,8 @@ def trace_command(
         typer.Option(
             "-o",
             "--out",
-            help="Write the trace: versioned JSON, or size,count CSV when the name ends in .csv (.gz: compressed).",
+            help="Write the trace: versioned JSON; binary (per-batch columns a few bytes each, read back fast) when the "
+            "name ends in .npz; size,count CSV when it ends in .csv (.gz: compressed).",
             show_default=False,
         ),
     ] = None,
@@ -250,6 +251,14 @@ def _logs(
     _emit(trace, out_path, as_json, quiet)
 
 
+# per-batch traces this long are written as JSON with a word on the binary form
+BINARY_HINT_BATCHES = 100_000
+
+
+def _binary(path: str) -> bool:
+    return path.lower().endswith(".npz")
+
+
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
     from bcgtune.cli.render.trace import render_trace_text
     from bcgtune.core.trace.summary import summarize
@@ -258,6 +267,8 @@ def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool)
     if out_path:
         save_trace(trace, out_path)
         note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes)", quiet)
+        if trace.batches is not None and trace.n_batches >= BINARY_HINT_BATCHES and not _binary(out_path):
+            note("a binary trace (-o NAME.npz) of per-batch columns is several times smaller and faster to read", quiet)
     summary = summarize(trace)
     if as_json:
         out_json(summary.to_dict())

@@ -29,7 +29,12 @@ def trace_merge_command(
     ] = None,
     out_path: Annotated[
         Optional[str],
-        typer.Option("-o", "--out", help="Write the merged trace (versioned JSON).", show_default=False),
+        typer.Option(
+            "-o",
+            "--out",
+            help="Write the merged trace: versioned JSON, or binary when the name ends in .npz.",
+            show_default=False,
+        ),
     ] = None,
     histogram_only: Annotated[
         bool,
@@ -57,7 +62,7 @@ def trace_merge_command(
     if not paths:
         raise InputError("give the trace files to merge", "TRACES")
     if out_path is not None and out_path.lower().endswith(".csv"):
-        raise InputError("a merged trace is written as JSON (it keeps sources and configurations)", f"-o {out_path}")
+        raise InputError("a merged trace is written as JSON or .npz (it keeps sources and configurations)", f"-o {out_path}")
     guard.outputs({"-o": out_path}, inputs=paths)
     trace = merge_trace_files(paths, histogram_only=histogram_only)
     if out_path:
