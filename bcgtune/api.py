@@ -169,13 +169,15 @@ def trace_from_logs(
     mixed_chunk: bool = False,
     histogram_only: bool = False,
     jobs: int | None = None,
+    launch: Mapping[str, Any] | None = None,
 ) -> PrefillTrace:
     """A trace from SGLang server logs (one per rank or replica; .gz and '-' work), as
     `bcgtune trace --log` reads them: one location or a list of them, each a file, a folder
     (its logs), a glob, or a URL (file://, memory://, http(s)://, s3:// ... with fsspec).
     `histogram_only`: counts per size and request mixes per configuration instead of
     per-batch columns (memory flat in the logs' length; the same plans). `jobs`: worker
-    processes for several files (None: one per core)."""
+    processes for several files (None: one per core). `launch`: the launch settings of
+    logs that state none, as `--launch` takes them ({"chunked_prefill_size": 8192, ...})."""
     from bcgtune.services.trace import trace_logs
 
     if isinstance(paths, (str, os.PathLike)):
@@ -186,9 +188,18 @@ def trace_from_logs(
     if not files:
         raise InputError("no log given", field="paths")
     n = _optional(Annotated[int, Field(ge=1, le=4096)], jobs, "jobs")
+    given = None
+    if launch is not None:
+        from bcgtune.core.trace.groups import parse_launch_settings
+
+        if not isinstance(launch, Mapping):
+            raise InputError(f"must be a mapping of launch settings, got {_kind(launch)}", field="launch")
+        items = [f"{k}={'true' if v is True else 'false' if v is False else v}" for k, v in launch.items()]
+        given = parse_launch_settings(items, "launch")
     return trace_logs(
-        files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"), histogram_only=_flag(histogram_only, "histogram_only"), jobs=n
-    )
+        files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"), histogram_only=_flag(histogram_only, "histogram_only"),
+        jobs=n, launch=given,
+    )  # fmt: skip
 
 
 def merge_traces(traces: Sequence[PrefillTrace], *, histogram_only: bool = False) -> PrefillTrace:

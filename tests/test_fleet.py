@@ -854,3 +854,115 @@ def test_trace_writes_one_configuration_on_its_own(two_servers, tmp_path):
     r = cli(["trace", "--log", restarted, b, "--group", "0", "-q"])
     assert r.code == 2 and "restarted.log holds configurations" in r.err
     assert_one_line_error(r)
+
+
+# ---- logs that lost their startup lines ---------------------------------------------------------
+def _rotated(text: str) -> str:
+    """A log rotated past its start: no server_args line, no startup line."""
+    return "".join(ln + "\n" for ln in text.splitlines() if "server_args=" not in ln and "max_total_num_tokens" not in ln)
+
+
+def test_launch_settings_given_to_rotated_logs_join_their_configuration(tmp_path):
+    full = tmp_path / "full.log"
+    full.write_text(server_log(2048, [100, 700, 2048, 1500]))
+    rotated = tmp_path / "rotated.log"
+    rotated.write_text(_rotated(server_log(2048, [300, 2048, 900])))
+    plain = parse_logs([str(full), str(rotated)])
+    assert len(plain.groups) == 2 and plain.groups[1].settings == {}
+    # every setting the full log states (its startup line also states max_prefill_tokens)
+    given = ["model_path=org/Model-8B", "--tp-size=1", "dp_size=1", "enable_dp_attention=false", "chunked_prefill_size=2048",
+             "max_prefill_tokens=16384"]  # fmt: skip
+    for hist in (False, True):
+        out = tmp_path / f"t{hist}.json"
+        r = cli(["trace", "--log", full, rotated, *[a for g in given for a in ("--launch", g)], "-o", out]
+                + (["--histogram-only"] if hist else []))  # fmt: skip
+        assert r.code == 0, r.err
+        t = load_trace(str(out))
+        assert len(t.groups) == 1 and sorted(t.groups[0].sources) == [0, 1] and t.groups[0].rank_chunk == 2048
+        assert "launch settings given with --launch, not logged, for 1 file(s): " in r.out and str(rotated) in r.out
+    # logged settings win: the full log keeps its own, the given ones go to the rotated log only
+    r = cli(["trace", "--log", full, rotated, "--launch", "chunked_prefill_size=4096", "-o", tmp_path / "w.json"])
+    t = load_trace(str(tmp_path / "w.json"))
+    assert [g.settings.get("chunked_prefill_size") for g in t.groups] == [2048, 4096]
+    # the API takes the same settings
+    from bcgtune import api
+
+    t = api.trace_from_logs([str(full), str(rotated)], launch={"model_path": "org/Model-8B", "tp_size": 1, "dp_size": 1,
+                            "enable_dp_attention": False, "chunked_prefill_size": 2048, "max_prefill_tokens": 16384})  # fmt: skip
+    assert len(t.groups) == 1
+
+
+def test_a_given_chunk_is_the_launch_value_under_dp_attention(tmp_path):
+    log = tmp_path / "r.log"
+    log.write_text(_rotated(server_log(2048, [300, 2048, 900], dp=4, dp_attention=True)))
+    r = cli(["trace", "--log", log, "--launch", "chunked_prefill_size=8192", "--launch", "dp_size=4",
+             "--launch", "enable_dp_attention=true", "-o", tmp_path / "t.json"])  # fmt: skip
+    assert r.code == 0, r.err
+    g = load_trace(str(tmp_path / "t.json")).groups[0]
+    assert g.settings["chunked_prefill_size"] == 8192 and g.rank_chunk == 2048
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("chunk=8192", "unknown launch setting 'chunk'"),
+        ("tp_size", "expected KEY=VALUE"),
+        ("tp_size=abc", "tp_size: expected an integer"),
+        ("tp_size=0", "tp_size: must be within 1.."),
+        ("tp_size=99999999999", "tp_size: must be within 1.."),
+        ("enable_dp_attention=yes", "expected true or false"),
+        ("chunked_prefill_size=nan", "expected an integer"),
+    ],
+)
+def test_bad_launch_settings_are_one_line(tmp_path, value, says):
+    log = tmp_path / "r.log"
+    log.write_text(server_log(2048, [300]))
+    r = cli(["trace", "--log", log, "--launch", value])
+    assert r.code == 2 and says in r.err and "--launch" in r.err
+    assert_one_line_error(r)
+
+
+def test_mixed_chunk_hint_for_a_log_without_startup_lines(tmp_path):
+    chunk = 512
+    running = [7, 12, 3, 0, 5, 2]
+    tokens = [chunk - 7, chunk - 12, 200, 300, 100, 50]  # two saturated batches, as the issue's log
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(_rotated(server_log(chunk, tokens, running=running)))
+    r = cli(["trace", "--log", mixed])
+    assert r.code == 0 and "hint: 2 batches of the server log the same largest #new-token + #running-req (512)" in r.out
+    assert "--mixed-chunk --launch chunked_prefill_size=512" in r.out
+    r = cli(["trace", "--log", mixed, "--histogram-only"])
+    assert "hint: 2 batches" in r.out
+    # the hint's command: the chunk is then known, the forwards count the decode rows, no hint
+    r = cli(["trace", "--log", mixed, "--mixed-chunk", "--launch", "chunked_prefill_size=512"])
+    assert r.code == 0 and "hint:" not in r.out
+    # with the chunk given but not --mixed-chunk: the logged-chunk signature, two batches suffice
+    r = cli(["trace", "--log", mixed, "--launch", "chunked_prefill_size=512"])
+    assert "hint: 2 chunk-saturated batches" in r.out
+    # a plain server: saturated batches log #new-token = chunk, their sums differ: no hint
+    plain = tmp_path / "plain.log"
+    plain.write_text(_rotated(server_log(chunk, [chunk, chunk, chunk, 100, chunk - 7], running=[7, 12, 3, 0, 7])))
+    assert "hint:" not in cli(["trace", "--log", plain]).out
+    # one batch at the largest sum is not evidence
+    one = tmp_path / "one.log"
+    one.write_text(_rotated(server_log(chunk, [chunk - 7, 200, 100], running=[7, 3, 1])))
+    assert "hint:" not in cli(["trace", "--log", one]).out
+    # a fleet: two rotated logs of one configuration, one such batch each, add up
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(_rotated(server_log(chunk, [chunk - 7, 100], running=[7, 1])))
+    b.write_text(_rotated(server_log(chunk, [chunk - 9, 100], running=[9, 1])))
+    assert "hint: 2 batches" in cli(["trace", "--log", a, b, "--histogram-only"]).out
+
+
+def test_launch_settings_reach_the_cluster_workers(tmp_path):
+    pytest.importorskip("distributed")
+    full = tmp_path / "full.log"
+    full.write_text(server_log(2048, [100, 700, 2048, 1500]))
+    rotated = tmp_path / "rotated.log"
+    rotated.write_text(_rotated(server_log(2048, [300, 2048, 900])))
+    given = ["model_path=org/Model-8B", "tp_size=1", "dp_size=1", "enable_dp_attention=false", "chunked_prefill_size=2048",
+             "max_prefill_tokens=16384"]  # fmt: skip
+    out = tmp_path / "c.json"
+    r = cli(["trace", "--log", full, rotated, "--cluster", "local:1", *[a for g in given for a in ("--launch", g)], "-o", out])
+    assert r.code == 0, r.err
+    assert len(load_trace(str(out)).groups) == 1

@@ -57,17 +57,33 @@ def trace_logs(
     jobs: int | None = None,
     histogram_only: bool = False,
     progress: Callable[[int, int | None], None] | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> PrefillTrace:
-    """Logs parsed on this machine (worker processes for several files)."""
+    """Logs parsed on this machine (worker processes for several files). launch: the launch
+    settings of logs that state none (rotated logs without their server_args and startup
+    lines), as launch flags (core.trace.groups.parse_launch_settings)."""
     from bcgtune.adapters.sglang.log import parse_logs
 
     return parse_logs(
-        expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only
-    )
+        expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only,
+        assumed_launch=_assumed(launch),
+    )  # fmt: skip
+
+
+def _assumed(launch: dict[str, Any] | None) -> dict[str, Any] | None:
+    from bcgtune.core.trace.groups import logged_form
+
+    return logged_form(launch) if launch else None
 
 
 def trace_of_group(
-    locations: list[str], group: int, *, mixed_chunk: bool = False, jobs: int | None = None, histogram_only: bool = False
+    locations: list[str],
+    group: int,
+    *,
+    mixed_chunk: bool = False,
+    jobs: int | None = None,
+    histogram_only: bool = False,
+    launch: dict[str, Any] | None = None,
 ) -> PrefillTrace:
     """One server configuration of the logs on its own: the logs are parsed (histogram-only)
     to find the files of configuration `group` (numbered as the whole trace numbers them),
@@ -80,10 +96,11 @@ def trace_of_group(
     paths = expand_logs(locations)
     if "-" in paths:
         raise InputError("standard input cannot be read twice: save it to a file to pick a configuration", "--group")
-    whole = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=True)
+    assumed = _assumed(launch)
+    whole = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=True, assumed_launch=assumed)
     check_group_index(whole.groups, group)
     if len(whole.groups) <= 1:
-        return whole if histogram_only else parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs)
+        return whole if histogram_only else parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, assumed_launch=assumed)
     assert len(whole.sources) == len(paths)
     own = sorted(set(whole.groups[group].sources))
     for s in own:
@@ -94,7 +111,9 @@ def trace_of_group(
                 "one file cannot be split by configuration",
                 "--group",
             )
-    return parse_logs([paths[s] for s in own], mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only)
+    return parse_logs(
+        [paths[s] for s in own], mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, assumed_launch=assumed
+    )
 
 
 def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
@@ -154,13 +173,14 @@ def _raise(f: _Failure) -> None:
     raise cls(f.what, f.where)
 
 
-def parse_one(path: str, mixed_chunk: bool) -> PrefillTrace | _Failure:
+def parse_one(path: str, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> PrefillTrace | _Failure:
     """The map step, run on a worker: one log into a histogram-only trace."""
     from bcgtune.adapters.sglang.log.build import file_trace
     from bcgtune.adapters.sglang.log.columns import Want, _parse_file
 
     try:
-        return file_trace(path, _parse_file(path, 0, want=Want(mixed_chunk, True)), mixed_chunk)
+        want = Want(mixed_chunk, True, tuple(sorted((assumed or {}).items())))
+        return file_trace(path, _parse_file(path, 0, want=want), mixed_chunk)
     except BcgError as exc:
         return _failure(exc)
 
@@ -228,6 +248,7 @@ def trace_on_cluster(
     *,
     mixed_chunk: bool = False,
     progress: Callable[[int, int | None], None] | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> PrefillTrace:
     """Logs parsed on a Dask cluster into one histogram-only trace. The workers must reach
     the logs (a shared folder, or URLs). progress: (logs parsed, logs)."""
@@ -243,7 +264,7 @@ def trace_on_cluster(
     try:
         from dask.distributed import as_completed
 
-        level = client.map(parse_one, paths, mixed_chunk=mixed_chunk, pure=False)
+        level = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=_assumed(launch), pure=False)
         done = 0
         for _ in as_completed(level):
             done += 1

@@ -68,6 +68,8 @@ SimulateOptions: Any = option_set(
     "    -o today.json",
     "bcgtune trace --log s3://bucket/sglang/today/ --cluster local:8 -o fleet.npz",
     "bcgtune trace --log today/ --group 1 -o one.json   # one configuration alone",
+    "bcgtune trace --log rotated.log --launch chunked_prefill_size=8192 \\",
+    "    --launch tp_size=8 -o t.json   # logs that lost their start-up lines",
     "bcgtune trace merge monday.json tuesday.json -o week.json",
     "bcgtune trace --simulate --workload mi355x-multimodal-pr -o trace.json",
     "bcgtune trace --simulate --dataset-name random --random-input-len 2048 \\",
@@ -102,6 +104,16 @@ def trace_command(
             "--mixed-chunk", help="The logged server ran with --enable-mixed-chunk: add one token per running decode row."
         ),
     ] = False,
+    launch: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--launch",
+            help="KEY=VALUE, repeatable: a launch setting of the logs that state none (rotated logs without their "
+            "server_args and startup lines), named as SGLang's server flags are (chunked_prefill_size=8192, tp_size=8, "
+            "enable_dp_attention=true, ...; the chunk as launched). Settings a log states always win.",
+            show_default=False,
+        ),
+    ] = None,
     jobs: Annotated[
         Optional[int],
         typer.Option(
@@ -201,8 +213,11 @@ def trace_command(
         raise InputError("give --log FILE (an SGLang server log), --simulate or --live")
     if bench_args and not live:
         raise InputError(f"unexpected argument {bench_args[0][:60]!r} (arguments after `--` go with --live)")
-    if (histogram_only or cluster or group is not None) and not log:
-        raise InputError("--histogram-only, --group and --cluster apply to --log")
+    if (histogram_only or cluster or group is not None or launch) and not log:
+        raise InputError("--histogram-only, --group, --launch and --cluster apply to --log")
+    from bcgtune.core.trace.groups import parse_launch_settings
+
+    given = parse_launch_settings(list(launch or []), "--launch") if launch else None
     if cluster and group is not None:
         raise InputError("--group applies to logs parsed on this machine, not with --cluster", "--group")
     if not simulate and (sim.given() or sim.workload is not None or buckets is not None or calibration is not None):
@@ -223,10 +238,10 @@ def trace_command(
         from bcgtune.services.trace import trace_on_cluster
 
         with Progress(f"parsing logs on {cluster}", unit=" logs", quiet=quiet) as bar:
-            trace = trace_on_cluster(list(log or []), cluster, mixed_chunk=mixed_chunk, progress=bar.update)
+            trace = trace_on_cluster(list(log or []), cluster, mixed_chunk=mixed_chunk, progress=bar.update, launch=given)
         _emit(trace, out_path, as_json, quiet)
     else:
-        _logs(list(log or []), mixed_chunk, jobs, histogram_only, out_path, as_json, quiet, group)
+        _logs(list(log or []), mixed_chunk, jobs, histogram_only, out_path, as_json, quiet, group, given)
 
 
 def _logs(
@@ -238,6 +253,7 @@ def _logs(
     as_json: bool,
     quiet: bool,
     group: int | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> None:
     from bcgtune.services.trace import trace_logs, trace_of_group
 
@@ -245,9 +261,11 @@ def _logs(
         raise InputError("standard input ('-') can be read once only", "--log")
     with Progress("parsing logs", unit=" MB", scale=1e6, quiet=quiet) as bar:
         if group is None:
-            trace = trace_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update)
+            trace = trace_logs(
+                paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update, launch=launch
+            )
         else:
-            trace = trace_of_group(paths, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only)
+            trace = trace_of_group(paths, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, launch=launch)
     _emit(trace, out_path, as_json, quiet)
 
 

@@ -61,6 +61,52 @@ def attention_dp_ranks(settings: dict[str, Any]) -> int:
     return 1
 
 
+_BOOL_SETTINGS = frozenset(k for k in SETTING_KEYS if k.startswith(("enable_", "disable_")))
+_TEXT_SETTINGS = frozenset({"model_path", "moe_a2a_backend", "cuda_graph_backend_prefill"})
+
+
+def parse_launch_settings(values: list[str], where: str = "--launch") -> dict[str, Any]:
+    """`KEY=VALUE` items (KEY as SGLang's ServerArgs names it, `chunked_prefill_size`, or
+    its flag `--chunked-prefill-size`) -> launch settings: integers within int32 for sizes,
+    true/false for enable_/disable_ switches, text for the model and backends."""
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, value = str(item).partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        value = value.strip()
+        if not sep or not key or not value:
+            raise InputError(f"expected KEY=VALUE, got {item!r}", where)
+        if key not in SETTING_KEYS:
+            raise InputError(f"unknown launch setting {key!r}; known: {', '.join(SETTING_KEYS)}", where)
+        if key in _BOOL_SETTINGS:
+            if value.lower() not in ("true", "false"):
+                raise InputError(f"{key}: expected true or false, got {value[:40]!r}", where)
+            parsed: Any = value.lower() == "true"
+        elif key in _TEXT_SETTINGS:
+            parsed = value[:400]
+        else:
+            try:
+                parsed = int(value)
+            except ValueError:
+                raise InputError(f"{key}: expected an integer, got {value[:40]!r}", where) from None
+            if not 1 <= parsed <= 2**31 - 1 and not (key == "chunked_prefill_size" and parsed == -1):
+                raise InputError(f"{key}: must be within 1..{2**31 - 1}, got {value[:40]}", where)
+        if key in out and out[key] != parsed:
+            raise InputError(f"{key} given twice ({out[key]} and {parsed})", where)
+        out[key] = parsed
+    return out
+
+
+def logged_form(settings: dict[str, Any]) -> dict[str, Any]:
+    """Launch settings as SGLang's server_args line states them: the chunk per attention-DP
+    rank (launch_settings multiplies it back)."""
+    out = dict(settings)
+    chunk = out.get("chunked_prefill_size")
+    if isinstance(chunk, int) and chunk > 0:
+        out["chunked_prefill_size"] = max(1, chunk // attention_dp_ranks(out))
+    return out
+
+
 def launch_settings(server_args: dict[str, Any] | None, startup: dict[str, Any] | None) -> tuple[dict[str, Any], int | None]:
     """(launch flags, the scheduler's chunk) of one launch from what its log states.
 
@@ -262,7 +308,26 @@ def mixed_chunk_signature(saturated: dict[str, int]) -> bool:
     `chunk_minus_running`)."""
     mixed = int(saturated.get("chunk_minus_running", 0))
     plain = int(saturated.get("chunk", 0))
-    return mixed >= 3 and mixed > plain
+    return mixed >= 2 and mixed > plain
+
+
+UNLOGGED_CHUNK_KEY = "unlogged_chunk_"
+
+
+def unlogged_mixed_chunk(saturated: dict[str, int]) -> tuple[int, int] | None:
+    """(chunk, batches) when a launch whose chunk is not logged looks mixed: at least two
+    batches with running decode rows log the same largest `#new-token + #running-req`, and no
+    batch's #new-token reaches it (a plain server's saturated batches log #new-token = chunk,
+    so their sums exceed it by their running rows and rarely repeat). Keys
+    `unlogged_chunk_<sum>` count such batches per file (adapters/sglang/log/columns.py); a
+    fleet's files add up per sum."""
+    best = None
+    for key, n in saturated.items():
+        if key.startswith(UNLOGGED_CHUNK_KEY) and key[len(UNLOGGED_CHUNK_KEY) :].isdigit():
+            c = int(key[len(UNLOGGED_CHUNK_KEY) :])
+            if best is None or (n, c) > (best[1], best[0]):
+                best = (c, int(n))
+    return best if best is not None and best[1] >= 2 else None
 
 
 def check_group_index(groups: list[TraceGroup], index: int, what: str = "--group") -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, assign_buckets
-from bcgtune.core.trace.groups import mixed_chunk_signature
+from bcgtune.core.trace.groups import mixed_chunk_signature, unlogged_mixed_chunk
 from bcgtune.core.trace.prefill_trace import CapturedList, PrefillTrace
 
 MAX_SAMPLES_SHOWN = 3
@@ -190,6 +190,10 @@ def _notes(trace: PrefillTrace) -> list[str]:
     ):
         if ps.get(key):
             notes.append(f"{ps[key]} {text}")
+    given = [str(e.get("path")) for e in ps.get("per_source") or [] if isinstance(e, dict) and e.get("launch_given")]
+    if given:
+        shown = ", ".join(given[:3]) + (f" and {len(given) - 3} more" if len(given) > 3 else "")
+        notes.append(f"launch settings given with --launch, not logged, for {len(given)} file(s): {shown}")
     return notes
 
 
@@ -245,6 +249,13 @@ def _hints(trace: PrefillTrace) -> list[str]:
             )
         elif g.settings.get("enable_mixed_chunk") is True:
             out.append(f"{which} ran --enable-mixed-chunk (its launch settings say so): trace again with --mixed-chunk")
+        elif g.rank_chunk is None and (found := unlogged_mixed_chunk(g.saturated)) is not None:
+            chunk, n = found
+            out.append(
+                f"{n} batches of {which} log the same largest #new-token + #running-req ({chunk:,}) and no #new-token "
+                f"reaches it: its chunk is not logged, but it looks like a server with chunk {chunk} and "
+                f"--enable-mixed-chunk; trace again with --mixed-chunk --launch chunked_prefill_size={chunk}"
+            )
     return out
 
 

@@ -77,6 +77,7 @@ def _parse_stats(where: str, r: _FileResult, zero: int) -> dict[str, Any]:
                 "overlong_lines": r.overlong,
                 "head_cut_lines": r.head_cut,
                 "glued_lines": r.glued,
+                **({"launch_given": True} if any(seg.get("assumed") for seg in r.segments) else {}),
             }
         ],
         "overlong_lines": r.overlong,
@@ -197,6 +198,7 @@ def parse_logs(
     progress: Callable[[int, int | None], None] | None = None,
     options: ParseOptions | None = None,
     histogram_only: bool = False,
+    assumed_launch: dict[str, Any] | None = None,
 ) -> PrefillTrace:
     """Parse SGLang server logs (several files = several ranks or replicas, concatenated in
     the given order; `.gz` and `-` for stdin work) into a PrefillTrace with per-batch
@@ -209,7 +211,9 @@ def parse_logs(
     options.parallel_min_bytes in all parse serially. progress: called after each chunk with
     (bytes consumed so far, total bytes or None when unknown, e.g. stdin); compressed
     bytes for .gz. histogram_only: keep counts per size and request mixes per group, not
-    per-batch columns (memory flat in the logs' length).
+    per-batch columns (memory flat in the logs' length). assumed_launch: the settings of the
+    launches whose log states none (rotated logs), as a server_args line states them
+    (core.trace.groups.logged_form); logged settings always win.
 
     Raises InputError naming the file when a file cannot be read, is binary, or no input
     holds a prefill line; KeyboardInterrupt stops the workers and is raised here."""
@@ -219,7 +223,7 @@ def parse_logs(
     if paths.count("-") > 1:
         raise InputError("stdin ('-') can be read once only", "<stdin>")
     sizes = [_input_size(p) for p in paths]
-    want = Want(bool(mixed_chunk), bool(histogram_only))
+    want = Want(bool(mixed_chunk), bool(histogram_only), tuple(sorted((assumed_launch or {}).items())))
     results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
     traces = [file_trace(p, r, mixed_chunk) for p, r in zip(paths, results)]
     del results

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from bcgtune.adapters.sglang.log.grammar import (
 )
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.scanner import _scan, _Sink
+from bcgtune.core.trace.groups import UNLOGGED_CHUNK_KEY
 
 MAX_SEGMENTS = 1024  # launches (server_args lines) told apart per file; later ones join the last
 
@@ -33,6 +34,10 @@ class Want(NamedTuple):
 
     mixed_chunk: bool = False
     histogram_only: bool = False
+    # launch settings for the launches whose log states none (rotated logs without their
+    # server_args and startup lines), as SGLang's server_args line states them (the chunk
+    # per attention-DP rank): ((key, value), ...)
+    assumed: tuple = ()
 
 
 @dataclass
@@ -102,7 +107,9 @@ class _FileSink(_Sink):
     batches before the first belong to launch 0. Each launch also counts its
     chunk-saturated batches (core.trace.groups.mixed_chunk_signature)."""
 
-    def __init__(self) -> None:
+    def __init__(self, assumed: dict[str, Any] | None = None) -> None:
+        self.assumed = dict(assumed or {})
+        self.unlogged: dict[int, list[int]] = {}
         self.rank_index: dict[str, int] = {}
         self.graph_labels: dict[str, int] = {}
         self.legacy = self.wrapped = self.n_records = self.untagged = 0
@@ -146,13 +153,44 @@ class _FileSink(_Sink):
         decode rows `#new-token + #running-req == chunk` (the mixed-chunk signature)."""
         seg = self.segments[s]
         chunk = (seg["startup"] or {}).get("chunked_prefill_size") or (seg["server_args"] or {}).get("chunked_prefill_size")
+        if seg["startup"] is None and seg["server_args"] is None:
+            chunk = self.assumed.get("chunked_prefill_size")  # given for a log that states no launch
         if not isinstance(chunk, int) or chunk <= 0:
+            self._unlogged(s, b.new_token[sel], b.running_req[sel])
             return
         nt, rr = b.new_token[sel], b.running_req[sel]
         sat = seg["saturated"]
         sat["chunk"] = sat.get("chunk", 0) + int(np.count_nonzero(nt == chunk))
         mixed = (rr > 0) & (nt < chunk) & (nt + rr == chunk)
         sat["chunk_minus_running"] = sat.get("chunk_minus_running", 0) + int(np.count_nonzero(mixed))
+
+    def _unlogged(self, s: int, nt: np.ndarray, rr: np.ndarray) -> None:
+        """A launch whose chunk is not logged (rotated logs): the largest #new-token +
+        #running-req over batches with running rows, how many batches reach it, and the
+        largest #new-token. Under --enable-mixed-chunk the chunk is that largest sum and no
+        batch's #new-token reaches it (core.trace.groups.unlogged_mixed_chunk)."""
+        u = self.unlogged.setdefault(s, [0, 0, 0])  # best sum, batches at it, largest new_token
+        if not nt.size:
+            return
+        u[2] = max(u[2], int(nt.max()))
+        run = rr > 0
+        if run.any():
+            sums = nt[run] + rr[run]
+            top = int(sums.max())
+            at = int(np.count_nonzero(sums == top))
+            if top > u[0]:
+                u[0], u[1] = top, at
+            elif top == u[0]:
+                u[1] += at
+
+    def finish_unlogged(self) -> None:
+        """Each launch without a logged chunk gets its signature counted under the sum as
+        key (`unlogged_chunk_<sum>`: batches reaching it), when no #new-token reaches it."""
+        for s, (top, at, nt_max) in self.unlogged.items():
+            if at and nt_max < top:
+                sat = self.segments[s]["saturated"]
+                key = f"{UNLOGGED_CHUNK_KEY}{top}"
+                sat[key] = sat.get(key, 0) + at
 
     def ranks_of(self, b: _Block) -> np.ndarray:
         """The block's ranks as indices into this sink's ranks (in order of first record)."""
@@ -214,8 +252,8 @@ class _FileSink(_Sink):
 class _ColumnSink(_FileSink):
     """Per-batch columns (a few dozen bytes per batch, one array per chunk until the end)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, assumed: dict[str, Any] | None = None) -> None:
+        super().__init__(assumed)
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -245,8 +283,8 @@ class _HistogramSink(_FileSink):
     """Counts per (forward tokens, requests) pair per launch, the graph flag counted per
     launch: memory grows with the distinct pairs, never with the number of batches."""
 
-    def __init__(self, mixed_chunk: bool) -> None:
-        super().__init__()
+    def __init__(self, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> None:
+        super().__init__(assumed)
         self.mixed_chunk = mixed_chunk
         self.pairs: dict[int, _PairCounter] = {}
         self.graph: dict[int, dict[str, int]] = {}
@@ -319,10 +357,21 @@ def _parse_file(
     options: ParseOptions = DEFAULT_OPTIONS,
     want: Want = Want(),
 ) -> _FileResult:
-    sink: _FileSink = _HistogramSink(want.mixed_chunk) if want.histogram_only else _ColumnSink()
+    assumed = dict(want.assumed)
+    sink: _FileSink = _HistogramSink(want.mixed_chunk, assumed) if want.histogram_only else _ColumnSink(assumed)
     (lines, decode, legacy_decode), src = _scan(path, source, sink, progress, options)
+    sink.finish_unlogged()
     columns = sink.columns() if isinstance(sink, _ColumnSink) else None
     histograms = sink.histograms() if isinstance(sink, _HistogramSink) else None
+    if assumed:
+        if columns is not None:
+            used = set(np.unique(columns["segment"]).tolist())
+        else:
+            used = {i for i, h in enumerate(histograms or []) if h["counts"].size}
+        for i, seg in enumerate(sink.segments):  # a launch its log states nothing of: the settings given
+            if seg["server_args"] is None and seg["startup"] is None:
+                seg["server_args"] = dict(assumed)
+                seg["assumed"] = i in used
     return _FileResult(
         path=path, sha256=src.sha256.hexdigest(), nbytes=src.nbytes, lines=lines, decode_lines=decode,
         legacy_decode_lines=legacy_decode,
