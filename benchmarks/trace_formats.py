@@ -53,14 +53,15 @@ def _run(*args: str) -> dict:
 
 
 def _real_log(mb: int) -> Path:
+    """The same file as parse_throughput.py --real-mb writes (and reuses)."""
     out = WORK / f"real_excerpts_{mb}mb.log"
-    if out.exists() and out.stat().st_size >= mb << 20:
+    if out.exists() and out.stat().st_size >= mb * 1e6:
         return out
     WORK.mkdir(exist_ok=True)
     logs = sorted((REPO / "tests/data/sglang-logs").glob("*.log"))
     block = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in logs)
     with open(out, "wb") as fh:
-        for _ in range(-(-(mb << 20) // len(block))):
+        for _ in range(int(mb * 1e6 // len(block)) + 1):
             fh.write(block)
     return out
 

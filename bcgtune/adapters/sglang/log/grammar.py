@@ -463,7 +463,47 @@ def _parse_list(body: str) -> tuple[list[int], bool]:
 
 def parse_capture_text(text: str, source: int = 0, line: int = 0) -> dict | None:
     """A CUDA-graph capture log line -> dict, or None if it is not one (tqdm progress
-    lines `Capturing ...` are not capture lines)."""
+    lines `Capturing ...` are not capture lines). What follows the log prefix is read once
+    per distinct text (every rank prints the same capture lines)."""
+    idx = text.find("Capture ")
+    if idx < 0:
+        return None
+    hit = _cached(_capture_cache, text[idx:], _capture_body)
+    if hit is None:
+        return None
+    at, fields = hit
+    ts, rank = parse_prefix(text[: idx + at])
+    cap: dict[str, Any] = {"source": source, "line": line, "rank": rank, "timestamp": None if math.isnan(ts) else ts}
+    cap.update(fields)
+    if cap["buckets"] is not None:
+        cap["buckets"] = list(cap["buckets"])
+    return cap
+
+
+_capture_cache: dict[str, Any] = {}
+_startup_cache: dict[str, Any] = {}
+_server_args_cache: dict[str, Any] = {}
+# at most 1,024 bodies of at most 16,384 characters each (16 MiB) per kind of line
+_BODY_CACHE_MAX = 1024
+_BODY_CACHE_CHARS = 16384
+_MISS = object()
+
+
+def _cached(cache: dict[str, Any], body: str, parse) -> Any:
+    """parse(body), remembered for bodies seen before (bounded: cleared when full; a long
+    body is parsed every time, never kept)."""
+    if len(body) > _BODY_CACHE_CHARS:
+        return parse(body)
+    hit = cache.get(body, _MISS)
+    if hit is _MISS:
+        if len(cache) >= _BODY_CACHE_MAX:
+            cache.clear()
+        hit = cache[body] = parse(body)
+    return hit
+
+
+def _capture_body(text: str) -> tuple[int, dict[str, Any]] | None:
+    """(where the message starts in `text`, its fields but source, line, rank and timestamp)."""
     m = _CAPTURE_NEW_RE.search(text)
     if m:
         phase, kind, event, rest = m.group(1), m.group(2).strip().lower(), m.group(3), m.group(4)
@@ -474,12 +514,7 @@ def parse_capture_text(text: str, source: int = 0, line: int = 0) -> dict | None
             return None
         phase, kind, event, rest = "target", "legacy", m.group(1), m.group(2)
         label = f"cuda graph {event}"
-    ts, rank = parse_prefix(text[: m.start()])
     cap: dict[str, Any] = {
-        "source": source,
-        "line": line,
-        "rank": rank,
-        "timestamp": None if math.isnan(ts) else ts,
         "phase": phase,
         "kind": kind,
         "event": event,
@@ -517,7 +552,7 @@ def parse_capture_text(text: str, source: int = 0, line: int = 0) -> dict | None
     pm = _PER_REQ_RE.search(rest)
     if pm:
         cap["num_tokens_per_req"] = _count(pm.group(1))
-    return cap
+    return m.start(), cap
 
 
 def parse_startup_text(text: str, source: int = 0, line: int = 0) -> dict | None:
@@ -531,18 +566,25 @@ def parse_startup_text(text: str, source: int = 0, line: int = 0) -> dict | None
         # the startup line starts the message; `available_size=.., max_total_num_token=..`
         # inside a 2024 KV-leak warning does not
         return None
+    values = _cached(_startup_cache, text[idx:], _startup_body)
+    if values is None:
+        return None
     _ts, rank = parse_prefix(head)
     out: dict[str, Any] = {"source": source, "line": line, "rank": rank}
-    for key, val, gb in _KV_RE.findall(text[idx:]):
+    out.update(values)
+    return out
+
+
+def _startup_body(text: str) -> dict[str, Any] | None:
+    out: dict[str, Any] = {}
+    for key, val, gb in _KV_RE.findall(text):
         if key == "max_total_num_token":
             key = "max_total_num_tokens"
         val = val.rstrip(".")
         num = _finite(val) if (gb or "." in val) else _int32(val)
         if num is not None:
             out[key + ("_gb" if gb else "")] = num
-    if "max_total_num_tokens" not in out:
-        return None
-    return out
+    return out if "max_total_num_tokens" in out else None
 
 
 # The launch settings a log states, as SGLang's server flags name them (ServerArgs fields):
@@ -574,14 +616,19 @@ def parse_server_args_text(text: str, source: int = 0, line: int = 0) -> dict | 
     body = text[idx + 12 :]
     if not (body.startswith("ServerArgs(") or body.startswith("{")):
         return None
+    settings = _cached(_server_args_cache, body, _server_args_body)
+    if settings is None:
+        return None
+    _ts, rank = parse_prefix(text[:idx])
+    return {"source": source, "line": line, "rank": rank, "settings": dict(settings)}
+
+
+def _server_args_body(body: str) -> dict[str, Any] | None:
     settings: dict[str, Any] = {}
     for key, value in _SERVER_ARG_RE.findall(body):
         if key in _LAUNCH_KEY_SET and key not in settings:
             settings[key] = _setting(value)
-    if not settings:
-        return None
-    _ts, rank = parse_prefix(text[:idx])
-    return {"source": source, "line": line, "rank": rank, "settings": settings}
+    return settings or None
 
 
 def _disable_text(text: str, source: int, line: int) -> dict | None:
