@@ -72,8 +72,10 @@ them on the first run's times; each row names its `session`) and `engine_options
 `--extend` rebuilds the engine from). Format 4 (this version) adds `model_check`: null, or
 the time model checked against a replay of the trace's batches in order (`batches` of `of`,
 every `every`-th, `rounds`, `ordered`, `device`, `created`, and per list replayed, at least
-SGLang's ladder and a sparse list: `name`, `buckets`, `predicted_ms`, `measured_ms`,
-`round_totals_ms`); every interval widens by it (bcgtune.core.plan.predict). Format 3 loads
+SGLang's ladder and a sparse list, and eager when `tune` made it: `name`, `buckets`,
+`predicted_ms`, `measured_ms`, `round_totals_ms`); every interval widens by it, a list with
+graphs by the graph lists' error and eager by its own when it was replayed
+(bcgtune.core.plan.predict). Format 3 loads
 as "model error not checked"; formats 1 and 2 and the CSV keep one value per size: they
 still load, as one round, which gives no interval. Times are 0..86,400,000 ms.
 """

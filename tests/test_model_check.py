@@ -161,3 +161,43 @@ def test_model_check_needs_a_trace(tmp_path):
     r = cli(["calibrate", "--model", "tiny", "--sizes", "16,32", "--check-batches", "5", "-o", tmp_path / "c.json"])
     assert r.code == 2 and "--sizes-from" in r.err
     assert_one_line_error(r)
+
+
+def test_eager_and_graph_lists_err_apart():
+    # eager (no graphs) launch-bound on the host: -20% with a wide spread, where the graph
+    # lists err by 1-2%; each kind takes its own margin, a difference across kinds the pair's
+    graph = _check()
+    eager = ListCheck("eager", [], 2000.0, 1600.0, [1500.0, 1700.0, 1600.0])
+    mc = ModelCheck(lists=[*graph.lists, eager], batches=30, of=60, every=2, rounds=3)
+    t = t_quantile_975(2)
+    assert mc.total_margin == pytest.approx(graph.total_margin)  # eager does not widen the graph lists
+    assert mc.difference_margin == pytest.approx(graph.difference_margin)
+    assert mc.total_margin_for(True) == pytest.approx(abs(eager.bias) + t * eager.se)
+    lad = graph.lists[0]
+    across = max(abs(c.bias - eager.bias) + t * math.sqrt(c.se**2 + eager.se**2) for c in graph.lists)
+    assert mc.difference_margin_for(True, False) == pytest.approx(across)
+    assert mc.difference_half(100.0, 90.0, a_eager=True) == pytest.approx(mc.total_margin_for(True) * 10 + across * 100)
+    assert mc.to_json()["eager_margin"] == pytest.approx(mc.total_margin_for(True))
+    # a check without eager: eager takes the largest margin of every list, as before
+    assert graph.total_margin_for(True) == pytest.approx(max(abs(c.bias) + t * c.se for c in graph.lists))
+    assert graph.to_json()["eager_margin"] is None
+    # the model prices each list with its own kind's margin
+    assert lad.bias != eager.bias
+
+
+def test_the_time_model_widens_eager_by_its_own_kind():
+    from test_predict import scaled_calibration as cal_of
+
+    cal = cal_of("breakable").validate()
+    mix = BatchMix.from_batches([40, 100, 100, 100, 200, 200], [1, 1, 3, 3, 2, 2])
+    sizes, counts = mix.histogram()
+    graph = _check()
+    plain = TimeModel(sizes, counts, cal, mix=mix)
+    t_e, t_g = plain.total([]), plain.total([128, 256])  # before the check: the model reads it when pricing
+    cal.model_check = ModelCheck(
+        lists=[*graph.lists, ListCheck("eager", [], 2000.0, 1600.0, [1500.0, 1700.0, 1600.0])],
+        batches=30, of=60, every=2, rounds=3,
+    )  # fmt: skip
+    checked = TimeModel(sizes, counts, cal, mix=mix)
+    assert checked.total([]).half == pytest.approx(t_e.half + cal.model_check.total_margin_for(True) * t_e.center)
+    assert checked.total([128, 256]).half == pytest.approx(t_g.half + cal.model_check.total_margin * t_g.center)

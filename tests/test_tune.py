@@ -68,7 +68,8 @@ def test_every_step_in_the_json(tuned):
     assert mc["batches"] == 16 and len(mc["lists"]) >= 2 and mc["lists"][0]["name"] == "SGLang ladder"
     assert all(c["measured_ms"] > 0 and c["predicted_ms"] > 0 for c in mc["lists"])
     proof = steps["proof"]
-    assert set(proof["lists"]) == {"recommended", "SGLang ladder", "eager"}
+    # the optimum too when the recommended list has fewer graphs (the CPU's timings decide)
+    assert set(proof["lists"]) - {"optimum"} == {"recommended", "SGLang ladder", "eager"}
     for r in proof["lists"].values():
         assert len(r["measured"]) == 1 and r["measured"][0]["center"] > 0 and r["measured"][0]["half"] is not None
         assert r["predicted"]["half"] is not None and r["predicted"]["model_half"] is not None  # the model error included
@@ -85,7 +86,7 @@ def test_every_step_in_the_json(tuned):
     assert steps["measure"]["rounds"] == [] or steps["measure"]["rounds"][0]["sizes"]
     rechecked = steps["measure"]["model_rechecked"]
     if steps["measure"]["rounds"]:  # sizes were added: the model is checked again on the list they made
-        assert {c["name"] for c in rechecked["lists"]} == {"SGLang ladder", "recommended"}
+        assert {c["name"] for c in rechecked["lists"]} == {"SGLang ladder", "recommended", "eager"}
     else:
         assert rechecked is None
 
@@ -139,7 +140,7 @@ def test_a_proof_in_another_process_checks_the_model_again(tuned, tmp_path):
     assert r.code == 0, r.err[-3000:]
     assert "checked again in this one" in r.err
     proof = json.loads(r.out)["steps"]["proof"]
-    assert [c["name"] for c in proof["model_rechecked"]["lists"]] == ["SGLang ladder", "recommended"]
+    assert [c["name"] for c in proof["model_rechecked"]["lists"]] == ["SGLang ladder", "recommended", "eager"]
     assert proof["model_rechecked"]["lists"][1]["buckets"] == [64, 128]
     cal = json.loads((state / "calibration.json").read_text())
     assert json.dumps(cal).count('"recommended"') >= 1  # the check is kept in the calibration
@@ -328,7 +329,8 @@ def test_a_list_outside_its_interval_that_the_check_did_not_replay_is_named(tune
 
     state = json.loads((tuned["state"] / "state.json").read_text())
     proof = state["steps"]["proof"]
-    assert proof["lists"]["eager"]["in_model_check"] is False
+    assert proof["lists"]["eager"]["in_model_check"] is True  # a tune's check replays eager too
+    proof["lists"]["eager"]["in_model_check"] = False  # as a calibration checked without it
     text = format_tune(TuneResult(state, str(tuned["state"])))
     assert "note: eager measured outside" not in text or proof["lists"]["eager"]["inside"] < proof["passes"]
     proof["lists"]["eager"]["inside"] = 0

@@ -232,6 +232,7 @@ class _ModelCheck(Document):
     created: Optional[Annotated[str, Field(max_length=64)]] = None
     total_margin: Optional[float] = None  # derived, recomputed on load
     difference_margin: Optional[float] = None
+    eager_margin: Optional[float] = None
     lists: Annotated[list[_ListCheck], Field(min_length=2, max_length=64)]
 
 

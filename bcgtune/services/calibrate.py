@@ -200,19 +200,21 @@ def calibrate(
     progress: Say | None = None,
     model_check: bool = True,
     check_batches: int | None = None,
+    check_eager: bool = False,
 ) -> CalibrateResult:
     """Measure the sizes (and batch mix) of `request` on the engine of `spec`; the
     calibration's meta records how the sizes were chosen. On a trace (`request.trace`), and
     unless `model_check` is False, the calibration then checks its own model: a sample of
     at most `check_batches` of the trace's batches replayed in order under SGLang's ladder
-    and the time optimum, measured against predicted (core.plan.model_check)."""
+    and the time optimum (and eager, with `check_eager`: its error is its own kind's),
+    measured against predicted (core.plan.model_check)."""
     from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
 
     say = progress or (lambda msg: None)
     say(f"{len(request.sizes)} sizes: {request.sizes[0]} ... {request.sizes[-1]}")
     check = None
     if request.trace is not None and model_check:
-        check = CheckPlan(request.trace, check_batches or DEFAULT_CHECK_BATCHES)
+        check = CheckPlan(request.trace, check_batches or DEFAULT_CHECK_BATCHES, eager=check_eager)
     result = run_calibrate(
         request.sizes,
         spec,
@@ -239,6 +241,7 @@ class CheckPlan:
     batches: int
     lists: dict[str, list[int]] | None = None
     factor: float = DEFAULT_PADDING_FACTOR
+    eager: bool = False  # replay eager too (no graphs)
 
 
 def check_lists(cal: Calibration, trace: PrefillTrace, chunk: int | None, factor: float = DEFAULT_PADDING_FACTOR):
@@ -285,6 +288,8 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
     if run.spec.runner == "full":
         sr = np.ones_like(sr)
     lists = plan.lists if plan.lists is not None else check_lists(cal, plan.trace, run.spec.chunked_prefill_size, plan.factor)
+    if plan.eager and not any(not b for b in lists.values()):
+        lists = {**lists, "eager": []}
     mix = BatchMix.from_batches(st, sr)
     sizes, counts = mix.histogram()
     model = TimeModel(sizes, counts, cal, plan.factor, resolve_candidates("auto", cal), mix=mix)
@@ -329,6 +334,7 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
     say(
         f"model check: intervals widen by {100 * mc.total_margin:.2f}% of a total and "
         f"{100 * mc.difference_margin:.2f}% of the larger total for a difference"
+        + (f"; eager's by {100 * mc.total_margin_for(True):.2f}% (its own replay)" if mc.eager_checked else "")
     )
     return mc
 

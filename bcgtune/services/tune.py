@@ -287,6 +287,7 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
         progress=lambda m: say("  " + m),
         model_check=True,
         check_batches=req.check_batches,
+        check_eager=True,  # the proof judges eager too: its error is measured, not borrowed
     )
     save_calibration(result.calibration, cal_path)
     state["model_checked_in"] = _PROCESS
@@ -457,7 +458,9 @@ def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say
     ladder = _ladder_row(plan)
     chosen = list(_chosen(plan, given).buckets)
     lists = {"SGLang ladder": list(ladder.buckets), "recommended": chosen}
-    say(f"  the model checked again on the list now recommended ({len(chosen)} graphs) and SGLang's ladder")
+    if chosen:
+        lists["eager"] = []
+    say(f"  the model checked again on the list now recommended ({len(chosen)} graphs), SGLang's ladder and eager")
     figures = _check_model_here(req, trace, cal_path, lists, say, state)
     res, _ = _suggest(req, trace, cal_path)
     return res, figures
@@ -531,6 +534,8 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         # shift between processes (about 1.5% on an H200, every list alike) is not in it
         say("  the model check ran in an earlier process: checked again in this one, whose totals are predicted")
         check_lists = {"SGLang ladder": ladder} | ({"recommended": rec} if rec else {"optimum": opt} if opt else {})
+        if check_lists.get("recommended") or check_lists.get("optimum"):
+            check_lists["eager"] = []
         rechecked = _check_model_here(req, trace, cal_path, check_lists, say, state)
         _save_state(_paths(req.state_dir)[0], state)
     tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)

@@ -17,6 +17,13 @@ round's measured total. From those:
     u_total   = max_L |bias(L)| + t(0.975, R - 1) se(L)               (of a total)
     u_diff    = max_{L,M} |bias(L) - bias(M)| + t sqrt(se(L)^2 + se(M)^2)  (between lists)
 
+Lists with graphs and eager (no graphs) err apart: eager launches every kernel from the host,
+so on a launch-bound shape its error follows the host's CPU (on an H200 its replay moved 30%
+between passes of one process, where the graph lists moved 1-2%). The maxima run over the
+lists of one kind: a list with graphs takes the graph lists' margin, eager takes the checked
+eager list's own; a kind the check did not replay takes the maximum over every list, and a
+difference between the kinds the maximum over pairs of one list of each.
+
 core.plan.predict widens every interval by them (see TimeModel there).
 """
 
@@ -89,29 +96,56 @@ class ModelCheck:
     def _t(self) -> float:
         return t_quantile_975(self.rounds - 1) if self.rounds >= 2 else 0.0
 
-    @property
-    def total_margin(self) -> float:
-        """u_total: the relative model error of a list's total (a fraction of it)."""
-        t = self._t()
-        return max((abs(c.bias) + t * (c.se or 0.0) for c in self.lists), default=0.0)
+    def _kind(self, eager: bool) -> list[ListCheck]:
+        """The checked lists of one kind (eager: no graphs), or every list when the check
+        replayed none of that kind."""
+        own = [c for c in self.lists if (not c.buckets) == eager]
+        return own or list(self.lists)
 
-    @property
-    def difference_margin(self) -> float:
-        """u_diff: how far the model errors of two lists can differ (a fraction of a total)."""
+    def total_margin_for(self, eager: bool = False) -> float:
+        """u_total of a list with graphs, or of eager: the relative model error of its total."""
+        t = self._t()
+        return max((abs(c.bias) + t * (c.se or 0.0) for c in self._kind(eager)), default=0.0)
+
+    def difference_margin_for(self, a_eager: bool = False, b_eager: bool = False) -> float:
+        """u_diff between a list of each kind given: how far their model errors can differ."""
         t = self._t()
         out = 0.0
-        for i, a in enumerate(self.lists):
-            for b in self.lists[i + 1 :]:
+        xs, ys = self._kind(a_eager), self._kind(b_eager)
+        for a in xs:
+            for b in ys:
+                if a is b:
+                    continue
                 se = math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
                 out = max(out, abs(a.bias - b.bias) + t * se)
         return out
 
-    def total_half(self, total_ms: float) -> float:
+    @property
+    def total_margin(self) -> float:
+        """u_total of a list with graphs (a fraction of its total)."""
+        return self.total_margin_for(False)
+
+    @property
+    def difference_margin(self) -> float:
+        """u_diff between two lists with graphs (a fraction of a total)."""
+        return self.difference_margin_for(False, False)
+
+    @property
+    def eager_checked(self) -> bool:
+        return any(not c.buckets for c in self.lists)
+
+    def total_half(self, total_ms: float, eager: bool = False) -> float:
         """What the model error adds to the half-width of a total of `total_ms`."""
-        return self.total_margin * abs(float(total_ms))
+        return self.total_margin_for(eager) * abs(float(total_ms))
 
     def difference_half(
-        self, a_ms: float, b_ms: float, a_differing_ms: float | None = None, b_differing_ms: float | None = None
+        self,
+        a_ms: float,
+        b_ms: float,
+        a_differing_ms: float | None = None,
+        b_differing_ms: float | None = None,
+        a_eager: bool = False,
+        b_eager: bool = False,
     ) -> float:
         """What the model error adds to the half-width of total(A) - total(B):
         u_total |T(A) - T(B)| + u_diff max(P(A), P(B)), since the error of the difference is
@@ -119,7 +153,8 @@ class ModelCheck:
         batches the lists price differently (the rest cancels), the whole totals when not given."""
         pa = float(a_ms) if a_differing_ms is None else float(a_differing_ms)
         pb = float(b_ms) if b_differing_ms is None else float(b_differing_ms)
-        return self.total_margin * abs(float(a_ms) - float(b_ms)) + self.difference_margin * max(pa, pb)
+        u_total = self.total_margin_for(a_eager)
+        return u_total * abs(float(a_ms) - float(b_ms)) + self.difference_margin_for(a_eager, b_eager) * max(pa, pb)
 
     def summary(self) -> str:
         """'checked by replay on N batches: ladder predicted X s, measured Y s; ...'."""
@@ -138,6 +173,7 @@ class ModelCheck:
             "created": self.created,
             "total_margin": self.total_margin,
             "difference_margin": self.difference_margin,
+            "eager_margin": self.total_margin_for(True) if self.eager_checked else None,
             "lists": [c.to_json() for c in self.lists],
         }
 

@@ -165,7 +165,7 @@ class TimeModel:
         t = self.totals(buckets)
         iv = round_interval(t[0], t[1:])
         mc = self.model_check
-        return iv if mc is None else iv.widened(mc.total_half(t[0]))
+        return iv if mc is None else iv.widened(mc.total_half(t[0], eager=not len(list(buckets))))
 
     def difference(self, a, b) -> Interval:
         """predicted(a) - predicted(b) (ms), with its paired 95% interval, widened by the model
@@ -174,7 +174,7 @@ class TimeModel:
         d = ta - tb
         iv = round_interval(d[0], d[1:])
         mc = self.model_check
-        return iv if mc is None else iv.widened(mc.difference_half(ta[0], tb[0], *self._differing(a, b)))
+        return iv if mc is None else iv.widened(mc.difference_half(ta[0], tb[0], *self._differing(a, b), *_eager(a, b)))
 
     def gain_pct(self, a, b) -> Interval:
         """How much less time list b takes than list a, in % of a's: 100 (T(a) - T(b)) / T(a),
@@ -187,7 +187,7 @@ class TimeModel:
         mc = self.model_check
         if mc is None or ta[0] <= 0:
             return iv
-        return iv.widened(100.0 * mc.difference_half(ta[0], tb[0], *self._differing(a, b)) / ta[0])
+        return iv.widened(100.0 * mc.difference_half(ta[0], tb[0], *self._differing(a, b), *_eager(a, b)) / ta[0])
 
     def unmeasured(self, buckets) -> list[int]:
         """The list's buckets that replay some traced batch at a size the calibration did not
@@ -233,3 +233,8 @@ class TimeModel:
         total = float((w * eager).sum())
         share_t = float((w * eager)[bound].sum()) / total if total > 0 else 0.0
         return HostBound(int(w[bound].sum()), int(w.sum()), share_t, how)
+
+
+def _eager(a, b) -> tuple[bool, bool]:
+    """Which of two bucket lists is eager (no graphs): its model error is its own kind's."""
+    return not len(list(a)), not len(list(b))
