@@ -331,11 +331,7 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
         device=run.env.get("gpu_name") or run.engine.device.type,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
-    say(
-        f"model check: intervals widen by {100 * mc.total_margin:.2f}% of a total and "
-        f"{100 * mc.difference_margin:.2f}% of the larger total for a difference"
-        + (f"; eager's by {100 * mc.total_margin_for(True):.2f}% (its own replay)" if mc.eager_checked else "")
-    )
+    say(f"model check: intervals widen by {mc.margins_text()}")
     return mc
 
 

@@ -178,10 +178,7 @@ def model_check_line(cal: Calibration) -> str:
     mc = cal.model_check
     if mc is None:
         return f"model error not checked ({not_checked_reason(cal)}): intervals cover the calibration's noise only"
-    return (
-        f"{mc.summary()}; intervals widen by {100 * mc.total_margin:.2f}% of a total and "
-        f"{100 * mc.difference_margin:.2f}% of the larger total for a difference"
-    )
+    return f"{mc.summary()}; intervals widen by {mc.margins_text()}"
 
 
 def text(lines: list[str]) -> str:

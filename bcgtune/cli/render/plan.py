@@ -294,10 +294,7 @@ def _model_note(plan: BucketPlan) -> str:
     mc = getattr(cal, "model_check", None)
     if mc is None:
         return f"note: the intervals do not cover the time model's own error (model error not checked: {not_checked_reason(cal)})"
-    return (
-        f"note: the intervals include the time model's error, {mc.summary()}:\n"
-        f"  +{100 * mc.total_margin:.2f}% of a total, +{100 * mc.difference_margin:.2f}% of the larger total for a difference"
-    )
+    return f"note: the intervals include the time model's error, {mc.summary()}:\n  {mc.margins_text()}"
 
 
 WIDE_INTERVAL_PCT = 10.0

@@ -156,6 +156,13 @@ class ModelCheck:
         u_total = self.total_margin_for(a_eager)
         return u_total * abs(float(a_ms) - float(b_ms)) + self.difference_margin_for(a_eager, b_eager) * max(pa, pb)
 
+    def margins_text(self) -> str:
+        """'+X% of a total, +Y% of the larger total for a difference' (and eager's own)."""
+        out = f"+{100 * self.total_margin:.2f}% of a total, +{100 * self.difference_margin:.2f}% of the larger total for a difference"
+        if self.eager_checked:
+            out += f", eager +{100 * self.total_margin_for(True):.2f}% of its total (its own replay)"
+        return out
+
     def summary(self) -> str:
         """'checked by replay on N batches: ladder predicted X s, measured Y s; ...'."""
         parts = [f"{c.name} predicted {c.predicted_ms / 1e3:,.3f} s, measured {c.measured_ms / 1e3:,.3f} s" for c in self.lists]
