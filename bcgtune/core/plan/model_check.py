@@ -158,7 +158,10 @@ class ModelCheck:
 
     def margins_text(self) -> str:
         """'+X% of a total, +Y% of the larger total for a difference' (and eager's own)."""
-        out = f"+{100 * self.total_margin:.2f}% of a total, +{100 * self.difference_margin:.2f}% of the larger total for a difference"
+        out = (
+            f"+{100 * self.total_margin:.2f}% of a total, "
+            f"+{100 * self.difference_margin:.2f}% of the larger total for a difference"
+        )
         if self.eager_checked:
             out += f", eager +{100 * self.total_margin_for(True):.2f}% of its total (its own replay)"
         return out
