@@ -801,6 +801,9 @@ def test_adversarial_long_lines_parse_in_linear_time(tmp_path):
 def _interrupt(code: str, feed: bytes | None = None) -> tuple[int, str, list[str]]:
     """Run `code` in its own process group, send the group SIGINT (a terminal's Ctrl-C)
     once it has printed a line, and return (exit status, stderr, processes left)."""
+    # Ctrl-C as in a terminal, whatever the test runner inherited (a shell's background job
+    # starts with SIGINT ignored, and Python then keeps it ignored)
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n" + code
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE if feed else None, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, cwd=REPO, start_new_session=True,
