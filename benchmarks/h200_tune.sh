@@ -12,8 +12,10 @@
 #               calibration (the proof run still measures the list's memory); the model check
 #               replays every 20th batch (64 of 1,275) in trace order; the proof run every 27th
 #               (48); 3 timed rounds per pass after 1 warm-up; at most 2 measuring rounds
-#   qwen3-0.6b: --grid 128 --mix-every 8, 8 rounds after 3 warm-up; the model check every 7th
-#               batch (183); the proof run every 8th (160); 5 rounds per pass; 3 measuring rounds
+#   qwen3-0.6b: --grid 128 --mix-every 8, 8 rounds after 3 warm-up; the model check every 11th
+#               batch (116; it replays eager too, twice the time of a graph list on this
+#               launch-bound shape); the proof run every 8th (160); 5 rounds per pass; 3 measuring
+#               rounds: about 9 minutes, inside one 10-minute device call
 # Knobs (override the preset): TRACE, MODEL, PASSES (3), GRID, MIX_EVERY, CAL_REPEATS, CAL_WARMUP,
 # CHECK (model-check batches), PROOF (proof batches), PROOF_REPEATS, MEASURE_ROUNDS, K (12),
 # MAX_BS (8192: the chunked prefill size), MEMORY=0|1 (the calibration's graph-memory curve; 8B preset 0),
@@ -27,7 +29,7 @@ TRACE=${TRACE:-benchmarks/data/default_workload.json}
 MODEL=${MODEL:-qwen3-0.6b}
 case "$MODEL" in
   qwen3-8b) D_GRID=256 D_MIX=32 D_REP=5 D_WARM=2 D_CHECK=64 D_PROOF=48 D_PREP=3 D_MEAS=2 D_MEM=0 ;;
-  *)        D_GRID=128 D_MIX=8  D_REP=8 D_WARM=3 D_CHECK=200 D_PROOF=160 D_PREP=5 D_MEAS=3 D_MEM=1 ;;
+  *)        D_GRID=128 D_MIX=8  D_REP=8 D_WARM=3 D_CHECK=120 D_PROOF=160 D_PREP=5 D_MEAS=3 D_MEM=1 ;;
 esac
 STATE=${STATE:-$OUT/tune_state_$MODEL}
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip)"
