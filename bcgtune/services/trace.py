@@ -228,7 +228,14 @@ def _client(cluster: str) -> tuple[Any, Any]:
             # Dask's default MALLOC_TRIM_THRESHOLD_ for workers turns off glibc's adaptive mmap
             # threshold: every chunk's numpy temporaries then cost fresh pages (measured: twice
             # the CPU time per log); None leaves glibc's own behaviour.
-            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            # The workers' statistical profiler samples every thread every 10 ms: off, it is
+            # CPU a parse does not need (a local cluster only; a remote one keeps its own).
+            with dask.config.set(
+                {
+                    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                    "distributed.worker.profile.enabled": False,
+                }
+            ):
                 local = LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
                 )
