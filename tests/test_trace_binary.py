@@ -143,6 +143,11 @@ def _members(traces) -> dict[str, bytes]:
             "does not give the document's histogram",
         ),
         (lambda m: m.update({"batches.line.npy": _npy(np.ones(73, np.complex64))}), "not integers or floats"),
+        (
+            lambda m: m.update({"batches.forward_tokens.npy": _npy(np.zeros(73, np.uint16))}),
+            "forward_tokens[0]: must be within 1..",
+        ),
+        (lambda m: m.update({"batches.line.npy": _npy(np.full(73, 2**63, np.uint64))}), "batches.line[0]: must be within"),
         (lambda m: m.update({"batches.group.npy": _npy(np.full(73, 9, np.int32))}), "batches.group: must be within 0..4"),
     ],
 )

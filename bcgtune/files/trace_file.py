@@ -214,7 +214,10 @@ def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: lis
                 raise InputError(f"{loc}: holds floats, must hold integers", where)
             lo, hi = (1, TOKENS_MAX) if col == "forward_tokens" else _COLUMN_BOUNDS[str(dtype)]
             if arr.size:
-                bad = np.flatnonzero((arr < lo) | (arr > hi)) if arr.dtype.kind == "i" else np.flatnonzero(arr > hi)
+                if arr.dtype.kind == "i" or lo > 0:
+                    bad = np.flatnonzero((arr < lo) | (arr > hi))
+                else:  # unsigned: never below a negative bound (numpy refuses to compare them)
+                    bad = np.flatnonzero(arr > hi)
                 if bad.size:
                     raise InputError(f"{loc}[{int(bad[0])}]: must be within {lo}..{hi}, got {arr[bad[0]]}", where)
             arr = arr.astype(dtype)
