@@ -201,3 +201,15 @@ def test_the_time_model_widens_eager_by_its_own_kind():
     checked = TimeModel(sizes, counts, cal, mix=mix)
     assert checked.total([]).half == pytest.approx(t_e.half + cal.model_check.total_margin_for(True) * t_e.center)
     assert checked.total([128, 256]).half == pytest.approx(t_g.half + cal.model_check.total_margin * t_g.center)
+
+
+def test_one_graph_list_beside_eager_still_bounds_a_difference_between_graph_lists():
+    # the check replays SGLang's ladder and eager (the optimum was the ladder): no two lists
+    # with graphs were measured, so their difference takes the one measured pair's margin
+    lad = ListCheck("SGLang ladder", [64, 128], 1000.0, 980.0, [970.0, 990.0, 980.0])
+    eager = ListCheck("eager", [], 2000.0, 1900.0, [1890.0, 1910.0, 1900.0])
+    mc = ModelCheck(lists=[lad, eager], batches=30, of=60, every=2, rounds=3)
+    t = t_quantile_975(2)
+    pair = abs(lad.bias - eager.bias) + t * math.sqrt(lad.se**2 + eager.se**2)
+    assert mc.difference_margin == pytest.approx(pair) and mc.difference_margin > 0
+    assert mc.total_margin == pytest.approx(abs(lad.bias) + t * lad.se)

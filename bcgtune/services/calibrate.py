@@ -802,12 +802,20 @@ def _same_gpu(cal: Calibration, env: dict[str, Any], where: str) -> None:
         raise InputError(f"this calibration was measured with {was_backend}, this run with {env.get('backend')}", where)
 
 
-def recheck_model(path: str, trace: PrefillTrace, lists: dict[str, list[int]], batches: int, progress: Say | None = None):
+def recheck_model(
+    path: str,
+    trace: PrefillTrace,
+    lists: dict[str, list[int]],
+    batches: int,
+    progress: Say | None = None,
+    eager: bool = False,
+):
     """Check the model of the calibration at `path` again, on the lists given (name ->
-    buckets), and return the new ModelCheck: after `calibrate --extend` added sizes that an
-    optimum then picked, the model check made before them says nothing about that list. A
-    size picked because its rounds came out fast is the one most likely to be priced low, so
-    the list that is recommended is the one to replay (core.plan.model_check)."""
+    buckets; eager too with `eager`, as CheckPlan adds it), and return the new ModelCheck:
+    after `calibrate --extend` added sizes that an optimum then picked, the model check made
+    before them says nothing about that list. A size picked because its rounds came out fast
+    is the one most likely to be priced low, so the list that is recommended is the one to
+    replay (core.plan.model_check)."""
     from bcgtune.engines.build import open_engine
     from bcgtune.engines.preflight import check_run
     from bcgtune.files.calibration_file import load_calibration
@@ -824,6 +832,6 @@ def recheck_model(path: str, trace: PrefillTrace, lists: dict[str, list[int]], b
     warmup: int = recorded_warmup if isinstance(recorded_warmup, int) else 3
     run = _Run(session.engine, session.environment, session.model, spec, warmup, cal.rounds, say)
     try:
-        return check_model(run, cal, CheckPlan(trace, batches, lists))
+        return check_model(run, cal, CheckPlan(trace, batches, lists, eager=eager))
     finally:
         session.engine.release()

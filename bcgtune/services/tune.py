@@ -458,8 +458,6 @@ def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say
     ladder = _ladder_row(plan)
     chosen = list(_chosen(plan, given).buckets)
     lists = {"SGLang ladder": list(ladder.buckets), "recommended": chosen}
-    if chosen:
-        lists["eager"] = []
     say(f"  the model checked again on the list now recommended ({len(chosen)} graphs), SGLang's ladder and eager")
     figures = _check_model_here(req, trace, cal_path, lists, say, state)
     res, _ = _suggest(req, trace, cal_path)
@@ -467,14 +465,16 @@ def _recheck(req: TuneRequest, trace, res, cal_path: Path, given: bool, say: Say
 
 
 def _check_model_here(req: TuneRequest, trace, cal_path: Path, lists: dict[str, list[int]], say: Say, state):
-    """Replay the trace's sample under `lists` in this process and keep that model check in
-    the calibration (services/calibrate.recheck_model); the state records the process."""
+    """Replay the trace's sample under `lists` and eager in this process and keep that model
+    check in the calibration (services/calibrate.recheck_model); the state records the
+    process. Eager is replayed because the proof judges it too: its error is its own."""
     from bcgtune.files.calibration_file import load_calibration, save_calibration
     from bcgtune.services import calibrate
 
     check = calibrate.recheck_model(
-        str(cal_path), trace, lists, req.check_batches or DEFAULT_CHECK_BATCHES, progress=lambda m: say("    " + m)
-    )
+        str(cal_path), trace, lists, req.check_batches or DEFAULT_CHECK_BATCHES, progress=lambda m: say("    " + m),
+        eager=True,
+    )  # fmt: skip
     cal = load_calibration(str(cal_path))
     cal.model_check = check
     save_calibration(cal, cal_path)
@@ -534,8 +534,6 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         # shift between processes (about 1.5% on an H200, every list alike) is not in it
         say("  the model check ran in an earlier process: checked again in this one, whose totals are predicted")
         check_lists = {"SGLang ladder": ladder} | ({"recommended": rec} if rec else {"optimum": opt} if opt else {})
-        if check_lists.get("recommended") or check_lists.get("optimum"):
-            check_lists["eager"] = []
         rechecked = _check_model_here(req, trace, cal_path, check_lists, say, state)
         _save_state(_paths(req.state_dir)[0], state)
     tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)

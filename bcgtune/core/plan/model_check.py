@@ -108,17 +108,14 @@ class ModelCheck:
         return max((abs(c.bias) + t * (c.se or 0.0) for c in self._kind(eager)), default=0.0)
 
     def difference_margin_for(self, a_eager: bool = False, b_eager: bool = False) -> float:
-        """u_diff between a list of each kind given: how far their model errors can differ."""
+        """u_diff between a list of each kind given: how far their model errors can differ;
+        over every pair of lists when the check replayed no two lists of those kinds (one
+        list with graphs beside eager)."""
+        pairs = [(a, b) for a in self._kind(a_eager) for b in self._kind(b_eager) if a is not b]
+        if not pairs:
+            pairs = [(a, b) for i, a in enumerate(self.lists) for b in self.lists[i + 1 :]]
         t = self._t()
-        out = 0.0
-        xs, ys = self._kind(a_eager), self._kind(b_eager)
-        for a in xs:
-            for b in ys:
-                if a is b:
-                    continue
-                se = math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
-                out = max(out, abs(a.bias - b.bias) + t * se)
-        return out
+        return max((abs(a.bias - b.bias) + t * math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2) for a, b in pairs), default=0.0)
 
     @property
     def total_margin(self) -> float:
