@@ -62,10 +62,9 @@ def save_trace(trace: PrefillTrace, path: str) -> None:
     .json.gz)."""
     from bcgtune.fileio import atomic_write_chunks, atomic_write_text
 
-    name = str(path).lower()
-    if name.endswith(".npz"):
+    if is_binary_trace_name(path):
         save_binary_trace(trace, path)
-    elif name.removesuffix(".gz").endswith(".csv"):
+    elif str(path).lower().removesuffix(".gz").endswith(".csv"):
         atomic_write_text(path, trace.to_csv())
     else:
         atomic_write_chunks(path, (s.encode("utf-8") for s in json_text_chunks(trace)))
@@ -102,6 +101,13 @@ def json_text_chunks(trace: PrefillTrace) -> Iterator[str]:
 
 # ---- the binary form ------------------------------------------------------------------
 ZIP_MAGIC = b"PK\x03\x04"
+
+
+def is_binary_trace_name(path: str) -> bool:
+    """A name save_trace writes in the binary form."""
+    return str(path).lower().endswith(".npz")
+
+
 NPZ_DOCUMENT = "document.npy"
 _NPZ_COLUMN = "batches.{}.npy"
 # what the columns of a binary trace may hold once read (a zip's members can claim sizes far
@@ -233,8 +239,14 @@ def _load_binary_trace(path: str, where: str) -> PrefillTrace:
 
     fh = open_binary(path)
     try:
+        src = fh
+        if not fh.seekable():  # a pipe: held in memory, within what a trace file may be
+            data = fh.read(MAX_TRACE_BYTES + 1)
+            if len(data) > MAX_TRACE_BYTES:
+                raise InputError(f"larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace", where)
+            src = io.BytesIO(data)
         try:
-            zf = zipfile.ZipFile(fh if fh.seekable() else io.BytesIO(fh.read(MAX_TRACE_BYTES + 1)))
+            zf = zipfile.ZipFile(src)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
             raise InputError(f"not a binary trace: {str(exc)[:120]}", where) from None
         with zf:

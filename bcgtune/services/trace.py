@@ -179,8 +179,7 @@ def parse_one(path: str, mixed_chunk: bool, assumed: dict[str, Any] | None = Non
     from bcgtune.adapters.sglang.log.columns import Want, _parse_file
 
     try:
-        want = Want(mixed_chunk, True, tuple(sorted((assumed or {}).items())))
-        return file_trace(path, _parse_file(path, 0, want=want), mixed_chunk)
+        return file_trace(path, _parse_file(path, 0, want=Want.of(mixed_chunk, True, assumed)), mixed_chunk)
     except BcgError as exc:
         return _failure(exc)
 

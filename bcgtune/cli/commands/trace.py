@@ -273,19 +273,15 @@ def _logs(
 BINARY_HINT_BATCHES = 100_000
 
 
-def _binary(path: str) -> bool:
-    return path.lower().endswith(".npz")
-
-
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
     from bcgtune.cli.render.trace import render_trace_text
     from bcgtune.core.trace.summary import summarize
-    from bcgtune.files.trace_file import save_trace
+    from bcgtune.files.trace_file import is_binary_trace_name, save_trace
 
     if out_path:
         save_trace(trace, out_path)
         note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes)", quiet)
-        if trace.batches is not None and trace.n_batches >= BINARY_HINT_BATCHES and not _binary(out_path):
+        if trace.batches is not None and trace.n_batches >= BINARY_HINT_BATCHES and not is_binary_trace_name(out_path):
             note("a binary trace (-o NAME.npz) of per-batch columns is several times smaller and faster to read", quiet)
     summary = summarize(trace)
     if as_json:

@@ -223,7 +223,7 @@ def parse_logs(
     if paths.count("-") > 1:
         raise InputError("stdin ('-') can be read once only", "<stdin>")
     sizes = [_input_size(p) for p in paths]
-    want = Want(bool(mixed_chunk), bool(histogram_only), tuple(sorted((assumed_launch or {}).items())))
+    want = Want.of(mixed_chunk, histogram_only, assumed_launch)
     results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
     traces = [file_trace(p, r, mixed_chunk) for p, r in zip(paths, results)]
     del results

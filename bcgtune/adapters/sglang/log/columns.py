@@ -39,6 +39,10 @@ class Want(NamedTuple):
     # per attention-DP rank): ((key, value), ...)
     assumed: tuple = ()
 
+    @classmethod
+    def of(cls, mixed_chunk: bool, histogram_only: bool, assumed: dict[str, Any] | None = None) -> "Want":
+        return cls(bool(mixed_chunk), bool(histogram_only), tuple(sorted((assumed or {}).items())))
+
 
 @dataclass
 class _FileResult:

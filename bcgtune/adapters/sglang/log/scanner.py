@@ -396,7 +396,6 @@ class _Scanner:
 
 
 _RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
-
 _PREFIX_BEFORE_RE = re.compile(rb"\[[^\[\]]*+\]\s*+$")
 
 
