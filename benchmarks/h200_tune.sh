@@ -66,7 +66,8 @@ print(f"recommended - ladder: predicted {iv(dd['predicted'], 1)} ms; measured " 
 o = p.get("recommended_minus_optimum")
 if o:
     print(f"recommended - optimum: predicted {iv(o['predicted'], 1)} ms; measured " + ", ".join(iv(m, 1) for m in o["measured"])
-          + f" ms; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:.1f} ms) in {o['within_margin']}/{p['passes']}")
+          + f" ms; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:.1f} ms) in {o['within_margin']}/{p['passes']}"
+          + f", not measurably beyond it in {o.get('not_beyond_margin', '?')}/{p['passes']}")
 PY
 cat "$OUT/tune_$MODEL.txt"
 echo "tune: ${SECONDS} s in all"

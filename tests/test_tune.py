@@ -80,7 +80,7 @@ def test_every_step_in_the_json(tuned):
     if opt not in (doc["buckets"], steps["measure"]["ladder"]["buckets"], []):  # fewer graphs than the optimum: measured
         vs = proof["recommended_minus_optimum"]
         assert proof["lists"]["optimum"]["buckets"] == opt and len(vs["measured"]) == proof["passes"]
-        assert vs["margin_ms"] > 0 and 0 <= vs["within_margin"] <= proof["passes"]
+        assert vs["margin_ms"] > 0 and 0 <= vs["within_margin"] <= vs["not_beyond_margin"] <= proof["passes"]
     else:
         assert "optimum" not in proof["lists"] and proof["recommended_minus_optimum"] is None
     assert steps["measure"]["rounds"] == [] or steps["measure"]["rounds"][0]["sizes"]
@@ -339,3 +339,15 @@ def test_a_list_outside_its_interval_that_the_check_did_not_replay_is_named(tune
     assert "note: eager measured outside its predicted interval in 1/1 passes" in text
     assert "it is not replayed by the model check" in text and "host's CPU" in text
     assert "note: SGLang ladder measured outside" not in text
+
+
+def test_a_pass_is_beyond_the_margin_only_when_its_interval_is():
+    from bcgtune.core.stats import Interval
+    from bcgtune.services.tune import margin_counts
+
+    # the H200 0.6B proof's passes against a 13.1 ms margin: +16 ms whose interval reaches down to -19 ms is
+    # above the margin but not measurably beyond it; +40 ± 10 ms is
+    passes = [Interval(-11.2, 23.1, None, 5), Interval(16.0, 35.3, None, 5), Interval(40.0, 10.0, None, 5)]
+    assert margin_counts(passes, 13.1) == {"within_margin": 1, "not_beyond_margin": 2}
+    assert margin_counts([Interval(14.0, None, None, 1)], 13.1) == {"within_margin": 0, "not_beyond_margin": 0}
+    assert margin_counts([], 13.1) == {"within_margin": 0, "not_beyond_margin": 0}

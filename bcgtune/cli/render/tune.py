@@ -92,6 +92,11 @@ def format_tune(result) -> str:
             f"recommended - optimum: predicted {_s(o['predicted'], True, 1)} ms; measured "
             + "; ".join(f"{_s(m, True, 1)} ms" for m in o["measured"])
             + f"; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms) in {o['within_margin']}/{passes}"
+            + (
+                f", not measurably beyond it (its 95% interval reaches the margin) in {o['not_beyond_margin']}/{passes}"
+                if "not_beyond_margin" in o
+                else ""
+            )
         )
     mc = steps["measure"].get("model_check") or {}
     again = proof.get("model_rechecked")
