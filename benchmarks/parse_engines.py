@@ -29,7 +29,10 @@ os.environ.setdefault("POLARS_MAX_THREADS", "1")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-PREFILL = rb"\[([^\]\n]*)\] Prefill batch[^\n]*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)[^\n]*?#running-req: (\d+), #queue-req: (\d+)"
+PREFILL = (
+    rb"\[([^\]\n]*)\] Prefill batch[^\n]*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)"
+    rb"[^\n]*?#running-req: (\d+), #queue-req: (\d+)"
+)
 RARE = r"Capture cuda graph|max_total_num_tokens=|server_args=|Capturing "
 
 
