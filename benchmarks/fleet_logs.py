@@ -6,16 +6,19 @@ and measures, each command in a fresh child process (peak RSS from ru_maxrss):
   * memory: a --long-mb log through `bcgtune trace --log L`, `trace --log L -o t.json`,
     `trace --log L --histogram-only -o t.json` and `drift --profile h200 --log L`, with the
     bcgtune given by --repo (default: this checkout; another checkout measures "before");
-  * scaling: --scale-mb of logs in --scale-files files parsed on a Dask LocalCluster of 1
-    and of 2 worker processes (`--cluster local:N`, histogram-only), wall time and MB/s,
-    and the serial parse of the same files on one core for reference;
+  * scaling: --scale-mb of logs in --scale-files files parsed on a Dask LocalCluster of N
+    worker processes for each N of --workers (`--cluster local:N`, histogram-only), wall
+    time and MB/s, beside N plain processes parsing the same files at once, and the serial
+    parse of the same files on one core for reference; --rounds R repeats every N R times,
+    Dask and the plain processes taking turns to go first, and prints the paired ratios;
   * reducer: --reduce-gb of logs (written on the fly as --reduce-files files) parsed on a
     LocalCluster into one histogram-only trace: the peak RSS of the client (where the
     final merge result lands) and of every worker (where the map and the pairwise merges
     run), against the 500 MB bound.
 
 Usage: python benchmarks/fleet_logs.py [--long-mb 2000] [--scale-mb 1000] [--scale-files 8]
-           [--reduce-gb 10] [--reduce-files 40] [--workers 1 2] [--repo PATH] [--skip memory,scaling,reduce]
+           [--reduce-gb 10] [--reduce-files 40] [--workers 1 2] [--rounds 1] [--repo PATH]
+           [--skip memory,scaling,reduce] [--tmp DIR]
 """
 
 from __future__ import annotations
@@ -135,24 +138,42 @@ def scaling(a, tmp: Path) -> None:
     print(f"scaling: {len(files)} logs, {total:,.0f} MB in all")
     r = bcgtune(["trace", "--log", *map(str, files), "--histogram-only", "-j", "1", "--quiet"], REPO, tmp)
     print(f"  serial parse, one process (histogram-only): {r['seconds']:.1f} s = {total / r['seconds']:.0f} MB/s")
-    base = None
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    for n in a.workers:
-        out = subprocess.run(
-            [sys.executable, "-c", SCALE, str(n), *map(str, files)], cwd=tmp, env=env, capture_output=True, text=True
-        )
-        if "@@" not in out.stdout:
-            raise SystemExit(out.stderr[-3000:])
-        r = json.loads(out.stdout.rsplit("@@", 1)[1])
-        base = base or r["seconds"]
-        print(
-            f"  Dask LocalCluster, {n} worker(s): {r['seconds']:.1f} s = {total / r['seconds']:.0f} MB/s, "
-            f"x{base / r['seconds']:.2f} vs {a.workers[0]} worker(s); {r['cpu']:.1f} CPU s in the workers "
-            f"(cluster start, not counted: {r['start']:.1f} s)"
-        )
-    processes_alone(a, files, total, env, tmp)
+    dask: dict[int, list[float]] = {n: [] for n in a.workers}
+    plain: dict[int, list[float]] = {n: [] for n in a.workers}
+    for rnd in range(a.rounds):
+        if a.rounds > 1:
+            print(f"  round {rnd + 1}/{a.rounds} ({'Dask' if rnd % 2 == 0 else 'plain processes'} first)")
+        order = (dask_run, processes_alone) if rnd % 2 == 0 else (processes_alone, dask_run)
+        for fn in order:
+            out = dask if fn is dask_run else plain
+            for n in a.workers:
+                out[n].append(fn(a, n, files, total, env, tmp, base=out[a.workers[0]][-1] if out[a.workers[0]] else None))
+    if a.rounds > 1:
+        print(f"  Dask / plain processes (plain time over Dask time, paired by round), {a.rounds} rounds:")
+        for n in a.workers:
+            ratios = [p / d for p, d in zip(plain[n], dask[n])]
+            print(
+                f"    N={n}: Dask {np.median(dask[n]):.2f} s, plain {np.median(plain[n]):.2f} s (medians); "
+                f"ratio median {np.median(ratios):.2f}, rounds " + ", ".join(f"{x:.2f}" for x in ratios)
+            )
     for f in files:
         f.unlink()
+
+
+def dask_run(a, n: int, files: list[Path], total: float, env: dict, tmp: Path, base: float | None) -> float:
+    cmd = [sys.executable, "-c", SCALE, str(n), *map(str, files)]
+    out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+    if "@@" not in out.stdout:
+        raise SystemExit(out.stderr[-3000:])
+    r = json.loads(out.stdout.rsplit("@@", 1)[1])
+    base = base or r["seconds"]
+    print(
+        f"  Dask LocalCluster, {n} worker(s): {r['seconds']:.1f} s = {total / r['seconds']:.0f} MB/s, "
+        f"x{base / r['seconds']:.2f} vs {a.workers[0]} worker(s); {r['cpu']:.1f} CPU s in the workers "
+        f"(cluster start, not counted: {r['start']:.1f} s)"
+    )
+    return float(r["seconds"])
 
 
 PARSE = r"""
@@ -167,33 +188,32 @@ print("@@", time.process_time() - c0, time.time())
 """
 
 
-def processes_alone(a, files: list[Path], total: float, env: dict, tmp: Path) -> None:
+def processes_alone(a, n: int, files: list[Path], total: float, env: dict, tmp: Path, base: float | None) -> float:
     """The same logs split over N plain processes that start parsing together, no Dask:
     what the machine itself gives N parses at once (its shared caches, memory bandwidth and
     hyperthreads), beside which the cluster's figures are read."""
-    base = None
-    for n in a.workers:
-        shares = [[str(f) for f in files[i::n]] for i in range(n)]
-        start_at = time.time() + 3.0  # after every interpreter has started and imported
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", PARSE, repr(start_at), *share], cwd=tmp, env=env, stdout=subprocess.PIPE, text=True
-            )
-            for share in shares
-        ]
-        cpu, end = 0.0, start_at
-        for p in procs:
-            out, _ = p.communicate()
-            if p.returncode != 0 or "@@" not in out:
-                raise SystemExit(f"a plain parse process failed (exit {p.returncode})")
-            c, e = out.rsplit("@@", 1)[1].split()
-            cpu, end = cpu + float(c), max(end, float(e))
-        dt = end - start_at
-        base = base or dt
-        print(
-            f"  {n} plain process(es), no Dask: {dt:.1f} s = {total / dt:.0f} MB/s, x{base / dt:.2f} vs {a.workers[0]}; "
-            f"{cpu:.1f} CPU s parsing"
+    shares = [[str(f) for f in files[i::n]] for i in range(n)]
+    start_at = time.time() + 3.0  # after every interpreter has started and imported
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PARSE, repr(start_at), *share], cwd=tmp, env=env, stdout=subprocess.PIPE, text=True
         )
+        for share in shares
+    ]
+    cpu, end = 0.0, start_at
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode != 0 or "@@" not in out:
+            raise SystemExit(f"a plain parse process failed (exit {p.returncode})")
+        c, e = out.rsplit("@@", 1)[1].split()
+        cpu, end = cpu + float(c), max(end, float(e))
+    dt = end - start_at
+    base = base or dt
+    print(
+        f"  {n} plain process(es), no Dask: {dt:.1f} s = {total / dt:.0f} MB/s, x{base / dt:.2f} vs {a.workers[0]}; "
+        f"{cpu:.1f} CPU s parsing"
+    )
+    return dt
 
 
 REDUCE = r"""
@@ -255,6 +275,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repo", default=str(REPO))
     ap.add_argument("--skip", default="")
+    ap.add_argument("--rounds", type=int, default=1, help="scaling: rounds of every N, Dask or plain first by turns")
     ap.add_argument("--tmp", default=None, help="folder for the generated logs (default: a new temporary folder)")
     a = ap.parse_args()
     skip = set(a.skip.split(","))

@@ -270,15 +270,18 @@ def trace_on_cluster(
     try:
         from dask.distributed import as_completed
 
-        level = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=_assumed(launch), pure=False)
-        done = 0
-        for _ in as_completed(level):
-            done += 1
-            if progress is not None:
-                progress(done, len(paths))
+        parsed = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=_assumed(launch), pure=False)
+        # the whole merge tree is submitted at once, so a pair merges as soon as both its logs are parsed,
+        # while the others still parse (waiting for every parse first left the merges to run after them)
+        level = list(parsed)
         while len(level) > 1:  # adjacent pairs, in order: associativity makes any tree the same
             nxt = [client.submit(merge_two, level[i], level[i + 1], pure=False) for i in range(0, len(level) - 1, 2)]
             level = nxt + ([level[-1]] if len(level) % 2 else [])
+        done = 0
+        for _ in as_completed(parsed):
+            done += 1
+            if progress is not None:
+                progress(done, len(paths))
         result = level[0].result()
     finally:
         client.close()
