@@ -20,6 +20,7 @@ import typer
 from bcgtune.adapters.sglang.layout_flags import LAYOUT_FLAGS
 from bcgtune.cli.schema_options import OptionSpec, option_set
 from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
+from bcgtune.core.plan.measure_defaults import CPU_ROUNDS, DEFAULT_CHECK_BATCHES, GPU_ROUNDS
 from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.engines.choices import DEVICE_HELP, Dtype, GraphImpl, HfAttention, Runner, SdpaBackend, device_name
 
@@ -104,6 +105,82 @@ TOLERANCE_HELP = (
     f"(or a deployed list) counts only when the upper end of its paired 95% interval against the best is within it. "
     f"Wider noise then keeps more graphs, never fewer. Default: {DEFAULT_TOLERANCE_PCT:g}."
 )
+
+
+# ---- what a calibration measures (calibrate, tune) -------------------------------------
+def measure_option(
+    name: str, *, panel: Optional[str] = None, dry_run_rounds: tuple[int, int] = CPU_ROUNDS, lead: str = ""
+) -> Any:  # typer.models.OptionInfo
+    """The one declaration of a calibration's measurement option `name` (mix_every, warmup,
+    repeats, memory, check_batches): the typer.Option of a command's parameter
+    `Annotated[T, measure_option(...)]`, the same flag, bounds and help wherever it appears.
+    `dry_run_rounds`: the command's (untimed, timed) rounds on the CPU; `lead`: text before
+    the help (when the option applies)."""
+    kw: dict[str, Any] = {"rich_help_panel": panel} if panel else {}
+    if name == "mix_every":
+        return typer.Option(
+            "--mix-every",
+            min=1,
+            max=1_000_000,
+            help=_lead(
+                lead,
+                "Calibrate every Nth distinct (tokens, requests) batch of the trace (the others interpolated), "
+                "to save device time on large models.",
+            ),
+            **kw,
+        )
+    if name == "warmup":
+        return typer.Option(
+            "--warmup",
+            min=0,
+            max=1000,
+            help=_lead(
+                lead,
+                f"Untimed rounds before the timed ones. Default: {GPU_ROUNDS[0]} on a GPU, {dry_run_rounds[0]} on "
+                "the CPU (a dry run).",
+            ),
+            show_default=False,
+            **kw,
+        )
+    if name == "repeats":
+        return typer.Option(
+            "--repeats",
+            min=1,
+            max=10000,
+            help=_lead(
+                lead,
+                "Timed rounds, each running every size once (the median is kept, and every round, for "
+                f"intervals). Default: {GPU_ROUNDS[1]} on a GPU, {dry_run_rounds[1]} on the CPU (a dry run: its times "
+                "describe no GPU).",
+            ),
+            show_default=False,
+            **kw,
+        )
+    if name == "memory":
+        return typer.Option(
+            "--memory/--no-memory",
+            help=_lead(lead, "Also measure the graph pool's size with each size as the largest graph."),
+            **kw,
+        )
+    if name == "check_batches":
+        return typer.Option(
+            "--check-batches",
+            min=1,
+            max=1_000_000,
+            help=_lead(
+                lead,
+                "The model check replays at most this many of the trace's batches (every Nth, in order). "
+                f"Default: {DEFAULT_CHECK_BATCHES}.",
+            ),
+            show_default=False,
+            **kw,
+        )
+    raise ValueError(f"no measurement option {name!r}")
+
+
+def _lead(lead: str, text: str) -> str:
+    """`text` after `lead` (a condition such as "With --sizes-from: "), its first letter then in lower case."""
+    return lead + text[0].lower() + text[1:] if lead else text
 
 
 # ---- parallel layout (suggest-buckets) -------------------------------------------------

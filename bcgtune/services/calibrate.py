@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bcgtune.core.plan.measure_defaults import CPU_ROUNDS, GPU_ROUNDS  # rounds when not given
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import ExternalError, InputError
@@ -31,11 +32,6 @@ DEFAULT_CALIBRATION_SIZES = (16, 64, 128, 256, 512, 768, 1024, 1536, 2048, 2560,
 MAX_POOL_SIZES = 16  # graph memory alone is measured at most at this many sizes (smooth in n)
 MAX_GRID_SIZES = 4096  # a 64-token grid to 16k tokens is 256 sizes; each costs seconds on a GPU
 DEFAULT_GRID = 64
-# (warm-up rounds, timed rounds) when not given. On a GPU the rounds beat clock, power and
-# host noise. Without one (padded-eager: the static-buffer forward run eagerly on the CPU)
-# the times describe no GPU: the run checks the pipeline, and one round runs every call.
-GPU_ROUNDS = (3, 10)
-CPU_ROUNDS = (0, 1)
 # (warm-up, timed) rounds of the model check at most (each replays the whole sample of the trace)
 CHECK_ROUNDS = (1, 5)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
+from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS, DEFAULT_CHECK_BATCHES
 from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
@@ -46,7 +46,6 @@ DEFAULT_PROOF_BATCHES = 400
 PROOF_ROUNDS_GPU = (1, 5)
 PROOF_ROUNDS_CPU = (0, 2)
 # a tune's own calibration rounds without a GPU: two, so every step has an interval to carry
-CPU_CALIBRATION_ROUNDS = (0, 2)
 
 Say = Callable[[str], None]
 
@@ -287,8 +286,8 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
     plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, req.grid, req.trace, mix_every=req.mix_every)
     warmup, repeats = req.warmup, req.repeats
     if resolve_device(req.spec.device).type == "cpu":
-        warmup = CPU_CALIBRATION_ROUNDS[0] if warmup is None else warmup
-        repeats = CPU_CALIBRATION_ROUNDS[1] if repeats is None else repeats
+        warmup = CPU_TUNE_ROUNDS[0] if warmup is None else warmup
+        repeats = CPU_TUNE_ROUNDS[1] if repeats is None else repeats
     result = calibrate.calibrate(
         plan,
         req.spec,

@@ -12,7 +12,7 @@ import typer
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, options
+from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, measure_option, options
 from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.choices import Fault
 from bcgtune.engines.preflight import require_torch
@@ -348,40 +348,11 @@ def calibrate_command(
             help="With --sizes-from: replay iff bucket <= factor x tokens (SGLang's rule: 2).",
         ),
     ] = DEFAULT_PADDING_FACTOR,
-    warmup: Annotated[
-        Optional[int],
-        typer.Option(
-            "--warmup",
-            min=0,
-            max=1000,
-            help="Untimed rounds before the timed ones. Default: 3 on a GPU, 0 on the CPU (a dry run).",
-            show_default=False,
-        ),
-    ] = None,
-    repeats: Annotated[
-        Optional[int],
-        typer.Option(
-            "--repeats",
-            min=1,
-            max=10000,
-            help="Timed rounds, each running every size once (the median is kept, and every round, for "
-            "intervals). Default: 10 on a GPU, 1 on the CPU (a dry run: its times describe no GPU).",
-            show_default=False,
-        ),
-    ] = None,
-    memory: Annotated[
-        bool, typer.Option("--memory/--no-memory", help="Also measure the pool size when each size is the largest graph.")
-    ] = True,
-    mix_every: Annotated[
-        int,
-        typer.Option(
-            "--mix-every",
-            min=1,
-            max=1_000_000,
-            help="Breakable runner, with --sizes-from: measure every Nth distinct (tokens, requests) batch of the trace (the "
-            "others interpolated), to save device time on large models.",
-        ),
-    ] = 1,
+    # the measurement options, declared once with tune's (cli.options.measure_option)
+    warmup: Annotated[Optional[int], measure_option("warmup")] = None,
+    repeats: Annotated[Optional[int], measure_option("repeats")] = None,
+    memory: Annotated[bool, measure_option("memory")] = True,
+    mix_every: Annotated[int, measure_option("mix_every", lead="Breakable runner, with --sizes-from: ")] = 1,
     model_check: Annotated[
         bool,
         typer.Option(
@@ -391,16 +362,7 @@ def calibrate_command(
             "suggest-buckets prints then covers that model error.",
         ),
     ] = True,
-    check_batches: Annotated[
-        Optional[int],
-        typer.Option(
-            "--check-batches",
-            min=1,
-            max=1_000_000,
-            help="The model check replays at most this many of the trace's batches (every Nth, in order). Default: 200.",
-            show_default=False,
-        ),
-    ] = None,
+    check_batches: Annotated[Optional[int], measure_option("check_batches")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,
     quiet: Quiet = False,
     engine: EngineOptions = None,  # type: ignore[assignment]

@@ -11,7 +11,8 @@ import typer
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import TOLERANCE_HELP, EngineOptions, JsonFlag, Quiet, options, tolerance_option
+from bcgtune.cli.options import TOLERANCE_HELP, EngineOptions, JsonFlag, Quiet, measure_option, options, tolerance_option
+from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import InputError
 
@@ -53,53 +54,12 @@ def tune_command(
     grid: Annotated[
         int, typer.Option("--grid", min=1, max=2**31 - 1, help="Bucket grid of the calibration.", rich_help_panel=_MEASURE)
     ] = 64,
-    mix_every: Annotated[
-        int,
-        typer.Option(
-            "--mix-every",
-            min=1,
-            max=1_000_000,
-            help="Calibrate every Nth distinct (tokens, requests) batch of the trace (large models).",
-            rich_help_panel=_MEASURE,
-        ),
-    ] = 1,
-    repeats: Annotated[
-        Optional[int],
-        typer.Option(
-            "--repeats",
-            min=1,
-            max=10000,
-            help="Timed calibration rounds. Default: 10 on a GPU, 2 on the CPU (a dry run).",
-            rich_help_panel=_MEASURE,
-            show_default=False,
-        ),
-    ] = None,
-    warmup: Annotated[
-        Optional[int],
-        typer.Option(
-            "--warmup",
-            min=0,
-            max=1000,
-            help="Untimed calibration rounds. Default: 3 on a GPU, 0 on the CPU.",
-            rich_help_panel=_MEASURE,
-            show_default=False,
-        ),
-    ] = None,
-    memory: Annotated[
-        bool,
-        typer.Option("--memory/--no-memory", help="Measure graph memory in the calibration.", rich_help_panel=_MEASURE),
-    ] = True,
-    check_batches: Annotated[
-        Optional[int],
-        typer.Option(
-            "--check-batches",
-            min=1,
-            max=1_000_000,
-            help="Trace batches the calibration's model check replays (every Nth, in order). Default: 200.",
-            rich_help_panel=_MEASURE,
-            show_default=False,
-        ),
-    ] = None,
+    # calibrate's options, declared once (cli.options.measure_option)
+    mix_every: Annotated[int, measure_option("mix_every", panel=_MEASURE)] = 1,
+    repeats: Annotated[Optional[int], measure_option("repeats", panel=_MEASURE, dry_run_rounds=CPU_TUNE_ROUNDS)] = None,
+    warmup: Annotated[Optional[int], measure_option("warmup", panel=_MEASURE, dry_run_rounds=CPU_TUNE_ROUNDS)] = None,
+    memory: Annotated[bool, measure_option("memory", panel=_MEASURE)] = True,
+    check_batches: Annotated[Optional[int], measure_option("check_batches", panel=_MEASURE)] = None,
     bucket_list: Annotated[
         Optional[str],
         typer.Option(
