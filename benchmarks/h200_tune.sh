@@ -67,7 +67,8 @@ o = p.get("recommended_minus_optimum")
 if o:
     print(f"recommended - optimum: predicted {iv(o['predicted'], 1)} ms; measured " + ", ".join(iv(m, 1) for m in o["measured"])
           + f" ms; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:.1f} ms) in {o['within_margin']}/{p['passes']}"
-          + f", not measurably beyond it in {o.get('not_beyond_margin', '?')}/{p['passes']}")
+          + f", not measurably beyond it in {o.get('not_beyond_margin', '?')}/{p['passes']}"
+          + f"; batches the two run differently: {o.get('differing_batches', '?')} of the proof's, {o.get('differing_batches_in_trace', '?')} of the trace's")
 PY
 cat "$OUT/tune_$MODEL.txt"
 echo "tune: ${SECONDS} s in all"

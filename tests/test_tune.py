@@ -81,6 +81,7 @@ def test_every_step_in_the_json(tuned):
         vs = proof["recommended_minus_optimum"]
         assert proof["lists"]["optimum"]["buckets"] == opt and len(vs["measured"]) == proof["passes"]
         assert vs["margin_ms"] > 0 and 0 <= vs["within_margin"] <= vs["not_beyond_margin"] <= proof["passes"]
+        assert 0 <= vs["differing_batches"] <= proof["batches"] and vs["differing_batches"] <= vs["differing_batches_in_trace"]
     else:
         assert "optimum" not in proof["lists"] and proof["recommended_minus_optimum"] is None
     assert steps["measure"]["rounds"] == [] or steps["measure"]["rounds"][0]["sizes"]
@@ -351,3 +352,32 @@ def test_a_pass_is_beyond_the_margin_only_when_its_interval_is():
     assert margin_counts(passes, 13.1) == {"within_margin": 1, "not_beyond_margin": 2}
     assert margin_counts([Interval(14.0, None, None, 1)], 13.1) == {"within_margin": 0, "not_beyond_margin": 0}
     assert margin_counts([], 13.1) == {"within_margin": 0, "not_beyond_margin": 0}
+
+
+def test_batches_two_lists_run_differently():
+    import numpy as np
+
+    from bcgtune.services.tune import _differing
+
+    tokens = np.array([300, 700, 1000, 100])
+    # 700 replays in 1024 under one list and 768 under the other; 100 runs eager under both (512 > 2 x 100)
+    assert _differing(tokens, [512, 1024], [512, 768, 1024]) == 1
+    assert _differing(tokens, [512, 1024], [512, 1024]) == 0
+    assert _differing(tokens, [], [1024]) == 2  # 700 and 1000 replay in 1024; eager without graphs
+
+
+def test_the_text_says_when_the_proof_cannot_tell_the_recommended_list_from_the_optimum(tuned):
+    from bcgtune.cli.render.tune import format_tune
+    from bcgtune.services.tune import TuneResult
+
+    state = json.loads((tuned["state"] / "state.json").read_text())
+    proof = state["steps"]["proof"]
+    d = proof["recommended_minus_ladder"]
+    vs = {"predicted": d["predicted"], "measured": d["measured"], "tolerance_pct": 0.5, "margin_ms": 1.0}
+    vs.update(within_margin=1, not_beyond_margin=1, differing_batches=0, differing_batches_in_trace=5)
+    proof["recommended_minus_optimum"] = vs
+    text = format_tune(TuneResult(state=state, state_dir=str(tuned["state"])))
+    assert "both lists replay every batch in the same bucket" in text and "the trace has 5 batches" in text
+    vs["differing_batches"] = 3
+    text = format_tune(TuneResult(state=state, state_dir=str(tuned["state"])))
+    assert "same bucket" not in text and "not measurably beyond it" in text

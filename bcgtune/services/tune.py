@@ -124,6 +124,16 @@ def _paths(state_dir: str) -> tuple[Path, Path]:
     return d / "state.json", d / "calibration.json"
 
 
+def _differing(tokens: np.ndarray, a: list[int], b: list[int]) -> int:
+    """How many of these batches two lists run differently: in another bucket, or one of
+    them eager (SGLang's lookup, core.sglang.replay.assign_buckets)."""
+    from bcgtune.core.sglang.replay import assign_buckets
+
+    ba, ra = assign_buckets(tokens, a)
+    bb, rb = assign_buckets(tokens, b)
+    return int(np.count_nonzero(np.where(ra, ba, 0) != np.where(rb, bb, 0)))
+
+
 def margin_counts(measured, margin_ms: float) -> dict[str, int]:
     """How many passes put the recommended list within the margin of the optimum.
     `within_margin`: the measured difference itself is at most the margin.
@@ -638,6 +648,9 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
             "measured": [iv.to_dict() for iv in o_meas],
             "tolerance_pct": tol,
             "margin_ms": margin,
+            # batches the two lists run differently (another bucket, or one eager): on the proof's sample and the trace
+            "differing_batches": _differing(st, rec, opt),
+            "differing_batches_in_trace": _differing(tok, rec, opt),
             **margin_counts(o_meas, margin),
         }
     return {

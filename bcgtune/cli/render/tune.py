@@ -98,6 +98,16 @@ def format_tune(result) -> str:
                 else ""
             )
         )
+        if o.get("differing_batches") == 0:
+            lines.append(
+                "  on the proof's batches both lists replay every batch in the same bucket, so these passes measure only "
+                "the noise between two captures of the same graphs"
+                + (
+                    f"; the trace has {o['differing_batches_in_trace']:,} batches they run differently"
+                    if o.get("differing_batches_in_trace")
+                    else ""
+                )
+            )
     mc = steps["measure"].get("model_check") or {}
     again = proof.get("model_rechecked")
     if again:
