@@ -381,3 +381,19 @@ def test_the_text_says_when_the_proof_cannot_tell_the_recommended_list_from_the_
     vs["differing_batches"] = 3
     text = format_tune(TuneResult(state=state, state_dir=str(tuned["state"])))
     assert "same bucket" not in text and "not measurably beyond it" in text
+
+
+def test_the_step_table_wraps_its_results_under_their_column(tuned):
+    from bcgtune.cli.render.table import table
+    from bcgtune.cli.render.tune import format_tune
+    from bcgtune.services.tune import TuneResult
+
+    rows = [["calibrate", "8.7", "word " * 50], ["proof", "1.0", ""]]
+    lines = table(["step", "wall s", "result"], rows, right={1}, wrap_last=40)
+    col = lines[0].index("result")
+    assert len(lines) > 4 and all(len(x) <= col + 40 for x in lines)
+    assert lines[3].startswith(" " * col) and lines[3][col:].startswith("word") and lines[-1].split() == ["proof", "1.0"]
+    state = json.loads((tuned["state"] / "state.json").read_text())
+    text = format_tune(TuneResult(state=state, state_dir=str(tuned["state"])))
+    head = text.splitlines()[1:3]  # the step table's header and rule
+    assert head[0].startswith("step") and len(head[1]) <= head[0].index("result") + 100

@@ -6,10 +6,28 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] | None = None, indent: str = "") -> list[str]:
-    """Lines of a table. `right`: indices of right-aligned columns (default: all but the first)."""
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: set[int] | None = None,
+    indent: str = "",
+    wrap_last: int | None = None,
+) -> list[str]:
+    """Lines of a table. `right`: indices of right-aligned columns (default: all but the first).
+    `wrap_last`: the last column (left-aligned text) wrapped at this many characters, its
+    further lines under its first."""
     if right is None:
         right = set(range(1, len(headers)))
+    if wrap_last is not None and rows:
+        import textwrap
+
+        last = len(headers) - 1
+        wrapped: list[Sequence[str]] = []
+        for r in rows:
+            parts = textwrap.wrap(r[last], wrap_last, break_on_hyphens=False) or [""]
+            wrapped.append([*r[:last], parts[0]])
+            wrapped += [[""] * last + [p] for p in parts[1:]]
+        rows = wrapped
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
     def fmt(cells: Sequence[str]) -> str:

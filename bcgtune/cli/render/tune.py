@@ -65,7 +65,7 @@ def format_tune(result) -> str:
     for name in ("calibrate", "optimum", "measure", "validate", "proof"):
         st = steps[name]
         body.append([name, f"{st['wall_s']:.1f}", ("(kept) " if name in result.resumed else "") + _step_line(name, st)])
-    lines += table(["step", "wall s", "result"], body, right={1})
+    lines += table(["step", "wall s", "result"], body, right={1}, wrap_last=100)
     lines.append("")
     passes = proof["passes"]
     head = ["list", "graphs", "replayed", "predicted s (95%)"] + [f"measured s, pass {i + 1}" for i in range(passes)] + ["inside"]
