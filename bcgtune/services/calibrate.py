@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bcgtune.core.plan.measure_defaults import CPU_ROUNDS, GPU_ROUNDS  # rounds when not given
+from bcgtune.core.plan.measure_defaults import CPU_ROUNDS, DEFAULT_CHECK_BATCHES, GPU_ROUNDS  # when not given
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import ExternalError, InputError
@@ -204,8 +204,6 @@ def calibrate(
     at most `check_batches` of the trace's batches replayed in order under SGLang's ladder
     and the time optimum (and eager, with `check_eager`: its error is its own kind's),
     measured against predicted (core.plan.model_check)."""
-    from bcgtune.core.plan.model_check import DEFAULT_CHECK_BATCHES
-
     say = progress or (lambda msg: None)
     say(f"{len(request.sizes)} sizes: {request.sizes[0]} ... {request.sizes[-1]}")
     check = None

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from bcgtune.core.plan.measure_defaults import DEFAULT_CHECK_BATCHES as DEFAULT_CHECK_BATCHES
 from bcgtune.core.stats import t_quantile_975
 from bcgtune.errors import InputError
 
