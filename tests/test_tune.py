@@ -14,6 +14,7 @@ from cli_helpers import assert_one_line_error, cli
 
 from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.files.trace_file import load_trace, save_trace
+from bcgtune.services.tune import _save_state
 
 pytest.importorskip("torch")
 
@@ -107,7 +108,7 @@ def test_resume_after_calibration_does_not_measure_again(tuned, tmp_path):
     shutil.copytree(tuned["state"], state)
     st = json.loads((state / "state.json").read_text())
     st["steps"] = {"calibrate": st["steps"]["calibrate"]}  # as if killed right after the calibration
-    (state / "state.json").write_text(json.dumps(st))
+    _save_state(state / "state.json", st)
     before = _sha(state / "calibration.json")
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
     assert r.code == 0, r.err[-3000:]
@@ -117,7 +118,7 @@ def test_resume_after_calibration_does_not_measure_again(tuned, tmp_path):
     assert doc["steps"]["proof"]["done"]
     # killed after the calibration file was written, before its step was recorded: kept too
     st["steps"] = {}
-    (state / "state.json").write_text(json.dumps(st))
+    _save_state(state / "state.json", st)
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
     assert r.code == 0, r.err[-3000:]
     assert "not measured again" in r.err and "model check:" not in r.err
@@ -136,7 +137,7 @@ def test_a_proof_in_another_process_checks_the_model_again(tuned, tmp_path):
     st = json.loads((state / "state.json").read_text())
     st["steps"].pop("proof")
     st["model_checked_in"] = "an earlier process"
-    (state / "state.json").write_text(json.dumps(st))
+    _save_state(state / "state.json", st)
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
     assert r.code == 0, r.err[-3000:]
     assert "checked again in this one" in r.err
@@ -397,3 +398,21 @@ def test_the_step_table_wraps_its_results_under_their_column(tuned):
     text = format_tune(TuneResult(state=state, state_dir=str(tuned["state"])))
     head = text.splitlines()[1:3]  # the step table's header and rule
     assert head[0].startswith("step") and len(head[1]) <= head[0].index("result") + 100
+
+
+def test_a_state_changed_by_hand_is_refused(tuned, tmp_path):
+    state = tmp_path / "state"
+    shutil.copytree(tuned["state"], state)
+    st = json.loads((state / "state.json").read_text())
+    st["steps"]["proof"]["recommended_minus_ladder"]["measured_gain_pct"] = ["a lot"]
+    (state / "state.json").write_text(json.dumps(st))
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state])
+    assert r.code == 2 and "does not match its seal" in r.err and "state.json" in r.err
+    assert_one_line_error(r)
+    # a state without a seal (written before states had one) is read as before
+    st = json.loads((tuned["state"] / "state.json").read_text())
+    del st["seal"]
+    (state / "state.json").write_text(json.dumps(st))
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--json"])
+    assert r.code == 0, r.err[-2000:]
+    assert json.loads((state / "state.json").read_text())["seal"]  # sealed again when written

@@ -195,6 +195,12 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
                 "give another --state-dir, or remove this one to start again",
                 where,
             )
+    if "seal" in obj and obj["seal"] != _seal(obj):
+        raise InputError(
+            "changed since bcgtune wrote it (its content does not match its seal): remove it to run the steps again "
+            "(a calibration.json beside it is kept), or give another --state-dir",
+            where,
+        )
     if not isinstance(obj.get("steps"), dict):
         raise InputError("tune state has no steps table", where)
     if obj.get("plan_settings") != ident["plan_settings"]:
@@ -213,9 +219,20 @@ def _short(v: Any) -> str:
     return s if len(s) <= 80 else s[:77] + "..."
 
 
+def _seal(state: dict[str, Any]) -> str:
+    """The sha256 of a state's content (all but its seal): a state edited by hand, or
+    damaged, no longer matches it, and its kept figures are refused instead of used."""
+    import hashlib
+    import json
+
+    body = json.loads(json.dumps({k: v for k, v in state.items() if k != "seal"}))  # as read back (str keys, lists)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _save_state(path: Path, state: dict[str, Any]) -> None:
     from bcgtune.fileio import atomic_write_json
 
+    state["seal"] = _seal(state)
     atomic_write_json(path, state)
 
 
