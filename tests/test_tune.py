@@ -416,3 +416,25 @@ def test_a_state_changed_by_hand_is_refused(tuned, tmp_path):
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--json"])
     assert r.code == 0, r.err[-2000:]
     assert json.loads((state / "state.json").read_text())["seal"]  # sealed again when written
+
+
+def test_a_calibration_changed_or_gone_under_a_state_is_refused(tuned, tmp_path):
+    state = tmp_path / "state"
+    shutil.copytree(tuned["state"], state)
+    cal = json.loads((state / "calibration.json").read_text())
+    cal["created"] = "2000-01-01T00:00:00+00:00"  # edited by hand, still a valid calibration
+    (state / "calibration.json").write_text(json.dumps(cal))
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state])
+    assert r.code == 2 and "calibration.json changed since this tune recorded it" in r.err
+    assert_one_line_error(r)
+    # killed between a step's new calibration and its state: the calibration is taken as found
+    st = json.loads((state / "state.json").read_text())
+    st["calibration_pending"] = True
+    _save_state(state / "state.json", st)
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--json"])
+    assert r.code == 0, r.err[-2000:]
+    assert "calibration_pending" not in json.loads((state / "state.json").read_text())  # recorded as found
+    (state / "calibration.json").unlink()
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state])
+    assert r.code == 2 and "calibration.json is gone" in r.err
+    assert_one_line_error(r)

@@ -203,6 +203,25 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
         )
     if not isinstance(obj.get("steps"), dict):
         raise InputError("tune state has no steps table", where)
+    recorded = obj.get("calibration_sha256")
+    # killed between a step's new calibration and its state: the calibration is taken as found (and recorded
+    # when the state is next written)
+    pending = obj.pop("calibration_pending", False)
+    if recorded is not None and obj["steps"] and not pending:
+        from bcgtune.fileio import sha256_file
+
+        cal = path.with_name("calibration.json")
+        if not cal.is_file():
+            raise InputError(
+                "its calibration.json is gone: remove this state.json too to start again, or give another --state-dir",
+                where,
+            )
+        if sha256_file(str(cal)) != recorded:
+            raise InputError(
+                "its calibration.json changed since this tune recorded it: remove this state.json to run the steps "
+                "again on the changed calibration (it is kept), or give another --state-dir",
+                where,
+            )
     if obj.get("plan_settings") != ident["plan_settings"]:
         # the same calibration, other settings for what follows it: those steps run again
         obj["steps"] = {k: v for k, v in obj["steps"].items() if k == "calibrate"}
@@ -229,9 +248,25 @@ def _seal(state: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _save_state(path: Path, state: dict[str, Any]) -> None:
-    from bcgtune.fileio import atomic_write_json
+def _write_calibration(cal, cal_path: Path, state: dict[str, Any]) -> None:
+    """A step's new calibration written beside a state that expects it: a tune killed
+    between the two writes leaves `calibration_pending`, and its resume takes the
+    calibration as it finds it instead of calling it changed by hand."""
+    from bcgtune.files.calibration_file import save_calibration
 
+    state_path = cal_path.with_name("state.json")
+    state["calibration_pending"] = True
+    _save_state(state_path, state)
+    save_calibration(cal, cal_path)
+    state.pop("calibration_pending")
+    _save_state(state_path, state)
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> None:
+    from bcgtune.fileio import atomic_write_json, sha256_file
+
+    cal = path.with_name("calibration.json")  # what the kept steps were computed from
+    state["calibration_sha256"] = sha256_file(str(cal)) if cal.is_file() else None
     state["seal"] = _seal(state)
     atomic_write_json(path, state)
 
@@ -279,7 +314,7 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
         say(f"other settings than {state_path} was made with: the calibration is kept, the steps after it run again")
     if state is None:
         state = {"kind": STATE_KIND, "format_version": STATE_VERSION, **ident, "steps": {}}
-        _save_state(state_path, state)
+    _save_state(state_path, state)  # new, or as loaded: the calibration it now rests on recorded, and sealed
     steps = state["steps"]
     for name in STEPS:
         if name in steps and steps[name].get("done"):
@@ -431,7 +466,6 @@ def _step_optimum(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
 def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
     """Measure what the optimizer wants until the list holds only measured sizes (or the
     rounds run out); each round's extension is saved, and recorded, before the next."""
-    from bcgtune.files.calibration_file import save_calibration
     from bcgtune.services import calibrate
 
     steps = state["steps"]
@@ -458,7 +492,7 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
             refused = f"measuring {sizes} refused: {exc}"
             say("  " + refused)
             break
-        save_calibration(ext.calibration, cal_path)
+        _write_calibration(ext.calibration, cal_path, state)
         rounds.append(
             {
                 "sizes": ext.added,
@@ -505,7 +539,7 @@ def _check_model_here(req: TuneRequest, trace, cal_path: Path, lists: dict[str, 
     """Replay the trace's sample under `lists` and eager in this process and keep that model
     check in the calibration (services/calibrate.recheck_model); the state records the
     process. Eager is replayed because the proof judges it too: its error is its own."""
-    from bcgtune.files.calibration_file import load_calibration, save_calibration
+    from bcgtune.files.calibration_file import load_calibration
     from bcgtune.services import calibrate
 
     check = calibrate.recheck_model(
@@ -514,7 +548,7 @@ def _check_model_here(req: TuneRequest, trace, cal_path: Path, lists: dict[str, 
     )  # fmt: skip
     cal = load_calibration(str(cal_path))
     cal.model_check = check
-    save_calibration(cal, cal_path)
+    _write_calibration(cal, cal_path, state)
     state["model_checked_in"] = _PROCESS
     return check.to_json() | {"summary": check.summary()}
 
