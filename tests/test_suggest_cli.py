@@ -276,3 +276,23 @@ def test_the_default_run_imports_no_renderer_or_service_it_does_not_draw(tmp_pat
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr
     assert "LOADED []" in p.stdout, p.stdout[-500:]
+
+
+def test_a_server_log_given_as_a_trace_says_what_it_is(tmp_path):
+    from pathlib import Path
+
+    from cli_helpers import cli
+
+    log = Path(__file__).parent / "data" / "sglang-logs" / "02_gke_indented_dp7_tp7.log"
+    r = cli(["suggest-buckets", str(log)])
+    assert r.code == 2 and "an SGLang server log, not a trace" in r.err and "trace --log" in r.err
+    # a JSON trace quotes malformed prefill lines among its parse figures: still read as a trace
+    bad = tmp_path / "server.log"
+    bad.write_text(
+        "[2026-08-27 00:00:01 TP0] Prefill batch. #new-seq: 1, #new-token: 700, #cached-token: 0, #running-req: 0, "
+        "#queue-req: 0\n[2026-08-27 00:00:02 TP0] Prefill batch. #new-seq: 1, #new-token: x\n"
+    )
+    out = tmp_path / "t.json"
+    assert cli(["trace", "--log", str(bad), "-o", str(out), "--quiet"]).code == 0
+    assert "Prefill batch" in out.read_text()
+    assert cli(["suggest-buckets", str(out), "--quiet"]).code == 0

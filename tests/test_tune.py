@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -438,3 +439,42 @@ def test_a_calibration_changed_or_gone_under_a_state_is_refused(tuned, tmp_path)
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state])
     assert r.code == 2 and "calibration.json is gone" in r.err
     assert_one_line_error(r)
+
+
+_LOGS = Path(__file__).parent / "data" / "sglang-logs"
+
+
+def test_tune_reads_server_logs_and_keeps_their_trace(tmp_path):
+    log = str(_LOGS / "05_issue1612_time_only_prefix.log")
+    state = tmp_path / "st"
+    small = ["--model", "tiny", "--state-dir", str(state), "--grid", "2048", "--check-batches", "4", "--proof-batches", "4"]
+    r = cli(["tune", "--log", log, *small, "--json"])
+    assert r.code == 0, r.err[-3000:]
+    assert "written to" in r.err and (state / "trace.json").is_file()
+    doc = json.loads(r.out)
+    assert doc["steps"]["proof"]["done"] and load_trace(str(state / "trace.json")).n_batches == 25
+    # resumed: the logs parsed again to the same trace, the file kept, every step kept
+    again = cli(["tune", "--log", log, *small, "--json"])
+    assert again.code == 0 and "(kept)" in again.err
+    assert json.loads(again.out)["resumed"] == ["calibrate", "optimum", "measure", "validate", "proof"]
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--log", "{a}", "{b}"], "give --group N"),  # two configurations (a shell glob after one --log)
+        (["{a}"], "an SGLang server log, not a trace"),  # a log given as the trace
+        (["{trace}", "--group", "0"], "apply to --log"),
+        (["{trace}", "{trace}"], "one trace at a time"),
+        ([], "give a trace"),
+        (["--log", "{a}", "--launch", "chunked_prefill_size=abc"], "--launch"),
+        (["--log", "{a}", "--group", "3"], "--group"),
+    ],
+)
+def test_tune_refuses_logs_it_cannot_tune(tuned, tmp_path, args, says):
+    names = {"a": _LOGS / "05_issue1612_time_only_prefix.log", "b": _LOGS / "01_docker_desktop_outer_timestamp.log"}
+    names["trace"] = tuned["trace"]
+    r = cli(["tune", *[a.format(**names) for a in args], "--model", "tiny", "--state-dir", str(tmp_path / "st")])
+    assert r.code == 2, (r.code, r.err[-2000:])
+    assert_one_line_error(r)
+    assert says in r.err

@@ -107,6 +107,19 @@ TOLERANCE_HELP = (
 )
 
 
+# ---- server logs (trace, tune) -------------------------------------------------------------
+LOG_HELP = (
+    "SGLang server log(s), one per rank or replica: files, folders, globs or URLs (http(s)://, s3://, gs:// "
+    "through fsspec); .gz ok; '-' for stdin. Several may follow one --log."
+)
+LAUNCH_HELP = (
+    "KEY=VALUE, repeatable: a launch setting of the logs that state none (rotated logs without their server_args and "
+    "startup lines), named as SGLang's server flags are (chunked_prefill_size=8192, tp_size=8, enable_dp_attention=true, "
+    "...; the chunk as launched). Settings a log states always win."
+)
+MIXED_CHUNK_HELP = "The logged server ran with --enable-mixed-chunk: add one token per running decode row."
+
+
 # ---- what a calibration measures (calibrate, tune) -------------------------------------
 def measure_option(
     name: str, *, panel: Optional[str] = None, dry_run_rounds: tuple[int, int] = CPU_ROUNDS, lead: str = ""

@@ -300,6 +300,22 @@ def _is_zip(path: str) -> bool:
         return False
 
 
+# What only an SGLang server log holds, looked for at the start of a text given as a trace that
+# is not a JSON document (a JSON trace quotes malformed prefill lines among its parse figures)
+_LOG_MARKS = (  # in lower case
+    "prefill batch",
+    "new fill batch",
+    "decode batch",
+    "server_args=",
+    "max_total_num_tokens=",
+    "cuda graph begin",
+    "kv cache is allocated",
+    "memory pool end",
+    "load weight",
+)
+_LOG_SNIFF = 1 << 16
+
+
 def load_trace(path: str) -> PrefillTrace:
     """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
     one-size-per-line file. Errors name the file (and the line or field)."""
@@ -317,6 +333,12 @@ def load_trace(path: str) -> PrefillTrace:
     stripped = text.lstrip()
     if not stripped:
         raise InputError("trace is empty", where)
+    if not stripped.startswith("{") and any(mark in stripped[:_LOG_SNIFF].lower() for mark in _LOG_MARKS):
+        raise InputError(
+            "an SGLang server log, not a trace: `bcgtune trace --log FILE -o trace.json` makes a trace of it "
+            "(drift and tune read logs directly with --log)",
+            where,
+        )
     if stripped.startswith("{"):
         trace = _parse_json_trace(text, where)
     elif stripped.startswith("["):

@@ -274,6 +274,48 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------
+def trace_of_logs(
+    logs: list[str],
+    state_dir: str,
+    *,
+    group: int | None = None,
+    launch: dict[str, Any] | None = None,
+    mixed_chunk: bool = False,
+    say: Say | None = None,
+) -> str:
+    """The trace of SGLang server logs (as `bcgtune trace --log LOGS [--group N]` makes it),
+    kept as trace.json in the state folder, and its path. A resumed tune parses the logs
+    again and keeps the file when the trace is the same (its creation time aside), so the
+    state still knows it; logs that changed make another trace, which the state refuses."""
+    import re
+
+    from bcgtune.fileio import atomic_write_text
+    from bcgtune.files.trace_file import json_text_chunks
+    from bcgtune.services.trace import trace_logs, trace_of_group
+
+    say = say or (lambda m: None)
+    if group is None:
+        trace = trace_logs(logs, mixed_chunk=mixed_chunk, launch=launch)
+    else:
+        trace = trace_of_group(logs, group, mixed_chunk=mixed_chunk, launch=launch)
+    if len(trace.groups) > 1:
+        raise InputError(
+            f"the logs hold {len(trace.groups)} server configurations ({trace.describe_groups()}): "
+            "give --group N to tune one of them",
+            "--log",
+        )
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(state_dir) / "trace.json"
+    text = "".join(json_text_chunks(trace))
+    undated = re.compile(r'"created":"[^"]*"')
+    if path.is_file() and undated.sub("", path.read_text(errors="replace"), 1) == undated.sub("", text, 1):
+        say(f"the logs' trace: {trace.n_batches:,} batches, the same as {path} holds (kept)")
+    else:
+        atomic_write_text(path, text)
+        say(f"the logs' trace: {trace.n_batches:,} batches, written to {path}")
+    return str(path)
+
+
 def check_fit(req: TuneRequest):
     """The trace, read and checked against the model and the chunk before anything runs:
     a trace that is empty, larger than the chunk or the model's context is refused."""

@@ -12,7 +12,7 @@ import typer
 from bcgtune.cli import guard
 from bcgtune.cli.console import Progress, note, out, out_json
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import JsonFlag, Quiet, Workdir, options
+from bcgtune.cli.options import LAUNCH_HELP, LOG_HELP, MIXED_CHUNK_HELP, JsonFlag, Quiet, Workdir, options
 from bcgtune.cli.schema_options import OptionSpec, option_set
 from bcgtune.cli.simulate_options_table import CLIENT_OPTIONS, SERVER_OPTIONS
 from bcgtune.errors import InputError
@@ -83,8 +83,7 @@ def trace_command(
         Optional[List[str]],
         typer.Option(
             "--log",
-            help="SGLang server log(s), one per rank or replica: files, folders, globs or URLs (http(s)://, s3://, gs:// "
-            "through fsspec); .gz ok; '-' for stdin. Several may follow one --log.",
+            help=LOG_HELP,
             show_default=False,
         ),
     ] = None,
@@ -100,17 +99,13 @@ def trace_command(
     ] = None,
     mixed_chunk: Annotated[
         bool,
-        typer.Option(
-            "--mixed-chunk", help="The logged server ran with --enable-mixed-chunk: add one token per running decode row."
-        ),
+        typer.Option("--mixed-chunk", help=MIXED_CHUNK_HELP),
     ] = False,
     launch: Annotated[
         Optional[List[str]],
         typer.Option(
             "--launch",
-            help="KEY=VALUE, repeatable: a launch setting of the logs that state none (rotated logs without their "
-            "server_args and startup lines), named as SGLang's server flags are (chunked_prefill_size=8192, tp_size=8, "
-            "enable_dp_attention=true, ...; the chunk as launched). Settings a log states always win.",
+            help=LAUNCH_HELP,
             show_default=False,
         ),
     ] = None,

@@ -4,14 +4,25 @@ when asked, written into a profile and plotted)."""
 from __future__ import annotations
 
 import os
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import TOLERANCE_HELP, EngineOptions, JsonFlag, Quiet, measure_option, options, tolerance_option
+from bcgtune.cli.options import (
+    LAUNCH_HELP,
+    LOG_HELP,
+    MIXED_CHUNK_HELP,
+    TOLERANCE_HELP,
+    EngineOptions,
+    JsonFlag,
+    Quiet,
+    measure_option,
+    options,
+    tolerance_option,
+)
 from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import InputError
@@ -19,15 +30,37 @@ from bcgtune.errors import InputError
 _MEASURE = "Measurement"
 
 
+_LOGS = "Server logs instead of a trace"
+
+
 @examples(
     "bcgtune tune trace.json --model qwen3-8b --write-profile h200.toml",
+    "bcgtune tune --log server.log --model qwen3-8b  # from logs, their trace kept",
     "bcgtune tune trace.json --model tiny --json  # a CPU dry run of every step",
 )
 @options("engine", EngineOptions)
 def tune_command(
-    trace: Annotated[
-        str, typer.Argument(metavar="TRACE", help="The workload's prefill trace (from bcgtune trace).", show_default=False)
-    ],
+    traces: Annotated[
+        Optional[List[str]],
+        typer.Argument(
+            metavar="[TRACE]", help="The workload's prefill trace (from bcgtune trace), or give --log.", show_default=False
+        ),
+    ] = None,
+    log: Annotated[Optional[List[str]], typer.Option("--log", help=LOG_HELP, rich_help_panel=_LOGS, show_default=False)] = None,
+    group: Annotated[
+        Optional[int],
+        typer.Option(
+            "--group",
+            min=0,
+            help="With --log: tune this server configuration of the logs (as `trace` numbers them).",
+            rich_help_panel=_LOGS,
+            show_default=False,
+        ),
+    ] = None,
+    launch: Annotated[
+        Optional[List[str]], typer.Option("--launch", help=LAUNCH_HELP, rich_help_panel=_LOGS, show_default=False)
+    ] = None,
+    mixed_chunk: Annotated[bool, typer.Option("--mixed-chunk", help=MIXED_CHUNK_HELP, rich_help_panel=_LOGS)] = False,
     profile: Annotated[
         Optional[str],
         typer.Option("--profile", "-p", help="Price the launch this profile makes (its flags, GPU, model).", show_default=False),
@@ -143,20 +176,26 @@ def tune_command(
     from bcgtune.cli.commands.engine import _spec
     from bcgtune.cli.commands.suggest import _base_profile, _profile_target
 
-    if not trace.strip():
-        raise InputError("no trace given (an empty path)", "TRACE")
+    trace, log = _what_to_tune(traces, log, group is not None or bool(launch) or mixed_chunk)
+    from bcgtune.core.trace.groups import parse_launch_settings
+
+    settings = parse_launch_settings(list(launch or []), "--launch") if launch else None
+    name = trace if trace is not None else log[0]
     given = None
     if bucket_list is not None:
         from bcgtune.core.sglang.replay import parse_bucket_list
 
         given = parse_bucket_list(bucket_list, "--list")
-    folder = state_dir or "bcgtune-tune-" + (os.path.basename(trace.rstrip("/")).split(".")[0] or "trace")
+    folder = state_dir or "bcgtune-tune-" + (os.path.basename(name.rstrip("/")).split(".")[0] or "trace")
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
-    guard.outputs({"--write-profile": target, "--plot": plot}, inputs=[trace, *([profile] if profile else [])])
+    from bcgtune.services.trace import log_input_files
+
+    inputs = log_input_files(log) if log else [str(trace)]
+    guard.outputs({"--write-profile": target, "--plot": plot}, inputs=[*inputs, *([profile] if profile else [])])
     for flag, path in (("--write-profile", target), ("--plot", plot)):
         inside = path and os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(folder)
-        if inside and os.path.basename(str(path)) in ("state.json", "calibration.json"):
+        if inside and os.path.basename(str(path)) in ("state.json", "calibration.json", "trace.json"):
             raise InputError("is one of the tune's own state files", flag)
     if plot:
         guard.needs("matplotlib", "plot", "--plot")
@@ -174,6 +213,11 @@ def tune_command(
     from bcgtune.cli.render.tune import format_tune, plot_tune
     from bcgtune.services import tune
 
+    if log:
+        trace = tune.trace_of_logs(
+            log, folder, group=group, launch=settings, mixed_chunk=mixed_chunk, say=lambda m: note(m, quiet)
+        )
+    assert trace is not None
     req = tune.TuneRequest(
         trace=trace,
         spec=_spec(engine),
@@ -203,6 +247,23 @@ def tune_command(
         _write(target, base, result, engine.chunked_prefill_size)
         note(f"wrote {len(result.buckets)} buckets and a [tuned] record to {target}", quiet)
     emit(result.to_json, lambda: format_tune(result), as_json=as_json)
+
+
+def _what_to_tune(traces: list[str] | None, log: list[str] | None, log_options: bool) -> tuple[str | None, list[str]]:
+    """(the trace, or None) and the logs (or []) the command line names: one trace, or
+    --log with any further arguments (`--log a.log b.log`, a shell glob, gives the rest as
+    arguments)."""
+    if log:
+        return None, list(log) + list(traces or [])
+    if log_options:
+        raise InputError("--group, --launch and --mixed-chunk apply to --log")
+    if not traces:
+        raise InputError("give a trace (from bcgtune trace) or --log FILE (an SGLang server log)", "TRACE")
+    if len(traces) > 1:
+        raise InputError(f"one trace at a time, got {len(traces)} (logs go with --log)", "TRACE")
+    if not traces[0].strip():
+        raise InputError("no trace given (an empty path)", "TRACE")
+    return traces[0], []
 
 
 def _write(target: str, base: str | None, result, chunk: int | None) -> None:
