@@ -469,11 +469,15 @@ def test_tune_reads_server_logs_and_keeps_their_trace(tmp_path):
         ([], "give a trace"),
         (["--log", "{a}", "--launch", "chunked_prefill_size=abc"], "--launch"),
         (["--log", "{a}", "--group", "3"], "--group"),
+        (["--log", "{st}/trace.json"], "is also an input of this run"),  # a log where the logs' trace goes
     ],
 )
 def test_tune_refuses_logs_it_cannot_tune(tuned, tmp_path, args, says):
     names = {"a": _LOGS / "05_issue1612_time_only_prefix.log", "b": _LOGS / "01_docker_desktop_outer_timestamp.log"}
     names["trace"] = tuned["trace"]
+    names["st"] = tmp_path / "st"
+    names["st"].mkdir()
+    shutil.copy(names["a"], names["st"] / "trace.json")
     r = cli(["tune", *[a.format(**names) for a in args], "--model", "tiny", "--state-dir", str(tmp_path / "st")])
     assert r.code == 2, (r.code, r.err[-2000:])
     assert_one_line_error(r)
