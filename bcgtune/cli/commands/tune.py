@@ -192,7 +192,8 @@ def tune_command(
     from bcgtune.services.trace import log_input_files
 
     inputs = log_input_files(log) if log else [str(trace)]
-    made = {"--state-dir": os.path.join(folder, "trace.json")} if log else {}  # the logs' trace, written there
+    # the logs' trace is written there (a new folder holds no input to guard)
+    made = {"--state-dir": os.path.join(folder, "trace.json")} if log and os.path.isdir(folder) else {}
     guard.outputs({"--write-profile": target, "--plot": plot, **made}, inputs=[*inputs, *([profile] if profile else [])])
     for flag, path in (("--write-profile", target), ("--plot", plot)):
         inside = path and os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(folder)
