@@ -43,7 +43,9 @@ def tune_command(
     traces: Annotated[
         Optional[List[str]],
         typer.Argument(
-            metavar="[TRACE]", help="The workload's prefill trace (from bcgtune trace), or give --log.", show_default=False
+            metavar="TRACE",
+            help="The workload's prefill trace (from bcgtune trace); with --log, more logs.",
+            show_default=False,
         ),
     ] = None,
     log: Annotated[Optional[List[str]], typer.Option("--log", help=LOG_HELP, rich_help_panel=_LOGS, show_default=False)] = None,
