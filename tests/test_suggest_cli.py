@@ -296,3 +296,12 @@ def test_a_server_log_given_as_a_trace_says_what_it_is(tmp_path):
     assert cli(["trace", "--log", str(bad), "-o", str(out), "--quiet"]).code == 0
     assert "Prefill batch" in out.read_text()
     assert cli(["suggest-buckets", str(out), "--quiet"]).code == 0
+
+
+def test_a_trace_whose_comments_name_log_lines_is_still_a_trace(tmp_path):
+    from cli_helpers import cli
+
+    p = tmp_path / "sizes.txt"
+    p.write_text("# Prefill batch sizes from server.log (Decode batch lines left out)\n700\n1200  # one prefill batch\n")
+    r = cli(["suggest-buckets", str(p), "--quiet"])
+    assert r.code == 0, r.err[-1000:]

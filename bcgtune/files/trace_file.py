@@ -316,6 +316,13 @@ _LOG_MARKS = (  # in lower case
 _LOG_SNIFF = 1 << 16
 
 
+def _looks_like_a_log(head: str) -> bool:
+    """Whether the start of a text given as a trace holds what only a server log holds,
+    outside the comments a one-size-per-line trace may carry (`# ...`)."""
+    text = "\n".join(line.split("#", 1)[0] for line in head.lower().splitlines())
+    return any(mark in text for mark in _LOG_MARKS)
+
+
 def load_trace(path: str) -> PrefillTrace:
     """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
     one-size-per-line file. Errors name the file (and the line or field)."""
@@ -333,7 +340,7 @@ def load_trace(path: str) -> PrefillTrace:
     stripped = text.lstrip()
     if not stripped:
         raise InputError("trace is empty", where)
-    if not stripped.startswith("{") and any(mark in stripped[:_LOG_SNIFF].lower() for mark in _LOG_MARKS):
+    if not stripped.startswith("{") and _looks_like_a_log(stripped[:_LOG_SNIFF]):
         raise InputError(
             "an SGLang server log, not a trace: `bcgtune trace --log FILE -o trace.json` makes a trace of it "
             "(drift and tune read logs directly with --log)",
