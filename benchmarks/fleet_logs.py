@@ -283,6 +283,8 @@ def main() -> None:
         f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
+    if a.tmp:
+        Path(a.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="bcgtune-fleet-", dir=a.tmp))
     try:
         if "memory" not in skip:
