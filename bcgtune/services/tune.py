@@ -45,8 +45,6 @@ DEFAULT_PROOF_BATCHES = 400
 # rounds of the proof run: (warm-up, timed) on a GPU and without one (a dry run of the pipeline)
 PROOF_ROUNDS_GPU = (1, 5)
 PROOF_ROUNDS_CPU = (0, 2)
-# a tune's own calibration rounds without a GPU: two, so every step has an interval to carry
-
 Say = Callable[[str], None]
 
 # This process, as the state names it: the model check's error is a property of the process
@@ -119,9 +117,15 @@ class TuneResult:
 # ---------------------------------------------------------------------------------------
 # the state on disk
 # ---------------------------------------------------------------------------------------
-def _paths(state_dir: str) -> tuple[Path, Path]:
+# The files of a state folder: the state, the calibration its steps rest on, and (with --log)
+# the logs' trace
+STATE_FILE, CALIBRATION_FILE, TRACE_FILE = "state.json", "calibration.json", "trace.json"
+STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE)
+
+
+def _paths(state_dir: str | Path) -> tuple[Path, Path]:
     d = Path(state_dir)
-    return d / "state.json", d / "calibration.json"
+    return d / STATE_FILE, d / CALIBRATION_FILE
 
 
 def _differing(tokens: np.ndarray, a: list[int], b: list[int]) -> int:
@@ -210,7 +214,7 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
     if recorded is not None and obj["steps"] and not pending:
         from bcgtune.fileio import sha256_file
 
-        cal = path.with_name("calibration.json")
+        cal = _paths(path.parent)[1]
         if not cal.is_file():
             raise InputError(
                 "its calibration.json is gone: remove this state.json too to start again, or give another --state-dir",
@@ -254,7 +258,7 @@ def _write_calibration(cal, cal_path: Path, state: dict[str, Any]) -> None:
     calibration as it finds it instead of calling it changed by hand."""
     from bcgtune.files.calibration_file import save_calibration
 
-    state_path = cal_path.with_name("state.json")
+    state_path = _paths(cal_path.parent)[0]
     state["calibration_pending"] = True
     _save_state(state_path, state)
     save_calibration(cal, cal_path)
@@ -265,7 +269,7 @@ def _write_calibration(cal, cal_path: Path, state: dict[str, Any]) -> None:
 def _save_state(path: Path, state: dict[str, Any]) -> None:
     from bcgtune.fileio import atomic_write_json, sha256_file
 
-    cal = path.with_name("calibration.json")  # what the kept steps were computed from
+    cal = _paths(path.parent)[1]  # what the kept steps were computed from
     state["calibration_sha256"] = sha256_file(str(cal)) if cal.is_file() else None
     state["seal"] = _seal(state)
     atomic_write_json(path, state)
@@ -305,7 +309,7 @@ def trace_of_logs(
             "--log",
         )
     Path(state_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(state_dir) / "trace.json"
+    path = Path(state_dir) / TRACE_FILE
     text = "".join(json_text_chunks(trace))
     undated = re.compile(r'"created":"[^"]*"')
     if path.is_file() and undated.sub("", path.read_text(errors="replace"), 1) == undated.sub("", text, 1):

@@ -192,14 +192,15 @@ def tune_command(
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
     from bcgtune.services.trace import log_input_files
+    from bcgtune.services.tune import STATE_FILES, TRACE_FILE
 
     inputs = log_input_files(log) if log else [str(trace)]
     # the logs' trace is written there (a new folder holds no input to guard)
-    made = {"--state-dir": os.path.join(folder, "trace.json")} if log and os.path.isdir(folder) else {}
+    made = {"--state-dir": os.path.join(folder, TRACE_FILE)} if log and os.path.isdir(folder) else {}
     guard.outputs({"--write-profile": target, "--plot": plot, **made}, inputs=[*inputs, *([profile] if profile else [])])
     for flag, path in (("--write-profile", target), ("--plot", plot)):
         inside = path and os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(folder)
-        if inside and os.path.basename(str(path)) in ("state.json", "calibration.json", "trace.json"):
+        if inside and os.path.basename(str(path)) in STATE_FILES:
             raise InputError("is one of the tune's own state files", flag)
     if plot:
         guard.needs("matplotlib", "plot", "--plot")
