@@ -58,12 +58,16 @@ def trace_logs(
     histogram_only: bool = False,
     progress: Callable[[int, int | None], None] | None = None,
     launch: dict[str, Any] | None = None,
+    group: int | None = None,
 ) -> PrefillTrace:
     """Logs parsed on this machine (worker processes for several files). launch: the launch
     settings of logs that state none (rotated logs without their server_args and startup
-    lines), as launch flags (core.trace.groups.parse_launch_settings)."""
+    lines), as launch flags (core.trace.groups.parse_launch_settings). group: only this
+    server configuration of the logs (trace_of_group; no progress is reported then)."""
     from bcgtune.adapters.sglang.log import parse_logs
 
+    if group is not None:
+        return trace_of_group(locations, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, launch=launch)
     return parse_logs(
         expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only,
         assumed_launch=_assumed(launch),

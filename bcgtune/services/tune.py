@@ -295,13 +295,10 @@ def trace_of_logs(
 
     from bcgtune.fileio import atomic_write_text
     from bcgtune.files.trace_file import json_text_chunks
-    from bcgtune.services.trace import trace_logs, trace_of_group
+    from bcgtune.services.trace import trace_logs
 
     say = say or (lambda m: None)
-    if group is None:
-        trace = trace_logs(logs, mixed_chunk=mixed_chunk, launch=launch)
-    else:
-        trace = trace_of_group(logs, group, mixed_chunk=mixed_chunk, launch=launch)
+    trace = trace_logs(logs, mixed_chunk=mixed_chunk, launch=launch, group=group)
     if len(trace.groups) > 1:
         raise InputError(
             f"the logs hold {len(trace.groups)} server configurations ({trace.describe_groups()}): "

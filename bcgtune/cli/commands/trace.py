@@ -250,17 +250,15 @@ def _logs(
     group: int | None = None,
     launch: dict[str, Any] | None = None,
 ) -> None:
-    from bcgtune.services.trace import trace_logs, trace_of_group
+    from bcgtune.services.trace import trace_logs
 
     if sum(1 for p in paths if p == "-") > 1:
         raise InputError("standard input ('-') can be read once only", "--log")
     with Progress("parsing logs", unit=" MB", scale=1e6, quiet=quiet) as bar:
-        if group is None:
-            trace = trace_logs(
-                paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update, launch=launch
-            )
-        else:
-            trace = trace_of_group(paths, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, launch=launch)
+        trace = trace_logs(
+            paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update, launch=launch,
+            group=group,
+        )  # fmt: skip
     _emit(trace, out_path, as_json, quiet)
 
 
