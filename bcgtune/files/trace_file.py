@@ -73,17 +73,24 @@ def save_trace(trace: PrefillTrace, path: str) -> None:
 _COLUMN_SLICE = 1 << 16
 
 
+def _document_text(trace: PrefillTrace) -> str:
+    """The trace's JSON document, compact, with `batches` null (the columns are written on
+    their own: a slice at a time as JSON text, or as arrays of the binary form)."""
+    batches = trace.batches
+    trace.batches = None
+    try:
+        return json.dumps(trace.to_json_obj(), separators=(",", ":"))
+    finally:
+        trace.batches = batches
+
+
 def json_text_chunks(trace: PrefillTrace) -> Iterator[str]:
     """The trace's JSON document (the text `json.dumps(to_json_obj())` gives, compact) in
     pieces: the per-batch columns are turned into text a slice at a time, never into one
     Python list each."""
     compact = (",", ":")
     batches = trace.batches
-    trace.batches = None
-    try:
-        head = json.dumps(trace.to_json_obj(), separators=compact)
-    finally:
-        trace.batches = batches
+    head = _document_text(trace)
     if batches is None:
         yield head + "\n"
         return
@@ -134,11 +141,7 @@ def save_binary_trace(trace: PrefillTrace, path: str) -> None:
     from bcgtune.fileio import atomic_write_with
 
     batches = trace.batches
-    trace.batches = None
-    try:
-        head = json.dumps(trace.to_json_obj(), separators=(",", ":")).encode("utf-8")
-    finally:
-        trace.batches = batches
+    head = _document_text(trace).encode("utf-8")
 
     def member(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
         info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
