@@ -329,15 +329,20 @@ def _looks_like_a_log(head: str) -> bool:
 def load_trace(path: str) -> PrefillTrace:
     """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
     one-size-per-line file. Errors name the file (and the line or field)."""
-    from bcgtune.fileio import decode_text, display_path, read_input
+    from bcgtune.fileio import display_path
 
     where = display_path(path)
-    if _is_zip(path):
-        trace = _load_binary_trace(path, where)
-        trace.validate(where)
-        if not trace.sources:
-            trace.sources = [{"path": where}]
-        return trace
+    trace = _load_binary_trace(path, where) if _is_zip(path) else _load_text_trace(path, where)
+    trace.validate(where)
+    if not trace.sources:
+        trace.sources = [{"path": where}]
+    return trace
+
+
+def _load_text_trace(path: str, where: str) -> PrefillTrace:
+    """A JSON trace, a JSON array of sizes, a CSV or a one-size-per-line file."""
+    from bcgtune.fileio import decode_text, read_input
+
     what = "trace (JSON trace, binary .npz trace, size,count CSV or one size per line)"
     text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
     stripped = text.lstrip()
@@ -350,19 +355,13 @@ def load_trace(path: str) -> PrefillTrace:
             where,
         )
     if stripped.startswith("{"):
-        trace = _parse_json_trace(text, where)
-    elif stripped.startswith("["):
-        trace = _parse_json_list(text, where)
-    else:
-        first = stripped.splitlines()[0].strip().lower().replace(" ", "")
-        if "," in first or first.startswith(_SIZE_COLUMNS):
-            trace = _parse_csv_trace(text, where)
-        else:
-            trace = _parse_plain_trace(text, where)
-    trace.validate(where)
-    if not trace.sources:
-        trace.sources = [{"path": where}]
-    return trace
+        return _parse_json_trace(text, where)
+    if stripped.startswith("["):
+        return _parse_json_list(text, where)
+    first = stripped.splitlines()[0].strip().lower().replace(" ", "")
+    if "," in first or first.startswith(_SIZE_COLUMNS):
+        return _parse_csv_trace(text, where)
+    return _parse_plain_trace(text, where)
 
 
 # ---- the JSON document ----------------------------------------------------------------
