@@ -425,11 +425,23 @@ def test_tricky_chunk_content_parsed():
 
 # ---- the fast path equals the per-line parser -----------------------------------------
 def _both_paths(path, chunk_size=None):
-    """scan_log of `path` through the fast path and through the per-line parser only."""
+    """scan_log of `path` through the fast path and through the per-line parser only; the
+    fast path on numpy is checked equal to the fast path with the compiled line scanner."""
     opts = ParseOptions() if chunk_size is None else ParseOptions(chunk_size=chunk_size)
     fast = scan_log(str(path), options=replace(opts, small_piece=-1))  # every piece through the fast path
+    on_numpy = scan_log(str(path), options=replace(opts, small_piece=-1, compiled=False))
+    assert repr(on_numpy) == repr(fast)
     slow = scan_log(str(path), options=replace(opts, fast_path=False))
     return fast, slow
+
+
+def _same_file_results(a, b):
+    """Two _parse_file results of one log are the same (columns compared as arrays)."""
+    assert a.columns.keys() == b.columns.keys()
+    for k in a.columns:
+        assert a.columns[k].dtype == b.columns[k].dtype
+        assert np.array_equal(a.columns[k], b.columns[k], equal_nan=k == "timestamp"), k
+    assert {**vars(a), "columns": None} == {**vars(b), "columns": None}
 
 
 def _all_logs():
@@ -444,12 +456,8 @@ def test_fast_path_equals_per_line_parser_on_every_log(path):
     fast, slow = _both_paths(path)
     assert repr(fast) == repr(slow)  # repr: NaN timestamps never compare equal
     a = _parse_file(str(path), 0)  # the compact columns parse_logs merges
-    b = _parse_file(str(path), 0, options=ParseOptions(fast_path=False))
-    assert a.columns.keys() == b.columns.keys()
-    for k in a.columns:
-        assert a.columns[k].dtype == b.columns[k].dtype
-        assert np.array_equal(a.columns[k], b.columns[k], equal_nan=k == "timestamp"), k
-    assert {**vars(a), "columns": None} == {**vars(b), "columns": None}
+    _same_file_results(a, _parse_file(str(path), 0, options=ParseOptions(fast_path=False)))
+    _same_file_results(a, _parse_file(str(path), 0, options=ParseOptions(compiled=False)))
 
 
 _G_PREFIXES = st.sampled_from(
@@ -594,6 +602,126 @@ def test_wrapped_record_after_a_fast_layout(tmp_path):
     assert repr(fast) == repr(slow)
     assert [(r.line, r.physical_lines, r.running_req) for r in fast.records] == [(1, 3, 3), (4, 2, 4), (6, 1, -1)]
     assert fast.legacy_decode_lines == 0 and fast.decode_lines == 1
+
+
+# ---- the compiled line scanner ----------------------------------------------------------
+def test_the_compiled_line_scanner_is_built():
+    # the install (pip install ., or the test command's editable install) compiles it
+    # wherever a C compiler is found; without it the parser is right but slower
+    from bcgtune.adapters.sglang.log.fastpath import LineTable
+
+    assert LineTable is not None, "bcgtune/adapters/sglang/log/_lines.c was not compiled at install"
+
+
+def _corpus(tmp_path, copies: int) -> Path:
+    """Every log of the repository, one after another, `copies` times: many launches, and
+    every rare line's text many times over (what the scanner hands on in bulk)."""
+    blob = b"".join(
+        p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted(SHARED_LOGS.glob("*.log")) + sorted(OUR_LOGS.glob("*.log"))
+    )
+    path = tmp_path / "corpus.log"
+    path.write_bytes(blob * copies)
+    return path
+
+
+@pytest.mark.parametrize("chunk_size", [None, 4096])
+@pytest.mark.parametrize("forget", [False, True])
+def test_repeated_texts_in_bulk_equal_the_per_line_parser(tmp_path, monkeypatch, chunk_size, forget):
+    from bcgtune.adapters.sglang.log import fastpath, scanner
+    from bcgtune.adapters.sglang.log.columns import Want, _parse_file
+
+    if forget:  # the scanner's texts and the layout plans emptied at every chunk
+        monkeypatch.setattr(scanner, "_MAX_TABLE_BYTES", 0)
+        monkeypatch.setattr(scanner, "_MAX_FAST_PLANS", 0)
+        monkeypatch.setattr(fastpath, "_MAX_FAST_PLANS", 0)
+    path = _corpus(tmp_path, 5)
+    opts = ParseOptions() if chunk_size is None else ParseOptions(chunk_size=chunk_size)
+    paths = {"compiled": opts, "numpy": replace(opts, compiled=False), "per line": replace(opts, fast_path=False)}
+    for want in (Want(), Want(histogram_only=True)):
+        results = {k: _parse_file(str(path), 0, options=o, want=want) for k, o in paths.items()}
+        ref = results.pop("per line")
+        for name, r in results.items():
+            if want.histogram_only:
+                assert repr(r.histograms) == repr(ref.histograms), name
+                assert {**vars(r), "histograms": None} == {**vars(ref), "histograms": None}, name
+            else:
+                _same_file_results(r, ref)
+        assert ref.capture_count > 5 and ref.startup_count > 5 and ref.server_args_count > 5 and len(ref.segments) > 5
+
+
+_SOUP = st.lists(
+    st.sampled_from(
+        [b"batch", b"Prefill ", b"Decode ", b"new fill ", b"n", b"ew fill ", b"\n", b"\r\n", b"7", b"123", b" ", b",",
+         b"graph", b"max_total_num_token", b"gen throughput", b"server_args=", b"#new-seq", b"Prefill batch, #new-seq: 4",
+         b"\xc3\xa9", b"\xff", b"x" * 40, b"b", b"h", b"#"]
+    ),
+    max_size=120,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=_SOUP, skip=st.integers(0, 12))
+def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
+    # line ends, record heads and rare lines of arbitrary bytes, as the numpy path finds
+    # them; prefill lines share a layout id exactly when their digit-masked texts are equal,
+    # rare lines a text id exactly when their texts are
+    from bcgtune.adapters.sglang.log.fastpath import _RARE_NEEDLES, LineTable, _ChunkLines, _Piece
+    from bcgtune.adapters.sglang.log.grammar import _B_NEW_SEQ, _MASK_DIGITS
+    from bcgtune.adapters.sglang.log.scanner import _K_DECODE, _K_GLUED, _K_HEAD_CUT, _K_LEGACY, _K_PREFILL, _K_RARE, _Scanner
+
+    data = b"pad" * skip + b"".join(parts)
+    start = len(b"pad") * skip
+    if len(data) == start:
+        return
+    piece = _Piece(data, start, len(data))
+    c = _ChunkLines(piece)
+    heads = c.batch_lines()
+    table = LineTable()
+    ends, idx, kind, keys = (
+        np.frombuffer(b, t)
+        for b, t in zip(
+            table.scan(data, start, len(data), _RARE_NEEDLES, _B_NEW_SEQ, 60, 50), (np.int64, np.int64, np.uint8, np.int64)
+        )
+    )
+    assert ends.tolist() == c.ends.tolist()
+    for bit, want in (
+        (_K_PREFILL, heads.prefill),
+        (_K_DECODE, heads.decode),
+        (_K_LEGACY, heads.legacy),
+        (_K_GLUED, heads.glued),
+        (_K_HEAD_CUT, heads.head_cut),
+    ):
+        assert idx[(kind & bit) != 0].tolist() == want.tolist(), bit
+    rare = _Scanner._rare_lines(None, c, heads.prefill, heads.decode)
+    got_rare = idx[(kind & _K_RARE) != 0].tolist()
+    assert got_rare == [i for i in rare if i not in set(heads.prefill.tolist()) | set(heads.decode.tolist())]
+    texts = {}
+    for i, k, kd in zip(idx.tolist(), keys.tolist(), kind.tolist()):
+        if not kd & (_K_PREFILL | _K_RARE):
+            assert k == -1
+            continue
+        line = c.line(i)
+        text = line.translate(_MASK_DIGITS) if kd & _K_PREFILL else line
+        if len(line) > (60 if kd & _K_PREFILL else 50):
+            assert k == -1
+            continue
+        texts.setdefault((bool(kd & _K_PREFILL), text), set()).add(k)
+    assert all(len(ids) == 1 for ids in texts.values())
+    assert len({next(iter(ids)) for ids in texts.values()}) == len(texts)
+
+
+def test_compiled_scanner_refuses_bad_arguments():
+    from bcgtune.adapters.sglang.log.fastpath import LineTable
+
+    table = LineTable()
+    for args in ((b"ab\n", 2, 1, (), b"x", 10, 10), (b"ab\n", 0, 9, (), b"x", 10, 10), (b"ab\n", -1, 2, (), b"x", 10, 10),
+                 (b"ab\n", 0, 3, (b"n",) * 17, b"x", 10, 10), (b"ab\n", 0, 3, (), b"x", -1, 10),
+                 (b"ab\n", 0, 3, (), b"x", 1, -10)):  # fmt: skip
+        with pytest.raises(ValueError):
+            table.scan(*args)
+    with pytest.raises(TypeError):
+        table.scan("text", 0, 1, (), b"x", 10, 10)
+    assert table.scan(b"", 0, 0, (), b"x", 10, 10) == (b"", b"", b"", b"")
 
 
 # ---- hostile inputs: one-line InputError, bounded memory and time ----------------------

@@ -21,21 +21,26 @@ token counts is counted as malformed. Only per-batch numbers are kept, in compac
 (a few dozen bytes per batch), and every list of samples is capped.
 
 Speed: each chunk goes through a fast path (_Scanner._feed_fast) that finds prefill and
-decode lines with numpy, looks each prefill line up by its layout (the line with its ASCII
-digits masked), and reads the numbers of a known layout at fixed offsets, vectorised. A
-layout's plan comes from the general per-record parser itself: _prefix_layout on the text
-before "Prefill batch" (one plan per masked head) and _plan on the text after it (one plan
-per tail shape: masked, each digit run collapsed, since _plan decides by where digits are,
-not by how many), so both agree by construction (and tests/test_sglang_log.py compares
-them on every log and on generated ones). Every line a plan does not fully cover (non-ASCII
-text, a record that may continue on the next line, capture, startup and other rare lines)
-goes through the general per-line parser (_Scanner._line), in line order. Several files
-parse in worker processes (parse_logs(..., jobs=N)) into one merged trace identical to the
-serial parse.
+decode lines, looks each prefill line up by its layout (the line with its ASCII digits
+masked), and reads the numbers of a known layout at fixed offsets, vectorised. A layout's
+plan comes from the general per-record parser itself: _prefix_layout on the text before
+"Prefill batch" (one plan per masked head) and _plan on the text after it (one plan per
+tail shape: masked, each digit run collapsed, since _plan decides by where digits are, not
+by how many), so both agree by construction (and tests/test_sglang_log.py compares them on
+every log and on generated ones). Every line a plan does not fully cover (non-ASCII text, a
+record that may continue on the next line, and other rare lines) goes through the general
+per-line parser (_Scanner._line), in line order. Where the compiled line scanner (_lines.c)
+is built, one C pass finds the lines, their heads and their rare lines and gives each
+layout and each rare line's text an id kept across chunks, so a layout is looked up, and a
+capture, startup or launch line's text is parsed, once per distinct text: its events are
+handed to the sink in bulk (_Sink.events). Without it the same steps run on numpy, with the
+same results. Several files parse in worker processes (parse_logs(..., jobs=N)) into one
+merged trace identical to the serial parse.
 
 The package, one file per job:
   grammar.py   the record grammar (prefixes, prefill/capture/startup/disable lines)
-  fastpath.py  the numpy fast path (layouts, vectorised reads) and record blocks
+  fastpath.py  the fast path (layouts, vectorised reads) and record blocks
+  _lines.c     the compiled line scanner (an optional extension; _lines.pyi its types)
   scanner.py   streaming input (files, .gz, stdin; bounded blocks) and the scanner
   columns.py   what one log yields: compact columns or per-launch histograms
   parallel.py  several files serially or in worker processes

@@ -21,7 +21,7 @@ from bcgtune.adapters.sglang.log.grammar import (
     forward_tokens,
 )
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
-from bcgtune.adapters.sglang.log.scanner import _scan, _Sink
+from bcgtune.adapters.sglang.log.scanner import _at_line, _scan, _Sink
 from bcgtune.core.trace.groups import UNLOGGED_CHUNK_KEY
 
 MAX_SEGMENTS = 1024  # launches (server_args lines) told apart per file; later ones join the last
@@ -234,6 +234,43 @@ class _FileSink(_Sink):
             self.segments.append({"start": d["line"], "server_args": d["settings"], "startup": None, "saturated": {}})
         elif self.segments[-1]["server_args"] is None:
             self.segments[-1]["server_args"] = d["settings"]
+
+    def events(self, kind: str, templates: list, which: np.ndarray, lines: np.ndarray) -> None:
+        """Many lines of a few texts at once (scanner._Sink.events): counted in bulk, the
+        first ones kept as each single call would."""
+        n = len(lines)
+        if kind == "capture":
+            self.capture_count += n
+            self._keep(self.captures, MAX_CAPTURES, templates, which, lines)
+        elif kind == "startup":
+            self.startup_count += n
+            self._keep(self.startup_list, MAX_META_EVENTS, templates, which, lines)
+            first = bisect.bisect_right(self.seg_starts, int(lines[0])) - 1
+            if first == bisect.bisect_right(self.seg_starts, int(lines[-1])) - 1:  # one launch (lines are in order)
+                at = [(first, 0)]
+            else:
+                seg = np.searchsorted(np.array(self.seg_starts), lines, "right") - 1
+                at = list(zip(*(x.tolist() for x in np.unique(seg, return_index=True))))
+            for s, j in at:
+                if self.segments[s]["startup"] is None:
+                    d = templates[int(which[j])][0]
+                    self.segments[s]["startup"] = {k: v for k, v in d.items() if k not in ("source", "line", "rank")}
+        elif kind == "disabled":
+            self.disabled_count += n
+            self._keep(self.disabled_list, MAX_META_EVENTS, templates, which, lines)
+        elif kind == "head_cut":
+            self.head_cut_count += n
+            room = max(0, MAX_MALFORMED_SAMPLES - len(self.head_cut_samples))
+            for w, line in zip(which[:room].tolist(), lines[:room].tolist()):
+                source, _, text = templates[w]
+                _sample(self.head_cut_samples, {"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
+        else:  # server_args: each may start a launch
+            super().events(kind, templates, which, lines)
+
+    @staticmethod
+    def _keep(kept: list, cap: int, templates: list, which: np.ndarray, lines: np.ndarray) -> None:
+        room = max(0, cap - len(kept))
+        kept += [_at_line(templates[w], line)[0] for w, line in zip(which[:room].tolist(), lines[:room].tolist())]
 
     def disabled(self, d: dict) -> None:
         self.disabled_count += 1

@@ -15,6 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+try:  # the compiled line scanner (_lines.c), built where a C compiler was found at install
+    from bcgtune.adapters.sglang.log._lines import LineTable
+except ImportError:  # the numpy path gives the same results
+    LineTable = None  # type: ignore[misc,assignment]
+
 from bcgtune.adapters.sglang.log.grammar import (
     _B_BATCH,
     _B_DECODE,
@@ -233,6 +238,7 @@ class _Plans:
         self.clear()
 
     def clear(self) -> None:
+        self.generation = getattr(self, "generation", -1) + 1  # plan ids of earlier ones are gone
         self.index: dict[bytes, int] = {}
         self.head_ids: dict[bytes, int] = {}  # masked head -> row of the head table
         self.head_rows: list[tuple] = []  # (fast path can read it, offsets, lengths, rank template)
@@ -395,11 +401,16 @@ class _ChunkLines:
     data[off + starts[i] : off + ends[i]] (ends[i] is its b"\\n", or the piece's end for
     an unterminated last line); `buf` holds the piece's bytes."""
 
-    def __init__(self, piece: _Piece):
+    def __init__(self, piece: _Piece, ends: np.ndarray | None = None):
+        """`ends`: the line ends, where the compiled scanner found them."""
         self.data, self.off = piece.data, piece.start
         self.buf = np.frombuffer(piece.data, np.uint8, piece.stop - piece.start, piece.start)
-        self.newlines = np.flatnonzero(self.buf == 10)
-        self.ends = self.newlines if piece.data[piece.stop - 1] == 10 else np.append(self.newlines, len(self.buf))
+        terminated = piece.data[piece.stop - 1] == 10
+        if ends is None:
+            newlines = np.flatnonzero(self.buf == 10)
+            ends = newlines if terminated else np.append(newlines, len(self.buf))
+        self.ends = ends
+        self.newline_count = len(ends) - (not terminated)  # the b"\n" of the piece
         self.starts = np.concatenate(([0], self.ends[:-1] + 1))
         self.n = len(self.ends)
 

@@ -26,6 +26,8 @@ from bcgtune.adapters.sglang.log.fastpath import (
     _MAX_RANK_RUNS,
     _PLANS,
     _RARE_NEEDLES,
+    LineTable,
+    _BatchLines,
     _Block,
     _block_of,
     _ChunkLines,
@@ -51,6 +53,7 @@ from bcgtune.adapters.sglang.log.grammar import (
     _GRAPH_LABELS,
     _HEAD_CUT_RE,
     _MASK_DIGITS,
+    _MAX_PLAN_KEY,
     INT32_MAX,
     MAX_CONTINUATION_LINES,
     MAX_LINE_BYTES,
@@ -107,6 +110,110 @@ class _Sink:
     def head_cut(self, source: int, line: int, text: str) -> None: ...
     def glued(self, source: int, line: int, text: str) -> None: ...
 
+    def events(self, kind: str, templates: list, which: np.ndarray, lines: np.ndarray) -> None:
+        """The calls `kind(*templates[w])` for w in `which`, each at its line of `lines`
+        (in line order): the same event of many lines of one text, handed at once. A sink
+        may count them in bulk; by default each is one call. Events of one kind reach a
+        sink in line order, and a launch's server_args line before the startup lines after
+        it; events of other kinds may come in another order between them."""
+        method = getattr(self, kind)
+        for w, line in zip(which.tolist(), lines.tolist()):
+            method(*_at_line(templates[w], line))
+
+
+_LINE_MARK = -(2**62) + 17  # the line number a rare text is parsed at once, then replaced
+_EVENT_KINDS = ("server_args", "capture", "startup", "disabled", "head_cut")  # server_args first: it starts launches
+
+
+def _at_line(args: tuple, line: int) -> tuple:
+    """The event arguments recorded at _LINE_MARK, at `line` (dicts copied one level deep:
+    each event owns its own)."""
+    return tuple(
+        line if a == _LINE_MARK else
+        {k: (line if k == "line" else dict(v) if isinstance(v, dict) else v) for k, v in a.items()} if isinstance(a, dict) else a
+        for a in args
+    )  # fmt: skip
+
+
+class _InLineOrder(_Sink):
+    """The sink while the per-line parser reads a chunk's lines: an event of a kind that
+    rare lines are batched as (_EVENT_KINDS) comes after the batched rare lines before it
+    (_Scanner._emit_rare). Other calls go straight on (records and malformed lines are
+    handed on later, merged by line; head-cut and glued lines are counted apart)."""
+
+    def __init__(self, scanner: _Scanner, sink: _Sink) -> None:
+        self.scanner, self.sink = scanner, sink
+
+    def records(self, source: int, block: _Block) -> None:
+        self.sink.records(source, block)
+
+    def malformed(self, source: int, line: int, text: str) -> None:
+        self.sink.malformed(source, line, text)
+
+    def overlong(self, source: int, line: int, nbytes: int, head: str) -> None:
+        self.sink.overlong(source, line, nbytes, head)
+
+    def glued(self, source: int, line: int, text: str) -> None:
+        self.sink.glued(source, line, text)
+
+    def events(self, kind: str, templates: list, which: np.ndarray, lines: np.ndarray) -> None:
+        self.sink.events(kind, templates, which, lines)
+
+    def capture(self, cap: dict) -> None:
+        self.scanner._emit_rare(cap["line"])
+        self.sink.capture(cap)
+
+    def startup(self, d: dict) -> None:
+        self.scanner._emit_rare(d["line"])
+        self.sink.startup(d)
+
+    def disabled(self, d: dict) -> None:
+        self.scanner._emit_rare(d["line"])
+        self.sink.disabled(d)
+
+    def server_args(self, d: dict) -> None:
+        self.scanner._emit_rare(d["line"])
+        self.sink.server_args(d)
+
+    def head_cut(self, source: int, line: int, text: str) -> None:
+        self.scanner._emit_rare(line)
+        self.sink.head_cut(source, line, text)
+
+
+class _Recorder(_Sink):
+    """The sink calls of one line (the per-line parser run on a rare line's text once)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+        self.other = False  # a call no rare line of one text can repeat (records, ...)
+
+    def records(self, source, block) -> None:
+        self.other = True
+
+    def malformed(self, source, line, text) -> None:
+        self.other = True
+
+    def overlong(self, source, line, nbytes, head) -> None:
+        self.other = True
+
+    def glued(self, source, line, text) -> None:
+        self.other = True
+
+    def capture(self, cap: dict) -> None:
+        self.calls.append(("capture", (cap,)))
+
+    def startup(self, d: dict) -> None:
+        self.calls.append(("startup", (d,)))
+
+    def disabled(self, d: dict) -> None:
+        self.calls.append(("disabled", (d,)))
+
+    def server_args(self, d: dict) -> None:
+        self.calls.append(("server_args", (d,)))
+
+    def head_cut(self, source: int, line: int, text: str) -> None:
+        self.calls.append(("head_cut", (source, line, text)))
+
 
 class _Scanner:
     """Walks a log chunk by chunk (each chunk holds whole lines), physical lines split on
@@ -127,6 +234,19 @@ class _Scanner:
         # per-line parser output of the current chunk, merged with the fast path's by line
         self._recs: list[tuple[int, int, PrefillValues]] = []
         self._bad: list[tuple[int, str]] = []
+        # the compiled line scanner, and what its text ids stand for (grown as ids come)
+        self.table = LineTable() if self.fast and options.compiled and LineTable is not None else None
+        self._batched: tuple | None = None  # (lines, text ids, lines read per line, base, position) of a chunk
+        self._forget_texts()
+
+    def _forget_texts(self) -> None:
+        if self.table is not None:
+            self.table.clear()
+        self._plans_generation = _PLANS.generation
+        self._key_pid = np.empty(0, np.int64)  # plan of a layout id; _UNKNOWN: not looked up
+        self._rare_kind = np.empty(0, np.int8)  # a rare text's one event (index in _EVENT_KINDS), _NO_EVENT, _PER_LINE, _UNKNOWN
+        self._rare_legacy = np.empty(0, np.int64)  # pre-2024 decode lines it counts (0 or 1)
+        self._rare_args: list = []  # its event's arguments, at _LINE_MARK
 
     def feed(self, piece: _Piece) -> None:
         """`piece` holds whole lines; only the input's last piece may lack the final b"\\n".
@@ -157,18 +277,24 @@ class _Scanner:
 
     # -- the fast path ---------------------------------------------------------------
     def _feed_fast(self, piece: _Piece) -> None:
-        c = _ChunkLines(piece)
-        heads = c.batch_lines()
+        keys = rare = None
+        if self.table is not None:
+            c, heads, keys, rare = self._scan_compiled(piece)
+        else:
+            c = _ChunkLines(piece)
+            heads = c.batch_lines()
         prefill, decode = heads.prefill, heads.decode
         self.decode += len(decode)  # corrected for lines that are prefill records
         base = self.lines + 1  # line number of the chunk's first line
         per_line = heads.legacy.tolist() + heads.glued.tolist() + heads.head_cut.tolist()
-        per_line += self._rare_lines(c, prefill, decode)
+        if rare is None:
+            per_line += self._rare_lines(c, prefill, decode)
         if self.pending is not None:
             per_line.append(0)  # the first line may continue the previous chunk's record
         with _PLANS.lock:
-            pid = self._plan_lines(c, prefill, per_line)
-            seen = self._per_line(c, sorted(set(per_line)), base)
+            pid = self._plan_lines(c, prefill, per_line, keys)
+            batched = None if rare is None else self._rare_batch(c, rare, per_line)
+            seen = self._per_line(c, sorted(set(per_line)), base, batched)
             fast = ~seen[prefill]
             rows, pid = prefill[fast], pid[fast]
             kind, _, has_decode = _PLANS.tables()[:3]
@@ -177,8 +303,107 @@ class _Scanner:
             block, bad = self._read_records(c, rows[ok], pid[ok], base)
         bad = np.sort(np.concatenate([bad, rows[~ok]])).tolist()
         self._emit(block, [(base + i, _decode(c.line(i))) for i in bad])
-        self.lines += len(c.newlines)
+        self.lines += c.newline_count
         self.open_line = piece.data[piece.stop - 1] != 10
+
+    def _scan_compiled(self, piece: _Piece):
+        """The chunk's lines through the compiled scanner: (lines, heads, layout ids of the
+        prefill lines, (line, text id) of the lines holding a rare needle)."""
+        assert self.table is not None
+        if self.table.nbytes > _MAX_TABLE_BYTES or self._plans_generation != _PLANS.generation:
+            self._forget_texts()
+        raw = self.table.scan(piece.data, piece.start, piece.stop, _RARE_NEEDLES, _B_NEW_SEQ, _MAX_PLAN_KEY, _MAX_RARE_TEXT)
+        ends, idx, kind, key = (np.frombuffer(b, t) for b, t in zip(raw, (np.int64, np.int64, np.uint8, np.int64)))
+        c = _ChunkLines(piece, ends)
+        is_prefill = (kind & _K_PREFILL) != 0
+        heads = _BatchLines(
+            idx[is_prefill], idx[(kind & _K_DECODE) != 0], idx[(kind & _K_LEGACY) != 0], idx[(kind & _K_GLUED) != 0],
+            idx[(kind & _K_HEAD_CUT) != 0],
+        )  # fmt: skip
+        is_rare = (kind & _K_RARE) != 0
+        return c, heads, key[is_prefill], (idx[is_rare], key[is_rare])
+
+    def _grow_ids(self) -> None:
+        assert self.table is not None
+        n = max(self.table.nkeys, 1)  # (index 0 stands in for lines without an id)
+        if n > len(self._key_pid):
+            size = max(n, 2 * len(self._key_pid), 256)
+            grow = size - len(self._key_pid)
+            self._key_pid = np.concatenate([self._key_pid, np.full(grow, _UNKNOWN, np.int64)])
+            self._rare_kind = np.concatenate([self._rare_kind, np.full(grow, _UNKNOWN, np.int8)])
+            self._rare_legacy = np.concatenate([self._rare_legacy, np.zeros(grow, np.int64)])
+            self._rare_args += [None] * grow
+
+    def _rare_batch(self, c: _ChunkLines, rare: tuple[np.ndarray, np.ndarray], per_line: list[int]):
+        """The chunk's rare lines whose events are known by their text (each text parsed
+        once by the per-line parser): (lines, text ids), in order, for _per_line to hand
+        on in bulk. The others (no text id, an event no text id can stand for, or a line
+        the per-line parser reads anyway) are added to `per_line`."""
+        lines, keys = rare
+        if not len(lines):
+            return None
+        self._grow_ids()
+        known = keys >= 0
+        todo = known & (self._rare_kind[np.where(known, keys, 0)] == _UNKNOWN)
+        if todo.any():
+            u, first = np.unique(keys[todo], return_index=True)
+            for k, i in zip(u.tolist(), lines[todo][first].tolist()):
+                self._learn_rare(k, c.line(i))
+        kind = np.where(known, self._rare_kind[np.where(known, keys, 0)], _PER_LINE)
+        own = kind == _PER_LINE
+        if per_line:
+            own |= np.isin(lines, per_line)
+        if own.any():
+            per_line += lines[own].tolist()
+            lines, keys = lines[~own], keys[~own]
+        return (lines, keys) if len(lines) else None
+
+    def _learn_rare(self, key: int, raw: bytes) -> None:
+        """What the per-line parser does with text `raw` when no record is open: at most one
+        sink event and a count of pre-2024 decode lines; _PER_LINE when it does more."""
+        saved = (self.sink, self.pending, self.pending_line, self._recs, self._bad, self.decode, self.legacy_decode)
+        rec = _Recorder()
+        self.sink, self.pending, self._recs, self._bad = rec, None, [], []
+        try:
+            self._line(raw, _LINE_MARK)
+            alone = self.pending is None and not self._recs and not self._bad and self.decode == saved[5]
+            legacy = self.legacy_decode - saved[6]
+        finally:
+            self.sink, self.pending, self.pending_line, self._recs, self._bad, self.decode, self.legacy_decode = saved
+        kind = _NO_EVENT
+        if not alone or rec.other or len(rec.calls) > 1 or legacy not in (0, 1):
+            kind = _PER_LINE
+        elif rec.calls:
+            name, args = rec.calls[0]
+            marks = sum(a == _LINE_MARK for a in args) + sum(isinstance(a, dict) and a.get("line") == _LINE_MARK for a in args)
+            kind = _EVENT_KINDS.index(name) if marks == 1 else _PER_LINE
+            self._rare_args[key] = args
+        self._rare_kind[key] = kind
+        self._rare_legacy[key] = legacy
+
+    def _emit_rare(self, upto: int | None) -> None:
+        """Hand on the batched rare lines (self._batched) before line number `upto` (all
+        when None) that the per-line parser did not read, grouped by event in line order."""
+        assert self._batched is not None
+        lines, keys, seen, base, r = self._batched
+        k = len(lines) if upto is None else int(np.searchsorted(lines, upto - base))
+        if k <= r:
+            return
+        self._batched = (lines, keys, seen, base, k)
+        sel, ks = lines[r:k], keys[r:k]
+        read = seen[sel]
+        if read.any():
+            sel, ks = sel[~read], ks[~read]
+        if len(sel):
+            self.legacy_decode += int(self._rare_legacy[ks].sum())
+            kind = self._rare_kind[ks]
+            counts = np.bincount(kind[kind >= 0], minlength=len(_EVENT_KINDS)).tolist()
+            for code, name in enumerate(_EVENT_KINDS):
+                if counts[code] == len(kind):
+                    self.sink.events(name, self._rare_args, ks, base + sel)
+                elif counts[code]:
+                    m = kind == code
+                    self.sink.events(name, self._rare_args, ks[m], base + sel[m])
 
     def _rare_lines(self, c: _ChunkLines, prefill: np.ndarray, decode: np.ndarray) -> list[int]:
         """Indices of the chunk's lines, other than prefill and decode lines, that the
@@ -208,19 +433,18 @@ class _Scanner:
         at = lo[r] + pos - (sep[r] - (hi[r] - lo[r]))  # offsets in the chunk
         return np.unique(np.searchsorted(c.ends, at)).tolist()
 
-    def _plan_lines(self, c: _ChunkLines, prefill: np.ndarray, per_line: list[int]) -> np.ndarray:
-        """Plan ids of the prefill lines; adds to `per_line` those the fast path cannot read
-        (layouts read per line, records that may continue on the next line)."""
+    def _plan_lines(self, c: _ChunkLines, prefill: np.ndarray, per_line: list[int], ids: np.ndarray | None) -> np.ndarray:
+        """Plan ids of the prefill lines (`ids`: their layout ids from the compiled
+        scanner); adds to `per_line` those the fast path cannot read (layouts read per line,
+        records that may continue on the next line)."""
         if not len(prefill):
             return np.empty(0, np.int64)
         if len(_PLANS.index) > _MAX_FAST_PLANS:
             _PLANS.clear()
-        pf = c.lines(prefill)
-        keys = list(map(bytes.translate, pf, repeat(_MASK_DIGITS)))
-        pids = list(map(_PLANS.index.get, keys))
-        if None in pids:
-            _PLANS.resolve(keys, pf, pids)
-        pid = np.fromiter(pids, np.int64, len(pids))
+        if ids is None:
+            pid = self._plans_of(c.lines(prefill))
+        else:
+            pid = self._plans_by_id(c, prefill, ids)
         kind, pending, has_decode = _PLANS.tables()[:3]
         pk = kind[pid]
         per_line += prefill[(pk == _GENERAL) | has_decode[pid]].tolist()  # glued to a decode line: per line
@@ -230,21 +454,57 @@ class _Scanner:
                 per_line.append(i - 1)  # it may continue: only the per-line parser knows
         return pid
 
-    def _per_line(self, c: _ChunkLines, ids: list[int], base: int) -> np.ndarray:
+    @staticmethod
+    def _plans_of(lines: list[bytes]) -> np.ndarray:
+        keys = list(map(bytes.translate, lines, repeat(_MASK_DIGITS)))
+        pids = list(map(_PLANS.index.get, keys))
+        if None in pids:
+            _PLANS.resolve(keys, lines, pids)
+        return np.fromiter(pids, np.int64, len(pids))
+
+    def _plans_by_id(self, c: _ChunkLines, prefill: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Plan ids of prefill lines of layout ids `ids` (-1: no id, a line too long to
+        cache: read per line), each layout looked up once."""
+        if self._plans_generation != _PLANS.generation:  # the plans were emptied: look up again
+            self._key_pid[:] = _UNKNOWN
+            self._plans_generation = _PLANS.generation
+        self._grow_ids()
+        has = ids >= 0
+        pid = np.where(has, self._key_pid[np.where(has, ids, 0)], 0)
+        todo = pid == _UNKNOWN
+        if todo.any():
+            u, first = np.unique(ids[todo], return_index=True)
+            self._key_pid[u] = self._plans_of(c.lines(prefill[todo][first]))
+            pid = np.where(has, self._key_pid[np.where(has, ids, 0)], 0)
+        return pid
+
+    def _per_line(self, c: _ChunkLines, ids: list[int], base: int, batched=None) -> np.ndarray:
         """Run the per-line parser on lines `ids` (and on the lines after any that leaves
-        a record open), in order. Returns which lines it saw."""
+        a record open), in order; the batched rare lines (_rare_batch) are handed on in
+        bulk, those before a line the per-line parser acts on first (every event in line
+        order). Returns which lines the per-line parser saw."""
         seen = np.zeros(c.n, np.bool_)
-        last = -1
-        for i in ids:
-            if i <= last:
-                continue
-            while True:
-                self._line(c.line(i), base + i)
-                seen[i] = True
-                last = i
-                i += 1
-                if self.pending is None or i >= c.n:
-                    break
+        sink = self.sink
+        if batched is not None:
+            self._batched = (*batched, seen, base, 0)
+            self.sink = _InLineOrder(self, sink)
+        try:
+            last = -1
+            for i in ids:
+                if i <= last:
+                    continue
+                while True:
+                    self._line(c.line(i), base + i)
+                    seen[i] = True
+                    last = i
+                    i += 1
+                    if self.pending is None or i >= c.n:
+                        break
+        finally:
+            self.sink = sink
+        if batched is not None:
+            self._emit_rare(None)
+            self._batched = None
         return seen
 
     def _read_records(self, c: _ChunkLines, rows, pid, base) -> tuple[_Block | None, np.ndarray]:
@@ -394,6 +654,12 @@ class _Scanner:
         else:
             self._recs.append((lineno, physical_lines, v))
 
+
+# the kinds of a line from the compiled scanner (bits, _lines.c)
+_K_PREFILL, _K_DECODE, _K_LEGACY, _K_GLUED, _K_HEAD_CUT, _K_RARE = 1, 2, 4, 8, 16, 32
+_UNKNOWN, _NO_EVENT, _PER_LINE = -2, -3, -4  # a text id not looked up yet; a rare text with no event; one read per line
+_MAX_TABLE_BYTES = 64 << 20  # the compiled scanner's texts: emptied past this (flat memory)
+_MAX_RARE_TEXT = 1 << 16  # a longer rare line is read per line (a launch's settings fit)
 
 _RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
 _PREFIX_BEFORE_RE = re.compile(rb"\[[^\[\]]*+\]\s*+$")

@@ -1,0 +1,13 @@
+# Types of the compiled line scanner (_lines.c).
+
+class LineTable:
+    """Ids of the texts of prefill layouts and rare lines, kept across scan() calls."""
+
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def nkeys(self) -> int: ...
+    def scan(
+        self, data: bytes, start: int, stop: int, rare_needles: tuple[bytes, ...], new_seq: bytes, max_key: int, max_rare: int, /
+    ) -> tuple[bytes, bytes, bytes, bytes]: ...
+    def clear(self) -> None: ...
