@@ -478,8 +478,79 @@ static PyTypeObject LineTableType = {
     .tp_getset = LineTable_getset,
 };
 
+PyDoc_STRVAR(read_fields_doc,
+             "read_fields(data, offset, starts, plans, offsets, lengths, width) -> bytes\n\n"
+             "The numbers of prefill lines of known layouts (fastpath._read_digits): for line j,\n"
+             "starting at data[offset + starts[j]] with layout plans[j], field f is the ASCII digit\n"
+             "run at offsets[plans[j], f] of length lengths[plans[j], f] (-1 where the length is 0).\n"
+             "starts, plans: int64; offsets, lengths: int64 tables, rows of `width` fields. Returns\n"
+             "the int64 values, one row per line.");
+
+/* A run of at most 18 ASCII digits, as fastpath._read_digits reads it. */
+static inline int64_t digits_value(const unsigned char *p, int64_t n) {
+    int64_t v = 0;
+    for (int64_t i = 0; i < n; i++) v = v * 10 + (int64_t)(p[i] - '0');
+    return v;
+}
+
+static PyObject *read_fields(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer data, starts, plans, offsets, lengths;
+    Py_ssize_t offset, width;
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*n", &data, &offset, &starts, &plans, &offsets, &lengths, &width)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = starts.len / 8;
+    if (plans.len != starts.len || starts.len % 8 || offsets.len != lengths.len || width <= 0 ||
+        offsets.len % (8 * width) || offset < 0 || offset > data.len) {
+        PyErr_SetString(PyExc_ValueError, "read_fields: bad arguments");
+        goto done;
+    }
+    const int64_t *st = starts.buf, *pl = plans.buf, *off = offsets.buf, *len = lengths.buf;
+    Py_ssize_t rows = offsets.len / (8 * width);
+    result = PyBytes_FromStringAndSize(NULL, n * width * 8);
+    if (!result) goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    const unsigned char *buf = (const unsigned char *)data.buf;
+    int bad = 0;
+    for (Py_ssize_t j = 0; j < n && !bad; j++) {
+        int64_t p = pl[j];
+        if (p < 0 || p >= rows) {
+            bad = 1;
+            break;
+        }
+        for (Py_ssize_t f = 0; f < width; f++) {
+            int64_t k = len[p * width + f];
+            if (k == 0) {
+                out[j * width + f] = -1;
+                continue;
+            }
+            int64_t at = (int64_t)offset + st[j] + off[p * width + f];
+            if (k < 0 || k > 18 || at < offset || at + k > (int64_t)data.len) {
+                bad = 1;
+                break;
+            }
+            out[j * width + f] = digits_value(buf + at, k);
+        }
+    }
+    if (bad) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_ValueError, "read_fields: a field lies outside the data");
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&plans);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&lengths);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"read_fields", (PyCFunction)read_fields, METH_VARARGS, read_fields_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_lines", "The compiled line scanner of the SGLang log parser.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_lines", "The compiled line scanner of the SGLang log parser.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__lines(void) {

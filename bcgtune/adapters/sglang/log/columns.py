@@ -264,7 +264,14 @@ class _FileSink(_Sink):
             for w, line in zip(which[:room].tolist(), lines[:room].tolist()):
                 source, _, text = templates[w]
                 _sample(self.head_cut_samples, {"source": source, "line": line, "text": text.strip()[:MAX_SAMPLE_CHARS]})
-        else:  # server_args: each may start a launch
+        elif kind == "server_args":  # each may start a launch, until launches and the kept list are full
+            for j, (w, line) in enumerate(zip(which.tolist(), lines.tolist())):
+                full = len(self.server_args_list) >= MAX_META_EVENTS and len(self.segments) >= MAX_SEGMENTS
+                if full and self.segments[-1]["server_args"] is not None:
+                    self.server_args_count += n - j  # what a call would do now: count it
+                    break
+                self.server_args(*_at_line(templates[w], line))
+        else:
             super().events(kind, templates, which, lines)
 
     @staticmethod

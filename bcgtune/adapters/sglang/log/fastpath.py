@@ -16,9 +16,10 @@ from typing import NamedTuple
 import numpy as np
 
 try:  # the compiled line scanner (_lines.c), built where a C compiler was found at install
-    from bcgtune.adapters.sglang.log._lines import LineTable
+    from bcgtune.adapters.sglang.log._lines import LineTable, read_fields
 except ImportError:  # the numpy path gives the same results
     LineTable = None  # type: ignore[misc,assignment]
+    read_fields = None  # type: ignore[assignment]
 
 from bcgtune.adapters.sglang.log.grammar import (
     _B_BATCH,

@@ -24,6 +24,7 @@ from bcgtune.adapters.sglang.log.fastpath import (
     _INT_COLS,
     _MAX_FAST_PLANS,
     _MAX_RANK_RUNS,
+    _NF,
     _PLANS,
     _RARE_NEEDLES,
     LineTable,
@@ -37,6 +38,7 @@ from bcgtune.adapters.sglang.log.fastpath import (
     _rank_names,
     _read_digits,
     _stamps,
+    read_fields,
 )
 from bcgtune.adapters.sglang.log.grammar import (
     _B_BATCH,
@@ -514,7 +516,11 @@ class _Scanner:
             return None, np.empty(0, np.int64)
         _, _, _, graph, label, template, offsets, lengths = _PLANS.tables()
         lens = lengths[pid]
-        vals = _read_digits(c.buf, (offsets[pid] + c.starts[rows][:, None]).ravel(), lens.ravel()).reshape(lens.shape)
+        if self.table is not None:  # the compiled scanner's reader
+            raw = read_fields(c.data, c.off, c.starts[rows], pid, offsets, lengths, _NF)
+            vals = np.frombuffer(raw, np.int64).reshape(lens.shape)
+        else:
+            vals = _read_digits(c.buf, (offsets[pid] + c.starts[rows][:, None]).ravel(), lens.ravel()).reshape(lens.shape)
         good = ~(vals[:, : len(_INT_COLS)] > INT32_MAX).any(axis=1)
         bad = rows[~good]
         if not good.all():
