@@ -116,11 +116,16 @@ CHILD = r"""
 import hashlib, json, resource, sys, time
 from bcgtune.adapters.sglang.log import parse_logs
 jobs, files = int(sys.argv[1]), sys.argv[2:]
-hist = files[0] == "--histogram-only"
-files = files[1:] if hist else files
+flags = {f for f in files if f.startswith("--")}
+files = [f for f in files if not f.startswith("--")]
+hist = "--histogram-only" in flags
+kw = {}
+if "--numpy" in flags:  # the fast path on numpy, not the compiled line scanner
+    from bcgtune.adapters.sglang.log import ParseOptions
+    kw["options"] = ParseOptions(compiled=False)
 r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 t0 = time.perf_counter()
-tr = parse_logs(files, **({"jobs": jobs} if jobs else {}), **({"histogram_only": True} if hist else {}))
+tr = parse_logs(files, **({"jobs": jobs} if jobs else {}), **({"histogram_only": True} if hist else {}), **kw)
 dt = time.perf_counter() - t0
 r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
@@ -134,10 +139,10 @@ print(json.dumps({"seconds": dt, "cpu_seconds": cpu, "batches": tr.n_batches, "l
 """
 
 
-def parse_in_child(files: list[Path], jobs: int, repeat: int, histogram_only: bool = False) -> dict:
+def parse_in_child(files: list[Path], jobs: int, repeat: int, histogram_only: bool = False, numpy_path: bool = False) -> dict:
     """Best (least wall time) of `repeat` runs, each in a fresh process."""
     best = None
-    flag = ["--histogram-only"] if histogram_only else []
+    flag = ["--histogram-only"] * histogram_only + ["--numpy"] * numpy_path
     for _ in range(repeat):
         out = subprocess.run(
             [sys.executable, "-c", CHILD, str(jobs), *flag, *map(str, files)], cwd=REPO, capture_output=True, check=True
@@ -190,13 +195,23 @@ def real_logs(a: argparse.Namespace) -> None:
     n_grep, g_wall, g_cpu = grep_cpu(path, a.repeat)
     print(f"{path.name}: {size_mb:.1f} MB ({len(src)} public excerpts, {len(blob):,} bytes, repeated)")
     print(f"  grep -c 'Prefill batch': {n_grep:,} lines; {g_wall:.2f} s wall; {g_cpu:.3f} s CPU = {size_mb / g_cpu:.0f} MB/s")
-    for hist in (True, False):
-        r = parse_in_child([path], 1, a.repeat, histogram_only=hist)
-        print(
-            f"  parse_logs({'histogram_only=True' if hist else 'per-batch columns'}): {r['batches']:,} batches; "
-            f"{r['seconds']:.2f} s wall; {r['cpu_seconds']:.2f} s CPU = {size_mb / r['cpu_seconds']:.1f} MB/s "
-            f"({r['cpu_seconds'] / g_cpu:.0f}x grep's CPU); peak RSS {r['peak_rss_kb'] / 1024:.0f} MiB"
-        )
+    from bcgtune.adapters.sglang.log.fastpath import LineTable
+
+    paths = [(False, "compiled line scanner")] if LineTable is not None else []
+    digests: dict[bool, set] = {True: set(), False: set()}
+    for numpy_path, engine in paths + [(True, "numpy fast path")]:
+        for hist in (True, False):
+            r = parse_in_child([path], 1, a.repeat, histogram_only=hist, numpy_path=numpy_path)
+            digests[hist].add(r["digest"])
+            print(
+                f"  {engine}, parse_logs({'histogram_only=True' if hist else 'per-batch columns'}): {r['batches']:,} "
+                f"batches; {r['seconds']:.2f} s wall; {r['cpu_seconds']:.2f} s CPU = {size_mb / r['cpu_seconds']:.1f} MB/s "
+                f"({r['cpu_seconds'] / g_cpu:.1f}x grep's CPU); peak RSS {r['peak_rss_kb'] / 1024:.0f} MiB"
+            )
+    same = all(len(d) == 1 for d in digests.values())
+    print(f"  both paths give the same trace: {'yes' if same else 'NO'}")
+    if not same:
+        raise SystemExit("the compiled line scanner and the numpy path gave different traces")
 
 
 def single_process(a: argparse.Namespace) -> None:
