@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import HANG_S
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bcgtune.adapters.sglang.log import (
@@ -626,9 +626,14 @@ def _corpus(tmp_path, copies: int) -> Path:
 
 @pytest.mark.parametrize("chunk_size", [None, 4096])
 @pytest.mark.parametrize("limits", ["as shipped", "forget every chunk", "small caps"])
-def test_repeated_texts_in_bulk_equal_the_per_line_parser(tmp_path, monkeypatch, chunk_size, limits):
+@pytest.mark.parametrize("level", [2, 1, 0])  # the compiled scanner's AVX2, SSE2 and line-by-line passes
+def test_repeated_texts_in_bulk_equal_the_per_line_parser(tmp_path, monkeypatch, chunk_size, limits, level):
+    from functools import partial
+
     from bcgtune.adapters.sglang.log import columns, fastpath, scanner
     from bcgtune.adapters.sglang.log.columns import Want, _parse_file
+
+    monkeypatch.setattr(scanner, "LineTable", partial(fastpath.LineTable, level=level))
 
     if limits == "forget every chunk":  # the scanner's texts and the layout plans emptied at every chunk
         monkeypatch.setattr(scanner, "_MAX_TABLE_BYTES", 0)
@@ -665,6 +670,12 @@ _SOUP = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(parts=_SOUP, skip=st.integers(0, 12))
+@example(parts=[b"Decode ", b"batch", b"\n"], skip=0)  # heads right at the piece's start
+@example(parts=[b"ecode ", b"batch"], skip=0)
+@example(parts=[b"Prefill ", b"batch", b", #new-seq: 4"], skip=0)
+@example(parts=[b"ew fill ", b"batch", b"\n", b"new fill ", b"batch"], skip=0)
+@example(parts=[b"n", b"ew fill ", b"batch"], skip=0)
+@example(parts=[b"x" * 40, b"graph", b"x" * 40, b"\n", b"Prefill batch, #new-seq: 4", b"graph"], skip=1)
 def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
     # line ends, record heads and rare lines of arbitrary bytes, as the numpy path finds
     # them; prefill lines share a layout id exactly when their digit-masked texts are equal,
@@ -680,6 +691,8 @@ def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
     piece = _Piece(data, start, len(data))
     c = _ChunkLines(piece)
     heads = c.batch_lines()
+    scans = [LineTable(level).scan(data, start, len(data), _RARE_NEEDLES, _B_NEW_SEQ, 60, 50) for level in (2, 1, 0)]
+    assert scans[0] == scans[1] == scans[2]  # AVX2, SSE2 and line by line find the same
     table = LineTable()
     ends, idx, kind, keys = (
         np.frombuffer(b, t)

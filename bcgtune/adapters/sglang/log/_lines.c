@@ -25,6 +25,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 
 #define K_PREFILL 1
@@ -50,6 +51,7 @@ typedef struct {
     int64_t *key_len;
     uint8_t *key_masked;
     size_t nkeys, keys_cap;
+    int level; /* the pass asked for: 0 line by line, 1 SSE2, 2 AVX2 (each where available) */
 } LineTable;
 
 static void table_free(LineTable *t) {
@@ -88,23 +90,41 @@ static inline uint64_t mask_digits(uint64_t w) {
     return (w & ~m) | (zeros & m);
 }
 
-/* The text's i-th 8-byte word (zero-padded past n), digits masked when asked. */
-static inline uint64_t word_at(const unsigned char *p, size_t n, size_t i, int masked) {
-    uint64_t w = 0;
-    if (i + 8 <= n)
-        memcpy(&w, p + i, 8);
-    else
-        memcpy(&w, p + i, n - i);
-    return masked ? mask_digits(w) : w;
+static inline uint64_t load8(const unsigned char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
 }
 
-/* A 64-bit hash of the text (digits read as "0" when masked). */
+/* The last n % 8 bytes of the text as one zero-padded word. */
+static inline uint64_t load_tail(const unsigned char *p, size_t n) {
+    uint64_t w = 0;
+    memcpy(&w, p + (n & ~(size_t)7), n & 7);
+    return w;
+}
+
+/* A 64-bit hash of the text (digits read as "0" when masked): two independent lanes of
+ * 8-byte words, then mixed. */
 static uint64_t text_hash(const unsigned char *p, size_t n, int masked) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull) ^ (uint64_t)masked;
-    for (size_t i = 0; i < n; i += 8) {
-        h = (h ^ word_at(p, n, i, masked)) * 0x100000001b3ull;
-        h ^= h >> 29;
+    uint64_t a = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull) ^ (uint64_t)masked, b = ~a;
+    size_t i = 0;
+    if (masked) {
+        for (; i + 16 <= n; i += 16) {
+            a = (a ^ mask_digits(load8(p + i))) * 0x100000001b3ull;
+            b = (b ^ mask_digits(load8(p + i + 8))) * 0xc2b2ae3d27d4eb4full;
+        }
+        if (i + 8 <= n) a = (a ^ mask_digits(load8(p + i))) * 0x100000001b3ull;
+        b = (b ^ mask_digits(load_tail(p, n))) * 0xc2b2ae3d27d4eb4full;
+    } else {
+        for (; i + 16 <= n; i += 16) {
+            a = (a ^ load8(p + i)) * 0x100000001b3ull;
+            b = (b ^ load8(p + i + 8)) * 0xc2b2ae3d27d4eb4full;
+        }
+        if (i + 8 <= n) a = (a ^ load8(p + i)) * 0x100000001b3ull;
+        b = (b ^ load_tail(p, n)) * 0xc2b2ae3d27d4eb4full;
     }
+    uint64_t h = a ^ (b >> 29) ^ (b << 35);
+    h ^= h >> 32;
     h *= 0xd6e8feb86659fd93ull;
     h ^= h >> 32;
     return h;
@@ -114,9 +134,10 @@ static int text_equal(const LineTable *t, int64_t id, const unsigned char *p, si
     if ((size_t)t->key_len[id] != n || t->key_masked[id] != masked) return 0;
     const unsigned char *k = (const unsigned char *)t->arena + t->key_off[id];
     if (!masked) return memcmp(k, p, n) == 0;
-    for (size_t i = 0; i < n; i += 8)
-        if (word_at(k, n, i, 0) != word_at(p, n, i, 1)) return 0;
-    return 1;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        if (load8(k + i) != mask_digits(load8(p + i))) return 0;
+    return load_tail(k, n) == mask_digits(load_tail(p, n));
 }
 
 static int table_grow(LineTable *t) {
@@ -299,12 +320,89 @@ static int finish_line(Scan *sc, size_t start, size_t end, LineState *s) {
     return out_push(sc->o, li, kind, key);
 }
 
+/* The SIMD pass over a piece, W bytes at a time (16: SSE2, 32: AVX2): newlines, and
+ * where the first and last bytes of "batch" and of each rare needle match (candidates,
+ * then compared in full), in position order. The needles are not looked for in the rest
+ * of a line once it holds a prefill or decode head (such a line is never a rare line).
+ * Returns the offset reached (the rest is scanned a byte at a time), or -1 on a memory
+ * error. */
+#define SIMD_PASS(NAME, ATTR, VEC, SPLAT, LOADU, CMPEQ, AND, MOVEMASK, W)                              \
+    ATTR static ptrdiff_t NAME(Scan *sc, size_t size, const Needles *rare, size_t *line_start,          \
+                               LineState *st) {                                                       \
+        const unsigned char *buf = sc->buf;                                                           \
+        size_t reach = 5, p = 0;                                                                      \
+        for (int k = 0; k < rare->count; k++)                                                         \
+            if (rare->n[k] > reach) reach = rare->n[k];                                               \
+        VEC nlv = SPLAT('\n'), bf = SPLAT('b'), bl = SPLAT('h');                                      \
+        VEC rf[MAX_NEEDLES], rl[MAX_NEEDLES];                                                         \
+        size_t roff[MAX_NEEDLES];                                                                     \
+        int nr = 0;                                                                                   \
+        for (int k = 0; k < rare->count; k++) {                                                       \
+            if (!rare->n[k]) continue;                                                                \
+            rf[nr] = SPLAT((char)rare->p[k][0]);                                                      \
+            rl[nr] = SPLAT((char)rare->p[k][rare->n[k] - 1]);                                         \
+            roff[nr++] = rare->n[k] - 1;                                                              \
+        }                                                                                             \
+        for (; p + W + reach <= size; p += W) {                                                       \
+            const unsigned char *b0 = buf + p;                                                        \
+            VEC v = LOADU(b0);                                                                        \
+            uint32_t nl = (uint32_t)MOVEMASK(CMPEQ(v, nlv));                                          \
+            uint32_t bm = (uint32_t)MOVEMASK(AND(CMPEQ(v, bf), CMPEQ(LOADU(b0 + 4), bl)));            \
+            uint32_t rm = 0;                                                                          \
+            if (nl || !(st->prefill | st->decode))                                                    \
+                for (int k = 0; k < nr; k++)                                                          \
+                    rm |= (uint32_t)MOVEMASK(AND(CMPEQ(v, rf[k]), CMPEQ(LOADU(b0 + roff[k]), rl[k]))); \
+            uint32_t all = nl | bm | rm;                                                              \
+            while (all) {                                                                             \
+                uint32_t bit = all & (0u - all);                                                      \
+                all ^= bit;                                                                           \
+                size_t q = p + (size_t)__builtin_ctz(bit);                                            \
+                if ((bm & bit) && memcmp(buf + q, "batch", 5) == 0) on_batch(buf, q, st);             \
+                if ((rm & bit) && !st->rare) st->rare = rare_at(buf, q, size, rare);                  \
+                if (nl & bit) {                                                                       \
+                    if (finish_line(sc, *line_start, q, st) < 0) return -1;                           \
+                    *line_start = q + 1;                                                              \
+                }                                                                                     \
+            }                                                                                         \
+        }                                                                                             \
+        return (ptrdiff_t)p;                                                                          \
+    }
+
+/* Without SIMD (not x86): line by line, memchr for the end, memmem for the needles. */
+static ptrdiff_t pass_lines(Scan *sc, size_t size, const Needles *rare, size_t *line_start, LineState *st) {
+    const unsigned char *buf = sc->buf;
+    for (;;) {
+        size_t start = *line_start;
+        const unsigned char *nl = memchr(buf + start, '\n', size - start);
+        if (!nl) return (ptrdiff_t)start; /* the unterminated last line: a byte at a time */
+        size_t end = (size_t)(nl - buf);
+        for (const unsigned char *q = buf + start; q + 5 <= nl;) {
+            const unsigned char *hit = memmem(q, (size_t)(nl - q), "batch", 5);
+            if (!hit) break;
+            on_batch(buf, (size_t)(hit - buf), st);
+            q = hit + 1;
+        }
+        if (!st->prefill && !st->decode)
+            for (int k = 0; k < rare->count && !st->rare; k++) st->rare = holds(buf + start, end - start, rare->p[k], rare->n[k]);
+        if (finish_line(sc, start, end, st) < 0) return -1;
+        *line_start = end + 1;
+    }
+}
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define SPLAT(c) _mm_set1_epi8((char)(c))
-#define LOAD(p) _mm_loadu_si128((const __m128i *)(p))
-#define HITS(v, first, at, last) \
-    ((unsigned)_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8((v), (first)), _mm_cmpeq_epi8(LOAD(at), (last)))))
+#define SSE_SPLAT(c) _mm_set1_epi8(c)
+#define SSE_LOADU(p) _mm_loadu_si128((const __m128i *)(p))
+SIMD_PASS(pass_sse2, , __m128i, SSE_SPLAT, SSE_LOADU, _mm_cmpeq_epi8, _mm_and_si128, _mm_movemask_epi8, 16)
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX2_PASS 1
+#define AVX_SPLAT(c) _mm256_set1_epi8(c)
+#define AVX_LOADU(p) _mm256_loadu_si256((const __m256i *)(p))
+SIMD_PASS(pass_avx2, __attribute__((target("avx2"))), __m256i, AVX_SPLAT, AVX_LOADU, _mm256_cmpeq_epi8,
+          _mm256_and_si256, _mm256_movemask_epi8, 32)
 #endif
 
 /* Scan piece buf[0:size) into sc (ends of every line; lines of interest into sc->o). -1 on
@@ -313,43 +411,21 @@ static int scan_piece(Scan *sc, size_t size, const Needles *rare) {
     const unsigned char *buf = sc->buf;
     LineState st = {0};
     size_t p = 0, line_start = 0;
-#if defined(__SSE2__)
-    /* 16 bytes at a time: newlines, and where the first and last bytes of "batch" and of
-     * each rare needle match (candidates, then compared in full), in position order. */
-    size_t reach = 5;
-    for (int k = 0; k < rare->count; k++)
-        if (rare->n[k] > reach) reach = rare->n[k];
-    __m128i nlv = SPLAT('\n'), bf = SPLAT('b'), bl = SPLAT('h');
-    __m128i rf[MAX_NEEDLES], rl[MAX_NEEDLES];
-    size_t roff[MAX_NEEDLES];
-    int nr = 0;
-    for (int k = 0; k < rare->count; k++) {
-        if (!rare->n[k]) continue;
-        rf[nr] = SPLAT(rare->p[k][0]);
-        rl[nr] = SPLAT(rare->p[k][rare->n[k] - 1]);
-        roff[nr++] = rare->n[k] - 1;
-    }
-    for (; p + 16 + reach <= size; p += 16) {
-        const unsigned char *b0 = buf + p;
-        __m128i v = LOAD(b0);
-        unsigned nl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, nlv));
-        unsigned bm = HITS(v, bf, b0 + 4, bl);
-        unsigned rm = 0;
-        for (int k = 0; k < nr; k++) rm |= HITS(v, rf[k], b0 + roff[k], rl[k]);
-        unsigned all = nl | bm | rm;
-        while (all) {
-            unsigned bit = all & (0u - all);
-            all ^= bit;
-            size_t q = p + (size_t)__builtin_ctz(bit);
-            if ((bm & bit) && memcmp(buf + q, "batch", 5) == 0) on_batch(buf, q, &st);
-            if ((rm & bit) && !st.rare) st.rare = rare_at(buf, q, size, rare);
-            if (nl & bit) {
-                if (finish_line(sc, line_start, q, &st) < 0) return -1;
-                line_start = q + 1;
-            }
-        }
-    }
+    ptrdiff_t reached;
+    int level = sc->t->level;
+#if defined(HAVE_AVX2_PASS)
+    if (level >= 2 && __builtin_cpu_supports("avx2"))
+        reached = pass_avx2(sc, size, rare, &line_start, &st);
+    else
 #endif
+#if defined(__SSE2__)
+        if (level >= 1)
+        reached = pass_sse2(sc, size, rare, &line_start, &st);
+    else
+#endif
+        reached = pass_lines(sc, size, rare, &line_start, &st);
+    if (reached < 0) return -1;
+    p = (size_t)reached;
     for (; p < size; p++) { /* the rest, a byte at a time */
         if (buf[p] == '\n') {
             if (finish_line(sc, line_start, p, &st) < 0) return -1;
@@ -440,7 +516,10 @@ static PyObject *LineTable_nbytes(LineTable *self, void *Py_UNUSED(closure)) {
 static PyObject *LineTable_nkeys(LineTable *self, void *Py_UNUSED(closure)) { return PyLong_FromSize_t(self->nkeys); }
 
 static int LineTable_init(LineTable *self, PyObject *args, PyObject *kwds) {
-    if (!PyArg_ParseTuple(args, ":LineTable")) return -1;
+    static char *kwlist[] = {"level", NULL};
+    int level = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|i:LineTable", kwlist, &level)) return -1;
+    self->level = level;
     table_free(self);
     if (table_init_slots(self, 1024) < 0) {
         PyErr_NoMemory();
@@ -470,7 +549,9 @@ static PyTypeObject LineTableType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bcgtune.adapters.sglang.log._lines.LineTable",
     .tp_basicsize = sizeof(LineTable),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ids of the texts of prefill layouts and rare lines, kept across scan() calls.",
+    .tp_doc = "LineTable(level=2): ids of the texts of prefill layouts and rare lines, kept across scan()\n"
+              "calls. level: the widest pass to use where the processor has it (2: AVX2, 1: SSE2,\n"
+              "0: line by line); every level finds the same.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)LineTable_init,
     .tp_dealloc = (destructor)LineTable_dealloc,

@@ -1,8 +1,10 @@
 # Types of the compiled line scanner (_lines.c).
 
 class LineTable:
-    """Ids of the texts of prefill layouts and rare lines, kept across scan() calls."""
+    """Ids of the texts of prefill layouts and rare lines, kept across scan() calls; level:
+    the widest pass to use where the processor has it (2: AVX2, 1: SSE2, 0: line by line)."""
 
+    def __init__(self, level: int = 2) -> None: ...
     @property
     def nbytes(self) -> int: ...
     @property
