@@ -100,6 +100,17 @@ def _in_order_of_appearance(values: np.ndarray) -> list[int]:
     return uniq[np.argsort(first)].tolist()
 
 
+def _runs(seg: np.ndarray) -> list[tuple[int, slice]]:
+    """(launch, rows) of each run of a block's launch column: the block is in line order and
+    launches start at increasing lines, so each launch's rows are one slice."""
+    if not len(seg):
+        return []
+    if seg[0] == seg[-1]:
+        return [(int(seg[0]), slice(0, len(seg)))]
+    cuts = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
+    return [(int(seg[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
 def _sample(samples: list[dict], item: dict) -> None:
     if len(samples) < MAX_MALFORMED_SAMPLES:
         samples.append(item)
@@ -146,13 +157,14 @@ class _FileSink(_Sink):
         self.wrapped += int(np.count_nonzero(b.physical_lines > 1))
         self.n_records += len(b.line)
         seg = self.segment_of(b.line)
-        for s in _in_order_of_appearance(seg):
-            self._saturation(s, b, seg == s)
-        self.block(b, seg)
+        runs = _runs(seg)
+        for s, rows in runs:
+            self._saturation(s, b, rows)
+        self.block(b, seg, runs)
 
-    def block(self, b: _Block, seg: np.ndarray) -> None: ...
+    def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None: ...
 
-    def _saturation(self, s: int, b: _Block, sel: np.ndarray) -> None:
+    def _saturation(self, s: int, b: _Block, sel: slice) -> None:
         """Batches that filled the launch's chunk: `#new-token == chunk`, or with running
         decode rows `#new-token + #running-req == chunk` (the mixed-chunk signature)."""
         seg = self.segments[s]
@@ -313,7 +325,7 @@ class _ColumnSink(_FileSink):
             del parts
         return out
 
-    def block(self, b: _Block, seg: np.ndarray) -> None:
+    def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None:
         for k, dtype in _COLUMNS.items():
             if k == "rank":
                 col = self.ranks_of(b)
@@ -339,22 +351,26 @@ class _HistogramSink(_FileSink):
         self.unknown_requests: dict[int, int] = {}
         self.zero = 0
 
-    def block(self, b: _Block, seg: np.ndarray) -> None:
+    def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None:
         self.ranks_of(b)  # ranks in order of first record, as the columns would number them
         fwd = forward_tokens(b.new_token, b.replay_token, b.running_req, self.mixed_chunk)
         keep = fwd > 0
-        self.zero += int(np.count_nonzero(~keep))
-        for s in _in_order_of_appearance(seg) if len(seg) else []:
-            sel = keep & (seg == s)
-            if not sel.any():
-                continue
-            f, r, g = fwd[sel], b.new_seq[sel], b.graph[sel]
+        n_zero = len(keep) - int(np.count_nonzero(keep))
+        self.zero += n_zero
+        for s, rows in runs:
+            f, r, g = fwd[rows], b.new_seq[rows], b.graph[rows]
+            if n_zero:
+                k = keep[rows]
+                if not k.any():
+                    continue
+                f, r, g = f[k], r[k], g[k]
             self.unknown_requests[s] = self.unknown_requests.get(s, 0) + int(np.count_nonzero(r < 1))
             self.pairs.setdefault(s, _PairCounter()).add(f, np.where(r >= 1, np.minimum(r, f), 1))
             gd = self.graph.setdefault(s, {"replayed": 0, "eager": 0, "unflagged": 0})
-            gd["replayed"] += int(np.count_nonzero(g == 1))
-            gd["eager"] += int(np.count_nonzero(g == 0))
-            gd["unflagged"] += int(np.count_nonzero(g < 0))
+            unflagged, eager, replayed = np.bincount(g.astype(np.int64) + 1, minlength=3).tolist()  # graph is -1, 0 or 1
+            gd["replayed"] += replayed
+            gd["eager"] += eager
+            gd["unflagged"] += unflagged
 
     def histograms(self) -> list[dict]:
         out = []
