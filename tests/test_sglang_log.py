@@ -739,6 +739,10 @@ def test_compiled_scanner_refuses_bad_arguments():
     with pytest.raises(TypeError):
         table.scan("text", 0, 1, (), b"x", 10, 10)
     assert table.scan(b"", 0, 0, (), b"x", 10, 10) == (b"", b"", b"", b"")
+    bare = LineTable.__new__(LineTable)  # never initialised: still safe
+    assert bare.scan(b"a\n", 0, 2, (), b"x", 10, 10)[0] == (1).to_bytes(8, "little")
+    bare.clear()
+    assert bare.nkeys == 0
     # the field reader never reads outside the data, whatever the tables say
     from bcgtune.adapters.sglang.log.fastpath import read_fields
 

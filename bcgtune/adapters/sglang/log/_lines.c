@@ -52,6 +52,7 @@ typedef struct {
     uint8_t *key_masked;
     size_t nkeys, keys_cap;
     int level; /* the pass asked for: 0 line by line, 1 SSE2, 2 AVX2 (each where available) */
+    int busy;  /* a scan is running (without the GIL): another thread's call is refused */
 } LineTable;
 
 static void table_free(LineTable *t) {
@@ -464,6 +465,14 @@ static PyObject *LineTable_scan(LineTable *self, PyObject *args) {
     Needles rare = {.count = 0};
     int64_t *ends = NULL;
     Out o = {0};
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "scan: this LineTable is already scanning in another thread");
+        goto done;
+    }
+    if (!self->slots && table_init_slots(self, 1024) < 0) { /* made without __init__ */
+        PyErr_NoMemory();
+        goto done;
+    }
     if (start < 0 || stop < start || stop > data.len || max_key < 0 || max_rare < 0) {
         PyErr_SetString(PyExc_ValueError, "scan: bad range");
         goto done;
@@ -484,9 +493,11 @@ static PyObject *LineTable_scan(LineTable *self, PyObject *args) {
                .max_rare = (size_t)max_rare, .o = &o};
     size_t size = (size_t)(stop - start);
     int rc;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = scan_piece(&sc, size, &rare);
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     ends = sc.ends;
     if (rc < 0) {
         PyErr_NoMemory();
@@ -504,6 +515,10 @@ done:
 }
 
 static PyObject *LineTable_clear(LineTable *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "clear: this LineTable is scanning in another thread");
+        return NULL;
+    }
     table_free(self);
     if (table_init_slots(self, 1024) < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -519,6 +534,10 @@ static int LineTable_init(LineTable *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"level", NULL};
     int level = 2;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|i:LineTable", kwlist, &level)) return -1;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "LineTable: scanning in another thread");
+        return -1;
+    }
     self->level = level;
     table_free(self);
     if (table_init_slots(self, 1024) < 0) {

@@ -664,7 +664,7 @@ class _Scanner:
 # the kinds of a line from the compiled scanner (bits, _lines.c)
 _K_PREFILL, _K_DECODE, _K_LEGACY, _K_GLUED, _K_HEAD_CUT, _K_RARE = 1, 2, 4, 8, 16, 32
 _UNKNOWN, _NO_EVENT, _PER_LINE = -2, -3, -4  # a text id not looked up yet; a rare text with no event; one read per line
-_MAX_TABLE_BYTES = 64 << 20  # the compiled scanner's texts: emptied past this (flat memory)
+_MAX_TABLE_BYTES = 16 << 20  # the compiled scanner's texts: emptied past this (flat memory)
 _MAX_RARE_TEXT = 1 << 16  # a longer rare line is read per line (a launch's settings fit)
 
 _RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
