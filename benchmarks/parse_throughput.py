@@ -14,6 +14,7 @@ Wall-clock MB/s on a shared machine is a lower bound; CPU-time MB/s says what on
 
 Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--varied-mb 100]
            [--files 4] [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0] [--real-mb 200] [--only-real]
+           [--file LOG ...]
 
 --real-mb: first, the public SGLang log excerpts of tests/data/sglang-logs/ repeated to that
 size, parsed histogram-only and with per-batch columns (one process each), beside
@@ -191,9 +192,16 @@ def real_logs(a: argparse.Namespace) -> None:
             for _ in range(int(a.real_mb * 1e6 // len(blob)) + 1):
                 fh.write(blob)
         os.replace(tmp, path)
+    print(f"{path.name}: {path.stat().st_size / 1e6:.1f} MB ({len(src)} public excerpts, {len(blob):,} bytes, repeated)")
+    both_paths(path, a.repeat)
+
+
+def both_paths(path: Path, repeat: int) -> None:
+    """`grep -c 'Prefill batch'` and parse_logs of one file (histogram-only and per-batch
+    columns) through the compiled line scanner (where built) and the numpy path, each in a
+    fresh process, CPU time; checks that both paths give the same trace."""
     size_mb = path.stat().st_size / 1e6
-    n_grep, g_wall, g_cpu = grep_cpu(path, a.repeat)
-    print(f"{path.name}: {size_mb:.1f} MB ({len(src)} public excerpts, {len(blob):,} bytes, repeated)")
+    n_grep, g_wall, g_cpu = grep_cpu(path, repeat)
     print(f"  grep -c 'Prefill batch': {n_grep:,} lines; {g_wall:.2f} s wall; {g_cpu:.3f} s CPU = {size_mb / g_cpu:.0f} MB/s")
     from bcgtune.adapters.sglang.log.fastpath import LineTable
 
@@ -201,7 +209,7 @@ def real_logs(a: argparse.Namespace) -> None:
     digests: dict[bool, set] = {True: set(), False: set()}
     for numpy_path, engine in paths + [(True, "numpy fast path")]:
         for hist in (True, False):
-            r = parse_in_child([path], 1, a.repeat, histogram_only=hist, numpy_path=numpy_path)
+            r = parse_in_child([path], 1, repeat, histogram_only=hist, numpy_path=numpy_path)
             digests[hist].add(r["digest"])
             print(
                 f"  {engine}, parse_logs({'histogram_only=True' if hist else 'per-batch columns'}): {r['batches']:,} "
@@ -295,12 +303,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--real-mb", type=float, default=200, help="the public excerpts repeated to this size (0: skip)")
     ap.add_argument("--only-real", action="store_true", help="measure only the public excerpts repeated")
+    ap.add_argument("--file", type=Path, nargs="*", help="measure only these logs, by both paths, beside grep")
     a = ap.parse_args()
     WORK.mkdir(exist_ok=True)
     print(
         f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, "
         f"numpy={np.__version__}, load average {os.getloadavg()[0]:.1f} at start"
     )
+    if a.file:
+        for f in a.file:
+            print(f"{f.name}: {f.stat().st_size / 1e6:.1f} MB")
+            both_paths(f, a.repeat)
+        return
     if a.real_mb > 0:
         real_logs(a)
     if a.only_real:
