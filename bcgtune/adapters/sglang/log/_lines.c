@@ -79,6 +79,16 @@ static int table_init_slots(LineTable *t, size_t cap) {
     return 0;
 }
 
+/* *array (of any pointer type) reallocated to cap items of size bytes: 0, or -1 when no
+ * memory (the array left as it was). Raw memory: callable without the GIL. */
+static int grow(void *array, size_t cap, size_t size) {
+    void **p = (void **)array;
+    void *q = PyMem_RawRealloc(*p, cap * size);
+    if (!q) return -1;
+    *p = q;
+    return 0;
+}
+
 static inline int is_digit(unsigned char c) { return (unsigned)(c - '0') < 10u; }
 
 /* Each ASCII digit byte of w set to "0" (SWAR: a byte is a digit when w ^ "0" is below
@@ -171,22 +181,14 @@ static int64_t table_id(LineTable *t, const unsigned char *p, size_t n, int mask
     if (t->arena_len + n > t->arena_cap) {
         size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
         while (cap < t->arena_len + n) cap *= 2;
-        char *a = PyMem_RawRealloc(t->arena, cap);
-        if (!a) return -2;
-        t->arena = a;
+        if (grow(&t->arena, cap, 1)) return -2;
         t->arena_cap = cap;
     }
     if (t->nkeys == t->keys_cap) {
         size_t cap = t->keys_cap ? 2 * t->keys_cap : 1024;
-        int64_t *o = PyMem_RawRealloc(t->key_off, cap * sizeof(int64_t));
-        if (!o) return -2;
-        t->key_off = o;
-        int64_t *l = PyMem_RawRealloc(t->key_len, cap * sizeof(int64_t));
-        if (!l) return -2;
-        t->key_len = l;
-        uint8_t *m = PyMem_RawRealloc(t->key_masked, cap);
-        if (!m) return -2;
-        t->key_masked = m;
+        if (grow(&t->key_off, cap, sizeof(int64_t)) || grow(&t->key_len, cap, sizeof(int64_t)) ||
+            grow(&t->key_masked, cap, 1))
+            return -2;
         t->keys_cap = cap;
     }
     char *dst = t->arena + t->arena_len;
@@ -216,15 +218,8 @@ typedef struct {
 static int out_push(Out *o, int64_t line, uint8_t kind, int64_t key) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 1024;
-        int64_t *a = PyMem_RawRealloc(o->line, cap * sizeof(int64_t));
-        if (!a) return -1;
-        o->line = a;
-        int64_t *b = PyMem_RawRealloc(o->key, cap * sizeof(int64_t));
-        if (!b) return -1;
-        o->key = b;
-        uint8_t *c = PyMem_RawRealloc(o->kind, cap);
-        if (!c) return -1;
-        o->kind = c;
+        if (grow(&o->line, cap, sizeof(int64_t)) || grow(&o->key, cap, sizeof(int64_t)) || grow(&o->kind, cap, 1))
+            return -1;
         o->cap = cap;
     }
     o->line[o->n] = line;
@@ -294,9 +289,7 @@ typedef struct {
 static int finish_line(Scan *sc, size_t start, size_t end, LineState *s) {
     if (sc->nlines == sc->ends_cap) {
         size_t cap = sc->ends_cap ? 2 * sc->ends_cap : 4096;
-        int64_t *e = PyMem_RawRealloc(sc->ends, cap * sizeof(int64_t));
-        if (!e) return -1;
-        sc->ends = e;
+        if (grow(&sc->ends, cap, sizeof(int64_t))) return -1;
         sc->ends_cap = cap;
     }
     int64_t li = (int64_t)sc->nlines;
@@ -650,7 +643,11 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_lines", "The compiled line scanner of the SGLang log parser.", -1, module_methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_lines",
+    .m_doc = "The compiled line scanner of the SGLang log parser.",
+    .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__lines(void) {
