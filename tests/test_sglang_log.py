@@ -613,6 +613,17 @@ def test_the_compiled_line_scanner_is_built():
     assert LineTable is not None, "bcgtune/adapters/sglang/log/_lines.c was not compiled at install"
 
 
+def test_without_the_compiled_scanner_the_parse_is_the_same(tmp_path, monkeypatch):
+    # an install where no C compiler was found: the import fails, the numpy path reads
+    from bcgtune.adapters.sglang.log import scanner
+
+    path = _corpus(tmp_path, 2)
+    built = scan_log(str(path))
+    monkeypatch.setattr(scanner, "LineTable", None)
+    assert scanner._Scanner(0, scanner._Sink()).table is None
+    assert repr(scan_log(str(path))) == repr(built)
+
+
 def _corpus(tmp_path, copies: int) -> Path:
     """Every log of the repository, one after another, `copies` times: many launches, and
     every rare line's text many times over (what the scanner hands on in bulk)."""
