@@ -312,7 +312,7 @@ class _Scanner:
         """The chunk's lines through the compiled scanner: (lines, heads, layout ids of the
         prefill lines, (line, text id) of the lines holding a rare needle)."""
         assert self.table is not None
-        if self.table.nbytes > _MAX_TABLE_BYTES or self._plans_generation != _PLANS.generation:
+        if self.table.nbytes > _MAX_TABLE_BYTES:
             self._forget_texts()
         raw = self.table.scan(piece.data, piece.start, piece.stop, _RARE_NEEDLES, _B_NEW_SEQ, _MAX_PLAN_KEY, _MAX_RARE_TEXT)
         ends, idx, kind, key = (np.frombuffer(b, t) for b, t in zip(raw, (np.int64, np.int64, np.uint8, np.int64)))
@@ -483,8 +483,8 @@ class _Scanner:
     def _per_line(self, c: _ChunkLines, ids: list[int], base: int, batched=None) -> np.ndarray:
         """Run the per-line parser on lines `ids` (and on the lines after any that leaves
         a record open), in order; the batched rare lines (_rare_batch) are handed on in
-        bulk, those before a line the per-line parser acts on first (every event in line
-        order). Returns which lines the per-line parser saw."""
+        bulk, those before a line whose event is of a kind they give first (events of one
+        kind in line order). Returns which lines the per-line parser saw."""
         seen = np.zeros(c.n, np.bool_)
         sink = self.sink
         if batched is not None:
