@@ -666,6 +666,11 @@ def test_repeated_texts_in_bulk_equal_the_per_line_parser(tmp_path, monkeypatch,
             else:
                 _same_file_results(r, ref)
         assert ref.capture_count > 5 and ref.startup_count > 5 and ref.server_args_count > 5
+        for name, r in results.items():  # events handed on in bulk own their containers, as single ones do
+            lists = [id(c["buckets"]) for c in r.captures if c.get("buckets") is not None]
+            settings = [id(d["settings"]) for d in r.server_args]
+            assert len(set(lists)) == len(lists) and len(set(settings)) == len(settings) > 1, name
+            assert len(lists) > 1 or limits == "small caps", name
         assert len(ref.segments) == 3 if limits == "small caps" else len(ref.segments) > 5
 
 

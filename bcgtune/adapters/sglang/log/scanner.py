@@ -128,11 +128,11 @@ _EVENT_KINDS = ("server_args", "capture", "startup", "disabled", "head_cut")  # 
 
 
 def _at_line(args: tuple, line: int) -> tuple:
-    """The event arguments recorded at _LINE_MARK, at `line` (dicts copied one level deep:
-    each event owns its own)."""
+    """The event arguments recorded at _LINE_MARK, at `line`; the dicts, and the lists and
+    dicts in them, copied (each event owns its own, as the per-line parser makes them)."""
     return tuple(
         line if a == _LINE_MARK else
-        {k: (line if k == "line" else dict(v) if isinstance(v, dict) else v) for k, v in a.items()} if isinstance(a, dict) else a
+        {k: (line if k == "line" else v.copy() if type(v) in (dict, list) else v) for k, v in a.items()} if type(a) is dict else a
         for a in args
     )  # fmt: skip
 
