@@ -121,6 +121,34 @@ MIXED_CHUNK_HELP = "The logged server ran with --enable-mixed-chunk: add one tok
 
 
 # ---- what a calibration measures (calibrate, tune) -------------------------------------
+# A calibration's measurement options: flag, bounds (min, max), help ({gpu} and {cpu}: the (untimed,
+# timed) rounds on a GPU and on the CPU; {check}: the model check's default batches), and
+# whether typer shows a default (the rounds' defaults depend on the device: the help says them).
+_MEASURE_OPTIONS: dict[str, tuple[str, tuple[Optional[int], Optional[int]], str, bool]] = {
+    "mix_every": (
+        "--mix-every", (1, 1_000_000),
+        "Calibrate every Nth distinct (tokens, requests) batch of the trace (the others interpolated), "
+        "to save device time on large models.", True,
+    ),
+    "warmup": (
+        "--warmup", (0, 1000),
+        "Untimed rounds before the timed ones. Default: {gpu[0]} on a GPU, {cpu[0]} on the CPU (a dry run).", False,
+    ),
+    "repeats": (
+        "--repeats", (1, 10000),
+        "Timed rounds, each running every size once (the median is kept, and every round, for intervals). "
+        "Default: {gpu[1]} on a GPU, {cpu[1]} on the CPU (a dry run: its times describe no GPU).", False,
+    ),
+    "memory": (
+        "--memory/--no-memory", (None, None), "Also measure the graph pool's size with each size as the largest graph.", True,
+    ),
+    "check_batches": (
+        "--check-batches", (1, 1_000_000),
+        "The model check replays at most this many of the trace's batches (every Nth, in order). Default: {check}.", False,
+    ),
+}  # fmt: skip
+
+
 def measure_option(
     name: str, *, panel: Optional[str] = None, dry_run_rounds: tuple[int, int] = CPU_ROUNDS, lead: str = ""
 ) -> Any:  # typer.models.OptionInfo
@@ -129,66 +157,14 @@ def measure_option(
     `Annotated[T, measure_option(...)]`, the same flag, bounds and help wherever it appears.
     `dry_run_rounds`: the command's (untimed, timed) rounds on the CPU; `lead`: text before
     the help (when the option applies)."""
+    if name not in _MEASURE_OPTIONS:
+        raise ValueError(f"no measurement option {name!r}")
+    flag, (low, high), text, show_default = _MEASURE_OPTIONS[name]
     kw: dict[str, Any] = {"rich_help_panel": panel} if panel else {}
-    if name == "mix_every":
-        return typer.Option(
-            "--mix-every",
-            min=1,
-            max=1_000_000,
-            help=_lead(
-                lead,
-                "Calibrate every Nth distinct (tokens, requests) batch of the trace (the others interpolated), "
-                "to save device time on large models.",
-            ),
-            **kw,
-        )
-    if name == "warmup":
-        return typer.Option(
-            "--warmup",
-            min=0,
-            max=1000,
-            help=_lead(
-                lead,
-                f"Untimed rounds before the timed ones. Default: {GPU_ROUNDS[0]} on a GPU, {dry_run_rounds[0]} on "
-                "the CPU (a dry run).",
-            ),
-            show_default=False,
-            **kw,
-        )
-    if name == "repeats":
-        return typer.Option(
-            "--repeats",
-            min=1,
-            max=10000,
-            help=_lead(
-                lead,
-                "Timed rounds, each running every size once (the median is kept, and every round, for "
-                f"intervals). Default: {GPU_ROUNDS[1]} on a GPU, {dry_run_rounds[1]} on the CPU (a dry run: its times "
-                "describe no GPU).",
-            ),
-            show_default=False,
-            **kw,
-        )
-    if name == "memory":
-        return typer.Option(
-            "--memory/--no-memory",
-            help=_lead(lead, "Also measure the graph pool's size with each size as the largest graph."),
-            **kw,
-        )
-    if name == "check_batches":
-        return typer.Option(
-            "--check-batches",
-            min=1,
-            max=1_000_000,
-            help=_lead(
-                lead,
-                "The model check replays at most this many of the trace's batches (every Nth, in order). "
-                f"Default: {DEFAULT_CHECK_BATCHES}.",
-            ),
-            show_default=False,
-            **kw,
-        )
-    raise ValueError(f"no measurement option {name!r}")
+    if not show_default:
+        kw["show_default"] = False
+    text = text.format(gpu=GPU_ROUNDS, cpu=dry_run_rounds, check=DEFAULT_CHECK_BATCHES)
+    return typer.Option(flag, min=low, max=high, help=_lead(lead, text), **kw)
 
 
 def _lead(lead: str, text: str) -> str:
