@@ -518,7 +518,7 @@ static PyObject *LineTable_clear(LineTable *self, PyObject *Py_UNUSED(ignored)) 
 }
 
 static PyObject *LineTable_nbytes(LineTable *self, void *Py_UNUSED(closure)) {
-    return PyLong_FromSize_t(self->arena_len + self->cap * sizeof(Slot) + self->keys_cap * 17);
+    return PyLong_FromSize_t(self->arena_len + self->cap * sizeof(Slot) + self->keys_cap * (2 * sizeof(int64_t) + 1));
 }
 
 static PyObject *LineTable_nkeys(LineTable *self, void *Py_UNUSED(closure)) { return PyLong_FromSize_t(self->nkeys); }
