@@ -427,3 +427,13 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def log_digest() -> Any:
+    """A running hash of a log's bytes: XXH3-128, whose hexdigest is what `xxh128sum`
+    prints. A log's identity in a trace (two traces of one log are told apart from two
+    logs), not a seal against tampering: it runs at memory speed, where sha256 alone cost
+    twice what `grep` takes to read the log."""
+    import xxhash
+
+    return xxhash.xxh3_128()

@@ -32,7 +32,7 @@ Any of:
 - the versioned JSON `bcgtune trace -o trace.json` writes (`format_version` 1, kind
   `bcgtune.prefill-trace`): a histogram (`histogram.sizes`, `histogram.counts`), per-batch
   columns when the source had them (`batches.forward_tokens`, `batches.new_seq` = requests
-  per batch, `batches.group`, ...), the sources with their sha256, the captured bucket
+  per batch, `batches.group`, ...), the sources with the XXH3-128 of their bytes, the captured bucket
   lists, and from logs the server configurations (`groups`: each one's launch settings as
   SGLang's flags name them, `rank_chunk` = the scheduler's logged chunk, its `sources`, its
   own `histogram` and request `mix` of (tokens, requests) pairs). With `batches: null` the

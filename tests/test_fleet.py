@@ -248,6 +248,37 @@ def test_merge_refusals_are_one_line(two_servers, tmp_path):
     assert r.code == 0 and json.loads(r.out)["histogram_only"] is True
 
 
+def test_a_log_is_known_by_its_digest_in_merges_and_profiles(two_servers, tmp_path):
+    """A trace names each log by the XXH3-128 of its bytes; one written before (sha256) is
+    still told apart by its own digest; a list tuned on a log records the log's digest."""
+    import xxhash
+
+    a, _ = two_servers
+    t = parse_logs([str(a)])
+    assert t.sources[0]["xxh128"] == xxhash.xxh3_128(a.read_bytes()).hexdigest() and "sha256" not in t.sources[0]
+    old = []
+    for n in range(2):  # two older traces of one log: sources with sha256
+        doc = t.to_json_obj()
+        doc["sources"] = [{"path": str(a), "sha256": "ab" * 32, "bytes": a.stat().st_size}]
+        doc["created"] = f"2026-01-0{n + 1}T00:00:00"  # not the same file twice
+        old.append(tmp_path / f"old{n}.json")
+        old[-1].write_text(json.dumps(doc))
+    r = cli(["trace", "merge", *old])
+    assert r.code == 2 and "sha256 abababababab" in r.err and "would count twice" in r.err, r.err
+    prof = tmp_path / "p.toml"
+    new = tmp_path / "new.json"
+    save_trace(t, str(new))
+    r = cli(["suggest-buckets", new, "-k", "3", "--no-baselines", "--write-profile", prof, "--base-profile", "h200"])
+    assert r.code == 0, r.err
+    from bcgtune.files.profile_file import load_profile
+
+    assert load_profile(str(prof)).provenance["trace_xxh128"] == t.sources[0]["xxh128"]
+    r = cli(["suggest-buckets", old[0], "-k", "3", "--no-baselines", "--write-profile", prof])
+    assert r.code == 0, r.err
+    prov = load_profile(str(prof)).provenance
+    assert prov["trace_sha256"] == "ab" * 32 and "trace_xxh128" not in prov
+
+
 # ---- histogram-only ---------------------------------------------------------------------------
 def _plans(trace: PrefillTrace, **kw):
     from bcgtune.services.suggest import SuggestRequest, suggest
@@ -388,7 +419,7 @@ def test_logs_over_http_with_gz_and_progress(http_root):
         calls: list = []
         t = parse_logs([f"{url}/{name}"], progress=lambda d, o, calls=calls: calls.append((d, o)))
         assert t.batches["forward_tokens"].tolist() == local.batches["forward_tokens"].tolist()
-        assert t.sources[0]["sha256"] == local.sources[0]["sha256"] and t.sources[0]["path"] == f"{url}/{name}"
+        assert t.sources[0]["xxh128"] == local.sources[0]["xxh128"] and t.sources[0]["path"] == f"{url}/{name}"
         size = (root / name).stat().st_size
         assert calls[-1] == (size, size)
     r = cli(["trace", "--log", f"{url}/a.log", f"{url}/a.log.gz", "--json"])

@@ -208,7 +208,7 @@ def test_gz_stdin_and_several_files(tmp_path, monkeypatch):
     plain = parse_logs([str(src)])
     zipped = parse_logs([str(gz)])
     assert zipped.batches["forward_tokens"].tolist() == plain.batches["forward_tokens"].tolist()
-    assert zipped.sources[0]["sha256"] == plain.sources[0]["sha256"]  # of the decompressed bytes
+    assert zipped.sources[0]["xxh128"] == plain.sources[0]["xxh128"]  # of the decompressed bytes
 
     import io
     import sys
@@ -858,6 +858,40 @@ def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path, monkeypatch):
     trace = parse_logs([str(path)], options=ParseOptions(max_line_bytes=1024, chunk_size=1024))
     assert max(held) <= 2 * 1024
     assert trace.batches["line"].tolist() == [2] and trace.parse_stats["overlong_lines"] == 1
+
+
+def _pieces(data: bytes, chunk_size: int, max_line_bytes: int) -> list:
+    """What _chunks makes of `data`: each line of its pieces, and each overlong line."""
+    import io
+
+    import bcgtune.adapters.sglang.log.scanner as mod
+
+    class Src:
+        where = "x.log"
+        read = io.BytesIO(data).read
+
+    out: list = []
+    for item in mod._chunks(Src(), chunk_size, max_line_bytes):
+        if isinstance(item, mod._Piece):
+            out += item.data[item.start : item.stop].splitlines(keepends=True)
+        else:
+            out.append(("overlong", item.head[: max_line_bytes + 1], item.nbytes, item.ended))  # its start
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 150), max_size=40),
+    final_newline=st.booleans(),
+    factor=st.sampled_from([2, 3, 4, 7]),
+    extra=st.integers(0, 9),
+)
+def test_blocks_larger_than_the_line_limit_find_the_same_overlong_lines(lengths, final_newline, factor, extra):
+    """Blocks read larger than the line limit (a line longer than it may sit inside one)
+    give the same lines and the same overlong lines as blocks of the limit itself."""
+    m = 48
+    data = b"\n".join(bytes([97 + i % 26]) * n for i, n in enumerate(lengths)) + b"\n" * final_newline
+    assert _pieces(data, factor * m + extra, m) == _pieces(data, m, m)
 
 
 def test_truncated_and_corrupt_gz_name_the_file(tmp_path):

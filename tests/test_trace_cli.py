@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import xxhash
 from cli_helpers import HANG_S
 from typer.testing import CliRunner
 
@@ -72,7 +73,11 @@ def test_human_summary_and_outputs(load_log, tmp_path):
     assert "malformed prefill lines  1" in text and "server.log:9" in text
     trace = load_trace(str(out_json))
     assert trace.origin == "sglang-log" and trace.n_batches == 5
-    assert trace.sources[0]["sha256"] and trace.sources[0]["bytes"] == len(LOAD_LOG.encode())
+    assert trace.sources[0]["bytes"] == len(LOAD_LOG.encode())
+    # the log's identity is its XXH3-128, as `xxh128sum` prints it (xxhash 0.8 gives
+    # 6bba86c7e069f56d5a10b435f1c8e49c for b"hello\n": the same function, checked here too)
+    assert trace.sources[0]["xxh128"] == xxhash.xxh3_128(LOAD_LOG.encode()).hexdigest()
+    assert xxhash.xxh3_128(b"hello\n").hexdigest() == "6bba86c7e069f56d5a10b435f1c8e49c"
     out_csv = tmp_path / "trace.csv"
     res = CliRunner().invoke(app, ["trace", "--log", str(load_log), "--out", str(out_csv), "--mixed-chunk"])
     assert res.exit_code == 0
@@ -169,7 +174,7 @@ def test_stdin_and_gz_via_subprocess(tmp_path):
     assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
     sa, sb = json.loads(a.stdout), json.loads(b.stdout)
     assert sa["batches"] == sb["batches"] == 5
-    assert sa["sources"][0]["sha256"] == sb["sources"][0]["sha256"]
+    assert sa["sources"][0]["xxh128"] == sb["sources"][0]["xxh128"]
 
 
 def test_shared_golden_through_cli():

@@ -9,8 +9,8 @@
                 `no-<flag> = true`).
     [env]       environment variables added at launch (string values, names as written)
     [buckets]   list = [...] the prefill buckets, plus provenance: source, trace_sha256,
-                trace_path, objective, max_buckets, padding_factor, alignment,
-                tool_version, date, note
+                trace_xxh128, trace_path, objective, max_buckets, padding_factor,
+                alignment, tool_version, date, note
     [tuned]     written by `bcgtune tune` with the list: what its proof run measured (list,
                 measured_gain_pct and its 95% half-width against SGLang's ladder, the
                 predicted gain, passes, batches, graphs, capture_s, graph_mem_gib,
@@ -257,6 +257,10 @@ class BucketsTable(StrictDocument):
     ]
     source: Annotated[Optional[str], Field(max_length=2000, description="Where the list comes from.")] = None
     trace_sha256: Annotated[Optional[str], Field(max_length=128, description="sha256 of the trace it was tuned on.")] = None
+    trace_xxh128: Annotated[
+        Optional[str],
+        Field(pattern=r"^[0-9a-f]{32}$", description="XXH3-128 of the log it was tuned on (its first), as xxh128sum prints it."),
+    ] = None
     trace_path: Annotated[Optional[str], Field(max_length=4096, description="The trace it was tuned on.")] = None
     objective: Annotated[Optional[str], Field(max_length=40, description="padding or time.")] = None
     max_buckets: Annotated[Optional[StrictInt], Field(ge=1, le=4096, description="The K it was tuned with.")] = None
@@ -395,6 +399,18 @@ def check_provenance(prov: Mapping[str, Any], where: str) -> dict[str, Any]:
         BucketsTable, {**_snake_keys(dict(prov)), "list": [1]}, where, style="toml", prefix=("buckets",), loc_in_where=True
     )
     return table.model_dump(exclude={"list_"}, exclude_none=True)
+
+
+def trace_digest_provenance(sources: list) -> dict[str, str]:
+    """[buckets] provenance naming the log a list was tuned on by the digest its trace
+    records for its first source that has one: trace_xxh128, or trace_sha256 from a trace
+    written before logs were identified by XXH3-128; nothing when no source records one."""
+    from bcgtune.core.trace.prefill_trace import source_digest
+
+    digest = next((d for d in map(source_digest, sources) if d), None)
+    if digest is None:
+        return {}
+    return {f"trace_{digest[0]}": digest[1]}
 
 
 def tuned_text(tuned: dict[str, Any]) -> str:

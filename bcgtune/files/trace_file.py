@@ -5,7 +5,7 @@ bcgtune.core.schema's bounds):
   * JSON, `format_version` 1 (written by `save_trace`):
       {"format_version": 1, "kind": "bcgtune.prefill-trace", "tool_version": ...,
        "created": ISO-8601, "origin": "sglang-log" | "simulation" | "histogram" | ...,
-       "sources": [{"path", "sha256", "bytes", ...}], "parse_stats": {...},
+       "sources": [{"path", "xxh128", "bytes", ...}], "parse_stats": {...},
        "captures": [...], "meta": {...},
        "histogram": {"sizes": [...], "counts": [...]},
        "groups": [{"settings": {...}, "rank_chunk", "sources": [...], "histogram": {...},

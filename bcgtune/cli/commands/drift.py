@@ -207,7 +207,7 @@ def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool, p
     """Today's optimum into the profile, on a re-tune verdict (one judged list only);
     [buckets].launch_check says whether SGLang itself checked the launch it was priced for."""
     from bcgtune.cli.commands.suggest import _unchecked_note
-    from bcgtune.files.profile_file import write_profile_buckets
+    from bcgtune.files.profile_file import trace_digest_provenance, write_profile_buckets
     from bcgtune.services.launch import launch_check_key
 
     if len(fleet.rows) != 1:
@@ -226,9 +226,8 @@ def _write(target: str, fleet, trace, profiles: list[str] | None, quiet: bool, p
         if not profiles:
             raise InputError(f"{target} does not exist: give --profile to create it from", "--write-profile")
         base = profiles[0]
-    sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
     provenance = {
-        "trace_sha256": sha or "",
+        **trace_digest_provenance(trace.sources),
         "objective": "time" if rep.basis == "time" else "padding",
         "max_buckets": len(rep.optimum.metrics.buckets),
         "tool_version": __version__,

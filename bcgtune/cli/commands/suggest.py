@@ -403,12 +403,11 @@ def _write_profile(
     """Write the list, and the server flags it was priced with (layout flags and a chunk
     given on the command line), into the profile, so the profile launches what was priced;
     [buckets].launch_check says whether SGLang itself checked that launch."""
-    from bcgtune.files.profile_file import write_profile_buckets
+    from bcgtune.files.profile_file import trace_digest_provenance, write_profile_buckets
     from bcgtune.services.launch import launch_check_key
 
-    sha = next((s.get("sha256") for s in trace.sources if isinstance(s, dict) and s.get("sha256")), None)
     provenance = {
-        "trace_sha256": sha or "",
+        **trace_digest_provenance(trace.sources),
         "objective": plan.request.objective,
         "max_buckets": plan.request.max_buckets,
         "tool_version": __version__,

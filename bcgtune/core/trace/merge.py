@@ -25,7 +25,7 @@ from bcgtune.core.trace.groups import (
     launch_settings,
     merge_groups,
 )
-from bcgtune.core.trace.prefill_trace import PrefillTrace
+from bcgtune.core.trace.prefill_trace import PrefillTrace, source_digest
 from bcgtune.errors import InputError
 
 # The caps of the log parser (bcgtune/adapters/sglang/log/grammar.py takes them from here).
@@ -149,11 +149,12 @@ def _check(traces: list[PrefillTrace], names: list[str], histogram_only: bool, s
     seen: dict[tuple, str] = {}
     for t, n in zip(traces, names):
         for s in t.sources:
-            key = (s.get("sha256"), s.get("bytes")) if isinstance(s, dict) else (None, None)
-            if key[0] and not same_source_ok:
+            digest = source_digest(s)
+            if digest and not same_source_ok:
+                key = (*digest, s.get("bytes"))
                 if key in seen:
                     raise InputError(
-                        f"the same log ({s.get('path')}, sha256 {str(key[0])[:12]}...) is in {seen[key]} and {n}: "
+                        f"the same log ({s.get('path')}, {digest[0]} {digest[1][:12]}...) is in {seen[key]} and {n}: "
                         "its batches would count twice"
                     )
                 seen[key] = n

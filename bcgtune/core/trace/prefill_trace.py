@@ -23,6 +23,20 @@ from bcgtune.errors import InputError
 
 FORMAT_VERSION = 1
 TRACE_KIND = "bcgtune.prefill-trace"
+# How a source's bytes are identified: XXH3-128 (as `xxh128sum` prints it), or sha256 in
+# traces written before bcgtune identified logs by XXH3-128.
+SOURCE_DIGESTS = ("xxh128", "sha256")
+
+
+def source_digest(source: Any) -> tuple[str, str] | None:
+    """(algorithm, hex digest) of a trace source's bytes, None when it records none."""
+    if isinstance(source, dict):
+        for algo in SOURCE_DIGESTS:
+            value = source.get(algo)
+            if isinstance(value, str) and value:
+                return algo, value
+    return None
+
 
 # Per-batch columns a trace may carry, with their numpy dtype. Flags use -1 for "unknown".
 BATCH_COLUMNS: dict[str, str] = {

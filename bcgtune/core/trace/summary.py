@@ -11,7 +11,7 @@ import numpy as np
 
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, assign_buckets
 from bcgtune.core.trace.groups import mixed_chunk_signature, unlogged_mixed_chunk
-from bcgtune.core.trace.prefill_trace import CapturedList, PrefillTrace
+from bcgtune.core.trace.prefill_trace import CapturedList, PrefillTrace, source_digest
 
 MAX_SAMPLES_SHOWN = 3
 
@@ -259,6 +259,17 @@ def _hints(trace: PrefillTrace) -> list[str]:
     return out
 
 
+def _source_summary(s: dict[str, Any]) -> dict[str, Any]:
+    """A source's path, the digest of its bytes it records (xxh128, or sha256 in an older
+    trace) and its size."""
+    out: dict[str, Any] = {"path": s.get("path")}
+    digest = source_digest(s)
+    if digest:
+        out[digest[0]] = digest[1]
+    out["bytes"] = s.get("bytes")
+    return out
+
+
 def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> TraceSummary:
     """Everything `bcgtune trace` reports. With several server configurations, the
     captured-list analysis is per group (each group's own list): see `groups`."""
@@ -272,7 +283,7 @@ def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> Tr
         if trace.n_batches
         else None,
         forward_tokens_rule=_forward_rule(trace),
-        sources=[{k: s.get(k) for k in ("path", "sha256", "bytes")} for s in trace.sources if isinstance(s, dict)],
+        sources=[_source_summary(s) for s in trace.sources if isinstance(s, dict)],
         lines=ps.get("lines"),
         decode_lines=ps.get("decode_lines"),
         legacy_decode_lines=ps.get("legacy_decode_lines"),

@@ -1,5 +1,5 @@
 """Trace building: what one log yields becomes a trace of its own (file_trace: the forward
-token rule applied, its launches grouped by configuration, its source with the sha256 of
+token rule applied, its launches grouped by configuration, its source with the XXH3-128 of
 the bytes read, parse statistics, capture and startup lines), and the traces of several
 logs are merged in input order (core.trace.merge: the same reduce `bcgtune trace merge`
 and a distributed run use), so a parse of many files is the merge of their parses."""
@@ -112,7 +112,7 @@ def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillT
     """The trace of one log (its source is source 0): the map step of a parse."""
     where = _display_path(path)
     launches = _launches(r)
-    source: dict[str, Any] = {"path": where, "sha256": r.sha256, "bytes": r.nbytes}
+    source: dict[str, Any] = {"path": where, "xxh128": r.xxh128, "bytes": r.nbytes}
     if path.endswith(".gz"):
         source["decompressed"] = True
     meta: dict[str, Any] = {
@@ -202,9 +202,9 @@ def parse_logs(
 ) -> PrefillTrace:
     """Parse SGLang server logs (several files = several ranks or replicas, concatenated in
     the given order; `.gz` and `-` for stdin work) into a PrefillTrace with per-batch
-    columns, sources (sha256 of the bytes read, i.e. decompressed for .gz), parse
-    statistics, capture and startup lines, and its batches grouped by the launch settings
-    each log states (core.trace.groups).
+    columns, sources (XXH3-128 of the bytes read, i.e. decompressed for .gz, as `xxh128sum`
+    prints it), parse statistics, capture and startup lines, and its batches grouped by the
+    launch settings each log states (core.trace.groups).
 
     jobs: worker processes for several files (default: the cores this process may use;
     at most one per file); the trace is identical to a serial parse. Inputs smaller than

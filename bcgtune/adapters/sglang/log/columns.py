@@ -51,7 +51,7 @@ class _FileResult:
     per-launch histograms; counts; capped lists of samples; and each launch's settings."""
 
     path: str
-    sha256: str
+    xxh128: str
     nbytes: int
     lines: int
     decode_lines: int
@@ -437,7 +437,7 @@ def _parse_file(
                 seg["server_args"] = dict(assumed)
                 seg["assumed"] = i in used
     return _FileResult(
-        path=path, sha256=src.sha256.hexdigest(), nbytes=src.nbytes, lines=lines, decode_lines=decode,
+        path=path, xxh128=src.digest.hexdigest(), nbytes=src.nbytes, lines=lines, decode_lines=decode,
         legacy_decode_lines=legacy_decode,
         columns=columns,
         ranks=sorted(sink.rank_index, key=sink.rank_index.__getitem__), graph_labels=sink.graph_labels,

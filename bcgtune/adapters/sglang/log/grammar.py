@@ -25,7 +25,7 @@ MAX_CAPTURES = CAPTURES_MAX
 MAX_META_EVENTS = EVENTS_MAX  # startup, server_args and graph-disabled lines kept
 MAX_CONTINUATION_LINES = 6
 MAX_LINE_BYTES = 1 << 20  # a longer physical line is skipped (counted, never kept whole)
-CHUNK_SIZE = 1 << 20  # bytes read at a time (at most MAX_LINE_BYTES); chunks hold whole lines
+CHUNK_SIZE = 4 << 20  # bytes read at a time; the pieces parsed hold whole lines
 # SGLang counts tokens and requests in int32 (e.g. the extend lengths handed to the
 # forward batch); a logged count above this is a corrupt record, not a batch.
 INT32_MAX = 2**31 - 1

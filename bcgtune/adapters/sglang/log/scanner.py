@@ -6,7 +6,6 @@ events to a sink. scan_log lists everything one log yields."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -74,7 +73,7 @@ from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.remote import RemoteFile, is_url
 from bcgtune.errors import InputError
 from bcgtune.fileio import display_path as _display_path
-from bcgtune.fileio import open_binary
+from bcgtune.fileio import log_digest, open_binary
 
 
 @dataclass
@@ -94,7 +93,7 @@ class ScanResult:
     head_cut: list[dict] = field(default_factory=list)
     glued: list[dict] = field(default_factory=list)
     lines: int = 0
-    sha256: str = ""
+    xxh128: str = ""  # XXH3-128 of the bytes read, as `xxh128sum` prints it
     bytes: int = 0
 
 
@@ -695,7 +694,7 @@ _READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)
 class _Source:
     """One input opened for reading (fileio.open_binary: `-` is stdin, `.gz` decompressed;
     a URL through fsspec, remote.RemoteFile):
-    its bytes are counted and hashed (sha256) as they are read, and every open or read
+    its bytes are counted and hashed (XXH3-128, log_digest) as they are read, and every open or read
     error is a one-line InputError naming it."""
 
     def __init__(self, path: str):
@@ -705,7 +704,7 @@ class _Source:
             self.raw = RemoteFile(path) if is_url(path) else open_binary(path)
         except _READ_ERRORS as exc:
             raise InputError(f"cannot read: {_quote(str(exc) or type(exc).__name__)}", self.where) from None
-        self.sha256 = hashlib.sha256()
+        self.digest = log_digest()
         self.nbytes = 0
 
     def read(self, size: int) -> bytes:
@@ -713,7 +712,7 @@ class _Source:
             block = self.raw.read(size)
         except _READ_ERRORS as exc:
             raise InputError(f"cannot read: {_quote(str(exc) or type(exc).__name__)}", self.where) from None
-        self.sha256.update(block)
+        self.digest.update(block)
         self.nbytes += len(block)
         return block
 
@@ -735,48 +734,63 @@ def _chunks(src: _Source, chunk_size: int, max_line_bytes: int = MAX_LINE_BYTES)
     with an _Overlong in place of each line longer than max_line_bytes. Memory: one block
     plus one line of at most max_line_bytes. Refuses binary data (a NUL byte in the first
     block)."""
-    size = max(1, min(chunk_size, max_line_bytes))
+    size = max(1, chunk_size)
     carry = b""  # a line not ended yet
     skip: list | None = None  # [head, bytes so far] of an overlong line being skipped
     first = True
     while True:
-        block = src.read(size)
-        if not block:
+        read = src.read(size)
+        if not read:
             break
         if first:
             first = False
-            if b"\0" in block:
+            if b"\0" in read:
                 raise InputError("binary data, not a text log (NUL bytes in its first chunk)", src.where)
-        start = 0
-        if skip is not None or carry:
-            nl = block.find(b"\n")
-            if nl < 0:
+        for block in _blocks(read, max_line_bytes):
+            start = 0
+            if skip is not None or carry:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    if skip is not None:
+                        skip[1] += len(block)
+                    else:
+                        carry += block
+                        if len(carry) > max_line_bytes:
+                            skip, carry = [carry[: 4 * MAX_QUOTE_CHARS], len(carry)], b""
+                    continue
                 if skip is not None:
-                    skip[1] += len(block)
+                    yield _Overlong(skip[0], skip[1] + nl, True)
+                    skip = None
+                elif len(carry) + nl > max_line_bytes:  # quoted from its start, wherever the block cut it
+                    head = carry[: 4 * MAX_QUOTE_CHARS] + block[: max(0, 4 * MAX_QUOTE_CHARS - len(carry))]
+                    yield _Overlong(head, len(carry) + nl, True)
                 else:
-                    carry += block
-                    if len(carry) > max_line_bytes:
-                        skip, carry = [carry[: 4 * MAX_QUOTE_CHARS], len(carry)], b""
-                continue
-            if skip is not None:
-                yield _Overlong(skip[0], skip[1] + nl, True)
-                skip = None
-            elif len(carry) + nl > max_line_bytes:
-                yield _Overlong(carry[: 4 * MAX_QUOTE_CHARS], len(carry) + nl, True)
+                    line = carry + block[: nl + 1]  # the one line across two blocks
+                    yield _Piece(line, 0, len(line))
+                carry, start = b"", nl + 1
+            cut = block.rfind(b"\n", start) + 1
+            if cut > start:
+                yield _Piece(block, start, cut)
             else:
-                line = carry + block[: nl + 1]  # the one line across two blocks
-                yield _Piece(line, 0, len(line))
-            carry, start = b"", nl + 1
-        cut = block.rfind(b"\n", start) + 1
-        if cut > start:
-            yield _Piece(block, start, cut)
-        else:
-            cut = start
-        carry = block[cut:]
+                cut = start
+            carry = block[cut:]
     if skip is not None:
         yield _Overlong(skip[0], skip[1], False)
     elif carry:
         yield _Piece(carry, 0, len(carry))
+
+
+def _blocks(read: bytes, max_line_bytes: int) -> tuple[bytes, ...] | list[bytes]:
+    """A block read, as blocks in which no line can be longer than max_line_bytes unseen:
+    itself when every aligned window of max_line_bytes // 2 bytes in it holds a b"\n" (then
+    no run without one reaches max_line_bytes - 1 bytes), else cut in pieces of
+    max_line_bytes (where a line longer than that spans blocks, and _chunks sees it)."""
+    if len(read) <= max_line_bytes:
+        return (read,)
+    half = max(1, max_line_bytes // 2)
+    if all(read.find(b"\n", a, a + half) >= 0 for a in range(0, len(read) - half + 1, half)):
+        return (read,)
+    return [read[a : a + max_line_bytes] for a in range(0, len(read), max_line_bytes)]
 
 
 # ---- what a log yields --------------------------------------------------------------
@@ -866,6 +880,6 @@ def scan_log(path: str, source: int = 0, *, options: ParseOptions | None = None)
     (res.lines, res.decode_lines, res.legacy_decode_lines), src = _scan(
         path, source, _ListSink(res), None, options or DEFAULT_OPTIONS
     )
-    res.sha256 = src.sha256.hexdigest()
+    res.xxh128 = src.digest.hexdigest()
     res.bytes = src.nbytes
     return res
