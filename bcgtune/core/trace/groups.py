@@ -271,12 +271,12 @@ def merge_groups(groups: list[TraceGroup]) -> TraceGroup:
         mix_requests=r,
         mix_counts=c,
         requests_known=all(g.requests_known for g in groups),
-        graph=_sum_counters([g.graph for g in groups]),
-        saturated=_sum_counters([g.saturated for g in groups]),
+        graph=sum_counters([g.graph for g in groups]),
+        saturated=sum_counters([g.saturated for g in groups]),
     )
 
 
-def _sum_counters(items: list[dict[str, int]]) -> dict[str, int]:
+def sum_counters(items: list[dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for d in items:
         for k, v in d.items():

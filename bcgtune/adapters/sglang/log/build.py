@@ -20,7 +20,16 @@ from bcgtune.adapters.sglang.log.grammar import (
 )
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.parallel import _input_size, _parse_files, _Progress
-from bcgtune.core.trace.groups import TraceGroup, group_from_batches, histogram_of, launch_settings, merge_groups
+from bcgtune.core.trace.groups import (
+    TraceGroup,
+    group_from_batches,
+    histogram_of,
+    launch_settings,
+    merge_groups,
+    pairs_of,
+    settings_key,
+    sum_counters,
+)
 from bcgtune.core.trace.merge import merge_traces, rank_overlap
 from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
@@ -167,20 +176,31 @@ def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, commo
     return trace
 
 
+def _histogram_group(r: _FileResult, launches, segs: list[int]) -> TraceGroup:
+    """The group of launches `segs` (of one configuration) from their histograms: what
+    merge_groups makes of their groups, counted once over all their pairs."""
+    assert r.histograms is not None
+    hs = [r.histograms[s] for s in segs]
+    flags, chunk = launches[segs[0]]
+    if len(segs) == 1:
+        tokens, requests, counts = hs[0]["tokens"], hs[0]["requests"], hs[0]["counts"]
+    else:
+        tokens, requests, counts = pairs_of(*(np.concatenate([h[k] for h in hs]) for k in ("tokens", "requests", "counts")))
+    sizes, size_counts = histogram_of(tokens, counts)
+    return TraceGroup(
+        dict(flags) if len(segs) > 1 else flags, chunk, [0] * len(segs), sizes, size_counts, tokens, requests, counts,
+        all(h["requests_known"] for h in hs), sum_counters([h["graph"] for h in hs]),
+        sum_counters([r.segments[s]["saturated"] for s in segs]),
+    )  # fmt: skip
+
+
 def _histogram_trace(r: _FileResult, launches, where: str, common: dict) -> PrefillTrace:
     assert r.histograms is not None
-    parts = []
+    by_key: dict[str, list[int]] = {}  # the launches of each configuration, in order of first batch
     for s, h in enumerate(r.histograms):
-        if not h["counts"].size:
-            continue
-        flags, chunk = launches[s]
-        sizes, counts = histogram_of(h["tokens"], h["counts"])
-        g = TraceGroup(
-            flags, chunk, [0], sizes, counts, h["tokens"], h["requests"], h["counts"], h["requests_known"],
-            dict(h["graph"]), dict(r.segments[s]["saturated"]),
-        )  # fmt: skip
-        parts.append((s, g))
-    groups, _ = _grouped(parts, len(launches))
+        if h["counts"].size:
+            by_key.setdefault(settings_key(*launches[s]), []).append(s)
+    groups = [_histogram_group(r, launches, segs) for segs in by_key.values()]
     zero = r.records - sum(int(g.counts.sum()) for g in groups)
     if groups:
         sizes, counts = histogram_of(np.concatenate([g.sizes for g in groups]), np.concatenate([g.counts for g in groups]))

@@ -158,27 +158,45 @@ class _FileSink(_Sink):
         self.n_records += len(b.line)
         seg = self.segment_of(b.line)
         runs = _runs(seg)
-        for s, rows in runs:
-            self._saturation(s, b, rows)
+        self._saturation(b, runs)
         self.block(b, seg, runs)
 
     def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None: ...
 
-    def _saturation(self, s: int, b: _Block, sel: slice) -> None:
-        """Batches that filled the launch's chunk: `#new-token == chunk`, or with running
-        decode rows `#new-token + #running-req == chunk` (the mixed-chunk signature)."""
+    def _chunk_of(self, s: int) -> Any:
         seg = self.segments[s]
-        chunk = (seg["startup"] or {}).get("chunked_prefill_size") or (seg["server_args"] or {}).get("chunked_prefill_size")
         if seg["startup"] is None and seg["server_args"] is None:
-            chunk = self.assumed.get("chunked_prefill_size")  # given for a log that states no launch
-        if not isinstance(chunk, int) or chunk <= 0:
-            self._unlogged(s, b.new_token[sel], b.running_req[sel])
+            return self.assumed.get("chunked_prefill_size")  # given for a log that states no launch
+        return (seg["startup"] or {}).get("chunked_prefill_size") or (seg["server_args"] or {}).get("chunked_prefill_size")
+
+    def _saturation(self, b: _Block, runs: list[tuple[int, slice]]) -> None:
+        """Batches that filled their launch's chunk: `#new-token == chunk`, or with running
+        decode rows `#new-token + #running-req == chunk` (the mixed-chunk signature); each
+        run of rows of one launch counted at once."""
+        logged = []
+        for s, rows in runs:
+            chunk = self._chunk_of(s)
+            if isinstance(chunk, int) and chunk > 0:
+                logged.append((s, rows, chunk))
+            else:
+                self._unlogged(s, b.new_token[rows], b.running_req[rows])
+        if not logged:
             return
-        nt, rr = b.new_token[sel], b.running_req[sel]
-        sat = seg["saturated"]
-        sat["chunk"] = sat.get("chunk", 0) + int(np.count_nonzero(nt == chunk))
-        mixed = (rr > 0) & (nt < chunk) & (nt + rr == chunk)
-        sat["chunk_minus_running"] = sat.get("chunk_minus_running", 0) + int(np.count_nonzero(mixed))
+        if len(logged) == 1:
+            _, rows, chunk = logged[0]
+            nt, rr, at = b.new_token[rows], b.running_req[rows], np.zeros(1, np.int64)
+        else:  # the rows of every run with a chunk, each beside its run's chunk
+            sel = np.concatenate([np.arange(rows.start, rows.stop) for _, rows, _ in logged])
+            lengths = [rows.stop - rows.start for _, rows, _ in logged]
+            nt, rr = b.new_token[sel], b.running_req[sel]
+            chunk = np.repeat(np.array([c for _, _, c in logged], np.int64), lengths)
+            at = np.concatenate(([0], np.cumsum(lengths[:-1])))
+        full = np.add.reduceat((nt == chunk).astype(np.int64), at).tolist()
+        mixed = np.add.reduceat(((rr > 0) & (nt < chunk) & (nt + rr == chunk)).astype(np.int64), at).tolist()
+        for (s, _, _), n_full, n_mixed in zip(logged, full, mixed):
+            sat = self.segments[s]["saturated"]
+            sat["chunk"] = sat.get("chunk", 0) + n_full
+            sat["chunk_minus_running"] = sat.get("chunk_minus_running", 0) + n_mixed
 
     def _unlogged(self, s: int, nt: np.ndarray, rr: np.ndarray) -> None:
         """A launch whose chunk is not logged (rotated logs): the largest #new-token +
@@ -346,56 +364,68 @@ class _HistogramSink(_FileSink):
     def __init__(self, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> None:
         super().__init__(assumed)
         self.mixed_chunk = mixed_chunk
-        self.pairs: dict[int, _PairCounter] = {}
-        self.graph: dict[int, dict[str, int]] = {}
-        self.unknown_requests: dict[int, int] = {}
+        self.pairs = _PairCounter()
+        # per launch: [replayed, eager, unflagged] batches, batches without #new-seq, and
+        # whether it has a batch of more than 0 forward tokens (then it has a histogram)
+        self.graph = np.zeros((MAX_SEGMENTS + 1, 3), np.int64)
+        self.unknown_requests = np.zeros(MAX_SEGMENTS + 1, np.int64)
+        self.has_batches = np.zeros(MAX_SEGMENTS + 1, np.bool_)
         self.zero = 0
 
     def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None:
         self.ranks_of(b)  # ranks in order of first record, as the columns would number them
         fwd = forward_tokens(b.new_token, b.replay_token, b.running_req, self.mixed_chunk)
+        f, r, g = fwd, b.new_seq, b.graph
         keep = fwd > 0
         n_zero = len(keep) - int(np.count_nonzero(keep))
         self.zero += n_zero
-        for s, rows in runs:
-            f, r, g = fwd[rows], b.new_seq[rows], b.graph[rows]
-            if n_zero:
-                k = keep[rows]
-                if not k.any():
-                    continue
-                f, r, g = f[k], r[k], g[k]
-            self.unknown_requests[s] = self.unknown_requests.get(s, 0) + int(np.count_nonzero(r < 1))
-            self.pairs.setdefault(s, _PairCounter()).add(f, np.where(r >= 1, np.minimum(r, f), 1))
-            gd = self.graph.setdefault(s, {"replayed": 0, "eager": 0, "unflagged": 0})
-            unflagged, eager, replayed = np.bincount(g.astype(np.int64) + 1, minlength=3).tolist()  # graph is -1, 0 or 1
-            gd["replayed"] += replayed
-            gd["eager"] += eager
-            gd["unflagged"] += unflagged
+        if n_zero:
+            seg, f, r, g = seg[keep], f[keep], r[keep], g[keep]
+        if not len(seg):
+            return
+        lo, hi = int(seg[0]), int(seg[-1]) + 1  # a block's launches ascend
+        if lo + 1 == hi:
+            self.has_batches[lo] = True
+            self.unknown_requests[lo] += int(np.count_nonzero(r < 1))
+            self.graph[lo] += np.bincount(g.astype(np.int64) + 1, minlength=3)[::-1]  # graph is -1, 0 or 1
+        else:
+            local = seg.astype(np.int64) - lo
+            self.has_batches[lo:hi] |= np.bincount(local, minlength=hi - lo) > 0
+            self.unknown_requests[lo:hi] += np.bincount(local[r < 1], minlength=hi - lo)
+            self.graph[lo:hi] += np.bincount(local * 3 + (1 - g.astype(np.int64)), minlength=3 * (hi - lo)).reshape(-1, 3)
+        self.pairs.add(seg, f, np.where(r >= 1, np.minimum(r, f), 1))
 
     def histograms(self) -> list[dict]:
+        segs, tokens, requests, counts = self.pairs.result()
+        at = np.searchsorted(segs, np.arange(len(self.segments) + 1)).tolist()
+        graph = self.graph.tolist()
         out = []
         for s in range(len(self.segments)):
-            tokens, requests, counts = self.pairs[s].result() if s in self.pairs else (np.empty(0, np.int64),) * 3
+            a, b = at[s], at[s + 1]
+            gd = dict(zip(("replayed", "eager", "unflagged"), graph[s])) if self.has_batches[s] else {}
             out.append(
-                {"tokens": tokens, "requests": requests, "counts": counts, "graph": self.graph.get(s, {}),
-                 "requests_known": not self.unknown_requests.get(s, 0)}
+                {"tokens": tokens[a:b], "requests": requests[a:b], "counts": counts[a:b], "graph": gd,
+                 "requests_known": not self.unknown_requests[s]}
             )  # fmt: skip
         return out
 
 
 class _PairCounter:
-    """Counts of (tokens, requests) pairs, added a block at a time and folded together once
-    what waits is larger than what is folded (memory: about twice the distinct pairs)."""
+    """Counts of (launch, tokens, requests) triples, added a block at a time and folded
+    together once what waits is larger than what is folded (memory: about twice the
+    distinct triples)."""
 
     def __init__(self) -> None:
+        self.segs = np.empty(0, np.int64)
         self.keys = np.empty(0, np.int64)
         self.counts = np.empty(0, np.int64)
-        self.waiting: list[np.ndarray] = []
+        self.waiting: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_waiting = 0
 
-    def add(self, tokens: np.ndarray, requests: np.ndarray) -> None:
+    def add(self, segs: np.ndarray, tokens: np.ndarray, requests: np.ndarray) -> None:
         # one int64 key per pair: tokens below 2**32 and requests below 2**31 (int32 counts)
-        self.waiting.append((np.minimum(tokens, 2**32 - 1) << 31) | np.minimum(requests, 2**31 - 1))
+        key = (np.minimum(tokens, 2**32 - 1) << 31) | np.minimum(requests, 2**31 - 1)
+        self.waiting.append((segs.astype(np.int64), key))
         self.n_waiting += len(tokens)
         if self.n_waiting > max(1 << 16, 2 * len(self.keys)):
             self._fold()
@@ -403,15 +433,21 @@ class _PairCounter:
     def _fold(self) -> None:
         if not self.waiting:
             return
-        keys = np.concatenate([self.keys, *self.waiting])
+        segs = np.concatenate([self.segs, *(s for s, _ in self.waiting)])
+        keys = np.concatenate([self.keys, *(k for _, k in self.waiting)])
         counts = np.concatenate([self.counts, np.ones(self.n_waiting, np.int64)])
         self.waiting, self.n_waiting = [], 0
-        self.keys, inv = np.unique(keys, return_inverse=True)
-        self.counts = np.bincount(inv.ravel(), weights=counts, minlength=len(self.keys)).astype(np.int64)
+        order = np.lexsort((keys, segs))
+        segs, keys, counts = segs[order], keys[order], counts[order]
+        new = np.ones(len(keys), np.bool_)
+        new[1:] = (segs[1:] != segs[:-1]) | (keys[1:] != keys[:-1])
+        starts = np.flatnonzero(new)
+        self.segs, self.keys, self.counts = segs[starts], keys[starts], np.add.reduceat(counts, starts)
 
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(launches, tokens, requests, counts), by launch then pair."""
         self._fold()
-        return self.keys >> 31, self.keys & (2**31 - 1), self.counts
+        return self.segs, self.keys >> 31, self.keys & (2**31 - 1), self.counts
 
 
 def _parse_file(

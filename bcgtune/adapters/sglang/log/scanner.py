@@ -126,14 +126,40 @@ _LINE_MARK = -(2**62) + 17  # the line number a rare text is parsed at once, the
 _EVENT_KINDS = ("server_args", "capture", "startup", "disabled", "head_cut")  # server_args first: it starts launches
 
 
+class _Args(tuple):
+    """An event's arguments recorded at _LINE_MARK, with where _at_line puts the line and
+    what it copies: `marks`, the positions of _LINE_MARK; `dicts`, each dict argument's
+    position, whether it has a "line" key, and its keys holding a list or a dict."""
+
+    marks: tuple[int, ...]
+    dicts: tuple[tuple[int, bool, tuple[str, ...]], ...]
+
+    @classmethod
+    def of(cls, args: tuple) -> _Args:
+        out = cls(args)
+        out.marks = tuple(i for i, a in enumerate(args) if type(a) is not dict and a == _LINE_MARK)
+        out.dicts = tuple(
+            (i, "line" in a, tuple(k for k, v in a.items() if type(v) in (dict, list)))
+            for i, a in enumerate(args) if type(a) is dict
+        )  # fmt: skip
+        return out
+
+
 def _at_line(args: tuple, line: int) -> tuple:
     """The event arguments recorded at _LINE_MARK, at `line`; the dicts, and the lists and
     dicts in them, copied (each event owns its own, as the per-line parser makes them)."""
-    return tuple(
-        line if a == _LINE_MARK else
-        {k: (line if k == "line" else v.copy() if type(v) in (dict, list) else v) for k, v in a.items()} if type(a) is dict else a
-        for a in args
-    )  # fmt: skip
+    if not isinstance(args, _Args):
+        args = _Args.of(args)
+    out = list(args)
+    for i in args.marks:
+        out[i] = line
+    for i, has_line, copied in args.dicts:
+        d = out[i] = args[i].copy()
+        if has_line:
+            d["line"] = line
+        for k in copied:
+            d[k] = d[k].copy()
+    return tuple(out)
 
 
 class _InLineOrder(_Sink):
@@ -293,7 +319,7 @@ class _Scanner:
         if self.pending is not None:
             per_line.append(0)  # the first line may continue the previous chunk's record
         with _PLANS.lock:
-            pid = self._plan_lines(c, prefill, per_line, keys)
+            pid = self._plan_lines(c, heads, per_line, keys)
             batched = None if rare is None else self._rare_batch(c, rare, per_line)
             seen = self._per_line(c, sorted(set(per_line)), base, batched)
             fast = ~seen[prefill]
@@ -378,7 +404,7 @@ class _Scanner:
             name, args = rec.calls[0]
             marks = sum(a == _LINE_MARK for a in args) + sum(isinstance(a, dict) and a.get("line") == _LINE_MARK for a in args)
             kind = _EVENT_KINDS.index(name) if marks == 1 else _PER_LINE
-            self._rare_args[key] = args
+            self._rare_args[key] = _Args.of(args)
         self._rare_kind[key] = kind
         self._rare_legacy[key] = legacy
 
@@ -434,10 +460,11 @@ class _Scanner:
         at = lo[r] + pos - (sep[r] - (hi[r] - lo[r]))  # offsets in the chunk
         return np.unique(np.searchsorted(c.ends, at)).tolist()
 
-    def _plan_lines(self, c: _ChunkLines, prefill: np.ndarray, per_line: list[int], ids: np.ndarray | None) -> np.ndarray:
+    def _plan_lines(self, c: _ChunkLines, heads: _BatchLines, per_line: list[int], ids: np.ndarray | None) -> np.ndarray:
         """Plan ids of the prefill lines (`ids`: their layout ids from the compiled
         scanner); adds to `per_line` those the fast path cannot read (layouts read per line,
         records that may continue on the next line)."""
+        prefill = heads.prefill
         if not len(prefill):
             return np.empty(0, np.int64)
         if len(_PLANS.index) > _MAX_FAST_PLANS:
@@ -449,10 +476,14 @@ class _Scanner:
         kind, pending, has_decode = _PLANS.tables()[:3]
         pk = kind[pid]
         per_line += prefill[(pk == _GENERAL) | has_decode[pid]].tolist()  # glued to a decode line: per line
-        for j in np.flatnonzero(pending[pid] & (pk != _GENERAL)).tolist():
-            i = int(prefill[j]) + 1
-            if i >= c.n or (_B_BATCH not in c.line(i) and _CONTINUATION_RE.match(c.line(i))):
-                per_line.append(i - 1)  # it may continue: only the per-line parser knows
+        nxt = prefill[pending[pid] & (pk != _GENERAL)] + 1  # the line after a record that ends with ","
+        if len(nxt):
+            head = np.zeros(c.n + 1, np.bool_)  # a record head: it holds b"batch", so it continues nothing
+            for rows in (prefill, heads.decode, heads.legacy):
+                head[rows] = True
+            for i in nxt[~head[nxt]].tolist():
+                if i >= c.n or (_B_BATCH not in c.line(i) and _CONTINUATION_RE.match(c.line(i))):
+                    per_line.append(i - 1)  # it may continue: only the per-line parser knows
         return pid
 
     @staticmethod
