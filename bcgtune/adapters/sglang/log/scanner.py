@@ -18,11 +18,13 @@ import numpy as np
 from bcgtune.adapters.sglang.log.fastpath import (
     _F_CT,
     _F_RANK,
+    _F_STAMP,
     _FAST,
     _GENERAL,
     _INT_COLS,
     _MAX_FAST_PLANS,
     _MAX_RANK_RUNS,
+    _N_STAMP,
     _NF,
     _PLANS,
     _RARE_NEEDLES,
@@ -545,15 +547,18 @@ class _Scanner:
         if not len(rows):
             return None, np.empty(0, np.int64)
         _, _, _, graph, label, template, offsets, lengths = _PLANS.tables()
-        lens = lengths[pid]
         if self.table is not None:  # the compiled scanner's reader
             raw = read_fields(c.data, c.off, c.starts[rows], pid, offsets, lengths, _NF)
-            vals = np.frombuffer(raw, np.int64).reshape(lens.shape)
+            vals = np.frombuffer(raw, np.int64).reshape(len(rows), _NF)
+            lens = lengths[:, _F_STAMP : _F_STAMP + _N_STAMP][pid]  # what _stamps reads of them
         else:
+            lens = lengths[pid]
             vals = _read_digits(c.buf, (offsets[pid] + c.starts[rows][:, None]).ravel(), lens.ravel()).reshape(lens.shape)
-        good = ~(vals[:, : len(_INT_COLS)] > INT32_MAX).any(axis=1)
-        bad = rows[~good]
-        if not good.all():
+            lens = lens[:, _F_STAMP : _F_STAMP + _N_STAMP]
+        bad = np.empty(0, np.int64)
+        if vals[:, : len(_INT_COLS)].max(initial=0) > INT32_MAX:
+            good = ~(vals[:, : len(_INT_COLS)] > INT32_MAX).any(axis=1)
+            bad = rows[~good]
             rows, pid, vals, lens = rows[good], pid[good], vals[good], lens[good]
         rank = np.full(len(rows), -1, np.int32)
         names: list[str] = []
