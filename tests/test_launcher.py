@@ -1,6 +1,7 @@
 """ServerProcess as a library: health wait, stop reaps the whole process group, a crash
 before health is reported with its exit code and log path."""
 
+import os
 import socket
 import sys
 import time
@@ -66,3 +67,44 @@ def test_stop_escalates_to_sigkill(tmp_path):
     rc = sp.stop()
     assert rc == -9 and exit_status(rc) == 137
     assert gone(sp.pid)
+
+
+def test_one_blas_thread_here_and_the_users_environment_for_a_server(tmp_path, monkeypatch):
+    """The commands that read logs or price lists run with one OpenBLAS thread (numpy's
+    pool would spin for nothing); a server they start gets the environment as the user set
+    it: without the variable, or with the user's own value."""
+    import bcgtune.procenv as procenv
+
+    monkeypatch.setattr(procenv, "_set_here", {})
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    procenv.one_blas_thread()
+    assert "OPENBLAS_NUM_THREADS" not in procenv.child_environ()
+    out = tmp_path / "env.txt"
+    code = f"import os; open({str(out)!r}, 'w').write(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))"
+    with ServerProcess([sys.executable, "-c", code], log_path=None, echo=None, grace_s=5) as sp:
+        deadline = time.monotonic() + HANG_S
+        while sp.proc is not None and sp.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert out.read_text() == "unset"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")  # the user's choice, made since: kept
+    assert procenv.child_environ()["OPENBLAS_NUM_THREADS"] == "4"
+    monkeypatch.setattr(procenv, "_set_here", {})
+    procenv.one_blas_thread()  # and never replaced
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4" and procenv.child_environ()["OPENBLAS_NUM_THREADS"] == "4"
+
+
+def test_the_trace_command_asks_for_one_blas_thread(tmp_path):
+    import subprocess
+
+    code = (
+        "import os, sys; os.environ.pop('OPENBLAS_NUM_THREADS', None)\n"
+        "from bcgtune.cli.app import run\n"
+        "run(['trace', '--log', sys.argv[1], '-q', '-o', sys.argv[2]])\n"
+        "import bcgtune.procenv as p; var = 'OPENBLAS_NUM_THREADS'\n"
+        "print(os.environ.get(var), p.child_environ().get(var))\n"
+    )
+    log = Path(__file__).parent / "data" / "sglang-logs" / "26_doc_hand_wrapped_prefill.log"
+    argv = [sys.executable, "-c", code, str(log), str(tmp_path / "t.json")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["1", "None"]

@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 from bcgtune import __version__
 from bcgtune.cli.console import StdoutClosed, err_line
+from bcgtune.procenv import ONE_BLAS_THREAD_COMMANDS, one_blas_thread
 
 DEBUG_ENV = "BCGTUNE_DEBUG"
 EXIT_EXTERNAL = 3
@@ -278,6 +279,8 @@ def _run(argv: list[str]) -> int:
     _state["debug"] = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     if argv[:2] == ["trace", "merge"]:
         argv = ["trace merge", *argv[2:]]
+    if argv and argv[0] in ONE_BLAS_THREAD_COMMANDS:
+        one_blas_thread()
     click_exc, abort, typer_exit = _click_classes()
     try:
         rv = get_app()(args=argv or ["--help"], prog_name="bcgtune", standalone_mode=False)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from bcgtune.errors import ExternalError, InputError
+from bcgtune.procenv import child_environ
 
 
 def die_with_parent():
@@ -114,7 +115,7 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         if self.proc is not None:
             raise InputError("server process already started")
-        env = os.environ.copy()
+        env = child_environ()
         env.update(self.extra_env)
         if self.log_path is not None:
             parent = self.log_path.parent

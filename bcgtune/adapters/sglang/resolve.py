@@ -31,6 +31,7 @@ from bcgtune.adapters.machine.model_config import locate_model_config
 from bcgtune.adapters.sglang.launcher import ServerCommand, build_server_command, die_with_parent
 from bcgtune.core.sglang.capture import CaptureSource, PrefillBackend, PrefillCapture
 from bcgtune.errors import InputError
+from bcgtune.procenv import child_environ
 
 DEFAULT_TIMEOUT_S = 300.0
 # --probe-timeout, else this variable, else DEFAULT_TIMEOUT_S: how long SGLang may take to answer
@@ -153,7 +154,7 @@ def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
     """Run the probe child on `request`; its JSON answer, or {"error": why}. The child's
     own output goes to a temporary file and only its last line is ever quoted."""
     pkg_root = str(Path(__file__).resolve().parents[3])
-    env = dict(os.environ)
+    env = child_environ()
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(PROBE_CHILD_ENV)
     with tempfile.TemporaryDirectory(prefix="bcgtune-probe-") as tmp:
