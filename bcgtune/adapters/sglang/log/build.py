@@ -25,7 +25,6 @@ from bcgtune.core.trace.groups import (
     group_from_batches,
     histogram_of,
     launch_settings,
-    merge_groups,
     pairs_of,
     settings_key,
     sum_counters,
@@ -104,19 +103,6 @@ def _launches(r: _FileResult) -> list[tuple[dict[str, Any], int | None]]:
     return [launch_settings(seg["server_args"], seg["startup"]) for seg in r.segments]
 
 
-def _grouped(parts: list[tuple[int, TraceGroup]], n_segments: int) -> tuple[list[TraceGroup], np.ndarray]:
-    """Launches with equal settings as one group (in order of first batch), and a lookup
-    table from launch to group."""
-    order: dict[str, list[TraceGroup]] = {}
-    lut = np.full(n_segments + 1, -1, np.int32)
-    index: dict[str, int] = {}
-    for seg, g in parts:
-        key = g.key()
-        order.setdefault(key, []).append(g)
-        lut[seg] = index.setdefault(key, len(index))
-    return [merge_groups(gs) for gs in order.values()], lut
-
-
 def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillTrace:
     """The trace of one log (its source is source 0): the map step of a parse."""
     where = _display_path(path)
@@ -159,18 +145,26 @@ def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, commo
         for k in list(cols):
             cols[k] = cols[k][keep]
         segment = segment[keep]
-    parts = []
-    launched = np.unique(segment).tolist()
-    for s in launched:
-        sel = segment == s if len(launched) > 1 else slice(None)  # one launch: the columns themselves
-        flags, chunk = launches[s]
-        c = cols
-        parts.append(
-            (s, group_from_batches(flags, chunk, [0], c["forward_tokens"][sel], c["new_seq"][sel], c["graph"][sel],
-                                   r.segments[s]["saturated"]))
-        )  # fmt: skip
-    groups, lut = _grouped(parts, len(launches))
+    by_key: dict[str, list[int]] = {}  # the launches of each configuration, in order of first batch
+    for s in np.unique(segment).tolist():
+        by_key.setdefault(settings_key(*launches[s]), []).append(s)
+    lut = np.full(len(launches) + 1, -1, np.int32)
+    for gi, segs in enumerate(by_key.values()):
+        lut[segs] = gi
     cols["group"] = lut[segment]
+    rows_of: list = [slice(None)]  # one configuration: the columns themselves
+    if len(by_key) > 1:  # each configuration's rows, in line order
+        order = np.argsort(cols["group"], kind="stable")
+        rows_of = np.split(order, np.searchsorted(cols["group"][order], np.arange(1, len(by_key))))
+    groups = []
+    for segs, sel in zip(by_key.values(), rows_of):
+        # what merge_groups makes of the launches' own groups, counted once over their rows
+        flags, chunk = launches[segs[0]]
+        saturated = sum_counters([r.segments[s]["saturated"] for s in segs])
+        groups.append(
+            group_from_batches(dict(flags) if len(segs) > 1 else flags, chunk, [0] * len(segs),
+                               cols["forward_tokens"][sel], cols["new_seq"][sel], cols["graph"][sel], saturated)
+        )  # fmt: skip
     trace = PrefillTrace.from_batches(cols, parse_stats=_parse_stats(where, r, zero), **common)
     trace.groups = groups
     return trace
