@@ -361,6 +361,8 @@ class _HistogramSink(_FileSink):
     """Counts per (forward tokens, requests) pair per launch, the graph flag counted per
     launch: memory grows with the distinct pairs, never with the number of batches."""
 
+    wants_timestamps = False  # no column keeps them
+
     def __init__(self, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> None:
         super().__init__(assumed)
         self.mixed_chunk = mixed_chunk
@@ -437,7 +439,11 @@ class _PairCounter:
         keys = np.concatenate([self.keys, *(k for _, k in self.waiting)])
         counts = np.concatenate([self.counts, np.ones(self.n_waiting, np.int64)])
         self.waiting, self.n_waiting = [], 0
-        order = np.lexsort((keys, segs))
+        tokens, requests = keys >> 31, keys & (2**31 - 1)
+        if len(segs) and segs.max() < 2**21 and tokens.max() < 2**21 and requests.max() < 2**21:  # one int64 per triple
+            order = np.argsort((segs << 42) | (tokens << 21) | requests)
+        else:
+            order = np.lexsort((keys, segs))
         segs, keys, counts = segs[order], keys[order], counts[order]
         new = np.ones(len(keys), np.bool_)
         new[1:] = (segs[1:] != segs[:-1]) | (keys[1:] != keys[:-1])

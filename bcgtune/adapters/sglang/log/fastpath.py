@@ -11,7 +11,7 @@ import re
 import threading
 from itertools import repeat
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,25 +74,23 @@ class _Block(NamedTuple):
 
 
 _INT_COLS = ("new_seq", "new_token", "cached_token", "running_req", "queue_req", "replay_token")
+_BLOCK_COLUMNS = tuple(k for k in _Block._fields if k != "rank_names")
 _COLUMN_TYPES = {"graph": np.int8, "label": np.int8, "timestamp": np.float64, "rank": np.int32, "legacy": np.bool_}
 
 
 def _block_of(records: list[tuple[int, int, PrefillValues]]) -> _Block:
     """A block from the general parser's (line, physical lines, values) records."""
     names: dict[str | None, int] = {None: -1}
-    cols: dict[str, list] = {k: [] for k in _Block._fields if k != "rank_names"}
-    for line, phys, v in records:
-        cols["line"].append(line)
-        cols["physical_lines"].append(phys)
-        for k in _INT_COLS:
-            cols[k].append(getattr(v, k))
-        cols["graph"].append(-1 if v.graph is None else int(v.graph))
-        cols["label"].append(-1 if v.graph_label is None else _GRAPH_LABELS.index(v.graph_label))
-        cols["timestamp"].append(v.timestamp)
-        cols["rank"].append(names.setdefault(v.rank, len(names) - 1))
-        cols["forward_ct"].append(-1 if v.forward_ct is None else v.forward_ct)
-        cols["legacy"].append(v.legacy)
-    arrays: dict[str, np.ndarray] = {k: np.array(x, dtype=_COLUMN_TYPES.get(k, np.int64)) for k, x in cols.items()}
+    line, phys, values = zip(*records)
+    v = dict(zip(PrefillValues._fields, zip(*values)))  # each field's values, in record order
+    cols: dict[str, Any] = {"line": line, "physical_lines": phys, **{k: v[k] for k in _INT_COLS}}
+    cols["graph"] = [-1 if g is None else int(g) for g in v["graph"]]
+    cols["label"] = [-1 if x is None else _GRAPH_LABELS.index(x) for x in v["graph_label"]]
+    cols["timestamp"] = v["timestamp"]
+    cols["rank"] = [names.setdefault(r, len(names) - 1) for r in v["rank"]]
+    cols["forward_ct"] = [-1 if x is None else x for x in v["forward_ct"]]
+    cols["legacy"] = v["legacy"]
+    arrays: dict[str, np.ndarray] = {k: np.array(cols[k], dtype=_COLUMN_TYPES.get(k, np.int64)) for k in _BLOCK_COLUMNS}
     return _Block(rank_names=[n for n in names if n is not None], **arrays)
 
 
@@ -112,8 +110,15 @@ def _merge_blocks(a: _Block | None, b: _Block | None) -> _Block | None:
             y = np.where(y >= 0, y + shift, -1).astype(np.int32)
         cols[k] = (x, y)
     order = np.argsort(b.line, kind="stable")  # each block in line order, one line in one block
-    at = np.searchsorted(a.line, b.line[order])
-    return _Block(rank_names=a.rank_names + b.rank_names, **{k: np.insert(x, at, y[order]) for k, (x, y) in cols.items()})
+    at = np.searchsorted(a.line, b.line[order]) + np.arange(len(order))  # b's rows in the merged block
+    from_a = np.ones(len(a.line) + len(order), np.bool_)
+    from_a[at] = False
+    merged = {}
+    for k, (x, y) in cols.items():
+        out = merged[k] = np.empty(len(from_a), x.dtype)
+        out[from_a] = x
+        out[at] = y[order]
+    return _Block(rank_names=a.rank_names + b.rank_names, **merged)
 
 
 # ---- the fast path: layouts of prefill lines -----------------------------------------

@@ -103,6 +103,8 @@ class ScanResult:
 class _Sink:
     """Receives what the scanner finds. parse_logs keeps compact columns; scan_log lists."""
 
+    wants_timestamps = True  # False: the fast path's records may carry NaN for their time
+
     def records(self, source: int, block: _Block) -> None: ...
     def malformed(self, source: int, line: int, text: str) -> None: ...
     def capture(self, cap: dict) -> None: ...
@@ -381,7 +383,9 @@ class _Scanner:
         kind = np.where(known, self._rare_kind[np.where(known, keys, 0)], _PER_LINE)
         own = kind == _PER_LINE
         if per_line:
-            own |= np.isin(lines, per_line)
+            read = np.zeros(c.n + 1, np.bool_)  # (index c.n: the line a record may continue on)
+            read[per_line] = True
+            own |= read[lines]
         if own.any():
             per_line += lines[own].tolist()
             lines, keys = lines[~own], keys[~own]
@@ -569,7 +573,8 @@ class _Scanner:
         cols = {k: vals[:, f] for f, k in enumerate(_INT_COLS)}
         block = _Block(
             line=base + rows, physical_lines=np.ones(len(rows), np.int64), **cols,
-            graph=graph[pid], label=label[pid], timestamp=_stamps(vals, lens), rank=rank, rank_names=names,
+            graph=graph[pid], label=label[pid], rank=rank, rank_names=names,
+            timestamp=_stamps(vals, lens) if self.sink.wants_timestamps else np.full(len(rows), np.nan),
             forward_ct=vals[:, _F_CT], legacy=np.zeros(len(rows), np.bool_),
         )  # fmt: skip
         return block, bad
