@@ -84,13 +84,23 @@ def engines(path: str) -> dict:
         with open(path, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()[:12]
 
+    def xxh128():
+        from bcgtune.fileio import log_digest
+
+        h = log_digest()
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+        return h.hexdigest()[:12]
+
     def line_scanner():
         from bcgtune.adapters.sglang.log.fastpath import _RARE_NEEDLES, LineTable
         from bcgtune.adapters.sglang.log.grammar import _B_NEW_SEQ, _MAX_PLAN_KEY
 
         if LineTable is None:
             raise ImportError("the compiled line scanner", name="bcgtune.adapters.sglang.log._lines")
-        table, found, block = LineTable(), 0, 1 << 20
+        from bcgtune.adapters.sglang.log.grammar import CHUNK_SIZE
+
+        table, found, block = LineTable(), 0, CHUNK_SIZE
         with open(path, "rb") as fh:
             data = fh.read()
         start = 0
@@ -113,7 +123,8 @@ def engines(path: str) -> dict:
 
     return {
         "bytes.count(b'Prefill batch')": grep_count,
-        "hashlib.sha256 (each log's hash)": sha256,
+        "hashlib.sha256 (the log's hash before XXH3-128)": sha256,
+        "XXH3-128 (each log's hash)": xxh128,
         "bcgtune's compiled line scanner alone": line_scanner,
         "Python re.findall, 6 fields": python_re,
         "google-re2 findall, 6 fields": re2,

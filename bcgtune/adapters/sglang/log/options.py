@@ -13,8 +13,8 @@ SMALL_PIECE = 16 << 10  # a piece this small with one line costs less through th
 
 @dataclass(frozen=True)
 class ParseOptions:
-    """chunk_size: bytes read at a time; max_line_bytes: a longer
-    physical line is skipped and counted, never held whole; fast_path: False sends every
+    """chunk_size: bytes read at a time (the parse holds a few times that); max_line_bytes: a
+    longer physical line is skipped and counted, never held whole; fast_path: False sends every
     line through the per-line parser (the reference the fast path equals); compiled: False
     keeps the fast path on numpy where the compiled line scanner is built; small_piece: a
     piece of one line up to this size goes through the per-line parser; parallel_min_bytes:
