@@ -385,7 +385,7 @@ class _HistogramSink(_FileSink):
             seg, f, r, g = seg[keep], f[keep], r[keep], g[keep]
         if not len(seg):
             return
-        lo, hi = int(seg[0]), int(seg[-1]) + 1  # a block's launches ascend
+        lo, hi = int(seg.min()), int(seg.max()) + 1
         if lo + 1 == hi:
             self.has_batches[lo] = True
             self.unknown_requests[lo] += int(np.count_nonzero(r < 1))
