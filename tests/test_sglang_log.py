@@ -435,6 +435,32 @@ def _both_paths(path, chunk_size=None):
     return fast, slow
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_pre_2024_records_are_read_by_layout(tmp_path, monkeypatch, compiled):
+    """`new fill batch.` records (SGLang before 2024-05) go through the fast path like
+    `Prefill batch` ones, by layout, and give what the per-line parser gives; a line that
+    also holds another record head is still read per line."""
+    import bcgtune.adapters.sglang.log.scanner as mod
+
+    lines = [
+        f"[gpu={i % 2}] new fill batch. #seq: {i % 7 + 1}. #cached_token: {i * 37}. #new_token: {i * 13 + 1}. "
+        f"#remaining_req: {i % 5}. #running_req: {i % 9}. tree_cache_hit_rate: {i % 100}.{i % 10}0%."
+        for i in range(300)
+    ]
+    lines += ["[gpu=0] new fill batch. #seq: 1. #new_token: 5. Decode batch. #running-req: 1", "new fill batch. #seq: 2"]
+    path = tmp_path / "old.log"
+    path.write_text("\n".join(lines) + "\n")
+    per_line = []
+    line = mod._Scanner._line
+    monkeypatch.setattr(mod._Scanner, "_line", lambda self, raw, n: (per_line.append(n), line(self, raw, n))[1])
+    fast = scan_log(str(path), options=ParseOptions(compiled=compiled, small_piece=-1))
+    assert per_line == [301]  # the line with a decode head too; the last one has no #new_token: malformed, by layout
+    monkeypatch.setattr(mod._Scanner, "_line", line)
+    slow = scan_log(str(path), options=ParseOptions(fast_path=False))
+    assert repr(fast) == repr(slow)
+    assert len(fast.records) == 301 and all(r.legacy for r in fast.records) and len(fast.malformed) == 1
+
+
 def _same_file_results(a, b):
     """Two _parse_file results of one log are the same (columns compared as arrays)."""
     assert a.columns.keys() == b.columns.keys()
@@ -694,8 +720,8 @@ _SOUP = st.lists(
 @example(parts=[b"x" * 40, b"graph", b"x" * 40, b"\n", b"Prefill batch, #new-seq: 4", b"graph"], skip=1)
 def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
     # line ends, record heads and rare lines of arbitrary bytes, as the numpy path finds
-    # them; prefill lines share a layout id exactly when their digit-masked texts are equal,
-    # rare lines a text id exactly when their texts are
+    # them; prefill and pre-2024 lines share a layout id exactly when their digit-masked
+    # texts are equal, rare lines a text id exactly when their texts are
     from bcgtune.adapters.sglang.log.fastpath import _RARE_NEEDLES, LineTable, _ChunkLines, _Piece
     from bcgtune.adapters.sglang.log.grammar import _B_NEW_SEQ, _MASK_DIGITS
     from bcgtune.adapters.sglang.log.scanner import _K_DECODE, _K_GLUED, _K_HEAD_CUT, _K_LEGACY, _K_PREFILL, _K_RARE, _Scanner
@@ -727,18 +753,20 @@ def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
         assert idx[(kind & bit) != 0].tolist() == want.tolist(), bit
     rare = _Scanner._rare_lines(None, c, heads.prefill, heads.decode)
     got_rare = idx[(kind & _K_RARE) != 0].tolist()
-    assert got_rare == [i for i in rare if i not in set(heads.prefill.tolist()) | set(heads.decode.tolist())]
+    records = set(heads.prefill.tolist()) | set(heads.decode.tolist()) | set(heads.legacy.tolist())
+    assert got_rare == [i for i in rare if i not in records]
     texts = {}
     for i, k, kd in zip(idx.tolist(), keys.tolist(), kind.tolist()):
-        if not kd & (_K_PREFILL | _K_RARE):
+        record = bool(kd & (_K_PREFILL | _K_LEGACY))  # keyed by layout
+        if not record and not kd & _K_RARE:
             assert k == -1
             continue
         line = c.line(i)
-        text = line.translate(_MASK_DIGITS) if kd & _K_PREFILL else line
-        if len(line) > (60 if kd & _K_PREFILL else 50):
+        text = line.translate(_MASK_DIGITS) if record else line
+        if len(line) > (60 if record else 50):
             assert k == -1
             continue
-        texts.setdefault((bool(kd & _K_PREFILL), text), set()).add(k)
+        texts.setdefault((record, text), set()).add(k)
     assert all(len(ids) == 1 for ids in texts.values())
     assert len({next(iter(ids)) for ids in texts.values()}) == len(texts)
 

@@ -8,14 +8,14 @@
  *     (pre-2024 prefill) right before it, anything else being another head (a line with
  *     another head, none of the three, and a "#new-seq" may hold a prefill record whose
  *     head was cut off);
- *   - for a line with none of the prefill and decode heads, whether it holds one of the
- *     needles the per-line parser acts on (fastpath._RARE_NEEDLES, passed in);
- *   - for a prefill line, its layout: the id of its text with every ASCII digit read as
+ *   - for a line with none of the three heads, whether it holds one of the needles the
+ *     per-line parser acts on (fastpath._RARE_NEEDLES, passed in);
+ *   - for a prefill or pre-2024 line, its layout: the id of its text with every ASCII digit read as
  *     "0" (the key of fastpath._Plans.index); for a line with a needle, the id of its exact
  *     text. Ids persist across calls on one LineTable, so the caller plans a layout, or
  *     parses a rare line's text, once per distinct text, not once per line.
  *
- * Bounded: a prefill line longer than max_key bytes, or a rare line longer than max_rare,
+ * Bounded: a prefill or pre-2024 line longer than max_key bytes, or a rare line longer than max_rare,
  * gets no id (-1: the caller reads it per line);
  * the table keeps the texts it has seen (nbytes says how many bytes) until clear().
  */
@@ -303,12 +303,13 @@ static int finish_line(Scan *sc, size_t start, size_t end, LineState *s) {
     size_t len = end - start;
     if (s->other && !s->prefill && !s->decode && !s->legacy && holds(line, len, sc->new_seq, sc->new_seq_len))
         kind |= K_HEAD_CUT;
-    if (s->rare && !s->prefill && !s->decode) kind |= K_RARE;
+    if (s->rare && !s->prefill && !s->decode && !s->legacy) kind |= K_RARE; /* a record line's needles mean nothing */
     memset(s, 0, sizeof(*s));
     if (!kind) return 0;
     int64_t key = -1;
-    if ((kind & K_PREFILL) ? len <= sc->max_key : (kind & K_RARE) && len <= sc->max_rare) {
-        key = table_id(sc->t, line, len, (kind & K_PREFILL) != 0);
+    int record = (kind & (K_PREFILL | K_LEGACY)) != 0; /* keyed by its layout (digits masked) */
+    if (record ? len <= sc->max_key : (kind & K_RARE) && len <= sc->max_rare) {
+        key = table_id(sc->t, line, len, record);
         if (key == -2) return -1;
     }
     return out_push(sc->o, li, kind, key);

@@ -26,6 +26,7 @@ from bcgtune.adapters.sglang.log.grammar import (
     _B_DECODE,
     _B_GRAPH,
     _B_LEGACY_DECODE,
+    _B_LEGACY_PREFILL,
     _B_NEW_SEQ,
     _B_PREFILL,
     _B_SERVER_ARGS,
@@ -170,7 +171,7 @@ class _TailPlan(NamedTuple):
 _NO_RUNS = (-1,) * (_F_CT + 1)
 
 
-def _tail_plan(tail: str, runs: list[tuple[int, int]]) -> _TailPlan:
+def _tail_plan(tail: str, runs: list[tuple[int, int]], legacy: bool = False) -> _TailPlan:
     """_plan of a record's text after "Prefill batch", each field read as the index of its
     digit run in `runs`. _plan decides by where digits are, not by how many (int() and the
     key test look at the other characters; no run here has more than 18 digits, so int()
@@ -181,7 +182,7 @@ def _tail_plan(tail: str, runs: list[tuple[int, int]]) -> _TailPlan:
     assert m is not None  # every part of the pattern is optional
     first_key = tail[m.end() :].split(",", 1)[0].partition(":")[0]
     exact_only = _DIGIT_RUN_RE.search(first_key) is not None
-    plan = _plan(tail, False)
+    plan = _plan(tail, legacy)
     if plan is None:
         return _TailPlan(_MALFORMED, _NO_RUNS, -1, -1, exact_only)
     spans, graph, label, ct = plan
@@ -251,22 +252,23 @@ class _Plans:
         self.head_ids: dict[bytes, int] = {}  # masked head -> row of the head table
         self.head_rows: list[tuple] = []  # (fast path can read it, offsets, lengths, rank template)
         self._head_arrays: tuple | None = None
-        self.tails: dict[bytes, _TailPlan] = {}  # tail shape -> its plan
+        self.tails: dict[tuple[bool, bytes], _TailPlan] = {}  # (pre-2024 form, tail shape) -> its plan
         self.templates: dict[tuple, int] = {}  # rank texts with masked digits, and runs
         self.template_list: list[tuple] = []
         self.rank_names: dict[tuple, str] = {}
         self.n = 1
-        # kind, pending, has_decode, graph, label, rank template, offsets, lengths
+        # kind, pending, has_decode, graph, label, rank template, offsets, lengths, pre-2024 form
         self._rows: list[np.ndarray] = [np.zeros(256, t) for t in (np.int8, np.bool_, np.bool_, np.int8, np.int8, np.int64)] + [
             np.zeros((256, _NF), np.int64),
             np.zeros((256, _NF), np.int64),
+            np.zeros(256, np.bool_),
         ]
         self._rows[0][0] = _GENERAL
         self._rows[5][0] = -1
 
     def tables(self) -> list[np.ndarray]:
-        """[kind, pending, has_decode, graph, label, rank template, offsets, lengths], one
-        row per plan (views: fetch again after resolve)."""
+        """[kind, pending, has_decode, graph, label, rank template, offsets, lengths, pre-2024
+        form], one row per plan (views: fetch again after resolve)."""
         return [t[: self.n] for t in self._rows]
 
     def resolve(self, keys: list[bytes], lines: list[bytes], pids: list) -> None:
@@ -292,8 +294,17 @@ class _Plans:
         """Plan new layouts (distinct masked lines `keys` of raw `lines`); returns their ids."""
         n = len(keys)
         at = np.fromiter(map(bytes.find, lines, repeat(_B_PREFILL)), np.int64, n)
-        ok = np.fromiter(map(bytes.isascii, lines), np.bool_, n) & (at >= 0)  # else per line
+        # the pre-2024 head where the line has no "Prefill batch" (grammar._head_index)
+        old = np.fromiter(map(bytes.find, lines, repeat(_B_LEGACY_PREFILL)), np.int64, n)
+        legacy = (at < 0) & (old >= 0)
+        at = np.where(legacy, old, at)
+        heads = np.fromiter(map(bytes.count, lines, repeat(_B_PREFILL)), np.int64, n) + np.fromiter(
+            map(bytes.count, lines, repeat(_B_LEGACY_PREFILL)), np.int64, n
+        )
+        # else per line (two heads: records glued on one line)
+        ok = np.fromiter(map(bytes.isascii, lines), np.bool_, n) & (at >= 0) & (heads == 1)
         cut = np.maximum(at, 0)
+        body = cut + np.where(legacy, len(_B_LEGACY_PREFILL), len(_B_PREFILL))  # where the tail starts
         # heads: by masked head, into the head table
         masked_heads = list(map(bytes.__getitem__, keys, map(slice, cut.tolist())))
         head_ids = list(map(self.head_ids.get, masked_heads))
@@ -304,17 +315,16 @@ class _Plans:
         hid = np.array(head_ids, np.int64)
         h_ok, h_offsets, h_lengths, h_template = self._head_table()
         # tails, as _decode leaves them (the line's final b"\r" dropped): by shape
-        tails = list(
-            map(bytes.rstrip, map(bytes.__getitem__, keys, map(slice, (cut + 13).tolist(), repeat(None))), repeat(b"\r"))
-        )
+        tails = list(map(bytes.rstrip, map(bytes.__getitem__, keys, map(slice, body.tolist(), repeat(None))), repeat(b"\r")))
         runs = _Runs(tails)
         long = np.zeros(n, np.bool_)
         long[runs.text[runs.ends - runs.starts > 18]] = True
-        found: list[_TailPlan | None] = list(map(self.tails.get, runs.shapes))
+        shapes = [(bool(x), s) for x, s in zip(legacy.tolist(), runs.shapes)]  # the two forms split differently
+        found: list[_TailPlan | None] = list(map(self.tails.get, shapes))
         for i in np.flatnonzero(ok).tolist():
-            known = found[i] or self.tails.get(runs.shapes[i])  # (or planned for an earlier line of this call)
+            known = found[i] or self.tails.get(shapes[i])  # (or planned for an earlier line of this call)
             if known is None or known.exact_only or long[i]:
-                known = self._new_tail(lines[i][cut[i] + 13 :].rstrip(b"\r"), runs, i, store=not long[i])
+                known = self._new_tail(lines[i][body[i] :].rstrip(b"\r"), runs, i, shapes[i], store=not long[i])
             found[i] = known
         plans: list[_TailPlan] = [p if p is not None else _GENERAL_TAIL for p in found]
         t_kind = np.fromiter(map(itemgetter(0), plans), np.int8, n)
@@ -330,14 +340,14 @@ class _Plans:
         fast = kind == _FAST
         offsets = np.where(fast[:, None], h_offsets[hid], 0)
         lengths = np.where(fast[:, None], h_lengths[hid], 0)
-        offsets[:, : _F_CT + 1] = np.where(has, cut[:, None] + 13 + start, 0)
+        offsets[:, : _F_CT + 1] = np.where(has, body[:, None] + start, 0)
         lengths[:, : _F_CT + 1] = length
         graph = np.where(fast, np.fromiter(map(itemgetter(2), plans), np.int8, n), -1).astype(np.int8)
         label = np.where(fast, np.fromiter(map(itemgetter(3), plans), np.int8, n), -1).astype(np.int8)
         template = np.where(fast, h_template[hid], -1)
         pending = np.fromiter(map(bytes.endswith, map(bytes.rstrip, lines), repeat(b",")), np.bool_, n)
         has_decode = np.fromiter(map(bytes.__contains__, lines, repeat(_B_DECODE)), np.bool_, n)
-        return self._append(kind, pending, has_decode, graph, label, template, offsets, lengths)
+        return self._append(kind, pending, has_decode, graph, label, template, offsets, lengths, legacy & fast)
 
     def _new_head(self, masked: bytes, raw: bytes) -> int:
         """Plan a head (_head_layout) into the head table; returns its row."""
@@ -365,12 +375,11 @@ class _Plans:
             )  # fmt: skip
         return self._head_arrays
 
-    def _new_tail(self, tail: bytes, runs: _Runs, i: int, store: bool) -> _TailPlan:
-        """_tail_plan of text i of `runs`, kept by its shape if `store` and the shape
-        decides it."""
-        plan = _tail_plan(tail.decode("ascii"), runs.of(i))
-        shape = runs.shapes[i]
-        if store and not plan.exact_only and len(shape) <= _MAX_PLAN_KEY:
+    def _new_tail(self, tail: bytes, runs: _Runs, i: int, shape: tuple[bool, bytes], store: bool) -> _TailPlan:
+        """_tail_plan of text i of `runs` (the pre-2024 form when shape[0]), kept by its
+        shape if `store` and the shape decides it."""
+        plan = _tail_plan(tail.decode("ascii"), runs.of(i), shape[0])
+        if store and not plan.exact_only and len(shape[1]) <= _MAX_PLAN_KEY:
             self.tails[shape] = plan
         return plan
 

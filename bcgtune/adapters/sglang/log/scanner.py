@@ -313,7 +313,7 @@ class _Scanner:
             c, heads, keys, rare = self._scan_compiled(piece)
         else:
             c = _ChunkLines(piece)
-            heads = c.batch_lines()
+            heads = _with_old_records(c.batch_lines())
         prefill, decode = heads.prefill, heads.decode
         self.decode += len(decode)  # corrected for lines that are prefill records
         base = self.lines + 1  # line number of the chunk's first line
@@ -346,9 +346,13 @@ class _Scanner:
         raw = self.table.scan(piece.data, piece.start, piece.stop, _RARE_NEEDLES, _B_NEW_SEQ, _MAX_PLAN_KEY, _MAX_RARE_TEXT)
         ends, idx, kind, key = (np.frombuffer(b, t) for b, t in zip(raw, (np.int64, np.int64, np.uint8, np.int64)))
         c = _ChunkLines(piece, ends)
-        is_prefill = (kind & _K_PREFILL) != 0
+        # the fast path's candidates: prefill lines, and pre-2024 ones without another head
+        # (a pre-2024 line beside a prefill or decode head is read per line)
+        legacy = (kind & _K_LEGACY) != 0
+        old_only = legacy & ((kind & (_K_PREFILL | _K_DECODE)) == 0)
+        is_prefill = ((kind & _K_PREFILL) != 0) | old_only
         heads = _BatchLines(
-            idx[is_prefill], idx[(kind & _K_DECODE) != 0], idx[(kind & _K_LEGACY) != 0], idx[(kind & _K_GLUED) != 0],
+            idx[is_prefill], idx[(kind & _K_DECODE) != 0], idx[legacy & ~old_only], idx[(kind & _K_GLUED) != 0],
             idx[(kind & _K_HEAD_CUT) != 0],
         )  # fmt: skip
         is_rare = (kind & _K_RARE) != 0
@@ -550,7 +554,7 @@ class _Scanner:
         offsets; and the rows whose counts fall outside int32 (malformed)."""
         if not len(rows):
             return None, np.empty(0, np.int64)
-        _, _, _, graph, label, template, offsets, lengths = _PLANS.tables()
+        _, _, _, graph, label, template, offsets, lengths, legacy = _PLANS.tables()
         if self.table is not None:  # the compiled scanner's reader
             raw = read_fields(c.data, c.off, c.starts[rows], pid, offsets, lengths, _NF)
             vals = np.frombuffer(raw, np.int64).reshape(len(rows), _NF)
@@ -575,7 +579,7 @@ class _Scanner:
             line=base + rows, physical_lines=np.ones(len(rows), np.int64), **cols,
             graph=graph[pid], label=label[pid], rank=rank, rank_names=names,
             timestamp=_stamps(vals, lens) if self.sink.wants_timestamps else np.full(len(rows), np.nan),
-            forward_ct=vals[:, _F_CT], legacy=np.zeros(len(rows), np.bool_),
+            forward_ct=vals[:, _F_CT], legacy=legacy[pid],
         )  # fmt: skip
         return block, bad
 
@@ -699,6 +703,16 @@ class _Scanner:
             self._bad.append((lineno, text))
         else:
             self._recs.append((lineno, physical_lines, v))
+
+
+def _with_old_records(heads: _BatchLines) -> _BatchLines:
+    """The fast path's candidates (as _scan_compiled gives them): the prefill lines and the
+    pre-2024 ones without a prefill or decode head; the other pre-2024 lines stay to be
+    read per line."""
+    if not len(heads.legacy):
+        return heads
+    other = np.isin(heads.legacy, heads.prefill) | np.isin(heads.legacy, heads.decode)
+    return heads._replace(prefill=np.union1d(heads.prefill, heads.legacy[~other]), legacy=heads.legacy[other])
 
 
 # the kinds of a line from the compiled scanner (bits, _lines.c)
