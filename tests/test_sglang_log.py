@@ -461,6 +461,34 @@ def test_pre_2024_records_are_read_by_layout(tmp_path, monkeypatch, compiled):
     assert len(fast.records) == 301 and all(r.legacy for r in fast.records) and len(fast.malformed) == 1
 
 
+def test_pre_2024_decode_lines_are_learned_by_layout(tmp_path, monkeypatch):
+    """A pre-2024 decode line (no head: `#running-req: 3, ... gen throughput ...`) has its
+    own numbers on every line; the compiled scanner knows its text by layout, so the
+    per-line parser reads one line per layout, not each line; a line with another needle or
+    a "batch" is still known by its exact text."""
+    import bcgtune.adapters.sglang.log.scanner as mod
+
+    lines = []
+    for i in range(400):
+        lines.append(f"[gpu=0] #running-req: {i % 90 + 10}, #token: {i * 7 + 100}, gen throughput (token/s): {i % 50 + 10}.5")
+        lines.append(f"[gpu=0] new fill batch. #seq: 1. #cached_token: {i}. #new_token: {i + 1}. #running_req: 2")
+    lines += [f"gen throughput {i} graph: {i}" for i in range(10, 13)]  # another needle: by text
+    path = tmp_path / "old.log"
+    path.write_text("\n".join(lines) + "\n")
+    learned = []
+    learn = mod._Scanner._learn_rare
+    monkeypatch.setattr(mod._Scanner, "_learn_rare", lambda self, k, raw: (learned.append(raw), learn(self, k, raw))[1])
+    fast = scan_log(str(path), options=ParseOptions(small_piece=-1))
+    from bcgtune.adapters.sglang.log.fastpath import LineTable
+
+    if LineTable is not None:  # (without the compiled scanner, such lines are read per line)
+        assert len(learned) < 20, len(learned)  # digit widths give a few layouts; the 3 graph lines their texts
+        assert sum(b"graph" in raw for raw in learned) == 3
+    monkeypatch.setattr(mod._Scanner, "_learn_rare", learn)
+    slow = scan_log(str(path), options=ParseOptions(fast_path=False))
+    assert repr(fast) == repr(slow) and fast.legacy_decode_lines == 400
+
+
 def _same_file_results(a, b):
     """Two _parse_file results of one log are the same (columns compared as arrays)."""
     assert a.columns.keys() == b.columns.keys()
@@ -718,10 +746,14 @@ _SOUP = st.lists(
 @example(parts=[b"ew fill ", b"batch", b"\n", b"new fill ", b"batch"], skip=0)
 @example(parts=[b"n", b"ew fill ", b"batch"], skip=0)
 @example(parts=[b"x" * 40, b"graph", b"x" * 40, b"\n", b"Prefill batch, #new-seq: 4", b"graph"], skip=1)
+@example(parts=[b"#running-req: 12, gen throughput: 3.5", b"\n", b"#running-req: 98, gen throughput: 7.1"], skip=0)
+@example(parts=[b"gen throughput 1 graph 2", b"\n", b"gen throughput 3 graph 4\ngen throughput 5 server_args=6"], skip=0)
+@example(parts=[b"gen throughput 1 batch", b"\n", b"gen throughput 2 batch"], skip=0)
 def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
     # line ends, record heads and rare lines of arbitrary bytes, as the numpy path finds
     # them; prefill and pre-2024 lines share a layout id exactly when their digit-masked
-    # texts are equal, rare lines a text id exactly when their texts are
+    # texts are equal, rare lines a text id exactly when their texts are (by layout when the
+    # line holds no "batch" and only needles of the layout set)
     from bcgtune.adapters.sglang.log.fastpath import _RARE_NEEDLES, LineTable, _ChunkLines, _Piece
     from bcgtune.adapters.sglang.log.grammar import _B_NEW_SEQ, _MASK_DIGITS
     from bcgtune.adapters.sglang.log.scanner import _K_DECODE, _K_GLUED, _K_HEAD_CUT, _K_LEGACY, _K_PREFILL, _K_RARE, _Scanner
@@ -733,15 +765,12 @@ def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
     piece = _Piece(data, start, len(data))
     c = _ChunkLines(piece)
     heads = c.batch_lines()
-    scans = [LineTable(level).scan(data, start, len(data), _RARE_NEEDLES, _B_NEW_SEQ, 60, 50) for level in (2, 1, 0)]
+    by_layout = 0b0101  # the first and third needles
+    scan = (data, start, len(data), _RARE_NEEDLES, _B_NEW_SEQ, 60, 50, by_layout)
+    scans = [LineTable(level).scan(*scan) for level in (2, 1, 0)]
     assert scans[0] == scans[1] == scans[2]  # AVX2, SSE2 and line by line find the same
     table = LineTable()
-    ends, idx, kind, keys = (
-        np.frombuffer(b, t)
-        for b, t in zip(
-            table.scan(data, start, len(data), _RARE_NEEDLES, _B_NEW_SEQ, 60, 50), (np.int64, np.int64, np.uint8, np.int64)
-        )
-    )
+    ends, idx, kind, keys = (np.frombuffer(b, t) for b, t in zip(table.scan(*scan), (np.int64, np.int64, np.uint8, np.int64)))
     assert ends.tolist() == c.ends.tolist()
     for bit, want in (
         (_K_PREFILL, heads.prefill),
@@ -762,11 +791,13 @@ def test_compiled_scanner_finds_what_numpy_finds(parts, skip):
             assert k == -1
             continue
         line = c.line(i)
-        text = line.translate(_MASK_DIGITS) if record else line
+        found = {j for j, needle in enumerate(_RARE_NEEDLES) if needle in line}
+        masked = record or (b"batch" not in line and not found - {0, 2})
+        text = line.translate(_MASK_DIGITS) if masked else line
         if len(line) > (60 if record else 50):
             assert k == -1
             continue
-        texts.setdefault((record, text), set()).add(k)
+        texts.setdefault((masked, text), set()).add(k)
     assert all(len(ids) == 1 for ids in texts.values())
     assert len({next(iter(ids)) for ids in texts.values()}) == len(texts)
 

@@ -249,7 +249,8 @@ static int holds(const unsigned char *s, size_t len, const unsigned char *needle
 
 /* What one line holds so far. */
 typedef struct {
-    int prefill, decode, legacy, other, rare;
+    int prefill, decode, legacy, other;
+    unsigned rare; /* bit k: needle k was found */
 } LineState;
 
 /* A "batch" at offset pos of the piece, judged by the bytes before it within the piece
@@ -266,10 +267,11 @@ static inline void on_batch(const unsigned char *buf, size_t pos, LineState *s) 
         s->other++;
 }
 
-static inline int rare_at(const unsigned char *buf, size_t pos, size_t size, const Needles *rare) {
+/* The bit of the needle found at pos, 0 if none. */
+static inline unsigned rare_at(const unsigned char *buf, size_t pos, size_t size, const Needles *rare) {
     for (int k = 0; k < rare->count; k++) {
         size_t n = rare->n[k];
-        if (n && pos + n <= size && memcmp(buf + pos, rare->p[k], n) == 0) return 1;
+        if (n && pos + n <= size && memcmp(buf + pos, rare->p[k], n) == 0) return 1u << k;
     }
     return 0;
 }
@@ -279,6 +281,7 @@ typedef struct {
     const unsigned char *buf;
     const unsigned char *new_seq;
     size_t new_seq_len, max_key, max_rare;
+    unsigned layout_rare; /* needles whose lines are keyed by layout when nothing else is on them */
     Out *o;
     int64_t *ends;
     size_t nlines, ends_cap;
@@ -304,12 +307,16 @@ static int finish_line(Scan *sc, size_t start, size_t end, LineState *s) {
     if (s->other && !s->prefill && !s->decode && !s->legacy && holds(line, len, sc->new_seq, sc->new_seq_len))
         kind |= K_HEAD_CUT;
     if (s->rare && !s->prefill && !s->decode && !s->legacy) kind |= K_RARE; /* a record line's needles mean nothing */
+    /* keyed by its layout (digits masked): a record line, or a rare line with no "batch" whose
+     * needles are all of layout_rare (what the per-line parser does with it does not depend
+     * on its digits) */
+    int record = (kind & (K_PREFILL | K_LEGACY)) != 0;
+    int masked = record || ((kind & K_RARE) && !s->other && !(s->rare & ~sc->layout_rare));
     memset(s, 0, sizeof(*s));
     if (!kind) return 0;
     int64_t key = -1;
-    int record = (kind & (K_PREFILL | K_LEGACY)) != 0; /* keyed by its layout (digits masked) */
     if (record ? len <= sc->max_key : (kind & K_RARE) && len <= sc->max_rare) {
-        key = table_id(sc->t, line, len, record);
+        key = table_id(sc->t, line, len, masked);
         if (key == -2) return -1;
     }
     return out_push(sc->o, li, kind, key);
@@ -353,7 +360,7 @@ static int finish_line(Scan *sc, size_t start, size_t end, LineState *s) {
                 all ^= bit;                                                                           \
                 size_t q = p + (size_t)__builtin_ctz(bit);                                            \
                 if ((bm & bit) && memcmp(buf + q, "batch", 5) == 0) on_batch(buf, q, st);             \
-                if ((rm & bit) && !st->rare) st->rare = rare_at(buf, q, size, rare);                  \
+                if (rm & bit) st->rare |= rare_at(buf, q, size, rare);                                \
                 if (nl & bit) {                                                                       \
                     if (finish_line(sc, *line_start, q, st) < 0) return -1;                           \
                     *line_start = q + 1;                                                              \
@@ -378,7 +385,8 @@ static ptrdiff_t pass_lines(Scan *sc, size_t size, const Needles *rare, size_t *
             q = hit + 1;
         }
         if (!st->prefill && !st->decode)
-            for (int k = 0; k < rare->count && !st->rare; k++) st->rare = holds(buf + start, end - start, rare->p[k], rare->n[k]);
+            for (int k = 0; k < rare->count; k++)
+                if (holds(buf + start, end - start, rare->p[k], rare->n[k])) st->rare |= 1u << k;
         if (finish_line(sc, start, end, st) < 0) return -1;
         *line_start = end + 1;
     }
@@ -428,7 +436,7 @@ static int scan_piece(Scan *sc, size_t size, const Needles *rare) {
             continue;
         }
         if (p + 5 <= size && memcmp(buf + p, "batch", 5) == 0) on_batch(buf, p, &st);
-        if (!st.rare) st.rare = rare_at(buf, p, size, rare);
+        st.rare |= rare_at(buf, p, size, rare);
     }
     if (line_start < size) /* an unterminated last line */
         if (finish_line(sc, line_start, size, &st) < 0) return -1;
@@ -440,18 +448,22 @@ static PyObject *bytes_of(const void *p, size_t nbytes) {
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(data, start, stop, rare_needles, new_seq, max_key, max_rare) -> (ends, lines, kinds, keys)\n\n"
+             "scan(data, start, stop, rare_needles, new_seq, max_key, max_rare, layout_rare=0)\n"
+             "    -> (ends, lines, kinds, keys)\n\n"
              "The lines of data[start:stop] (whole lines): ends (int64, one per line, offsets from\n"
              "start), and for each line of interest (int64 line indices; uint8 kinds: 1 prefill,\n"
              "2 decode, 4 pre-2024 prefill, 8 two prefill heads, 16 head maybe cut off, 32 holds a\n"
              "rare needle) the id of its text (int64; -1: none, a prefill line longer than max_key\n"
-             "or a rare line longer than max_rare).");
+             "or a rare line longer than max_rare). A rare line with no \"batch\" whose needles are all\n"
+             "among the bits of layout_rare (bit k: rare_needles[k]) is keyed by its layout, digits masked.");
 
 static PyObject *LineTable_scan(LineTable *self, PyObject *args) {
     Py_buffer data, seq;
     Py_ssize_t start, stop, max_key, max_rare;
+    unsigned int layout_rare = 0;
     PyObject *needles;
-    if (!PyArg_ParseTuple(args, "y*nnO!y*nn", &data, &start, &stop, &PyTuple_Type, &needles, &seq, &max_key, &max_rare))
+    if (!PyArg_ParseTuple(args, "y*nnO!y*nn|I", &data, &start, &stop, &PyTuple_Type, &needles, &seq, &max_key, &max_rare,
+                          &layout_rare))
         return NULL;
     PyObject *result = NULL;
     Py_buffer nb[MAX_NEEDLES];
@@ -484,7 +496,7 @@ static PyObject *LineTable_scan(LineTable *self, PyObject *args) {
     }
     Scan sc = {.t = self, .buf = (const unsigned char *)data.buf + start, .new_seq = seq.buf,
                .new_seq_len = (size_t)seq.len, .max_key = (size_t)max_key,
-               .max_rare = (size_t)max_rare, .o = &o};
+               .max_rare = (size_t)max_rare, .layout_rare = layout_rare, .o = &o};
     size_t size = (size_t)(stop - start);
     int rc;
     self->busy = 1;

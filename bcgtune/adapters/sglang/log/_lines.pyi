@@ -10,7 +10,16 @@ class LineTable:
     @property
     def nkeys(self) -> int: ...
     def scan(
-        self, data: bytes, start: int, stop: int, rare_needles: tuple[bytes, ...], new_seq: bytes, max_key: int, max_rare: int, /
+        self,
+        data: bytes,
+        start: int,
+        stop: int,
+        rare_needles: tuple[bytes, ...],
+        new_seq: bytes,
+        max_key: int,
+        max_rare: int,
+        layout_rare: int = 0,
+        /,
     ) -> tuple[bytes, bytes, bytes, bytes]: ...
     def clear(self) -> None: ...
 

@@ -343,7 +343,9 @@ class _Scanner:
         assert self.table is not None
         if self.table.nbytes > _MAX_TABLE_BYTES:
             self._forget_texts()
-        raw = self.table.scan(piece.data, piece.start, piece.stop, _RARE_NEEDLES, _B_NEW_SEQ, _MAX_PLAN_KEY, _MAX_RARE_TEXT)
+        raw = self.table.scan(
+            piece.data, piece.start, piece.stop, _RARE_NEEDLES, _B_NEW_SEQ, _MAX_PLAN_KEY, _MAX_RARE_TEXT, _LAYOUT_RARE
+        )
         ends, idx, kind, key = (np.frombuffer(b, t) for b, t in zip(raw, (np.int64, np.int64, np.uint8, np.int64)))
         c = _ChunkLines(piece, ends)
         # the fast path's candidates: prefill lines, and pre-2024 ones without another head
@@ -720,6 +722,10 @@ _K_PREFILL, _K_DECODE, _K_LEGACY, _K_GLUED, _K_HEAD_CUT, _K_RARE = 1, 2, 4, 8, 1
 _UNKNOWN, _NO_EVENT, _PER_LINE = -2, -3, -4  # a text id not looked up yet; a rare text with no event; one read per line
 _MAX_TABLE_BYTES = 16 << 20  # the compiled scanner's texts: emptied past this (flat memory)
 _MAX_RARE_TEXT = 1 << 16  # a longer rare line is read per line (a launch's settings fit)
+# A line whose only needle is this one and that holds no "batch" is a pre-2024 decode line or
+# nothing to the per-line parser, whatever its digits: its text is known by its layout (each
+# such line of an old log has its own numbers).
+_LAYOUT_RARE = 1 << _RARE_NEEDLES.index(_B_LEGACY_DECODE)
 
 _RECORD_HEAD_RE = re.compile(rb"Prefill batch|new fill batch|Decode batch")
 _PREFIX_BEFORE_RE = re.compile(rb"\[[^\[\]]*+\]\s*+$")
