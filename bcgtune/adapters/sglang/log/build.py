@@ -103,6 +103,15 @@ def _launches(r: _FileResult) -> list[tuple[dict[str, Any], int | None]]:
     return [launch_settings(seg["server_args"], seg["startup"]) for seg in r.segments]
 
 
+def _configurations(launches, launched: list[int]) -> list[list[int]]:
+    """Launches `launched` (ascending) grouped by configuration (equal settings_key), the
+    groups in order of first batch."""
+    by_key: dict[str, list[int]] = {}
+    for s in launched:
+        by_key.setdefault(settings_key(*launches[s]), []).append(s)
+    return list(by_key.values())
+
+
 def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillTrace:
     """The trace of one log (its source is source 0): the map step of a parse."""
     where = _display_path(path)
@@ -145,25 +154,23 @@ def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, commo
         for k in list(cols):
             cols[k] = cols[k][keep]
         segment = segment[keep]
-    by_key: dict[str, list[int]] = {}  # the launches of each configuration, in order of first batch
-    for s in np.unique(segment).tolist():
-        by_key.setdefault(settings_key(*launches[s]), []).append(s)
+    configs = _configurations(launches, np.unique(segment).tolist())
     lut = np.full(len(launches) + 1, -1, np.int32)
-    for gi, segs in enumerate(by_key.values()):
+    for gi, segs in enumerate(configs):
         lut[segs] = gi
     cols["group"] = lut[segment]
     rows_of: list = [slice(None)]  # one configuration: the columns themselves
-    if len(by_key) > 1:  # each configuration's rows, in line order
+    if len(configs) > 1:  # each configuration's rows, in line order
         order = np.argsort(cols["group"], kind="stable")
-        rows_of = np.split(order, np.searchsorted(cols["group"][order], np.arange(1, len(by_key))))
+        rows_of = np.split(order, np.searchsorted(cols["group"][order], np.arange(1, len(configs))))
     groups = []
-    for segs, sel in zip(by_key.values(), rows_of):
+    for segs, sel in zip(configs, rows_of):
         # what merge_groups makes of the launches' own groups, counted once over their rows
         flags, chunk = launches[segs[0]]
         saturated = sum_counters([r.segments[s]["saturated"] for s in segs])
         groups.append(
-            group_from_batches(dict(flags) if len(segs) > 1 else flags, chunk, [0] * len(segs),
-                               cols["forward_tokens"][sel], cols["new_seq"][sel], cols["graph"][sel], saturated)
+            group_from_batches(flags, chunk, [0] * len(segs), cols["forward_tokens"][sel], cols["new_seq"][sel],
+                               cols["graph"][sel], saturated)
         )  # fmt: skip
     trace = PrefillTrace.from_batches(cols, parse_stats=_parse_stats(where, r, zero), **common)
     trace.groups = groups
@@ -182,7 +189,7 @@ def _histogram_group(r: _FileResult, launches, segs: list[int]) -> TraceGroup:
         tokens, requests, counts = pairs_of(*(np.concatenate([h[k] for h in hs]) for k in ("tokens", "requests", "counts")))
     sizes, size_counts = histogram_of(tokens, counts)
     return TraceGroup(
-        dict(flags) if len(segs) > 1 else flags, chunk, [0] * len(segs), sizes, size_counts, tokens, requests, counts,
+        flags, chunk, [0] * len(segs), sizes, size_counts, tokens, requests, counts,
         all(h["requests_known"] for h in hs), sum_counters([h["graph"] for h in hs]),
         sum_counters([r.segments[s]["saturated"] for s in segs]),
     )  # fmt: skip
@@ -190,11 +197,8 @@ def _histogram_group(r: _FileResult, launches, segs: list[int]) -> TraceGroup:
 
 def _histogram_trace(r: _FileResult, launches, where: str, common: dict) -> PrefillTrace:
     assert r.histograms is not None
-    by_key: dict[str, list[int]] = {}  # the launches of each configuration, in order of first batch
-    for s, h in enumerate(r.histograms):
-        if h["counts"].size:
-            by_key.setdefault(settings_key(*launches[s]), []).append(s)
-    groups = [_histogram_group(r, launches, segs) for segs in by_key.values()]
+    launched = [s for s, h in enumerate(r.histograms) if h["counts"].size]
+    groups = [_histogram_group(r, launches, segs) for segs in _configurations(launches, launched)]
     zero = r.records - sum(int(g.counts.sum()) for g in groups)
     if groups:
         sizes, counts = histogram_of(np.concatenate([g.sizes for g in groups]), np.concatenate([g.counts for g in groups]))

@@ -182,15 +182,12 @@ class _FileSink(_Sink):
                 self._unlogged(s, b.new_token[rows], b.running_req[rows])
         if not logged:
             return
-        if len(logged) == 1:
-            _, rows, chunk = logged[0]
-            nt, rr, at = b.new_token[rows], b.running_req[rows], np.zeros(1, np.int64)
-        else:  # the rows of every run with a chunk, each beside its run's chunk
-            sel = np.concatenate([np.arange(rows.start, rows.stop) for _, rows, _ in logged])
-            lengths = [rows.stop - rows.start for _, rows, _ in logged]
-            nt, rr = b.new_token[sel], b.running_req[sel]
-            chunk = np.repeat(np.array([c for _, _, c in logged], np.int64), lengths)
-            at = np.concatenate(([0], np.cumsum(lengths[:-1])))
+        # the rows of every run with a chunk, each beside its run's chunk
+        sel = np.concatenate([np.arange(rows.start, rows.stop) for _, rows, _ in logged])
+        lengths = [rows.stop - rows.start for _, rows, _ in logged]
+        nt, rr = b.new_token[sel], b.running_req[sel]
+        chunk = np.repeat(np.array([c for _, _, c in logged], np.int64), lengths)
+        at = np.cumsum([0, *lengths[:-1]])  # where each run starts
         full = np.add.reduceat((nt == chunk).astype(np.int64), at).tolist()
         mixed = np.add.reduceat(((rr > 0) & (nt < chunk) & (nt + rr == chunk)).astype(np.int64), at).tolist()
         for (s, _, _), n_full, n_mixed in zip(logged, full, mixed):
@@ -386,15 +383,11 @@ class _HistogramSink(_FileSink):
         if not len(seg):
             return
         lo, hi = int(seg.min()), int(seg.max()) + 1
-        if lo + 1 == hi:
-            self.has_batches[lo] = True
-            self.unknown_requests[lo] += int(np.count_nonzero(r < 1))
-            self.graph[lo] += np.bincount(g.astype(np.int64) + 1, minlength=3)[::-1]  # graph is -1, 0 or 1
-        else:
-            local = seg.astype(np.int64) - lo
-            self.has_batches[lo:hi] |= np.bincount(local, minlength=hi - lo) > 0
-            self.unknown_requests[lo:hi] += np.bincount(local[r < 1], minlength=hi - lo)
-            self.graph[lo:hi] += np.bincount(local * 3 + (1 - g.astype(np.int64)), minlength=3 * (hi - lo)).reshape(-1, 3)
+        local = seg.astype(np.int64) - lo
+        self.has_batches[lo:hi] |= np.bincount(local, minlength=hi - lo) > 0
+        self.unknown_requests[lo:hi] += np.bincount(local[r < 1], minlength=hi - lo)
+        # graph is 1, 0 or -1: columns replayed, eager, unflagged
+        self.graph[lo:hi] += np.bincount(local * 3 + (1 - g.astype(np.int64)), minlength=3 * (hi - lo)).reshape(-1, 3)
         self.pairs.add(seg, f, np.where(r >= 1, np.minimum(r, f), 1))
 
     def histograms(self) -> list[dict]:
