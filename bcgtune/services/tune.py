@@ -377,8 +377,19 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     return TuneResult(state, req.state_dir, resumed)
 
 
-def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+def on_cpu(spec: EngineSpec) -> bool:
+    """Does the run go to the CPU (a dry run of the pipeline, whose times describe no GPU)?
+    The simulated device is a GPU for this purpose."""
+    from bcgtune.engines.spec import is_simulated
+
+    if is_simulated(spec):
+        return False
     from bcgtune.engines.runtime import resolve_device
+
+    return resolve_device(spec.device).type == "cpu"
+
+
+def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
     from bcgtune.files.calibration_file import save_calibration
     from bcgtune.services import calibrate
 
@@ -390,7 +401,7 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
         return _calibration_figures(load_calibration(str(cal_path)), cal_path)
     plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, req.grid, req.trace, mix_every=req.mix_every)
     warmup, repeats = req.warmup, req.repeats
-    if resolve_device(req.spec.device).type == "cpu":
+    if on_cpu(req.spec):
         warmup = CPU_TUNE_ROUNDS[0] if warmup is None else warmup
         repeats = CPU_TUNE_ROUNDS[1] if repeats is None else repeats
     result = calibrate.calibrate(
