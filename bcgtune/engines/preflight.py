@@ -36,7 +36,10 @@ class ModelShape:
     max_context: int | None  # context length (tokens), when the model states one
 
 
-def require_torch() -> None:
+def require_torch(device: str | None = None) -> None:
+    """torch installed, unless the run goes to the simulated device (which needs none)."""
+    if (device or "").strip().lower() == "sim":
+        return
     if importlib.util.find_spec("torch") is None:
         raise InputError(TORCH_HINT)
 

@@ -88,6 +88,7 @@ def _spec(engine: EngineOptions, profile: Optional[str] = None) -> EngineSpec:
         runner=engine.runner.value,
         chunked_prefill_size=chunk,
         graph_impl=engine.graph_impl.value,
+        sim_calibration=engine.sim_calibration,
     )
 
 
@@ -118,7 +119,7 @@ def capture_command(
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
     bl = _bucket_list(buckets, profile)
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.cli.render.engine import format_capture, text
     from bcgtune.services import capture
 
@@ -240,7 +241,7 @@ def validate_command(
 
     bl = _bucket_list(buckets, profile)
     request_counts = parse_bucket_list(requests, "--requests")
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.cli.render.engine import format_validation, text
     from bcgtune.services import validate
 
@@ -389,7 +390,7 @@ def calibrate_command(
     plan = calibrate.calibration_sizes(
         None if sizes is None else parse_bucket_list(sizes, "--sizes"), max_tokens, grid, sizes_from, padding_factor, mix_every
     )
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.files.calibration_file import save_calibration
 
     say = None if quiet else (lambda m: note("  " + m))
@@ -463,7 +464,7 @@ def _extend(
         from bcgtune.files.calibration_file import load_calibration
 
         _refuse_csv_for_breakable(target, load_calibration(cal_path).runner)
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.files.calibration_file import save_calibration
 
     asked = _spec(engine)
@@ -494,4 +495,6 @@ _SPEC_FLAGS = {
     "runner": "--runner",
     "chunked_prefill_size": "--chunked-prefill-size",
     "graph_impl": "--graph-impl",
+    "hf_attention": "--hf-attention",
+    "sim_calibration": "--sim-calibration",
 }

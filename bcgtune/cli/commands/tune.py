@@ -15,6 +15,7 @@ from bcgtune.cli.options import (
     LAUNCH_HELP,
     LOG_HELP,
     MIXED_CHUNK_HELP,
+    PLANNED,
     TOLERANCE_HELP,
     EngineOptions,
     JsonFlag,
@@ -23,7 +24,7 @@ from bcgtune.cli.options import (
     options,
     tolerance_option,
 )
-from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS
+from bcgtune.core.plan.measure_defaults import TUNE_BUDGET_CPU_S, TUNE_BUDGET_S
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import InputError
 
@@ -86,15 +87,37 @@ def tune_command(
             show_default=False,
         ),
     ] = None,
+    budget: Annotated[
+        Optional[float],
+        typer.Option(
+            "--budget",
+            min=1.0,
+            max=1e6,
+            help="Device seconds the whole tune may take (wall time on a GPU or the CPU; the simulated clock with --device "
+            "sim). The tune times a few forwards first, then plans every step to fit and prints the plan with each step's "
+            f"predicted seconds. Default: {TUNE_BUDGET_S:g} on a GPU or the simulated device, {TUNE_BUDGET_CPU_S:g} on the "
+            "CPU (a dry run).",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
     grid: Annotated[
-        int, typer.Option("--grid", min=1, max=2**31 - 1, help="Bucket grid of the calibration.", rich_help_panel=_MEASURE)
-    ] = 64,
+        Optional[int],
+        typer.Option(
+            "--grid",
+            min=1,
+            max=2**31 - 1,
+            help="Bucket grid of the calibration. " + PLANNED,
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
     # calibrate's options, declared once (cli.options.measure_option)
-    mix_every: Annotated[int, measure_option("mix_every", panel=_MEASURE)] = 1,
-    repeats: Annotated[Optional[int], measure_option("repeats", panel=_MEASURE, dry_run_rounds=CPU_TUNE_ROUNDS)] = None,
-    warmup: Annotated[Optional[int], measure_option("warmup", panel=_MEASURE, dry_run_rounds=CPU_TUNE_ROUNDS)] = None,
-    memory: Annotated[bool, measure_option("memory", panel=_MEASURE)] = True,
-    check_batches: Annotated[Optional[int], measure_option("check_batches", panel=_MEASURE)] = None,
+    mix_every: Annotated[Optional[int], measure_option("mix_every", panel=_MEASURE, planned=True)] = None,
+    repeats: Annotated[Optional[int], measure_option("repeats", panel=_MEASURE, planned=True)] = None,
+    warmup: Annotated[Optional[int], measure_option("warmup", panel=_MEASURE, planned=True)] = None,
+    memory: Annotated[Optional[bool], measure_option("memory", panel=_MEASURE, planned=True)] = None,
+    check_batches: Annotated[Optional[int], measure_option("check_batches", panel=_MEASURE, planned=True)] = None,
     bucket_list: Annotated[
         Optional[str],
         typer.Option(
@@ -129,15 +152,18 @@ def tune_command(
         ),
     ] = 3,
     proof_batches: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--proof-batches",
             min=1,
             max=10_000_000,
-            help="The proof run replays at most this many of the trace's batches (every Nth, in trace order).",
+            help="The proof run replays at most this many of the trace's batches: the whole trace when it holds that many, "
+            "else a sample stratified by the bucket each list gives a batch, in trace order; what it says about the whole "
+            "trace is estimated from it with the sampling error in the interval. " + PLANNED,
             rich_help_panel=_MEASURE,
+            show_default=False,
         ),
-    ] = 400,
+    ] = None,
     passes: Annotated[
         int,
         typer.Option(
@@ -154,7 +180,7 @@ def tune_command(
             "--proof-repeats",
             min=1,
             max=10000,
-            help="Timed rounds per proof pass. Default: 5 on a GPU, 2 on the CPU.",
+            help="Timed rounds per proof pass. " + PLANNED,
             rich_help_panel=_MEASURE,
             show_default=False,
         ),
@@ -214,7 +240,7 @@ def tune_command(
         from bcgtune.files.profile_file import load_profile
 
         prof = load_profile(profile)
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.cli.render.tune import format_tune, plot_tune
     from bcgtune.services import tune
 
@@ -241,6 +267,7 @@ def tune_command(
         proof_repeats=proof_repeats,
         tolerance_pct=tolerance,
         buckets=given,
+        budget_s=budget,
     )
     result = tune.tune(req, say=lambda m: note(m, quiet))
     if plot:

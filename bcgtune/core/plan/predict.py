@@ -238,3 +238,36 @@ class TimeModel:
 def _eager(a, b) -> tuple[bool, bool]:
     """Which of two bucket lists is eager (no graphs): its model error is its own kind's."""
     return not len(list(a)), not len(list(b))
+
+
+def per_batch_ms(
+    cal, tokens, requests, buckets, candidates: str = "trace", factor: float = DEFAULT_PADDING_FACTOR
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(predicted time, its graph part, the bucket chosen: 0 eager) of each batch of a
+    sequence under a list, at the calibration's medians: what TimeModel sums, batch by batch."""
+    tok = np.asarray(tokens, dtype=np.int64)
+    req = np.asarray(requests, dtype=np.int64)
+    eager, brk = batch_costs_ms(cal, tok, req)
+    bl = np.unique(np.asarray(list(buckets), dtype=np.int64))
+    if not bl.size:
+        return eager, np.zeros_like(eager), np.zeros(tok.size, dtype=np.int64)
+    chosen, replay = assign_buckets(tok, bl, factor)
+    g = np.asarray(graph_ms_model(cal, np.where(replay, chosen, bl[0]), candidates), dtype=np.float64)
+    graph = np.where(replay, g, 0.0)
+    return np.where(replay, g + brk, eager), graph, np.where(replay, chosen, 0).astype(np.int64)
+
+
+def host_share(cal, tokens, requests) -> np.ndarray:
+    """Per batch, the part of its eager time that is the host launching it: the calibration's
+    measured host launch time where it kept one (a batch counts as launch-bound from
+    HOST_BOUND_SHARE), else eager's time beyond a replay of the same batch in a bucket of its
+    size."""
+    tok = np.asarray(tokens, dtype=np.int64)
+    req = np.asarray(requests, dtype=np.int64)
+    eager, brk = batch_costs_ms(cal, tok, req)
+    eager = np.maximum(eager, 1e-9)
+    if cal.runner == "breakable" and cal.batches is not None and cal.batches.eager_host_ms is not None:
+        share = np.asarray(cal.batches.lookup("eager_host_ms", tok, req), dtype=np.float64) / eager
+        return np.clip(np.where(share >= HOST_BOUND_SHARE, share, 0.0), 0.0, 1.0)
+    replay = np.asarray(graph_ms_model(cal, tok, "trace"), dtype=np.float64) + brk
+    return np.clip(1.0 - replay / eager, 0.0, 1.0)

@@ -107,9 +107,13 @@ class SimDevice:
         return ms
 
     def last_host_ms(self, ms: float) -> float:
-        """The host launch time of the last call of `ms` (engines/timing's host_out): the
-        launch-bound share of an eager forward; a graph replay launches in a few microseconds."""
-        return ms * self._last_host_share if self._last_host_share > 0 else min(ms, 0.01)
+        """The host launch time of the last call of `ms` (engines/timing's host_out): the whole
+        call for a launch-bound eager forward (the device waits on the host's launches until
+        the last one), the host's part for one that is not, a few microseconds for a replay."""
+        share = self._last_host_share
+        if share >= 0.5:
+            return ms
+        return ms * share if share > 0 else min(ms, 0.01)
 
     def draw_offset(self) -> float:
         """A new capture's offset against the mean of all captures of its size."""

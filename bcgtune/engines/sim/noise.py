@@ -67,3 +67,53 @@ FITTED = NoiseProfile(
     drift_sd=0.003,
     host_sd=0.13,
 )
+
+
+def roughness_of(cal, max_gap: int = 600, min_rows: int = 30) -> float | None:
+    """The size-to-size roughness of a recorded calibration's graph curve (relative sd), or
+    None when it has too few close rows to tell: each interior row predicted by linear
+    interpolation of its neighbours (at most `max_gap` tokens apart); the residuals' mean
+    square less what the rows' own noise explains (their kept rounds, or recorded p10-p90
+    spreads; a median of R rounds has about 1.25 sd / sqrt(R))."""
+    import numpy as np
+
+    t = np.asarray(cal.tokens, dtype=np.float64)
+    g = np.asarray(cal.graph_ms, dtype=np.float64)
+    if t.size < 3:
+        return None
+    meta = cal.meta if isinstance(cal.meta, dict) else {}
+    if cal.graph_rounds is not None and cal.rounds >= 3:
+        r = np.asarray(cal.graph_rounds, dtype=np.float64)
+        sd = 1.4826 * np.median(np.abs(r - np.median(r, axis=1, keepdims=True)), axis=1)
+        rounds = cal.rounds
+    else:
+        spread = meta.get("segments_spread") if cal.runner == "breakable" else meta.get("spread")
+        sd = np.full(t.shape, np.nan)
+        if isinstance(spread, dict):
+            for i, x in enumerate(t.astype(int).tolist()):
+                v = spread.get(str(x))
+                if isinstance(v, dict):
+                    v = v.get("graph_p10_p90")
+                if isinstance(v, list) and len(v) == 2:
+                    sd[i] = (float(v[1]) - float(v[0])) / 2.563
+        eng = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
+        rounds = eng.get("repeats") if isinstance(eng.get("repeats"), int) and eng.get("repeats") > 0 else 1
+    se = 1.2533 * np.nan_to_num(sd, nan=0.0) / np.sqrt(rounds)
+    res, noise = [], []
+    for i in range(1, t.size - 1):
+        a, b, c = t[i - 1], t[i], t[i + 1]
+        if c - a > max_gap or g[i] <= 0:
+            continue
+        w2 = (b - a) / (c - a)
+        w1 = 1.0 - w2
+        pred = w1 * g[i - 1] + w2 * g[i + 1]
+        if pred <= 0:
+            continue
+        res.append(g[i] / pred - 1.0)
+        noise.append((se[i] ** 2 + (w1 * se[i - 1]) ** 2 + (w2 * se[i + 1]) ** 2) / pred**2)
+    if len(res) < min_rows:
+        return None
+    excess = float(np.mean(np.square(res)) - np.mean(noise))
+    # a field interpolated between lattice points: the residual of a row against its two
+    # neighbours holds its own value and half of each neighbour's (in expectation 1.5 x var)
+    return float(np.sqrt(max(excess, 0.0) / 1.5))
