@@ -258,16 +258,17 @@ def per_batch_ms(
 
 
 def host_share(cal, tokens, requests) -> np.ndarray:
-    """Per batch, the part of its eager time that is the host launching it: the calibration's
-    measured host launch time where it kept one (a batch counts as launch-bound from
-    HOST_BOUND_SHARE), else eager's time beyond a replay of the same batch in a bucket of its
-    size."""
+    """Per batch, the part of its eager time that waits on the host launching it, and so moves
+    with the host's speed: the host's launch time of one forward (the calibration's smallest
+    eager time: a forward of the fewest tokens waits on its launches) where it exceeds the
+    device's own work (a replay of the batch in a bucket of its size), as a share of eager's
+    time; 0 where the device's work hides the launches."""
     tok = np.asarray(tokens, dtype=np.int64)
     req = np.asarray(requests, dtype=np.int64)
     eager, brk = batch_costs_ms(cal, tok, req)
     eager = np.maximum(eager, 1e-9)
-    if cal.runner == "breakable" and cal.batches is not None and cal.batches.eager_host_ms is not None:
-        share = np.asarray(cal.batches.lookup("eager_host_ms", tok, req), dtype=np.float64) / eager
-        return np.clip(np.where(share >= HOST_BOUND_SHARE, share, 0.0), 0.0, 1.0)
-    replay = np.asarray(graph_ms_model(cal, tok, "trace"), dtype=np.float64) + brk
-    return np.clip(1.0 - replay / eager, 0.0, 1.0)
+    bt = cal.batches
+    measured = bt.eager_ms if cal.runner == "breakable" and bt is not None else cal.eager_ms
+    launch = float(np.min(measured)) if measured is not None and np.size(measured) else 0.0
+    device = np.asarray(graph_ms_model(cal, tok, "trace"), dtype=np.float64) + brk
+    return np.where(launch > device, np.minimum(launch / eager, 1.0), 0.0)

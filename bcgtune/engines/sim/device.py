@@ -51,7 +51,7 @@ class SimDevice:
     _level: float = 0.0
     _drift: _Wander = field(default_factory=lambda: _Wander(0.0, 1.0))
     _host: _Wander = field(default_factory=lambda: _Wander(0.0, 1.0))
-    _last_host_share: float = 0.0
+    _last_host_bound: bool = False
 
     def __post_init__(self) -> None:
         p = self.profile
@@ -95,13 +95,22 @@ class SimDevice:
         z = float(self._rng.standard_t(df)) * self._t_scale if df > 0 else float(self._rng.standard_normal())
         return max(0.2, 1.0 + sd_rel * z)
 
-    def run(self, true_ms: float, sd_rel: float, host_share: float = 0.0, offset: float = 0.0) -> float:
+    def run(self, true_ms: float, sd_rel: float, offset: float = 0.0) -> float:
         """One call whose true time is `true_ms`: its simulated time (ms), which the clock
-        advances by. `host_share`: the part of it the host's launching sets (eager), scaled
-        by the host's speed now; `offset`: its graph's capture offset."""
-        host = 1.0 + host_share * (math.exp(self._host.x) - 1.0)
-        ms = true_ms * math.exp(self._level + self._drift.x) * (1.0 + offset) * host * self.noise(sd_rel)
-        self._last_host_share = host_share
+        advances by. `offset`: its graph's capture offset."""
+        ms = true_ms * math.exp(self._level + self._drift.x) * (1.0 + offset) * self.noise(sd_rel)
+        self._last_host_bound = False
+        self.calls += 1
+        self.advance(ms)
+        return ms
+
+    def run_eager(self, n: int, r: int, sd_rel: float) -> float:
+        """One eager forward: its launches at the host's speed now (truth.eager_at_host)."""
+        truth = self.truth
+        host = math.exp(self._host.x)
+        true_ms = truth.eager_at_host(n, r, host)
+        ms = true_ms * math.exp(self._level + self._drift.x) * self.noise(sd_rel)
+        self._last_host_bound = truth.launch_ms * host > float(truth.device_ms(n, r))
         self.calls += 1
         self.advance(ms)
         return ms
@@ -109,11 +118,8 @@ class SimDevice:
     def last_host_ms(self, ms: float) -> float:
         """The host launch time of the last call of `ms` (engines/timing's host_out): the whole
         call for a launch-bound eager forward (the device waits on the host's launches until
-        the last one), the host's part for one that is not, a few microseconds for a replay."""
-        share = self._last_host_share
-        if share >= 0.5:
-            return ms
-        return ms * share if share > 0 else min(ms, 0.01)
+        the last one), a few microseconds for a replay or a forward the device's work bounds."""
+        return ms if self._last_host_bound else min(ms, 0.01)
 
     def draw_offset(self) -> float:
         """A new capture's offset against the mean of all captures of its size."""

@@ -208,8 +208,8 @@ class SimEngine:
         return self.device.run(g * (1.0 + off) + brk, sd)
 
     def charge_eager(self, n: int, r: int) -> float:
-        ms, sd, share = self.truth.call("eager", n, r)
-        return self.device.run(ms, sd, host_share=share)
+        _, sd, _ = self.truth.call("eager", n, r)
+        return self.device.run_eager(n, r, sd)
 
     def replay_segments(self, bucket: int) -> None:
         self.charge_segments(int(bucket))

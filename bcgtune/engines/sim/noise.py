@@ -96,8 +96,9 @@ def roughness_of(cal, max_gap: int = 600, min_rows: int = 30) -> float | None:
                     v = v.get("graph_p10_p90")
                 if isinstance(v, list) and len(v) == 2:
                     sd[i] = (float(v[1]) - float(v[0])) / 2.563
-        eng = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
-        rounds = eng.get("repeats") if isinstance(eng.get("repeats"), int) and eng.get("repeats") > 0 else 1
+        eng = meta.get("engine")
+        rep = eng.get("repeats") if isinstance(eng, dict) else None
+        rounds = rep if isinstance(rep, int) and rep > 0 else 1
     se = 1.2533 * np.nan_to_num(sd, nan=0.0) / np.sqrt(rounds)
     res, noise = [], []
     for i in range(1, t.size - 1):

@@ -87,7 +87,7 @@ class SimTruth:
         """(true ms, relative sd, host share) of one call, kept once computed: `kind`
         "segments" (bucket b's graph alone), "replay" (n tokens from r requests in bucket b:
         the true time without the graph's capture offset, returned as (graph ms, sd, breaks
-        ms)) or "eager" (n, r)."""
+        ms)) or "eager" (n, r: returned as (eager ms, sd, the device's own work in it ms))."""
         key = (kind, n, r, b)
         got = self._calls.get(key)
         if got is None:
@@ -96,7 +96,7 @@ class SimTruth:
             elif kind == "replay":
                 got = (float(self.graph_ms(b)), float(self.sd_replay(n)), float(self.breaks_ms(n, r)))
             else:
-                got = (float(self.eager_ms(n, r)), float(self.sd_eager(n)), float(self.host_share(n, r)))
+                got = (float(self.eager_ms(n, r)), float(self.sd_eager(n)), float(self.device_ms(n, r)))
             self._calls[key] = got
         return got
 
@@ -127,18 +127,36 @@ class SimTruth:
         r = 1 if self.runner == "full" else r
         return np.asarray(self.cal.eager_time(n, r), dtype=np.float64) * self._rough(3, n)
 
+    @property
+    def launch_ms(self) -> float:
+        """The host's time to launch one eager forward (its kernels, whatever the batch's
+        size): the recording's smallest eager time, where a forward waits on its launches."""
+        got = getattr(self, "_launch", None)
+        if got is None:
+            bt = self.cal.batches
+            eager = bt.eager_ms if self.runner == "breakable" and bt is not None else self.cal._eager_column()
+            got = self._launch = float(np.min(eager))
+        return got
+
+    def device_ms(self, n, r) -> np.ndarray:
+        """The device's own work in an eager forward of the batch: a replay of it in a bucket
+        of its size (segments and breaks; the whole forward on full)."""
+        return self.graph_ms(n) + self.breaks_ms(n, r)
+
     def host_share(self, n, r) -> np.ndarray:
-        """The part of an eager forward's time that is the host launching it: the recorded
-        host launch time where the calibration kept it, else what eager takes beyond a replay
-        of the same batch (a launch-bound forward waits on the host; a graph does not)."""
-        n = np.asarray(n, dtype=np.float64)
-        eager = np.maximum(np.asarray(self.cal.eager_time(n, 1 if self.runner == "full" else r)), 1e-9)
-        bt = self.cal.batches
-        if self.runner == "breakable" and bt is not None and bt.eager_host_ms is not None:
-            share = np.asarray(bt.lookup("eager_host_ms", n, r), dtype=np.float64) / eager
-            return np.clip(np.where(share >= 0.8, share, 0.0), 0.0, 0.95)
-        replay = np.asarray(self.cal.graph_time(n)) + np.asarray(self.cal.break_time(n, r))
-        return np.clip(1.0 - replay / eager, 0.0, 0.95)
+        """The part of an eager forward's time that waits on the host's launches: the launch
+        time where it exceeds the device's work, as a share of eager's time (else 0)."""
+        eager = np.maximum(self.eager_ms(n, r), 1e-9)
+        dev = self.device_ms(n, r)
+        return np.where(self.launch_ms > dev, np.minimum(self.launch_ms / eager, 1.0), 0.0)
+
+    def eager_at_host(self, n: int, r: int, host: float) -> float:
+        """An eager forward's true time with the host at `host` x its median speed's time:
+        the launches take launch_ms x host, and the forward ends when both they and the
+        device's work are done (eager's recorded excess over either kept as it is)."""
+        e = float(self.eager_ms(n, r))
+        dev = float(self.device_ms(n, r))
+        return e + max(self.launch_ms * host, dev) - max(self.launch_ms, dev)
 
     # ---- per-call spread ---------------------------------------------------------------
     @staticmethod
