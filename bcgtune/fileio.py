@@ -6,11 +6,11 @@ Every reader decompresses a `.gz` input and every writer compresses a `.gz` outp
 bcgtune writes as `t.json.gz` it reads back.
 
 Outputs never hurt inputs: `check_outputs` refuses, before a command starts working, an
-output path that is empty, a folder, a device or other non-regular file, in a folder that
-does not exist or cannot be written, or that resolves to one of the run's inputs. Writes go
-to a temp file in the same folder and are renamed over the target, so a reader never sees
-a torn file and an interrupted run leaves the old file intact; the rename never replaces
-anything but a regular file.
+output path that is empty, a folder, a device or other non-regular file, a file the user may
+not write, in a folder that does not exist or cannot be written, or that resolves to one of
+the run's inputs. Writes go to a temp file in the same folder and are renamed over the
+target, so a reader never sees a torn file and an interrupted run leaves the old file
+intact; the rename never replaces anything but a regular file the user may write.
 """
 
 from __future__ import annotations
@@ -132,6 +132,31 @@ def read_input(path: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
             fh.close()
 
 
+def copy_stdin(path: str | os.PathLike, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """Standard input's bytes as they come (compressed or not), at most `limit`, written
+    atomically to `path`, which is returned: stdin read once and kept as a file for a reader
+    that needs one (its hash, a second reader, a resumed run). More than `limit` is refused
+    (nothing is left at `path` then)."""
+    buf = _stdin_buffer("<stdin>")
+
+    def chunks() -> Iterable[bytes]:
+        total = 0
+        while True:
+            try:
+                block = buf.read(1 << 20)
+            except _READ_ERRORS as exc:
+                raise InputError(f"cannot read: {_reason(exc)}", "<stdin>") from None
+            if not block:
+                return
+            total += len(block)
+            if total > limit:
+                raise InputError(f"larger than {limit >> 20} MiB: not a {what}", "<stdin>")
+            yield block
+
+    atomic_write_chunks(path, chunks())
+    return str(path)
+
+
 def decode_text(data: bytes, where: str, what: str) -> str:
     """UTF-8 text (a BOM from spreadsheet exports is dropped), or one line naming the byte."""
     try:
@@ -191,6 +216,40 @@ def read_toml(path: str, what: str = "TOML file") -> dict[str, Any]:
     return parse_toml(read_input(path, what, limit=16 << 20), display_path(path))
 
 
+def check_zip_directory(fh: IO[bytes], where: str, what: str, *, max_members: int, max_bytes: int) -> None:
+    """Refuse a zip archive whose central directory lists more than `max_members` members or
+    takes more than `max_bytes`, from its end record alone: zipfile (and fsspec's zip://)
+    reads the whole directory into memory, one object per member, before anything else.
+    `fh` is seekable; it is left at its start. An archive without an end record passes (the
+    zip reader refuses it)."""
+    try:
+        end = fh.seek(0, os.SEEK_END)
+        size = min(end, _ZIP_TAIL_BYTES)
+        fh.seek(end - size)
+        tail = fh.read(size)
+        fh.seek(0)
+    except (OSError, ValueError):
+        return
+    i = tail.rfind(b"PK\x05\x06")
+    if i < 0 or len(tail) < i + 22:
+        return
+    members, nbytes = int.from_bytes(tail[i + 10 : i + 12], "little"), int.from_bytes(tail[i + 12 : i + 16], "little")
+    j = i - 20 - 56  # a zip64 end record lies right before its locator, right before the end record
+    if (members == 0xFFFF or nbytes == 0xFFFFFFFF) and j >= 0 and tail[j : j + 4] == b"PK\x06\x06":
+        members, nbytes = int.from_bytes(tail[j + 32 : j + 40], "little"), int.from_bytes(tail[j + 40 : j + 48], "little")
+    if members > max_members or nbytes > max_bytes:
+        raise InputError(
+            f"its zip directory lists {members:,} members in {nbytes:,} bytes: not a {what} "
+            f"(at most {max_members:,} members in {max_bytes >> 20} MiB)",
+            where,
+        )
+
+
+# the end of a zip archive that holds its end record (at most 22 bytes and a 64 KiB comment)
+# and the zip64 end record and locator before it
+_ZIP_TAIL_BYTES = 22 + 65535 + 20 + 56
+
+
 # --------------------------------------------------------------------------- outputs
 def _regular_or_absent(real: str, where: str) -> bool:
     """True when `real` exists (and is a regular file); False when absent; refuses the rest."""
@@ -204,6 +263,8 @@ def _regular_or_absent(real: str, where: str) -> bool:
         raise InputError("is a folder, not a file", where)
     if not stat.S_ISREG(st.st_mode):
         raise InputError("is not a regular file (a device, pipe or socket): refusing to replace it", where)
+    if not os.access(real, os.W_OK):  # a rename would replace it all the same: refused, as `>` and cp refuse it
+        raise InputError("is not writable by you (permission denied): refusing to replace it", where)
     return True
 
 

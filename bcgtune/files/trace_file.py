@@ -48,7 +48,7 @@ from bcgtune.core.trace.prefill_trace import (
     _column_to_json,
 )
 from bcgtune.errors import InputError, quote
-from bcgtune.fileio import csv_rows
+from bcgtune.fileio import check_zip_directory, csv_rows
 
 # A trace file larger than this is not a trace (a JSON trace of a million batches with every
 # per-batch column is ~150 MB).
@@ -117,9 +117,14 @@ def is_binary_trace_name(path: str) -> bool:
 
 NPZ_DOCUMENT = "document.npy"
 _NPZ_COLUMN = "batches.{}.npy"
-# what the columns of a binary trace may hold once read (a zip's members can claim sizes far
-# beyond their compressed bytes): 8 GiB, about 70 million batches with every column
+# what the columns of a binary trace may hold once read into their declared types (a zip's
+# members can claim sizes far beyond their compressed bytes): 8 GiB, about 60 million batches
+# with every column; each column must also hold exactly one row per batch its document counts
 MAX_BINARY_COLUMN_BYTES = 8 << 30
+# a binary trace holds its document and one member per column: an archive that lists more
+# (its directory is read whole before any member) is not one
+MAX_BINARY_MEMBERS = 1024
+MAX_BINARY_DIRECTORY_BYTES = 1 << 20
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same trace gives the same bytes
 
 
@@ -177,9 +182,13 @@ def _npy_header(fh, where: str, member: str) -> tuple[tuple[int, ...], np.dtype]
     return shape, dtype
 
 
-def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget: list[int]) -> np.ndarray:
-    """One member's array: its header checked before its data is read, its size within what
-    is left of the budget."""
+def _read_member(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget: list[int], rows: int | None = None, itemsize: int = 1
+) -> np.ndarray:
+    """One member's array: its header checked before its data is read: `rows` rows when
+    given (a column has one per batch the document counts), and its size once read into its
+    declared type (`itemsize` bytes a row) within what is left of the budget. A member that
+    claims more is refused from its header, whatever its deflated bytes would expand to."""
     name = info.filename
     try:
         with zf.open(info) as fh:
@@ -187,9 +196,12 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget:
             if dtype.kind not in "iuf" or dtype.itemsize > 8:
                 raise InputError(f"{name}: holds {dtype}, not integers or floats", where)
             nbytes = n * dtype.itemsize
-            if nbytes > budget[0]:
+            if n * max(itemsize, dtype.itemsize) > budget[0]:
                 raise InputError(f"{name}: {nbytes >> 20:,} MiB is more than a trace may hold", where)
-            budget[0] -= nbytes
+            if rows is not None and n != rows:
+                loc = name.removesuffix(".npy")
+                raise InputError(f"{loc}: has {n:,} rows, the histogram counts {rows:,} batches", where)
+            budget[0] -= n * max(itemsize, dtype.itemsize)
             data = fh.read(nbytes)
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{name}: cannot read ({str(exc)[:120]})", where) from None
@@ -209,11 +221,9 @@ def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: lis
         col = name[len("batches.") : -len(".npy")]
         if col not in BATCH_COLUMNS:
             continue  # columns from a newer writer are left out, not fatal
-        arr = _read_member(zf, info, where, budget)
-        loc = f"batches.{col}"
-        if arr.size != n_batches:
-            raise InputError(f"{loc}: has {arr.size:,} rows, the histogram counts {n_batches:,} batches", where)
         dtype = np.dtype(BATCH_COLUMNS[col])
+        arr = _read_member(zf, info, where, budget, rows=n_batches, itemsize=dtype.itemsize)
+        loc = f"batches.{col}"
         if dtype.kind == "f":
             arr = arr.astype(dtype)
             if np.isinf(arr).any():
@@ -248,6 +258,7 @@ def _load_binary_trace(path: str, where: str) -> PrefillTrace:
             if len(data) > MAX_TRACE_BYTES:
                 raise InputError(f"larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace", where)
             src = io.BytesIO(data)
+        check_zip_directory(src, where, "binary trace", max_members=MAX_BINARY_MEMBERS, max_bytes=MAX_BINARY_DIRECTORY_BYTES)
         try:
             zf = zipfile.ZipFile(src)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
@@ -326,12 +337,13 @@ def _looks_like_a_log(head: str) -> bool:
     return any(mark in text for mark in _LOG_MARKS)
 
 
-def load_trace(path: str) -> PrefillTrace:
+def load_trace(path: str, where: str | None = None) -> PrefillTrace:
     """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
-    one-size-per-line file. Errors name the file (and the line or field)."""
+    one-size-per-line file. Errors name the file (and the line or field), or `where` when
+    given (a copy of standard input is named `<stdin>`)."""
     from bcgtune.fileio import display_path
 
-    where = display_path(path)
+    where = where or display_path(path)
     trace = _load_binary_trace(path, where) if _is_zip(path) else _load_text_trace(path, where)
     trace.validate(where)
     if not trace.sources:
@@ -370,14 +382,19 @@ class _Histogram(Document):
     counts: list[BatchCount]
 
 
+# a chunk as SGLang logs it: a token count, or -1 (0) for chunked prefill off
+_Chunk = Annotated[int, pydantic.Field(strict=True, ge=-1, le=TOKENS_MAX)]
+
+
 class _StartupLine(Document):
     model_config = pydantic.ConfigDict(extra="allow")
-    chunked_prefill_size: Optional[int] = None
+    chunked_prefill_size: Optional[_Chunk] = None
+    max_prefill_tokens: Optional[Tokens] = None
 
 
 class _WorkloadResolved(Document):
     model_config = pydantic.ConfigDict(extra="allow")
-    chunked_prefill_size: Optional[int] = None
+    chunked_prefill_size: Optional[_Chunk] = None
 
 
 class _WorkloadMeta(Document):

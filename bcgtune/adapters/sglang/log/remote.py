@@ -84,6 +84,9 @@ class RemoteFile:
     def __init__(self, url: str):
         self.url = url
         fs, path = _filesystem(url)
+        # kept while the file is read: an archive's filesystem (zip://, tar://) closes the
+        # archive when it is collected, under the member being read
+        self.fs = fs
         try:
             if fs.isdir(path):
                 raise IsADirectoryError(path)
@@ -141,11 +144,16 @@ def list_logs(location: str) -> list[str]:
         found = sorted(set(input_files(location, LOG_SUFFIXES)))
     else:
         fs, path = _filesystem(location)
+
+        def url_of(p: str) -> str:  # a member of a chained URL (zip://*.log::file:///a.zip) keeps its chain
+            head, chain, rest = location.partition("::")
+            return f"{head.split('://', 1)[0]}://{p.lstrip('/')}::{rest}" if chain else fs.unstrip_protocol(p)
+
         try:
             if _GLOB_CHARS.search(path):
-                found = sorted(fs.unstrip_protocol(p) for p in fs.glob(path) if not fs.isdir(p))
+                found = sorted(url_of(p) for p in fs.glob(path) if not fs.isdir(p))
             elif fs.isdir(path):
-                found = sorted(fs.unstrip_protocol(p) for p in fs.find(path) if p.endswith(LOG_SUFFIXES))
+                found = sorted(url_of(p) for p in fs.find(path) if p.endswith(LOG_SUFFIXES))
             else:
                 return [location]
         except Exception as exc:
