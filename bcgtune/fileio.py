@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -34,6 +33,10 @@ from bcgtune.errors import ExternalError, InputError
 # every per-batch column is ~150 MB).
 MAX_DOCUMENT_BYTES = 1 << 30
 SNIFF_BYTES = 64 << 10
+# Values (numbers, strings, ...) a JSON document may hold: parsed, each costs 30-40 bytes, so
+# this bounds a parse near 1.5 GiB (a per-batch JSON trace of about 2 million batches; larger
+# traces are written in the binary form, trace -o t.npz)
+MAX_JSON_VALUES = 1 << 25
 _READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)
 
 
@@ -165,12 +168,35 @@ def decode_text(data: bytes, where: str, what: str) -> str:
         raise InputError(f"not UTF-8 text (byte {exc.start}): not a {what}", where) from None
 
 
+def text_blocks(text: str, block: int = 1 << 22) -> Iterable[str]:
+    """`text` in pieces of about `block` characters, each ending just after a "\n" (the last
+    excepted): the lines found in the pieces, by splitlines() or by "\n", are those found
+    in the whole text, and no list of every line is ever made (memory: one piece)."""
+    pos, n = 0, len(text)
+    while pos < n:
+        cut = text.find("\n", min(pos + block, n))
+        end = n if cut < 0 else cut + 1
+        yield text[pos:end]
+        pos = end
+
+
+def text_lines(text: str) -> Iterable[str]:
+    """The lines of `text` with their ends, as iterating io.StringIO(text) gives them (split
+    after each "\n"), a piece at a time (text_blocks)."""
+    for piece in text_blocks(text):
+        lines = piece.split("\n")
+        yield from (line + "\n" for line in lines[:-1])
+        if lines[-1]:
+            yield lines[-1]
+
+
 def csv_rows(text: str, where: str):
     """(line number, cells) of a CSV text, skipping blank and `#` comment lines; a malformed
-    CSV (a stray quote, a bare carriage return) is one InputError naming the file."""
+    CSV (a stray quote, a bare carriage return) is one InputError naming the file. Rows come
+    one at a time (text_lines)."""
     import csv
 
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(text_lines(text))
     try:
         for row in reader:
             if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
@@ -184,9 +210,14 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(text: str, where: str) -> Any:
+def parse_json(text: str, where: str, max_values: int | None = None) -> Any:
     """json.loads with every failure as one line: syntax (line and column), NaN/Infinity
-    literals, integers too long to convert, nesting too deep."""
+    literals, integers too long to convert, nesting too deep; and a document of more than
+    `max_values` values (MAX_JSON_VALUES; counted by its commas before it is parsed, since
+    each value costs 30-40 bytes of memory once parsed, against 2-8 of text) refused."""
+    limit = MAX_JSON_VALUES if max_values is None else max_values
+    if len(text) > limit and text.count(",") >= limit:
+        raise InputError(f"more than {limit:,} values: larger than this document may be", where)
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
@@ -212,8 +243,11 @@ def parse_toml(data: bytes | str, where: str) -> dict[str, Any]:
         raise InputError(f"invalid TOML: {str(exc)[:160]}", where) from None
 
 
+TOML_MAX_BYTES = 16 << 20  # a workload (a profile: files/profile_file.PROFILE_MAX_BYTES)
+
+
 def read_toml(path: str, what: str = "TOML file") -> dict[str, Any]:
-    return parse_toml(read_input(path, what, limit=16 << 20), display_path(path))
+    return parse_toml(read_input(path, what, limit=TOML_MAX_BYTES), display_path(path))
 
 
 def check_zip_directory(fh: IO[bytes], where: str, what: str, *, max_members: int, max_bytes: int) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -48,7 +49,7 @@ from bcgtune.core.trace.prefill_trace import (
     _column_to_json,
 )
 from bcgtune.errors import InputError, quote
-from bcgtune.fileio import check_zip_directory, csv_rows
+from bcgtune.fileio import check_zip_directory, csv_rows, text_blocks
 
 # A trace file larger than this is not a trace (a JSON trace of a million batches with every
 # per-batch column is ~150 MB).
@@ -357,10 +358,11 @@ def _load_text_trace(path: str, where: str) -> PrefillTrace:
 
     what = "trace (JSON trace, binary .npz trace, size,count CSV or one size per line)"
     text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
-    stripped = text.lstrip()
+    first_char = re.search(r"\S", text)
+    stripped = text[first_char.start() : first_char.start() + _LOG_SNIFF] if first_char else ""  # its start, not a copy
     if not stripped:
         raise InputError("trace is empty", where)
-    if not stripped.startswith("{") and _looks_like_a_log(stripped[:_LOG_SNIFF]):
+    if not stripped.startswith("{") and _looks_like_a_log(stripped):
         raise InputError(
             "an SGLang server log, not a trace: `bcgtune trace --log FILE -o trace.json` makes a trace of it "
             "(drift and tune read logs directly with --log)",
@@ -370,7 +372,7 @@ def _load_text_trace(path: str, where: str) -> PrefillTrace:
         return _parse_json_trace(text, where)
     if stripped.startswith("["):
         return _parse_json_list(text, where)
-    first = stripped.splitlines()[0].strip().lower().replace(" ", "")
+    first = stripped.partition("\n")[0].splitlines()[0].strip().lower().replace(" ", "")
     if "," in first or first.startswith(_SIZE_COLUMNS):
         return _parse_csv_trace(text, where)
     return _parse_plain_trace(text, where)
@@ -651,8 +653,11 @@ def _parse_json_list(text: str, where: str) -> PrefillTrace:
 
 
 def _parse_int(token: str, where: str, what: str) -> int:
-    """An integer cell ('12' or '12.0'); its bounds are checked for the whole column at once."""
+    """An integer cell ('12' or '12.0', in the digits 0-9); its bounds are checked for a
+    block of rows at once."""
     t = token.strip()
+    if not t.isascii():  # int() also reads '１' and '٣'
+        raise InputError(f"{what}: {t[:40]!r} is not an integer", where)
     try:
         return int(t)
     except ValueError:
@@ -678,12 +683,59 @@ def _check_column(values: list[int], lines: list[int], where: str, what: str, bo
         validate(bound, values[bad], f"{where}:{lines[bad]}", prefix=(what,))
 
 
-def _histogram(sizes: list[int], counts: list[int] | None, origin: str) -> PrefillTrace:
-    arr = np.asarray(sizes, dtype=np.int64)
-    w = np.ones(arr.size, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
-    uniq, inv = np.unique(arr, return_inverse=True)
-    total = np.bincount(inv, weights=w.astype(np.float64)).astype(np.int64)
-    return PrefillTrace(sizes=uniq.astype(np.int64), counts=total, origin=origin)
+# rows of a text trace parsed into Python numbers before they are counted into its histogram:
+# memory stays near the text's own (a list of every row took 30-50 bytes a byte of text)
+_BLOCK_ROWS = 1 << 18
+
+
+class _TextRows:
+    """The rows of a CSV or one-size-per-line trace, counted into a histogram a block at a
+    time: each block's values checked (with their lines) and reduced to (size, count) pairs,
+    the pairs merged as they grow. Memory: one block, and the distinct sizes."""
+
+    def __init__(self, where: str, size_name: str, count_name: str | None):
+        self.where, self.size_name, self.count_name = where, size_name, count_name
+        self.sizes: list[int] = []
+        self.counts: list[int] = []
+        self.lines: list[int] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.held = 0  # pairs in parts
+        self.rows = 0
+
+    def add(self, size: int, count: int | None, line: int) -> None:
+        self.sizes.append(size)
+        if count is not None:
+            self.counts.append(count)
+        self.lines.append(line)
+        if len(self.sizes) >= _BLOCK_ROWS:
+            self._count_block()
+
+    def _count_block(self) -> None:
+        if not self.sizes:
+            return
+        _check_column(self.sizes, self.lines, self.where, self.size_name, Tokens, TOKENS_MAX)
+        if self.count_name is not None:
+            _check_column(self.counts, self.lines, self.where, self.count_name, BatchCount, BATCHES_MAX)
+        arr = np.asarray(self.sizes, dtype=np.int64)
+        w = np.ones(arr.size, np.int64) if self.count_name is None else np.asarray(self.counts, dtype=np.int64)
+        self.parts.append(histogram_of(arr, w))
+        self.held += self.parts[-1][0].size
+        self.rows += arr.size
+        self.sizes, self.counts, self.lines = [], [], []
+        if len(self.parts) > 1 and self.held > 2 * self.parts[0][0].size:  # merged as they double
+            self._merge()
+
+    def _merge(self) -> None:
+        sizes, counts = histogram_of(np.concatenate([p[0] for p in self.parts]), np.concatenate([p[1] for p in self.parts]))
+        self.parts, self.held = [(sizes, counts)], sizes.size
+
+    def trace(self, origin: str, empty: str) -> PrefillTrace:
+        self._count_block()
+        if not self.rows:
+            raise InputError(empty, self.where)
+        self._merge()
+        sizes, counts = self.parts[0]
+        return PrefillTrace(sizes=sizes.astype(np.int64), counts=counts.astype(np.int64), origin=origin)
 
 
 _SIZE_COLUMNS = ("size", "tokens", "num_tokens", "forward_tokens")
@@ -695,9 +747,7 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
     taken for `size`; without a count column each row is one batch)."""
     header: list[str] | None = None
     si = ci = None
-    sizes: list[int] = []
-    counts: list[int] = []
-    lines: list[int] = []
+    rows: _TextRows | None = None
     for lineno, row in csv_rows(text, where):
         if header is None:
             header = [h.strip().lower() for h in row]
@@ -709,32 +759,25 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
                     f"{where}:{lineno}",
                 )
             need = max(si, ci if ci is not None else 0) + 1
+            rows = _TextRows(where, header[si], None if ci is None else header[ci])
             continue
         if len(row) < need:
             raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
-        assert si is not None  # the header was read above
-        sizes.append(_parse_int(row[si], f"{where}:{lineno}", header[si]))
-        if ci is not None:
-            counts.append(_parse_int(row[ci], f"{where}:{lineno}", header[ci]))
-        lines.append(lineno)
-    if not sizes:
+        assert si is not None and rows is not None  # the header was read above
+        size = _parse_int(row[si], f"{where}:{lineno}", header[si])
+        rows.add(size, None if ci is None else _parse_int(row[ci], f"{where}:{lineno}", header[ci]), lineno)
+    if rows is None:
         raise InputError("trace is empty: CSV has no rows", where)
-    assert header is not None and si is not None
-    _check_column(sizes, lines, where, header[si], Tokens, TOKENS_MAX)
-    if ci is not None:
-        _check_column(counts, lines, where, header[ci], BatchCount, BATCHES_MAX)
-    return _histogram(sizes, counts if ci is not None else None, "histogram")
+    return rows.trace("histogram", "trace is empty: CSV has no rows")
 
 
 def _parse_plain_trace(text: str, where: str) -> PrefillTrace:
-    sizes: list[int] = []
-    lines: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        s = line.split("#", 1)[0].strip()
-        if s:
-            sizes.append(_parse_int(s, f"{where}:{lineno}", "size"))
-            lines.append(lineno)
-    if not sizes:
-        raise InputError("trace is empty: no sizes", where)
-    _check_column(sizes, lines, where, "size", Tokens, TOKENS_MAX)
-    return _histogram(sizes, None, "sizes")
+    rows = _TextRows(where, "size", None)
+    lineno = 0
+    for block in text_blocks(text):
+        for line in block.splitlines():
+            lineno += 1
+            s = line.split("#", 1)[0].strip()
+            if s:
+                rows.add(_parse_int(s, f"{where}:{lineno}", "size"), None, lineno)
+    return rows.trace("sizes", "trace is empty: no sizes")

@@ -126,6 +126,7 @@ STATE_FILE, CALIBRATION_FILE, TRACE_FILE = "state.json", "calibration.json", "tr
 # keeps a second tune out of the folder while one works in it (files/folder_lock.py)
 STDIN_TRACE_FILE, LOCK_FILE = "trace-from-stdin", ".tune.lock"
 STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE, STDIN_TRACE_FILE, LOCK_FILE)
+STATE_MAX_BYTES = 64 << 20  # a state holds each step's figures: tens of kB
 
 
 def _one_tune_at_a_time(folder_of: Callable[..., str]) -> Callable:
@@ -196,7 +197,7 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
     where = str(path)
     if path.is_dir():
         raise InputError("is a folder, not a tune state", where)
-    obj = parse_json(read_input(where, "tune state").decode("utf-8", errors="replace"), where)
+    obj = parse_json(read_input(where, "tune state", limit=STATE_MAX_BYTES).decode("utf-8", errors="replace"), where)
     if not isinstance(obj, dict) or obj.get("kind") != STATE_KIND or obj.get("format_version") != STATE_VERSION:
         raise InputError("not a bcgtune tune state (kind bcgtune.tune-state, format 1)", where)
     for key in ("trace", "engine", "settings"):

@@ -27,9 +27,36 @@ def is_url(path: str) -> bool:
     return bool(_URL_RE.match(path))
 
 
+# A zip archive of logs on this machine lists at most this many members (fsspec reads its
+# whole directory into memory, one object per member, before any member is opened)
+MAX_ARCHIVE_MEMBERS = 1 << 16
+MAX_ARCHIVE_DIRECTORY_BYTES = 32 << 20
+
+
+def _check_local_archive(url: str) -> None:
+    """A `zip://member::file:///a.zip` URL: the local archive's directory bounded first."""
+    import os
+
+    from bcgtune.fileio import check_zip_directory, local_paths
+
+    head, chained, rest = url.partition("::")
+    if not chained or head.split("://", 1)[0].lower() != "zip":
+        return
+    for path in local_paths(rest):
+        if os.path.isfile(path):
+            try:
+                with open(path, "rb") as fh:
+                    check_zip_directory(
+                        fh, url, "log archive", max_members=MAX_ARCHIVE_MEMBERS, max_bytes=MAX_ARCHIVE_DIRECTORY_BYTES
+                    )
+            except OSError:
+                return  # fsspec says what is wrong with it
+
+
 def _filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, path within it); a one-line InputError when the protocol is
     unknown or its package is missing."""
+    _check_local_archive(url)
     try:
         from fsspec.core import url_to_fs
         from fsspec.registry import known_implementations
