@@ -73,7 +73,9 @@ def open_binary(path: str) -> IO[bytes]:
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError("no such file", path) from None
+        raise InputError(
+            "no such file" + (" (URLs are read for server logs only)" if _URL_RE.match(path) else ""), path
+        ) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path) from None
     if stat.S_ISDIR(st.st_mode):
@@ -113,6 +115,15 @@ def read_input(path: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     where = display_path(path)
     fh = open_binary(path)
     try:
+        return read_stream(fh, where, what, limit)
+    finally:
+        if path != "-":
+            fh.close()
+
+
+def read_stream(fh: IO[bytes], where: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """read_input of an input already open (its errors name `where`); `fh` is left open."""
+    try:
         chunks = []
         total = 0
         first = True
@@ -130,34 +141,46 @@ def read_input(path: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
         return b"".join(chunks)
     except _READ_ERRORS as exc:
         raise InputError(f"cannot read: {_reason(exc)}", where) from None
-    finally:
-        if path != "-":
-            fh.close()
 
 
-def copy_stdin(path: str | os.PathLike, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
-    """Standard input's bytes as they come (compressed or not), at most `limit`, written
-    atomically to `path`, which is returned: stdin read once and kept as a file for a reader
-    that needs one (its hash, a second reader, a resumed run). More than `limit` is refused
-    (nothing is left at `path` then)."""
-    buf = _stdin_buffer("<stdin>")
+def keep_input(path: str, dest: str | os.PathLike, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The bytes of input `path` as they come (compressed or not; `-` is stdin, or a named
+    pipe), at most `limit`, written atomically to `dest`, which is returned: an input that
+    can be read once, kept as a file for a reader that needs one (its hash, a second reader,
+    a resumed run). More than `limit` is refused (nothing is left at `dest` then)."""
+    where = display_path(path)
+    if path == "-":
+        src = _stdin_buffer(where)
+    else:
+        try:
+            src = open(path, "rb")  # noqa: SIM115 (closed below)
+        except FileNotFoundError:
+            raise InputError("no such file", where) from None
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", where) from None
 
     def chunks() -> Iterable[bytes]:
         total = 0
         while True:
             try:
-                block = buf.read(1 << 20)
+                block = src.read(1 << 20)
             except _READ_ERRORS as exc:
-                raise InputError(f"cannot read: {_reason(exc)}", "<stdin>") from None
+                raise InputError(f"cannot read: {_reason(exc)}", where) from None
             if not block:
                 return
+            if not total and b"\x00" in block[:SNIFF_BYTES] and not block.startswith((b"PK\x03\x04", b"\x1f\x8b")):
+                raise InputError(f"binary data, not a {what}", where)  # neither text, a zip nor gzip: not read on
             total += len(block)
             if total > limit:
-                raise InputError(f"larger than {limit >> 20} MiB: not a {what}", "<stdin>")
+                raise InputError(f"larger than {limit >> 20} MiB: not a {what}", where)
             yield block
 
-    atomic_write_chunks(path, chunks())
-    return str(path)
+    try:
+        atomic_write_chunks(dest, chunks())
+    finally:
+        if path != "-":
+            src.close()
+    return str(dest)
 
 
 def decode_text(data: bytes, where: str, what: str) -> str:
@@ -234,7 +257,11 @@ def parse_toml(data: bytes | str, where: str) -> dict[str, Any]:
 
     text = data if isinstance(data, str) else decode_text(data, where, "TOML file")
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
+        nul = _nul_key(doc)
+        if nul is not None:  # a path or an argument with a NUL: no file system or exec takes it
+            raise InputError(f"{nul}: holds a NUL character (\\u0000)", where)
+        return doc
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"invalid TOML: {str(exc)[:160]}", where) from None
     except RecursionError:
@@ -244,6 +271,25 @@ def parse_toml(data: bytes | str, where: str) -> dict[str, Any]:
 
 
 TOML_MAX_BYTES = 16 << 20  # a workload (a profile: files/profile_file.PROFILE_MAX_BYTES)
+
+
+def _nul_key(value: Any, key: str = "") -> str | None:
+    """The first key (`[server].model`, `list[2]`) whose string holds a NUL, else None."""
+    if isinstance(value, str):
+        return key if "\x00" in value else None
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, Any]] = ((f"[{k}]" if not key else f"{key}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for k, v in items:
+        if "\x00" in k:
+            return k.replace("\x00", "\\u0000")
+        found = _nul_key(v, k)
+        if found is not None:
+            return found
+    return None
 
 
 def read_toml(path: str, what: str = "TOML file") -> dict[str, Any]:

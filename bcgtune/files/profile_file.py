@@ -170,6 +170,8 @@ def resolve_profile_path(name_or_path: str | os.PathLike) -> Path:
             raise InputError("no such profile file", s if len(s) <= 200 else s[:197] + "...")
         if kind == "folder":
             raise InputError("is a folder, not a profile file", s)
+        if kind == "other":  # a pipe or a device: a profile may be read twice (checked, then edited)
+            raise InputError("is not a regular file (a pipe or a device): a profile is read from a file", s)
         return p
     bp = builtin_profile_path(s)
     if path_kind(bp) != "file":

@@ -33,7 +33,7 @@ import re
 import zipfile
 import zlib
 from collections.abc import Iterator
-from typing import Annotated, Any, Optional, Union
+from typing import IO, Annotated, Any, Optional
 
 import numpy as np
 import pydantic
@@ -119,9 +119,10 @@ def is_binary_trace_name(path: str) -> bool:
 NPZ_DOCUMENT = "document.npy"
 _NPZ_COLUMN = "batches.{}.npy"
 # what the columns of a binary trace may hold once read into their declared types (a zip's
-# members can claim sizes far beyond their compressed bytes): 8 GiB, about 60 million batches
-# with every column; each column must also hold exactly one row per batch its document counts
-MAX_BINARY_COLUMN_BYTES = 8 << 30
+# members can claim sizes far beyond their compressed bytes): 2 GiB, about 15 million batches
+# with every column and more with fewer; each column must also hold exactly one row per
+# batch its document counts
+MAX_BINARY_COLUMN_BYTES = 2 << 30
 # a binary trace holds its document and one member per column: an archive that lists more
 # (its directory is read whole before any member) is not one
 MAX_BINARY_MEMBERS = 1024
@@ -197,18 +198,25 @@ def _read_member(
             if dtype.kind not in "iuf" or dtype.itemsize > 8:
                 raise InputError(f"{name}: holds {dtype}, not integers or floats", where)
             nbytes = n * dtype.itemsize
-            if n * max(itemsize, dtype.itemsize) > budget[0]:
-                raise InputError(f"{name}: {nbytes >> 20:,} MiB is more than a trace may hold", where)
             if rows is not None and n != rows:
                 loc = name.removesuffix(".npy")
                 raise InputError(f"{loc}: has {n:,} rows, the histogram counts {rows:,} batches", where)
+            if n * max(itemsize, dtype.itemsize) > budget[0]:
+                raise InputError(f"{name}: {nbytes >> 20:,} MiB is more than a trace may hold", where)
             budget[0] -= n * max(itemsize, dtype.itemsize)
-            data = fh.read(nbytes)
+            arr = np.empty(n, dtype)  # read in place, a piece at a time: the data is held once
+            view = arr.data.cast("B")
+            got = 0
+            while got < nbytes:
+                k = fh.readinto(view[got : got + (16 << 20)])  # type: ignore[attr-defined]
+                if not k:
+                    break
+                got += k
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{name}: cannot read ({str(exc)[:120]})", where) from None
-    if len(data) != nbytes:
-        raise InputError(f"{name}: ends early ({len(data):,} of {nbytes:,} bytes)", where)
-    return np.frombuffer(data, dtype)
+    if got != nbytes:
+        raise InputError(f"{name}: ends early ({got:,} of {nbytes:,} bytes)", where)
+    return arr
 
 
 def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: list[int]) -> dict[str, np.ndarray] | None:
@@ -245,44 +253,37 @@ def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: lis
     return out or None
 
 
-def _load_binary_trace(path: str, where: str) -> PrefillTrace:
-    """The binary form (module docstring): its document checked as a JSON trace is, and
-    its columns against it (one row per batch the histogram counts, the histogram that of
-    forward_tokens)."""
-    from bcgtune.fileio import open_binary
-
-    fh = open_binary(path)
+def _load_binary_trace(fh: IO[bytes], where: str) -> PrefillTrace:
+    """The binary form (module docstring), from `fh` at its start: its document checked as
+    a JSON trace is, and its columns against it (one row per batch the histogram counts, the
+    histogram that of forward_tokens)."""
+    src = fh
+    if not fh.seekable():  # a pipe: held in memory, within what a trace file may be
+        data = fh.read(MAX_TRACE_BYTES + 1)
+        if len(data) > MAX_TRACE_BYTES:
+            raise InputError(f"larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace", where)
+        src = io.BytesIO(data)
+    check_zip_directory(src, where, "binary trace", max_members=MAX_BINARY_MEMBERS, max_bytes=MAX_BINARY_DIRECTORY_BYTES)
     try:
-        src = fh
-        if not fh.seekable():  # a pipe: held in memory, within what a trace file may be
-            data = fh.read(MAX_TRACE_BYTES + 1)
-            if len(data) > MAX_TRACE_BYTES:
-                raise InputError(f"larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace", where)
-            src = io.BytesIO(data)
-        check_zip_directory(src, where, "binary trace", max_members=MAX_BINARY_MEMBERS, max_bytes=MAX_BINARY_DIRECTORY_BYTES)
+        zf = zipfile.ZipFile(src)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise InputError(f"not a binary trace: {str(exc)[:120]}", where) from None
+    with zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        if NPZ_DOCUMENT not in infos:
+            raise InputError(f"not a bcgtune binary trace: no {NPZ_DOCUMENT} in the archive", where)
+        budget = [MAX_TRACE_BYTES]
+        head = _read_member(zf, infos[NPZ_DOCUMENT], where, budget)
+        if head.dtype != np.uint8:
+            raise InputError(f"{NPZ_DOCUMENT}: must hold bytes", where)
         try:
-            zf = zipfile.ZipFile(src)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            raise InputError(f"not a binary trace: {str(exc)[:120]}", where) from None
-        with zf:
-            infos = {i.filename: i for i in zf.infolist()}
-            if NPZ_DOCUMENT not in infos:
-                raise InputError(f"not a bcgtune binary trace: no {NPZ_DOCUMENT} in the archive", where)
-            budget = [MAX_TRACE_BYTES]
-            head = _read_member(zf, infos[NPZ_DOCUMENT], where, budget)
-            if head.dtype != np.uint8:
-                raise InputError(f"{NPZ_DOCUMENT}: must hold bytes", where)
-            try:
-                text = head.tobytes().decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError(f"{NPZ_DOCUMENT}: not UTF-8 text", where) from None
-            budget = [MAX_BINARY_COLUMN_BYTES]
-            trace = _parse_json_trace(text, where, binary=True)
-            n = int(trace.counts.sum())
-            cols = _binary_columns(zf, where, n, budget)
-    finally:
-        if path != "-":
-            fh.close()
+            text = head.tobytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{NPZ_DOCUMENT}: not UTF-8 text", where) from None
+        budget = [MAX_BINARY_COLUMN_BYTES]
+        trace = _parse_json_trace(text, where, binary=True)
+        n = int(trace.counts.sum())
+        cols = _binary_columns(zf, where, n, budget)
     if cols is not None:
         if "forward_tokens" not in cols:
             raise InputError("batches need a forward_tokens column", where)
@@ -297,22 +298,20 @@ def _load_binary_trace(path: str, where: str) -> PrefillTrace:
     return trace
 
 
-def _is_zip(path: str) -> bool:
-    from bcgtune.fileio import open_binary, path_kind
-
-    if path == "-":  # a pipe: looked at without taking its bytes
-        peek = getattr(open_binary("-"), "peek", None)
-        try:
-            return peek is not None and peek(4)[:4] == ZIP_MAGIC
-        except (OSError, ValueError):
-            return False
-    if path_kind(path) != "file":
-        return False
+def _starts_zip(fh: IO[bytes]) -> bool:
+    """Whether an input opened at its start begins as a zip archive, looked at without
+    taking its bytes (a pipe is peeked at, a file read and put back)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == ZIP_MAGIC
-    except OSError:
-        return False
+        peek = getattr(fh, "peek", None)
+        if peek is not None:
+            return peek(4)[:4] == ZIP_MAGIC
+        if fh.seekable():
+            head = fh.read(4)
+            fh.seek(0)
+            return head == ZIP_MAGIC
+    except (OSError, ValueError, EOFError, zlib.error):
+        return False  # the text reader says what is wrong with it
+    return False
 
 
 # What only an SGLang server log holds, looked for at the start of a text given as a trace that
@@ -342,22 +341,27 @@ def load_trace(path: str, where: str | None = None) -> PrefillTrace:
     """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
     one-size-per-line file. Errors name the file (and the line or field), or `where` when
     given (a copy of standard input is named `<stdin>`)."""
-    from bcgtune.fileio import display_path
+    from bcgtune.fileio import display_path, open_binary
 
     where = where or display_path(path)
-    trace = _load_binary_trace(path, where) if _is_zip(path) else _load_text_trace(path, where)
+    fh = open_binary(path)  # opened once: a named pipe or stdin is read by whichever reader its first bytes call for
+    try:
+        trace = _load_binary_trace(fh, where) if _starts_zip(fh) else _load_text_trace(fh, where)
+    finally:
+        if path != "-":
+            fh.close()
     trace.validate(where)
     if not trace.sources:
         trace.sources = [{"path": where}]
     return trace
 
 
-def _load_text_trace(path: str, where: str) -> PrefillTrace:
+def _load_text_trace(fh: IO[bytes], where: str) -> PrefillTrace:
     """A JSON trace, a JSON array of sizes, a CSV or a one-size-per-line file."""
-    from bcgtune.fileio import decode_text, read_input
+    from bcgtune.fileio import decode_text, read_stream
 
     what = "trace (JSON trace, binary .npz trace, size,count CSV or one size per line)"
-    text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
+    text = decode_text(read_stream(fh, where, what, limit=MAX_TRACE_BYTES), where, what)
     first_char = re.search(r"\S", text)
     stripped = text[first_char.start() : first_char.start() + _LOG_SNIFF] if first_char else ""  # its start, not a copy
     if not stripped:
@@ -444,12 +448,25 @@ class _CaptureLine(Document):
 
 
 _Count = Annotated[int, pydantic.Field(strict=True, ge=0, le=BATCHES_MAX)]
-_Setting = Union[
-    Annotated[str, pydantic.Field(max_length=400)],
-    bool,
-    Annotated[int, pydantic.Field(strict=True, ge=-(2**31), le=2**31 - 1)],
-    None,
-]
+
+
+def _setting(value: Any) -> Any:
+    """A launch setting as a log states it: text (at most 400 characters), true or false,
+    an integer within int32, or null; one message for whatever else."""
+    ok = (
+        value is None
+        or isinstance(value, bool)
+        or (isinstance(value, str) and len(value) <= 400)
+        or (isinstance(value, int) and -(2**31) <= value <= 2**31 - 1)
+    )
+    if not ok:
+        raise ValueError(
+            f"must be text (at most 400 characters), true, false, an integer within int32 or null, got {quote(value)}"
+        )
+    return value
+
+
+_Setting = Annotated[Any, pydantic.AfterValidator(_setting)]
 
 
 class _MixDoc(Document):

@@ -143,14 +143,14 @@ def _stdin_kept(paths: list[str]) -> Iterator[list[str]]:
     """`paths` with `-` replaced by a temporary copy of standard input (at most a trace's size)."""
     import tempfile
 
-    from bcgtune.fileio import copy_stdin
+    from bcgtune.fileio import keep_input
     from bcgtune.files.trace_file import MAX_TRACE_BYTES
 
     if "-" not in paths:
         yield paths
         return
     with tempfile.TemporaryDirectory(prefix="bcgtune-stdin-") as tmp:
-        copy = copy_stdin(os.path.join(tmp, "stdin"), "trace", MAX_TRACE_BYTES)
+        copy = keep_input("-", os.path.join(tmp, "stdin"), "trace", MAX_TRACE_BYTES)
         yield [copy if p == "-" else p for p in paths]
 
 

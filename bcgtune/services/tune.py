@@ -122,7 +122,7 @@ class TuneResult:
 # The files of a state folder: the state, the calibration its steps rest on, and (with --log)
 # the logs' trace
 STATE_FILE, CALIBRATION_FILE, TRACE_FILE = "state.json", "calibration.json", "trace.json"
-# a trace given on standard input, kept (a resumed tune compares its bytes); the lock that
+# a trace given on standard input or a pipe, kept (a resumed tune compares its bytes); the lock that
 # keeps a second tune out of the folder while one works in it (files/folder_lock.py)
 STDIN_TRACE_FILE, LOCK_FILE = "trace-from-stdin", ".tune.lock"
 STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE, STDIN_TRACE_FILE, LOCK_FILE)
@@ -362,13 +362,15 @@ def check_fit(req: TuneRequest):
 @_one_tune_at_a_time(lambda req, *a, **k: req.state_dir)
 def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     """Run (or resume) every step; returns the figures. A failed validation stops the tune
-    (CheckFailed) with the state kept. `-` for the trace reads it from stdin (kept in the
-    state folder)."""
-    from bcgtune.fileio import copy_stdin, sha256_file
+    (CheckFailed) with the state kept. A trace on stdin (`-`) or a pipe is kept in the state
+    folder (it is read more than once)."""
+    from bcgtune.fileio import keep_input, path_kind, sha256_file
 
     say = say or (lambda m: None)
-    if req.trace == "-":
-        req = dataclasses.replace(req, trace=copy_stdin(Path(req.state_dir) / STDIN_TRACE_FILE, "trace", MAX_TRACE_BYTES))
+    if req.trace == "-" or path_kind(req.trace) == "other":
+        req = dataclasses.replace(
+            req, trace=keep_input(req.trace, Path(req.state_dir) / STDIN_TRACE_FILE, "trace", MAX_TRACE_BYTES)
+        )
     trace = check_fit(req)
     state_path, cal_path = _paths(req.state_dir)
     Path(req.state_dir).mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ def is_url(path: str) -> bool:
 # A zip archive of logs on this machine lists at most this many members (fsspec reads its
 # whole directory into memory, one object per member, before any member is opened)
 MAX_ARCHIVE_MEMBERS = 1 << 16
-MAX_ARCHIVE_DIRECTORY_BYTES = 32 << 20
+MAX_ARCHIVE_DIRECTORY_BYTES = 8 << 20
 
 
 def _check_local_archive(url: str) -> None:
