@@ -252,6 +252,12 @@ def _bounds() -> list[str]:
         "|---|---|---|",
     ]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    out += [
+        "",
+        "tests/test_hostile_memory.py gives each reader a file beyond its bound (a deflate bomb, a gzip bomb, "
+        "a line of 1 GiB, an archive directory of 200,000 members, ...) in a process whose address space is "
+        "limited to 1 GiB: each is refused with exit 2, never an out-of-memory exit.",
+    ]
     return out + [""]
 
 

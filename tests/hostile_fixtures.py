@@ -368,6 +368,7 @@ data("log.nan", "[2026-01-01 00:00:00] Prefill batch, #new-seq: nan, #new-token:
 data("log.fullwidth", "[2026-01-01 00:00:00] Prefill batch, #new-seq: １, #new-token: １００, cuda graph: True\n")
 data("log.rtl", "[2026-01-01 00:00:00] \u202ePrefill batch, #new-seq: 1, #new-token: 100, cuda graph: True\n")
 data("log.gz_bomb", lambda: gzip_bomb(b"no prefill here\n", 256 << 20))  # 256 MiB of lines, no batch
+data("log.gz_one_line", lambda: gzip_bomb(b"y", 1 << 30))  # 1 GiB on one line, decompressed
 
 
 @fixture("log.folder")
