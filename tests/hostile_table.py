@@ -24,14 +24,13 @@ import contextlib
 import io
 import os
 import shutil
-import socket
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest
+from cli_helpers import USER_EXIT_CODES, assert_one_line_error, cli, digest, free_port
 from hostile_fixtures import Fixtures
 
 # what `unchanged` holds by default: every fixture the row names
@@ -60,14 +59,6 @@ def rows(command: str, table: list[tuple], needs: tuple[str, ...] = ()) -> list[
 @pytest.fixture(scope="session")
 def fx(tmp_path_factory) -> Fixtures:
     return Fixtures(tmp_path_factory.mktemp("hostile-fixtures"))
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @contextlib.contextmanager
@@ -120,7 +111,7 @@ _FIXED = {
     "missingdir": lambda tmp: str(tmp / "no" / "such" / "folder" / "x"),
     "devnull": lambda tmp: "/dev/null",
     "devzero": lambda tmp: "/dev/zero",
-    "httpdead": lambda tmp: f"http://127.0.0.1:{_free_port()}/x.log",
+    "httpdead": lambda tmp: f"http://127.0.0.1:{free_port()}/x.log",
     "longname": lambda tmp: str(tmp / ("n" * 300)),
 }
 # a fixture as a URL of it: (kind) -> the argument

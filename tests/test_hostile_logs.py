@@ -9,6 +9,7 @@ import pytest
 from hostile_table import fx, rows, run_row  # noqa: F401 (fx: the fixtures, a pytest fixture)
 
 TORCH = ("torch",)
+HTTP = ("aiohttp", "requests")
 
 ROWS = [
     *rows(
@@ -61,7 +62,6 @@ ROWS = [
             ("missing:", 2, "no such file ({T}/no-such-file)"),
             ("devnull:", 2, "no prefill batch lines found (/dev/null)"),
             ("devzero:", 2, "binary data, not a text log (NUL bytes in its"),
-            ("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:"),
             ("longname:", 2, "cannot read: File name too long ({T}/nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"),
         ],
     ),
@@ -121,7 +121,6 @@ ROWS = [
             ("missing:", 2, "no such file ({T}/no-such-file)"),
             ("devnull:", 2, "no prefill batch lines found (/dev/null)"),
             ("devzero:", 2, "binary data, not a text log (NUL bytes in its"),
-            ("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:"),
             ("longname:", 2, "cannot read: File name too long ({T}/nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"),
         ],
     ),
@@ -175,7 +174,6 @@ ROWS = [
             ("missing:", 2, "no such file ({T}/no-such-file)"),
             ("devnull:", 2, "no prefill batch lines found (/dev/null)"),
             ("devzero:", 2, "binary data, not a text log (NUL bytes in its"),
-            ("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:"),
             ("longname:", 2, "cannot read: File name too long ({T}/nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"),
         ],
     ),
@@ -213,10 +211,26 @@ ROWS = [
             ("missing:", 2, "no such file ({T}/no-such-file)"),
             ("devnull:", 2, "no prefill batch lines found (/dev/null)"),
             ("devzero:", 2, "binary data, not a text log (NUL bytes in its"),
-            ("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:"),
             ("longname:", 2, "cannot read: File name too long ({T}/nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"),
         ],
         needs=TORCH,
+    ),
+    # an http URL where nothing listens: the far side fails, where fsspec can read http (aiohttp; requests before 2024)
+    *rows("trace --log {in} --json", [("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:")], needs=HTTP),
+    *rows(
+        "trace --log {in} --histogram-only -o {new}",
+        [("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:")],
+        needs=HTTP,
+    ),
+    *rows(
+        "drift --profile {F:profile.good} --log {in}",
+        [("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:")],
+        needs=HTTP,
+    ),
+    *rows(
+        "tune --log {in} --model tiny --device cpu --state-dir {T}/state",
+        [("httpdead:", 3, "cannot reach or read: Cannot connect to host 127.0.0.1:")],
+        needs=HTTP + TORCH,
     ),
 ]
 
