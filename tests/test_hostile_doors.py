@@ -77,6 +77,7 @@ def test_tune_from_stdin_is_refused_for_what_stdin_holds(tmp_path):
     with _stdin(b"\x00\x01binary"):
         r = cli(["tune", "-", "--model", "tiny", "--device", "cpu", "--state-dir", tmp_path / "s"])
     assert r.code == 2 and r.err.strip().endswith("binary data, not a trace (<stdin>)"), r.err
+    assert not (tmp_path / "s").exists()  # a state folder made for a refused tune is not left behind
     with _stdin(b"size,count\n1000000,1\n"):
         r = cli(["tune", "-", "--model", "tiny", "--device", "cpu", "--state-dir", tmp_path / "s"])
     assert r.code == 2 and "does not fit" in r.err and "trace-from-stdin" in r.err, r.err

@@ -117,10 +117,9 @@ _HELD: dict[str, int] = {}  # this process's folder locks: real path -> depth
 
 @contextlib.contextmanager
 def folder_held(folder: str | os.PathLike[str], lock_name: str, what: str) -> Iterator[None]:
-    """Hold `folder` (created when missing) for the block: its lock file `lock_name` is taken
-    at once or FolderLocked is raised, naming the holder; `what` says whose folder it is in
-    the InputError that a caller outside this module sees (see hold_folder). Re-entrant in
-    one process."""
+    """Hold `folder` (created when missing, and removed again when the block wrote nothing
+    into it) for the block: its lock file `lock_name` is taken at once, else an InputError
+    names the holder; `what` says whose folder it is. Re-entrant in one process."""
     from bcgtune.errors import InputError
 
     real = os.path.realpath(folder)
@@ -131,6 +130,7 @@ def folder_held(folder: str | os.PathLike[str], lock_name: str, what: str) -> It
         finally:
             _HELD[real] -= 1
         return
+    made = not os.path.lexists(real)
     try:
         Path(real).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -149,6 +149,11 @@ def folder_held(folder: str | os.PathLike[str], lock_name: str, what: str) -> It
     finally:
         _HELD.pop(real, None)
         release_lock(fh)
+        if made:  # a folder made for work that then wrote nothing (refused input) is not left behind
+            with contextlib.suppress(OSError):
+                if os.listdir(real) == [lock_name]:
+                    os.unlink(os.path.join(real, lock_name))
+                    os.rmdir(real)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
