@@ -12,7 +12,7 @@ import os
 import tempfile
 
 import tomli_w
-from cli_helpers import HANG_S, USER_EXIT_CODES, assert_one_line_error, cli, digest
+from cli_helpers import HANG_S, USER_EXIT_CODES, assert_one_line_error, cli, digest, free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -422,14 +422,6 @@ def _http_server(root):
         httpd.server_close()
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.mark.parametrize(
     "reply, close, found",
     [
@@ -457,7 +449,7 @@ def test_cluster_at_an_http_server_names_it(logs, tmp_path):
 
 
 def test_cluster_where_nothing_listens(logs):
-    r = cli(["trace", "--log", logs / "a.log", "--cluster", f"tcp://127.0.0.1:{_free_port()}"])
+    r = cli(["trace", "--log", logs / "a.log", "--cluster", f"tcp://127.0.0.1:{free_port()}"])
     assert r.code == 3 and "nothing listens there" in r.err, r.err
     assert_one_line_error(r)
 
@@ -500,7 +492,7 @@ def test_bad_urls_are_one_line_never_an_internal_error(url, codes, needle, tmp_p
     pytest.importorskip("fsspec")
     log = tmp_path / "plain.log"
     log.write_text(LOG_LINE)
-    r = cli(["trace", "--log", url.format(port=_free_port(), log=log)])
+    r = cli(["trace", "--log", url.format(port=free_port(), log=log)])
     assert r.code in codes, r.err
     assert_one_line_error(r)
     assert needle in r.err.lower() or url.split(":")[0] in r.err

@@ -189,7 +189,9 @@ def asked(monkeypatch, tmp_path):
 
 def test_doctor_checked_and_ok_exits_0(asked, capsys, monkeypatch):
     monkeypatch.setattr(sr, "run_probe", _answering_probe())
-    code, out, err = run_cli(["doctor", "--profile", str(asked), "--json"], capsys)
+    # the runner named (without sglang installed doctor finds none of its own to ask about)
+    runner = Path(__file__).parent / "data" / "runner" / "patched_as_proposed.py"
+    code, out, err = run_cli(["doctor", "--profile", str(asked), "--runner-source", str(runner), "--json"], capsys)
     doc = json.loads(out)
     assert code == 0, err
     assert (doc["outcome"], doc["ok"], doc["launch_check"], doc["not_checked"]) == ("ok", True, "checked", [])

@@ -171,6 +171,8 @@ def resolve_profile_path(name_or_path: str | os.PathLike) -> Path:
             raise InputError("no such profile file", s if len(s) <= 200 else s[:197] + "...")
         if kind == "folder":
             raise InputError("is a folder, not a profile file", s)
+        if kind == "other":  # a pipe or a device: a profile may be read twice (checked, then edited)
+            raise InputError("is not a regular file (a pipe or a device): a profile is read from a file", s)
         return p
     bp = builtin_profile_path(s)
     if path_kind(bp) != "file":
@@ -353,6 +355,13 @@ class ProfileFile(StrictDocument):
     ] = None
 
 
+def _non_ascii_number(text: str) -> bool:
+    """A string that Python's int() or float() (and SGLang's argparse) reads as a number
+    although its digits are not 0-9 ('１', '٣'): it would launch what it does not show."""
+    t = text.strip().lstrip("+-")
+    return bool(t) and not t.isascii() and t.replace(".", "", 1).isdecimal()
+
+
 def _snake_keys(table: Any) -> Any:
     return {snake(k): v for k, v in table.items()} if isinstance(table, dict) else table
 
@@ -378,6 +387,9 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
         seen_as[key] = k
         if key in _SERVER_FORBIDDEN:
             raise InputError(f"not allowed in [server]: {_SERVER_FORBIDDEN[key]}", label)
+        for item in v if isinstance(v, list) else [v]:
+            if isinstance(item, str) and _non_ascii_number(item):
+                raise InputError(f"{quote(item)} is a number in non-ASCII digits: write it with 0-9", label)
         server[key] = list(v) if isinstance(v, list) else v
     buckets = None
     provenance: dict[str, Any] = {}

@@ -467,8 +467,11 @@ def run_doctor(
     (`sglang`, `skipped_by` and `refresh` as bcgtune.services.launch takes them); where
     SGLang did not answer, bcgtune's model and a reading of the runner's source do, and say
     so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
+    from bcgtune.adapters.sglang.resolve import probe_timeout as checked_timeout
     from bcgtune.services.launch import answers_for_profile
 
+    if probe_timeout is not None:
+        checked_timeout(probe_timeout)  # finite, positive, at most a day: before anything is read
     if runner_path is not None:
         _check_runner_source(runner_path)
     sg = sglang_info()

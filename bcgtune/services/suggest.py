@@ -354,6 +354,8 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
 
     if req.chunked_prefill_size == 0:
         raise InputError("must be positive, or -1 to turn chunked prefill off", field="chunked_prefill_size")
+    if req.tolerance_pct is not None and req.objective != "time":
+        raise InputError("applies to the time objective (--objective time --calibration FILE) only", field="tolerance")
     compare = list(req.compare)
     trace = req.trace
     if trace is None:

@@ -38,6 +38,8 @@ import numpy as np
 from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS, DEFAULT_CHECK_BATCHES
 from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
+from bcgtune.files.folder_lock import hold_folder
+from bcgtune.files.trace_file import MAX_TRACE_BYTES
 
 TUNE_KIND = "bcgtune.tune"
 STATE_KIND = "bcgtune.tune-state"
@@ -139,7 +141,17 @@ class TuneResult:
 # The files of a state folder: the state, the calibration its steps rest on, and (with --log)
 # the logs' trace
 STATE_FILE, CALIBRATION_FILE, TRACE_FILE = "state.json", "calibration.json", "trace.json"
-STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE)
+# a trace given on standard input or a pipe, kept (a resumed tune compares its bytes); the lock that
+# keeps a second tune out of the folder while one works in it (files/folder_lock.py)
+STDIN_TRACE_FILE, LOCK_FILE = "trace-from-stdin", ".tune.lock"
+STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE, STDIN_TRACE_FILE, LOCK_FILE)
+STATE_MAX_BYTES = 64 << 20  # a state holds each step's figures: tens of kB
+
+
+def _one_tune_at_a_time(folder_of: Callable[..., str]) -> Callable:
+    """The decorated function holds the tune's state folder: another tune there is refused,
+    naming the one that works in it."""
+    return hold_folder(folder_of, LOCK_FILE, "tune state folder")
 
 
 def _paths(state_dir: str | Path) -> tuple[Path, Path]:
@@ -206,7 +218,7 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
     where = str(path)
     if path.is_dir():
         raise InputError("is a folder, not a tune state", where)
-    obj = parse_json(read_input(where, "tune state").decode("utf-8", errors="replace"), where)
+    obj = parse_json(read_input(where, "tune state", limit=STATE_MAX_BYTES).decode("utf-8", errors="replace"), where)
     if not isinstance(obj, dict) or obj.get("kind") != STATE_KIND or obj.get("format_version") != STATE_VERSION:
         raise InputError("not a bcgtune tune state (kind bcgtune.tune-state, format 1)", where)
     for key in ("trace", "engine", "settings"):
@@ -299,6 +311,7 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------
+@_one_tune_at_a_time(lambda logs, state_dir, **k: state_dir)
 def trace_of_logs(
     logs: list[str],
     state_dir: str,
@@ -354,6 +367,11 @@ def check_fit(req: TuneRequest):
             "(`bcgtune trace --log LOGS --group N -o one.json` writes configuration N's trace on its own)",
             req.trace,
         )
+    chunk, largest = trace.chunked_prefill_size(), int(trace.sizes[-1])
+    if chunk is not None and 0 < chunk < largest:  # the logs contradict themselves: no launch forms such batches
+        raise InputError(
+            f"the trace's batches reach {largest:,} tokens, above the chunk its server logged ({chunk:,})", req.trace
+        )
     model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
     try:
         check_run(req.spec, trace.sizes.tolist(), what="trace batch")
@@ -362,12 +380,18 @@ def check_fit(req: TuneRequest):
     return trace
 
 
+@_one_tune_at_a_time(lambda req, *a, **k: req.state_dir)
 def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     """Run (or resume) every step; returns the figures. A failed validation stops the tune
-    (CheckFailed) with the state kept."""
-    from bcgtune.fileio import sha256_file
+    (CheckFailed) with the state kept. A trace on stdin (`-`) or a pipe is kept in the state
+    folder (it is read more than once)."""
+    from bcgtune.fileio import keep_input, path_kind, sha256_file
 
     say = say or (lambda m: None)
+    if req.trace == "-" or path_kind(req.trace) == "other":
+        req = dataclasses.replace(
+            req, trace=keep_input(req.trace, Path(req.state_dir) / STDIN_TRACE_FILE, "trace", MAX_TRACE_BYTES)
+        )
     trace = check_fit(req)
     state_path, cal_path = _paths(req.state_dir)
     Path(req.state_dir).mkdir(parents=True, exist_ok=True)

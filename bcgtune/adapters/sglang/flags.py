@@ -8,6 +8,7 @@ Defaults are SGLang 0.5.23's (srt/arg_groups/fields/parallel.py, exec_.py, memor
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ from bcgtune.files.profile_file import snake
 
 # Bounds that make sense for a launch (SGLang counts tokens in int32).
 _INT32_MAX = 2**31 - 1
+# an integer written as a flag's value: ASCII digits only (Python's int() also takes '１' and '1_0')
+_ASCII_INT = re.compile(r"\s*[-+]?[0-9]{1,20}\s*\Z")
 
 
 def _norm(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,12 +33,9 @@ def _flag_int(flags: Mapping[str, Any], key: str, default: int | None, *, minimu
     v = flags.get(key, default)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
+    if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, str) and not _ASCII_INT.match(v)):
         raise InputError(f"{key} must be an integer, got {v!r}"[:120], key)
-    try:
-        n = int(v)
-    except ValueError:
-        raise InputError(f"{key} must be an integer, got {v!r}"[:120], key) from None
+    n = int(v)
     if n < minimum or n > _INT32_MAX:
         raise InputError(f"{key} must be in {minimum}..{_INT32_MAX}, got {n}", key)
     return n
@@ -117,12 +117,9 @@ def _bucket_list(value: Any, where: str) -> tuple[int, ...]:
     vals = value if isinstance(value, (list, tuple)) else [value]
     out = []
     for v in vals:
-        if isinstance(v, bool) or not isinstance(v, (int, str)):
+        if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, str) and not _ASCII_INT.match(v)):
             raise InputError(f"bucket must be an integer, got {v!r}"[:120], where)
-        try:
-            n = int(v)
-        except ValueError:
-            raise InputError(f"bucket must be an integer, got {v!r}"[:120], where) from None
+        n = int(v)
         if not 1 <= n <= _INT32_MAX:
             raise InputError(f"bucket must be in 1..{_INT32_MAX}, got {n}", where)
         out.append(n)

@@ -34,6 +34,7 @@ from bcgtune.errors import InputError
 from bcgtune.procenv import child_environ
 
 DEFAULT_TIMEOUT_S = 300.0
+MAX_TIMEOUT_S = 86_400.0  # a day: a limit, never "wait forever"
 # --probe-timeout, else this variable, else DEFAULT_TIMEOUT_S: how long SGLang may take to answer
 PROBE_TIMEOUT_ENV = "BCGTUNE_PROBE_TIMEOUT"
 # how an answer that ran out of time starts (doctor's advice keys on it)
@@ -134,10 +135,11 @@ def sglang_installed() -> bool:
 
 def probe_timeout(given: float | None = None) -> float:
     """The seconds SGLang may take to answer: `given` (--probe-timeout), else
-    $BCGTUNE_PROBE_TIMEOUT, else DEFAULT_TIMEOUT_S."""
+    $BCGTUNE_PROBE_TIMEOUT, else DEFAULT_TIMEOUT_S. A given limit is finite (a stuck import
+    must not hang the command) and at most MAX_TIMEOUT_S."""
     if given is not None:
-        if not given > 0 or given != given:
-            raise InputError("must be a positive number of seconds", field="probe_timeout")
+        if isinstance(given, bool) or not isinstance(given, (int, float)) or not 0 < given <= MAX_TIMEOUT_S:
+            raise InputError(f"must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}", field="probe_timeout")
         return float(given)
     from bcgtune.adapters.sglang.answer_cache import env_seconds
 

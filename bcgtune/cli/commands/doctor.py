@@ -12,7 +12,7 @@ import typer
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
-from bcgtune.errors import CheckFailed, InputError, NotChecked
+from bcgtune.errors import CheckFailed, NotChecked
 
 
 @examples("bcgtune doctor", "bcgtune doctor --profile mi355x --json")
@@ -64,8 +64,6 @@ def doctor_command(
     from bcgtune.files.profile_file import load_profile
     from bcgtune.services.doctor import run_doctor
 
-    if probe_timeout is not None and not probe_timeout > 0:
-        raise InputError("must be a positive number of seconds", "--probe-timeout")
     prof = load_profile(profile) if profile is not None else None
     report = run_doctor(
         prof,

@@ -214,7 +214,8 @@ def tune_command(
         from bcgtune.core.sglang.replay import parse_bucket_list
 
         given = parse_bucket_list(bucket_list, "--list")
-    folder = state_dir or "bcgtune-tune-" + (os.path.basename(name.rstrip("/")).split(".")[0] or "trace")
+    stem = "stdin" if name == "-" else os.path.basename(name.rstrip("/")).split(".")[0]
+    folder = state_dir or "bcgtune-tune-" + (stem or "trace")
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
     from bcgtune.services.trace import log_input_files
