@@ -348,6 +348,18 @@ def capture_for_profile(
     return answers_for_profile(profile, model, sglang=sglang, skipped_by=skipped_by, refresh=refresh, say=say).capture_or_raise()
 
 
+def profile_captured_list(profile, *, sglang: SglangUse = "cache", say=None) -> tuple[list[int], PrefillCapture]:
+    """The buckets a profile's launch captures (its [buckets].list as SGLang aligns and
+    filters it, or SGLang's ladder for the launch when it names none), and whose answer that
+    is: what capture, validate and calibrate run for --profile. A launch SGLang refuses raises
+    LaunchRefused; one that captures nothing, InputError."""
+    capture = capture_for_profile(profile, sglang=sglang, say=say)
+    refuse_refused(capture, profile.where)
+    if not capture.graphs_on:
+        raise InputError(f"the profile's launch captures no prefill graphs: {capture.reason}", profile.where)
+    return list(capture.captured), capture
+
+
 def check_flags(cmd, *, sglang: SglangUse = "ask", skipped_by: str | None = None, refresh: bool = False, say=None):
     """serve's flag check of a launch command against the installed SGLang's parser: cached,
     or asked in a child process as `sglang` allows (bcgtune never imports SGLang itself)."""

@@ -658,7 +658,10 @@ def _build_runner(module, server_args, spec_name: str):
             patched.get_parallel = fn
 
 
-def _ask(runner, *, image: bool) -> bool:
+def _ask(runner, *, image: bool, said: dict | None = None) -> bool:
+    """The runner's own can_replay_locally for one batch (an image or a text batch of its
+    smallest bucket, nothing else that forces eager). `said` gets the line of
+    can_replay_locally whose `return` gave the answer, and its text (traced as it runs)."""
     import inspect
 
     num_tokens = int(runner.capture_num_tokens[0])
@@ -686,7 +689,64 @@ def _ask(runner, *, image: bool) -> bool:
         kwargs = offered
     if "contains_mm_inputs" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         raise TypeError("can_replay_locally takes no contains_mm_inputs argument")
-    return bool(runner.can_replay_locally(**kwargs))
+    code = getattr(inspect.unwrap(type(runner).can_replay_locally), "__code__", None)
+    returned: list[int] = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        if event == "return":
+            returned.append(frame.f_lineno)
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        answer = bool(runner.can_replay_locally(**kwargs))
+    finally:
+        sys.settrace(previous)
+    if said is not None and returned and code is not None:
+        said["line"] = returned[-1]
+        said["text"] = _returned_under(type(runner).can_replay_locally, returned[-1])
+    return answer
+
+
+def _returned_under(fn, line: int) -> str:
+    """The `return` statement at `line` of `fn`, with the conditions of the `if`s it sits
+    under (what made the runner answer as it did)."""
+    import ast
+    import inspect
+    import linecache
+
+    fn = inspect.unwrap(fn)
+    text = linecache.getline(fn.__code__.co_filename, line).strip()[:120]
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(_dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return text
+    conds: list[str] = []
+
+    def walk(body, under):
+        for st in body:
+            if isinstance(st, ast.Return) and st.lineno + start - 1 == line:
+                conds.extend(under)
+            elif isinstance(st, ast.If):
+                walk(st.body, [*under, ast.unparse(st.test)])
+                walk(st.orelse, [*under, f"not ({ast.unparse(st.test)})"])
+            elif isinstance(getattr(st, "body", None), list):
+                walk(st.body, under)  # a with, for, while or try block
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            walk(node.body, [])
+    return (f"{text} under: {' and '.join(conds)}" if conds else text)[:300]
+
+
+def _dedent(src: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(src)
 
 
 def runner_gates(req: dict) -> list[dict]:
@@ -722,7 +782,12 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
     try:
         module = _load_runner_module(source)
     except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
-        return {"ok": False, "imported": False, "error": f"the runner module does not import: {_one_line(exc)}"}
+        return {
+            "ok": False,
+            "imported": False,
+            "error": f"the runner module does not import: {_one_line(exc)}",
+            "stops_server": _stops_server(exc),
+        }
     missing = [(name, where) for name, where in sglang_imports_from_runner() if not hasattr(module, name)]
     if missing:
         names = ", ".join(sorted({n for n, _ in missing}))
@@ -732,17 +797,21 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
             "imported": False,
             "error": f"SGLang imports {names} from the runner module ({wheres}), which it does not define: "
             "the server would not start",
+            "stops_server": True,
         }
     if not hasattr(module, "PrefillCudaGraphRunner"):
         return {"ok": False, "imported": True, "error": "the runner module has no PrefillCudaGraphRunner"}
     answers: dict[str, bool] = {}
+    lines: dict[str, dict] = {}
     slots: list[str] | None = None
     for spec_label, (spec_name, server_args) in launches.items():
         try:
             publish(server_args, role="scheduler")
             runner = _build_runner(module, server_args, spec_name)
             for kind in ("image", "text"):
-                answers[f"{kind}_spec_{spec_label}"] = _ask(runner, image=kind == "image")
+                key = f"{kind}_spec_{spec_label}"
+                lines[key] = {}
+                answers[key] = _ask(runner, image=kind == "image", said=lines[key])
             if slots is None:
                 slots = _capture_slots(runner)
         except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
@@ -759,9 +828,23 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
         "ok": True,
         "imported": True,
         "answers": answers,
+        "lines": lines,
         "slots": slots,
         "module_file": getattr(module, "__file__", None),
     }
+
+
+def _stops_server(exc: BaseException) -> bool:
+    """A runner copy's import failure that stops any server, not only this machine's
+    stand-ins: a syntax error, or a name SGLang itself does not have. (A module that is not
+    installed here, or an error the module's own code raises at import, may be the stand-in
+    environment's doing: then the runner is only not checked.)"""
+    if isinstance(exc, SyntaxError):
+        return True
+    if isinstance(exc, ImportError):
+        name = exc.name or ""
+        return name == "sglang" or name.startswith("sglang.")
+    return False
 
 
 def sglang_imports_from_runner() -> list[tuple[str, str]]:

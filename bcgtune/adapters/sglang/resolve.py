@@ -41,7 +41,7 @@ TIMED_OUT = "SGLang did not answer within"
 # What a first answer costs (importing SGLang and resolving in a child process), measured:
 # benchmarks/RESULTS.md, "Asking SGLang" and "SGLang's first answer, per GPU kind". A cached
 # answer takes well under a second.
-PROBE_TIME_TEXT = "about 10-20 s"  # 10-15 s on an idle 2-core machine; 43-87 s with it busy
+PROBE_TIME_TEXT = "10-20 s"  # 10-15 s on an idle 2-core machine; 43-87 s with it busy
 # A small public model config (Qwen/Qwen3-0.6B's config.json) that the runner check
 # resolves a launch with: the gate under test keys on the model the stand-in model
 # runner reports, not on this one.
@@ -62,6 +62,11 @@ class RunnerAnswers:
     error: str | None = None
     cached_at: str | None = None
     slots: tuple[str, ...] | None = None  # the inputs it registers a capture slot for
+    # the line of can_replay_locally whose `return` gave each answer, and its text
+    lines: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # an import failure that stops any server (a syntax error, a name SGLang lacks or imports
+    # from the module), not one this machine's stand-ins may cause
+    stops_server: bool = False
 
 
 @dataclass(frozen=True)
@@ -607,7 +612,17 @@ def _runner_answer(answer: Answer) -> RunnerAnswers:
         error=str(r["error"])[:400] if r.get("error") else None,
         cached_at=answer.cached_at,
         slots=tuple(str(x) for x in r["slots"]) if isinstance(r.get("slots"), list) else None,
+        lines=_answer_lines(r.get("lines")),
+        stops_server=r.get("stops_server") is True,
     )
+
+
+def _answer_lines(raw: Any) -> dict[str, tuple[int, str]]:
+    out: dict[str, tuple[int, str]] = {}
+    for k, v in (raw.items() if isinstance(raw, dict) else ()):
+        if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("line"), int):
+            out[k] = (v["line"], str(v.get("text") or "")[:200])
+    return out
 
 
 def _flag_answer(answer: Answer, cmd: ServerCommand | None = None) -> FlagCheck:

@@ -103,7 +103,6 @@ def drift_command(
             show_default=False,
         ),
     ] = None,
-    ask_sglang: Annotated[bool, typer.Option("--ask-sglang", hidden=True)] = False,  # the default now; kept for scripts
     no_sglang_probe: Annotated[
         bool,
         typer.Option(
