@@ -619,7 +619,7 @@ def _runner_answer(answer: Answer) -> RunnerAnswers:
 
 def _answer_lines(raw: Any) -> dict[str, tuple[int, str]]:
     out: dict[str, tuple[int, str]] = {}
-    for k, v in (raw.items() if isinstance(raw, dict) else ()):
+    for k, v in raw.items() if isinstance(raw, dict) else ():
         if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("line"), int):
             out[k] = (v["line"], str(v.get("text") or "")[:200])
     return out
