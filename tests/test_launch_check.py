@@ -409,3 +409,25 @@ def test_one_cache_key_per_launch_whatever_the_profile_paths_spelling(tmp_path, 
     copy.mkdir()
     (copy / "config.json").write_text((PROBE_CONFIG_DIR / "config.json").read_text())
     assert sr.config_digest(copy) == sr.config_digest(PROBE_CONFIG_DIR)
+
+
+def test_capture_and_validate_run_what_the_profiles_launch_captures(tmp_path, capsys):
+    """--profile on the engine commands prices the profile's launch: a launch SGLang refuses
+    is exit 2 before anything is built, one that captures nothing too, and the buckets run
+    are the ones it captures."""
+    refused = tmp_path / "r.toml"
+    refused.write_text(_profile_text("h200", "moe", {"moe-a2a-backend": "mori"}, [256, 512]))
+    for cmd in ("capture", "validate"):
+        code, out, err = run_cli([cmd, "--profile", str(refused), "--model", "tiny", "--device", "cpu"], capsys)
+        assert code == 2 and "SGLang refuses this launch" in err, (cmd, err)
+    off = tmp_path / "off.toml"
+    off.write_text(_profile_text("mi300x", "plain", {}, [256, 512]))  # breakable graphs are opt-in on ROCm
+    code, out, err = run_cli(["capture", "--profile", str(off), "--model", "tiny", "--device", "cpu"], capsys)
+    assert code == 2 and "captures no prefill graphs" in err, err
+    from bcgtune.cli.commands.engine import _bucket_list
+
+    aligned = tmp_path / "a.toml"  # two-batch overlap: SGLang rounds each bucket up to a multiple of 2
+    aligned.write_text(
+        _profile_text("h200", "plain", {"enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "full"}, [255, 512])
+    )
+    assert _bucket_list(None, str(aligned), quiet=True) == [256, 512]
