@@ -546,7 +546,7 @@ def ask(
                         what = ", ".join(sorted({_WHAT[q.kind] for q in asked}))
                         say(
                             f"bcgtune: asking the installed SGLang ({what}); a first answer takes {PROBE_TIME_TEXT} "
-                            f"(at most {limit:g} s: --probe-timeout), then it is cached"
+                            f"(at most {limit:g} s: doctor's --probe-timeout, or ${PROBE_TIMEOUT_ENV}), then it is cached"
                         )
                     result = _probe_with_progress(_request(asked, device), limit, say)
                     version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
