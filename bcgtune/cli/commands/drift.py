@@ -12,7 +12,7 @@ from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, Quiet, tolerance_option
+from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, Quiet, Unchecked, tolerance_option
 from bcgtune.core.sglang.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.errors import InputError
 
@@ -112,14 +112,7 @@ def drift_command(
             "output says the launch is not checked.",
         ),
     ] = False,
-    unchecked: Annotated[
-        bool,
-        typer.Option(
-            "--unchecked",
-            help="With --write-profile, when SGLang did not check the launch and bcgtune's model names rules it could not "
-            'check: write anyway; the profile records [buckets].launch_check = "not checked: ...".',
-        ),
-    ] = False,
+    unchecked: Unchecked = False,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
     extra: Annotated[Optional[List[str]], typer.Argument(hidden=True, show_default=False)] = None,

@@ -13,7 +13,7 @@ from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, LayoutOptions, Quiet, options, tolerance_option
+from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, LayoutOptions, Quiet, Unchecked, options, tolerance_option
 from bcgtune.core.sglang.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJECTIVES
 from bcgtune.errors import InputError
 
@@ -214,15 +214,7 @@ def suggest_buckets_command(
             rich_help_panel=_OPT,
         ),
     ] = False,
-    unchecked: Annotated[
-        bool,
-        typer.Option(
-            "--unchecked",
-            help="With --write-profile, when SGLang did not check the launch and bcgtune's model names rules it could not "
-            'check: write anyway; the profile records [buckets].launch_check = "not checked: ...".',
-            rich_help_panel=_OUT,
-        ),
-    ] = False,
+    unchecked: Unchecked = False,
     quiet: Quiet = False,
     layout: LayoutOptions = None,
 ) -> None:

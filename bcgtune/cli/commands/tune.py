@@ -19,6 +19,7 @@ from bcgtune.cli.options import (
     EngineOptions,
     JsonFlag,
     Quiet,
+    Unchecked,
     measure_option,
     options,
     tolerance_option,
@@ -167,14 +168,7 @@ def tune_command(
             "about 10-20 s once, then cached); answers it gave before are still used.",
         ),
     ] = False,
-    unchecked: Annotated[
-        bool,
-        typer.Option(
-            "--unchecked",
-            help="With --write-profile, when SGLang did not check the launch and bcgtune's model names rules it could not "
-            'check: write anyway; the profile records [buckets].launch_check = "not checked: ...".',
-        ),
-    ] = False,
+    unchecked: Unchecked = False,
     plot: Annotated[
         Optional[str],
         typer.Option("--plot", help="Write a PNG of predicted vs measured per list (needs bcgtune[plot]).", show_default=False),
