@@ -431,3 +431,44 @@ def test_capture_and_validate_run_what_the_profiles_launch_captures(tmp_path, ca
         _profile_text("h200", "plain", {"enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "full"}, [255, 512])
     )
     assert _bucket_list(None, str(aligned), quiet=True) == [256, 512]
+
+
+def test_the_wait_for_sglangs_first_answer_is_shown(monkeypatch):
+    """A first answer takes 10-20 s: the seconds waited reach the command's progress display
+    (a bar on a terminal, nothing in a pipe: cli.console.Sayer)."""
+    seen = []
+
+    class Bar:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def update(self, seconds, total=None):
+            seen.append(seconds)
+
+    def say(text):
+        seen.append(text)
+
+    say.waiting = lambda label: Bar()  # type: ignore[attr-defined]
+
+    def probe(request, timeout=0, tick=None, **_):
+        for s in (0.5, 1.0, 1.5):
+            tick(s)
+        return {"sglang_version": "0.5.23"}
+
+    monkeypatch.setattr(sr, "run_probe", probe)
+    assert sr._probe_with_progress({}, 30.0, say) == {"sglang_version": "0.5.23"}
+    assert seen == [0.5, 1.0, 1.5]
+    # the real wait ticks while the child runs, and stops it past the limit
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ticks = []
+    with pytest.raises(subprocess.TimeoutExpired):
+        sr._wait(proc, 1.2, ticks.append)
+    proc.kill()
+    proc.wait()
+    assert ticks and all(0 < t < 2 for t in ticks)
