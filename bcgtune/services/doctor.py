@@ -10,9 +10,12 @@ for the GPU) says whether a Qwen4-Exp (Qwen3.8-Flash-Next) image batch and a tex
 replay, with speculative decoding off and on. The gate is classified by those answers
 (the states and what each means: bcgtune.core.sglang.runner_gate).
 
-When the runner module cannot be imported (SGLang absent, or a copy that does not import
-here), its source is read with `ast` instead (bcgtune.adapters.sglang.runner_source), and the
-report says it is a reading.
+A runner is judged only by running it. One that SGLang does not run (SGLang absent or not
+asked), or that cannot be run here (a copy that does not import, or whose runner cannot be
+built on the stand-ins), is "not checked" with the reason; what its source reads as
+(bcgtune.adapters.sglang.runner_source, `ast`) is reported beside it, never as a verdict. An
+import failure that stops any server (a syntax error, a name SGLang lacks or imports from the
+copy) blocks.
 """
 
 from __future__ import annotations

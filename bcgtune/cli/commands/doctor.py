@@ -33,8 +33,8 @@ def doctor_command(
         typer.Option(
             "--no-sglang-probe",
             help="Never start the installed SGLang (a first answer takes about 10-20 s, a cached one under a second): answers it "
-            "gave before are still used, otherwise bcgtune's model of its rules and a reading of the runner's source "
-            "answer, say so, and the outcome is 'not checked' (exit 5).",
+            "gave before are still used, otherwise bcgtune's model of its rules answers, the runner is not checked (what "
+            "its source reads as is shown beside it), and the outcome is 'not checked' (exit 5).",
         ),
     ] = False,
     probe_timeout: Annotated[
