@@ -201,6 +201,8 @@ def tune_command(
     folder = state_dir or "bcgtune-tune-" + (os.path.basename(name.rstrip("/")).split(".")[0] or "trace")
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
+    if unchecked and target is None:
+        raise InputError("applies to --write-profile (what is written when SGLang did not check the launch)", "--unchecked")
     from bcgtune.services.trace import log_input_files
     from bcgtune.services.tune import STATE_FILES, TRACE_FILE
 
@@ -278,8 +280,6 @@ def _check_launch(prof, target, base, trace_path: str, chunk, no_probe: bool, un
     from bcgtune.services.launch import require_vouched, sglang_use
     from bcgtune.services.suggest import profile_launch_capture
 
-    if unchecked and target is None:
-        raise InputError("applies to --write-profile (what is written when SGLang did not check the launch)", "--unchecked")
     written = None
     if target is not None:
         written = load_profile(target if os.path.exists(target) else base) if (os.path.exists(target) or base) else None
