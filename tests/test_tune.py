@@ -55,10 +55,24 @@ def tuned(tmp_path_factory):
     prof = d / "tuned.toml"
     given = cli(
         ["tune", trace, "--model", "tiny", "--state-dir", state, "--list", "64,128", "--write-profile", prof,
-         "--profile", "h200", "--json"]
+         "--profile", "h200", "--json", "--unchecked"]
     )  # fmt: skip
     assert given.code == 0, given.err[-3000:]
     return {"dir": d, "trace": trace, "state": state, "plain": plain, "given": given, "profile": prof, "cal_sha": cal_sha}
+
+
+def test_a_profile_for_a_launch_sglang_did_not_check_needs_unchecked(tuned, tmp_path):
+    """The launch is checked before anything is measured: h200's model is not on this machine,
+    so neither SGLang nor the model can check it; without --unchecked nothing is tuned or
+    written, with it the profile says so."""
+    state = tmp_path / "s"
+    prof = tmp_path / "p.toml"
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--write-profile", prof, "--profile", "h200"])
+    assert r.code == 2 and "nothing written" in r.err and "--unchecked" in r.err, r.err[-2000:]
+    assert not prof.exists() and not (state / "calibration.json").exists()
+    from bcgtune.files.profile_file import load_profile
+
+    assert load_profile(str(tuned["profile"])).provenance["launch_check"].startswith("not checked: ")
 
 
 def test_every_step_in_the_json(tuned):

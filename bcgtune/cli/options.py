@@ -87,6 +87,15 @@ Workdir = Annotated[
 ProfileRef = Annotated[
     str, typer.Option("--profile", "-p", help="Built-in profile name (mi355x, h200) or a path to a profile .toml.")
 ]
+# --write-profile's escape where SGLang did not check the launch (suggest-buckets, drift, tune)
+Unchecked = Annotated[
+    bool,
+    typer.Option(
+        "--unchecked",
+        help="With --write-profile, when SGLang did not check the launch and bcgtune's model names rules it could not "
+        'check: write anyway; the profile records [buckets].launch_check = "not checked: ...".',
+    ),
+]
 ModelPath = Annotated[
     Optional[str],
     typer.Option("--model-path", help="The model the server loads (path or hub id); overrides [profile].model."),

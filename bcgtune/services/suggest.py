@@ -319,6 +319,28 @@ def _profile_launch(
     return server, capture
 
 
+def profile_launch_capture(
+    profile,
+    trace: PrefillTrace,
+    *,
+    chunked_prefill_size: int | None = None,
+    sglang: SglangUse = "ask",
+    say: Callable[[str], None] | None = None,
+) -> PrefillCapture:
+    """What SGLang captures for the launch `profile` makes as a list for `trace` would be
+    priced and written into it (suggest-buckets --write-profile, tune --write-profile):
+    SGLang's own answer when it gives one (asked now, as `sglang` allows, and cached for the
+    pricing that follows), else bcgtune's model's. A launch SGLang refuses (by its answer,
+    or by the model of its checks) raises LaunchRefused."""
+    from bcgtune.services.launch import refuse_refused
+
+    trace.validate()
+    req = SuggestRequest(trace=trace, profile=profile, chunked_prefill_size=chunked_prefill_size, sglang=sglang)
+    _, capture = _profile_launch(req, trace, [], say)
+    refuse_refused(capture, profile.where)
+    return capture
+
+
 class ChunkTooSmall(InputError):
     """The trace's batches outgrow the chunk a profile launches with: its servers ran a
     larger chunk (`wanted` covers the trace), and the profile's launch never forms such

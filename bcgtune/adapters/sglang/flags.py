@@ -224,7 +224,30 @@ def prefill_launch_from_server_flags(
         moe_runner_backend=_flag_str(norm, "moe_runner_backend", None),
         single_batch_overlap=_flag_bool(norm, "enable_single_batch_overlap"),
         mori_max_dispatch_tokens=_env_int(env, "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        flag_values=_flag_values(norm),
+        cp_strategy=_flag_str(norm, "cp_strategy", None),
+        kv_cache_dtype=_flag_str(norm, "kv_cache_dtype", None),
+        max_prefill_tokens=_flag_int(norm, "max_prefill_tokens", None),
+        nnodes=_flag_count(norm, "nnodes"),
+        deepep_v2_mode=_flag_str(norm, "deepep_v2_mode", None),
+        enforce_shared_experts_fusion=_flag_bool(norm, "enforce_shared_experts_fusion"),
+        speculative_moe_a2a_backend=_flag_str(norm, "speculative_moe_a2a_backend", None),
+        deepep_v2_max_dispatch_tokens=_env_int(env, "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        disable_decode_graphs=_flag_bool(norm, "disable_cuda_graph") or norm.get("cuda_graph_backend_decode") == "disabled",
+        enable_dynamic_chunking=_flag_bool(norm, "enable_dynamic_chunking"),
     )
+
+
+def _flag_values(norm: Mapping[str, Any]) -> tuple[tuple[str, str | tuple[str, ...]], ...]:
+    """The launch's string-valued flags (a list of strings as a tuple): what SGLang's parser
+    checks against a flag's choices."""
+    out: list[tuple[str, str | tuple[str, ...]]] = []
+    for k, v in sorted(norm.items()):
+        if isinstance(v, str):
+            out.append((k, v))
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+            out.append((k, tuple(v)))
+    return tuple(out)
 
 
 def _env_int(env: Mapping[str, str] | None, name: str) -> int | None:

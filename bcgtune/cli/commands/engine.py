@@ -44,7 +44,9 @@ ReportOut = Annotated[
 ]
 
 
-def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
+def _bucket_list(buckets: Optional[str], profile: Optional[str], quiet: bool = False) -> list[int]:
+    """--buckets, or the buckets the --profile's launch captures (its list as SGLang aligns and
+    filters it, or SGLang's ladder when it names none; a launch SGLang refuses is exit 2)."""
     from bcgtune.core.sglang.replay import parse_bucket_list
 
     if buckets is not None and profile is not None:
@@ -52,12 +54,16 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     if buckets is not None:
         return parse_bucket_list(buckets, "--buckets")
     if profile is not None:
+        from bcgtune.cli.render.launch import capture_line
         from bcgtune.files.profile_file import load_profile
+        from bcgtune.services.launch import profile_captured_list
 
         prof = load_profile(profile)
-        if not prof.buckets:
-            raise InputError("the profile has no [buckets].list", prof.where)
-        return sorted(set(int(b) for b in prof.buckets))
+        captured, capture = profile_captured_list(prof)
+        note(capture_line(capture), quiet)
+        if prof.buckets and sorted(set(prof.buckets)) != captured:
+            note(f"note: the profile lists {sorted(set(prof.buckets))}; its launch captures {captured}", quiet)
+        return captured
     raise InputError("give --buckets LIST or --profile P")
 
 
@@ -118,7 +124,7 @@ def capture_command(
     Largest bucket first, one shared memory pool, as SGLang captures them.
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
-    bl = _bucket_list(buckets, profile)
+    bl = _bucket_list(buckets, profile, quiet)
     require_torch(engine.device)
     from bcgtune.cli.render.engine import format_capture, text
     from bcgtune.services import capture
@@ -239,7 +245,7 @@ def validate_command(
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
     from bcgtune.core.sglang.replay import parse_bucket_list
 
-    bl = _bucket_list(buckets, profile)
+    bl = _bucket_list(buckets, profile, quiet)
     request_counts = parse_bucket_list(requests, "--requests")
     require_torch(engine.device)
     from bcgtune.cli.render.engine import format_validation, text

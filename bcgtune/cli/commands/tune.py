@@ -20,6 +20,7 @@ from bcgtune.cli.options import (
     EngineOptions,
     JsonFlag,
     Quiet,
+    Unchecked,
     measure_option,
     options,
     tolerance_option,
@@ -185,6 +186,15 @@ def tune_command(
             show_default=False,
         ),
     ] = None,
+    no_sglang_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-sglang-probe",
+            help="Never start the installed SGLang (by default it checks the profile's launch before anything is measured: "
+            "about 10-20 s once, then cached); answers it gave before are still used.",
+        ),
+    ] = False,
+    unchecked: Unchecked = False,
     plot: Annotated[
         Optional[str],
         typer.Option("--plot", help="Write a PNG of predicted vs measured per list (needs bcgtune[plot]).", show_default=False),
@@ -218,6 +228,8 @@ def tune_command(
     folder = state_dir or "bcgtune-tune-" + (stem or "trace")
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
+    if unchecked and target is None:
+        raise InputError("applies to --write-profile (what is written when SGLang did not check the launch)", "--unchecked")
     from bcgtune.services.trace import log_input_files
     from bcgtune.services.tune import STATE_FILES, TRACE_FILE
 
@@ -270,6 +282,7 @@ def tune_command(
         buckets=given,
         budget_s=budget,
     )
+    checked = _check_launch(prof, target, base, trace, engine.chunked_prefill_size, no_sglang_probe, unchecked, quiet)
     result = tune.tune(req, say=lambda m: note(m, quiet))
     if plot:
         plot_tune(result, plot)
@@ -277,9 +290,40 @@ def tune_command(
     if target is not None and not result.buckets:
         note(f"nothing written to {target}: the list recommended has no graphs (prefill runs eager)", quiet)
     elif target is not None:
-        _write(target, base, result, engine.chunked_prefill_size)
+        _write(target, base, result, engine.chunked_prefill_size, checked)
         note(f"wrote {len(result.buckets)} buckets and a [tuned] record to {target}", quiet)
     emit(result.to_json, lambda: format_tune(result), as_json=as_json)
+
+
+def _check_launch(prof, target, base, trace_path: str, chunk, no_probe: bool, unchecked: bool, quiet: bool):
+    """Before anything is measured: SGLang checks the launch the list is priced for (--profile)
+    or written into (--write-profile), as suggest-buckets does (exit 2 if it refuses it), and
+    a profile is written only for a launch SGLang checked or bcgtune's model vouches for,
+    else with --unchecked."""
+    import os
+
+    from bcgtune.cli.console import Sayer
+    from bcgtune.files.profile_file import load_profile
+    from bcgtune.files.trace_file import load_trace
+    from bcgtune.services.launch import require_vouched, sglang_use
+    from bcgtune.services.suggest import profile_launch_capture
+
+    written = None
+    if target is not None:
+        written = load_profile(target if os.path.exists(target) else base) if (os.path.exists(target) or base) else None
+    launch = prof if prof is not None else written
+    if launch is None:
+        return None
+    capture = profile_launch_capture(
+        launch,
+        load_trace(trace_path),
+        chunked_prefill_size=None if prof is not None else chunk,
+        sglang=sglang_use(no_probe),
+        say=Sayer(quiet),
+    )
+    if target is not None:
+        require_vouched(capture, unchecked_ok=unchecked)
+    return capture
 
 
 def _what_to_tune(traces: list[str] | None, log: list[str] | None, log_options: bool) -> tuple[str | None, list[str]]:
@@ -299,9 +343,10 @@ def _what_to_tune(traces: list[str] | None, log: list[str] | None, log_options: 
     return traces[0], []
 
 
-def _write(target: str, base: str | None, result, chunk: int | None) -> None:
+def _write(target: str, base: str | None, result, chunk: int | None, checked) -> None:
     """The list into the profile as suggest-buckets --write-profile writes it (with the
-    launch flags it was priced for), and the [tuned] record."""
+    launch flags it was priced for, and whether SGLang checked that launch), and the
+    [tuned] record."""
     import datetime as dt
 
     from bcgtune import __version__
@@ -317,5 +362,9 @@ def _write(target: str, base: str | None, result, chunk: int | None) -> None:
         "date": dt.date.today().isoformat(),
         "source": "bcgtune tune",
     }
+    if checked is not None:
+        from bcgtune.services.launch import launch_check_key
+
+        provenance["launch_check"] = launch_check_key(checked)
     server = {"chunked-prefill-size": chunk} if chunk else {}  # the chunk it was priced for, when given
     write_profile_buckets(target, result.buckets, provenance, base_profile=base, server=server, tuned=tuned_record(result))
