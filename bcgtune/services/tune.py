@@ -149,12 +149,30 @@ def margin_counts(measured, margin_ms: float) -> dict[str, int]:
     return {"within_margin": int(within), "not_beyond_margin": int(not_beyond)}
 
 
+def _engine_config(req: TuneRequest, sizes: Any = None, what: str = "bucket") -> Any:
+    """The tune's engine resolved (engines/config.py) under its profile's launch: its model,
+    TP and chunk where the options give none. A tune's all-reduces are modelled: its proof
+    replays the trace in one process."""
+    from bcgtune.engines.config import resolve
+    from bcgtune.services.engine_launch import launch_of
+
+    spec = req.spec if req.spec.all_reduce != "auto" else dataclasses.replace(req.spec, all_reduce="modelled")
+    cfg = resolve(spec, sizes, what=what, launch=launch_of(req.profile))
+    if cfg.parallel.all_reduce == "real":
+        raise InputError(
+            "tune prices a rank with a modelled all-reduce (its proof replays the trace in one process): "
+            "--all-reduce modelled, or measure real all-reduces with calibrate",
+            field="all_reduce",
+        )
+    return cfg
+
+
 def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
-    """What a state must agree on to be resumed: the trace's bytes, the engine, the launch."""
-    spec = dataclasses.asdict(req.spec)
+    """What a state must agree on to be resumed: the trace's bytes, the engine (what its
+    measurements depend on: engines/config.EngineConfig.measurement_key), the launch."""
     return {
         "trace": {"path": req.trace, "sha256": trace_sha},
-        "engine": spec,
+        "engine": _engine_config(req).measurement_key(),
         "settings": {"grid": req.grid, "mix_every": req.mix_every, "check_batches": req.check_batches},
         "plan_settings": _plan_settings(req),
     }
@@ -320,7 +338,6 @@ def trace_of_logs(
 def check_fit(req: TuneRequest):
     """The trace, read and checked against the model and the chunk before anything runs:
     a trace that is empty, larger than the chunk or the model's context is refused."""
-    from bcgtune.engines.preflight import check_run, model_shape
     from bcgtune.files.trace_file import load_trace
 
     trace = load_trace(req.trace)
@@ -333,9 +350,9 @@ def check_fit(req: TuneRequest):
             "(`bcgtune trace --log LOGS --group N -o one.json` writes configuration N's trace on its own)",
             req.trace,
         )
-    model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
+    _engine_config(req)  # an unknown model is the model's error, not the trace's
     try:
-        check_run(req.spec, trace.sizes.tolist(), what="trace batch")
+        _engine_config(req, trace.sizes.tolist(), what="trace batch")
     except InputError as exc:
         raise InputError(f"the trace does not fit this model and launch: {exc.what}", req.trace) from None
     return trace
@@ -378,7 +395,6 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
 
 
 def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
-    from bcgtune.engines.runtime import resolve_device
     from bcgtune.files.calibration_file import save_calibration
     from bcgtune.services import calibrate
 
@@ -390,12 +406,12 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
         return _calibration_figures(load_calibration(str(cal_path)), cal_path)
     plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, req.grid, req.trace, mix_every=req.mix_every)
     warmup, repeats = req.warmup, req.repeats
-    if resolve_device(req.spec.device).type == "cpu":
+    if not _engine_config(req).on_gpu:
         warmup = CPU_TUNE_ROUNDS[0] if warmup is None else warmup
         repeats = CPU_TUNE_ROUNDS[1] if repeats is None else repeats
     result = calibrate.calibrate(
         plan,
-        req.spec,
+        _engine_config(req).spec,  # the profile's model, TP and chunk applied
         warmup=warmup,
         repeats=repeats,
         memory=req.memory,
@@ -604,7 +620,10 @@ def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> 
         say("  the recommended list has no graphs: nothing to validate")
         return {"ok": True, "buckets": [], "batches_checked": 0, "note": "no graphs: prefill runs eager"}
     rep = run_validate(
-        buckets, req.spec, sizes_per_bucket=2, progress=lambda e: say(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}")
+        buckets,
+        _engine_config(req).spec,
+        sizes_per_bucket=2,
+        progress=lambda e: say(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"),
     )
     return {
         "ok": rep.ok,
@@ -629,7 +648,6 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
     from bcgtune.core.stats import round_interval
     from bcgtune.core.trace.mix import BatchMix
     from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
     from bcgtune.engines.trace_replay import replay_in_order
     from bcgtune.files.calibration_file import load_calibration
 
@@ -660,8 +678,7 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
     sizes, counts = mix.histogram()
     model = TimeModel(sizes, counts, cal, candidates=resolve_candidates("auto", cal), mix=mix)
     largest = max([int(st.max()), *(max(b) for b in lists.values() if b)])
-    shape = check_run(req.spec, [largest], what="proof size")
-    session = open_engine(req.spec, largest, shape)
+    session = open_engine(_engine_config(req, [largest], what="proof size"))
     engine = session.engine
     gpu = engine.graphs_enabled
     warmup = req.proof_warmup if req.proof_warmup is not None else (PROOF_ROUNDS_GPU if gpu else PROOF_ROUNDS_CPU)[0]
@@ -755,8 +772,8 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         "passes": req.passes,
         "warmup": warmup,
         "repeats": repeats,
-        "device": session.environment.get("gpu_name") or engine.device.type,
-        "torch": session.environment.get("torch"),
+        "device": session.environment.gpu_name or engine.device.type,
+        "torch": session.environment.torch,
         "timer": "cuda events" if engine.device.type == "cuda" else "perf_counter",
         "lists": per_list,
         "recommended_minus_ladder": {
@@ -820,4 +837,10 @@ def tuned_record(result: TuneResult) -> dict[str, Any]:
         out["capture_s"] = round(float(proof["recommended_capture_s"]), 3)
     if proof["recommended_graph_mem_gib"] is not None:
         out["graph_mem_gib"] = round(float(proof["recommended_graph_mem_gib"]), 4)
+    from bcgtune.files.calibration_file import load_calibration
+
+    meta = load_calibration(str(_paths(result.state_dir)[1])).meta  # the shape it measured (doctor compares it)
+    shape = meta.get("shape")
+    shape = shape if isinstance(shape, dict) else {}
+    out.update(model=shape.get("model"), stands_for=shape.get("stands_for"), tp_size=shape.get("tp"), ep_size=shape.get("ep"))
     return {k: v for k, v in out.items() if v is not None}

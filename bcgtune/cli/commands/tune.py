@@ -24,7 +24,7 @@ from bcgtune.cli.options import (
     tolerance_option,
 )
 from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS
-from bcgtune.engines.preflight import require_torch
+from bcgtune.engines.config import require_torch
 from bcgtune.errors import InputError
 
 _MEASURE = "Measurement"
