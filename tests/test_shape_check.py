@@ -15,6 +15,7 @@ def test_model_names_compare_without_organisation_or_packaging():
     assert base_model_name("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8") == "qwen3-30b-a3b"
     assert base_model_name("amd/Qwen3.8-Flash-Next-Quark-MXFP4") == "qwen3.8-flash-next"
     assert base_model_name("/models/Qwen3-8B/") == "qwen3-8b" and base_model_name("qwen3-8b") == "qwen3-8b"
+    assert base_model_name("/models/Qwen3-8B/config.json") == "qwen3-8b"
     assert quantised("Qwen/Qwen3.8-Flash-Next-FP8") and not quantised("Qwen/Qwen3-8B")
 
 

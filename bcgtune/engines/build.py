@@ -104,6 +104,14 @@ def _bind_device(cfg: EngineConfig) -> torch.device:
     index = base + (cfg.parallel.rank if cfg.parallel.all_reduce == "real" else 0)
     if index >= torch.cuda.device_count():
         raise ExternalError(f"GPU {index} asked for and torch sees {torch.cuda.device_count()}")
+    weights = cfg.model.rank_params * torch.finfo(TORCH_DTYPES[cfg.dtype]).bits / 8 / 2**30
+    total = torch.cuda.get_device_properties(index).total_memory / 2**30
+    if weights > 0.9 * total:  # refused before it is built, not an out-of-memory error mid-build
+        tp = cfg.parallel.tp
+        raise ExternalError(
+            f"{cfg.model.name}'s weights {'on one rank of TP ' + str(tp) + ' ' if tp > 1 else ''}take ~{weights:.0f} GiB "
+            f"and this GPU has {total:.0f} GiB: give --tp with more ranks (each holds a slice)"
+        )
     return torch.device("cuda", index)
 
 

@@ -181,7 +181,9 @@ class MoELayer(nn.Module):
             keep = keep & (rows < bound)[:, None]
         expert = torch.where(keep, local, self.local).reshape(-1)  # dropped pairs: past the last expert
         order = torch.argsort(expert, stable=True)
-        counts = torch.bincount(expert, minlength=self.local + 1)[: self.local]
+        # rows per expert, at a fixed size (bincount reads its input's largest value on the host)
+        counts = torch.zeros(self.local + 1, dtype=torch.int64, device=x.device).scatter_add_(0, expert, torch.ones_like(expert))
+        counts = counts[: self.local]
         offs = torch.cumsum(counts, 0).to(torch.int32)
         rows_sorted = x.index_select(0, order // k)
         if self.gemm.grouped:

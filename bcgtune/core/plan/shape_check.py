@@ -38,8 +38,10 @@ _QUANTISED = ("fp8", "fp4", "int4", "int8", "awq", "gptq", "mxfp4", "nvfp4", "w4
 def base_model_name(name: str) -> str:
     """A model's name without its organisation, folder or packaging suffixes, lower-cased:
     `Qwen/Qwen3-30B-A3B-Instruct-2507-FP8` -> `qwen3-30b-a3b`."""
-    base = name.strip().rstrip("/").split("/")[-1].lower()
-    base = base.removesuffix(".json")
+    parts = name.strip().rstrip("/").split("/")
+    if parts[-1].lower() == "config.json" and len(parts) > 1:  # a config's model: its folder's name
+        parts.pop()
+    base = parts[-1].lower().removesuffix(".json")
     changed = True
     while changed:
         changed = False
