@@ -12,9 +12,13 @@
 #   8b    a calibration of dense qwen3-8b on the same grid (no tune), for the curves;
 #   plot  the time curves of the three calibrations side by side (benchmarks/plot_time_curves.py:
 #         curves_moe_tp.png where matplotlib is installed, curves_moe_tp.csv always).
-# No multi-GPU run: a TP rank's real all-reduces need one GPU per rank (`calibrate --tp 2 --all-reduce
-# real` on a host with 2 GPUs); here they are modelled, and the calibration says so.
-# Knobs: TRACE, MAX_BS (8192), ROUTING (skewed), ALL_REDUCE_CURVE, PARTS, and h200_tune.sh's knobs.
+#   tp2   (not in the default PARTS: a host with 2 GPUs or more) one rank of qwen3-30b-a3b at TP 2
+#         calibrated with real all-reduces (NCCL, one process per GPU), and modelled from the curve
+#         measured here (benchmarks/allreduce_curve.py) and from the stated one; their curves plotted
+#         side by side (curves_tp2.png / .csv).
+# On one GPU a TP rank's all-reduces are modelled, and the calibration says so.
+# Knobs: TRACE, MAX_BS (8192), ROUTING (skewed), ALL_REDUCE_CURVE, PARTS, MODEL_MOE, MODEL_DENSE, HIDDEN
+# (the MoE model's hidden size, for the measured curve), AR_DEVICE (cuda), and h200_tune.sh's knobs.
 set -euo pipefail
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -44,6 +48,20 @@ if has 8b; then
         --chunked-prefill-size "${MAX_BS:-8192}" -o "$OUT/cal_dense.json" 2> "$OUT/cal_dense.log" \
         || { tail -20 "$OUT/cal_dense.log"; exit 1; }
     tail -3 "$OUT/cal_dense.log"
+fi
+if has tp2; then
+    echo "== one rank of $MODEL_MOE at TP 2: real all-reduces against modelled ones"
+    python3 benchmarks/allreduce_curve.py --ranks 2 --hidden "${HIDDEN:-2048}" --device "${AR_DEVICE:-cuda}" -o "$OUT/ar_tp2.json"
+    cal() {
+        python3 -m bcgtune calibrate --model "$MODEL_MOE" --routing "$ROUTING" --tp 2 "$@" --sizes-from "$TRACE" \
+            --grid "${GRID:-512}" --mix-every "${MIX_EVERY:-64}" --repeats "${CAL_REPEATS:-3}" --warmup "${CAL_WARMUP:-1}" \
+            --no-memory --no-model-check --chunked-prefill-size "${MAX_BS:-8192}"
+    }
+    cal --all-reduce real -o "$OUT/cal_tp2_real.json" 2> "$OUT/cal_tp2_real.log" || { tail -20 "$OUT/cal_tp2_real.log"; exit 1; }
+    cal --all-reduce modelled --all-reduce-curve "$OUT/ar_tp2.json" -o "$OUT/cal_tp2_measured_curve.json" 2> "$OUT/cal_tp2_mc.log"
+    cal --all-reduce modelled -o "$OUT/cal_tp2_stated_curve.json" 2> "$OUT/cal_tp2_sc.log"
+    python3 benchmarks/plot_time_curves.py "real=$OUT/cal_tp2_real.json" "measured-curve=$OUT/cal_tp2_measured_curve.json" \
+        "stated-curve=$OUT/cal_tp2_stated_curve.json" -o "$OUT/curves_tp2.png"
 fi
 if has plot; then
     args=()

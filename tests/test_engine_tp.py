@@ -233,3 +233,21 @@ def test_calibrate_a_tp_rank_with_real_all_reduces_from_the_command_line(tmp_pat
     r = cli(["calibrate", "--model", "tiny", "--device", "cpu", "--tp", "2", *both, "-o", str(tmp_path / "b.json")])
     assert r.code == 2 and "--all-reduce-curve" in r.err
     assert_one_line_error(r)
+
+
+def test_the_all_reduce_curve_benchmark_measures_what_modelled_runs_read(tmp_path):
+    """benchmarks/allreduce_curve.py over gloo on the CPU (2 ranks): a curve --all-reduce-curve
+    reads, one point per size."""
+    out = tmp_path / "ar.json"
+    args = ["--ranks", "2", "--device", "cpu", "--hidden", "16", "--max-tokens", "64", "--warmup", "1", "--repeats", "3"]
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run(
+        [sys.executable, "benchmarks/allreduce_curve.py", *args, "-o", str(out)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    curve = load_curve(str(out), 2)
+    assert [b for b, _ in curve.points] == [4 * 16 * t for t in (1, 2, 4, 8, 16, 32, 64)]

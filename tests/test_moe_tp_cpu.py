@@ -127,3 +127,11 @@ def test_the_h200_moe_tp_script_runs_on_cpu_with_tiny_models(trace, tmp_path):
     assert labels == {"dense", "moe-tp1", "moe-tp4-rank"}
     assert (out / "curves_moe_tp.png").stat().st_size > 1000
     assert "moe_tp: " in p.stdout
+    # the part for a host with 2 GPUs: real all-reduces (gloo here) beside modelled ones
+    env.update(PARTS="tp2", AR_DEVICE="cpu", HIDDEN="64")
+    p = subprocess.run(["bash", "benchmarks/h200_moe_tp.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    labels = {r.split(",")[0] for r in (out / "curves_tp2.csv").read_text().splitlines()[1:]}
+    assert labels == {"real", "measured-curve", "stated-curve"}
+    real = json.loads((out / "cal_tp2_real.json").read_text())["meta"]["engine"]["tensor_parallel"]
+    assert "measured across 2 processes (gloo)" in real

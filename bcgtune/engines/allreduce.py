@@ -75,16 +75,9 @@ def load_curve(path: str, ranks: int) -> AllReduceCurve:
     column), or JSON {"bytes": [...], "us": [...]}."""
     import json
 
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_CURVE_BYTES + 1)
-    except IsADirectoryError:
-        raise InputError("is a folder, not an all-reduce curve", path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read the all-reduce curve: {exc.strerror}", path) from None
-    if len(raw) > _MAX_CURVE_BYTES:
-        raise InputError("an all-reduce curve is at most 1 MiB", path)
-    text = raw.decode("utf-8", errors="replace")
+    from bcgtune.fileio import read_input
+
+    text = read_input(path, "all-reduce curve", _MAX_CURVE_BYTES).decode("utf-8", errors="replace")
     points: list[tuple[int, float]] = []
     if text.lstrip().startswith("{"):
         try:

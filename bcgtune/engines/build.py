@@ -8,16 +8,23 @@ same model. Nothing here decides what stage 1 decided."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from bcgtune.engines.config import EngineConfig
-from bcgtune.engines.runtime import Environment, environment
 from bcgtune.engines.spec import RUNNER_HELP
 from bcgtune.errors import ExternalError
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+if TYPE_CHECKING:  # torch is imported where a run is bound, never for a run that needs none
+    import torch
+
+    from bcgtune.engines.runtime import Environment
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a resolved dtype name (bf16, fp16, fp32)."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class EngineSession:
 
 def _bind_device(cfg: EngineConfig) -> torch.device:
     """The torch device of the resolved one (a real all-reduce's rank on its own GPU)."""
+    import torch
+
     if cfg.device == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
@@ -104,7 +113,7 @@ def _bind_device(cfg: EngineConfig) -> torch.device:
     index = base + (cfg.parallel.rank if cfg.parallel.all_reduce == "real" else 0)
     if index >= torch.cuda.device_count():
         raise ExternalError(f"GPU {index} asked for and torch sees {torch.cuda.device_count()}")
-    weights = cfg.model.rank_params * torch.finfo(TORCH_DTYPES[cfg.dtype]).bits / 8 / 2**30
+    weights = cfg.model.rank_params * torch.finfo(torch_dtype(cfg.dtype)).bits / 8 / 2**30
     total = torch.cuda.get_device_properties(index).total_memory / 2**30
     if weights > 0.9 * total:  # refused before it is built, not an out-of-memory error mid-build
         tp = cfg.parallel.tp
@@ -120,6 +129,7 @@ def _join_ranks(cfg: EngineConfig, device: torch.device) -> None:
     the CPU), once."""
     import datetime as dt
 
+    import torch
     import torch.distributed as dist
 
     par = cfg.parallel
@@ -141,6 +151,8 @@ def _join_ranks(cfg: EngineConfig, device: torch.device) -> None:
 def _probe_native_gqa(device: torch.device, dtype: torch.dtype, sdpa_backend: str) -> bool:
     """Does the pinned SDPA backend take enable_gqa? (flash does on recent torch; if not,
     the models repeat K/V heads themselves, identically in eager and capture.)"""
+    import torch
+
     from bcgtune.engines.sdpa import sdpa_context
 
     q = torch.randn(1, 4, 8, 64, device=device, dtype=dtype)
@@ -227,7 +239,7 @@ def _load(cfg: EngineConfig, device: torch.device, dtype: torch.dtype, native_gq
 
     shape, par = cfg.model.shape, cfg.parallel
     assert shape is not None and par.dims is not None
-    comm = Comm(par.all_reduce, par.curve, shape.hidden_size, torch.finfo(dtype).bits // 8)
+    comm = Comm(par.all_reduce, par.curve, shape.hidden_size, dtype.itemsize)
     comm.calibrate_clock(device)
     built = build_model(
         shape, device, dtype, cfg.seed, dims=par.dims, comm=comm, gemm=gemm, pad_rows=cfg.pad_rows, routing=cfg.routing
@@ -274,7 +286,11 @@ def open_engine(cfg: EngineConfig, max_tokens: int | None = None) -> EngineSessi
     it was resolved for), the model built on its device."""
     device = _bind_device(cfg)
     _join_ranks(cfg, device)
-    dtype = TORCH_DTYPES[cfg.dtype]
+    import torch
+
+    from bcgtune.engines.runtime import environment
+
+    dtype = torch_dtype(cfg.dtype)
     from bcgtune.engines.sdpa import check_sdpa_backend
 
     check_sdpa_backend(cfg.sdpa_backend, device, dtype)

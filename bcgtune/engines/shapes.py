@@ -354,17 +354,10 @@ def preset(name: str, **overrides) -> DecoderConfig:
 # a Hugging Face config.json
 # ---------------------------------------------------------------------------------------
 def read_config(path: str | Path, where: str) -> dict[str, Any]:
-    """config.json read once, bounded (4 MiB), as a JSON object."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read(_CONFIG_MAX_BYTES + 1)
-    except IsADirectoryError:
-        raise InputError("is a folder, not a config.json", where) from None
-    except OSError as exc:
-        raise InputError(f"cannot read config.json: {exc.strerror}", where) from None
-    if len(raw) > _CONFIG_MAX_BYTES:
-        raise InputError("config.json is larger than 4 MiB", where)
+    """config.json read once, bounded (4 MiB, fileio.read_input), as a JSON object."""
+    from bcgtune.fileio import read_input
+
+    raw = read_input(str(path), "config.json", _CONFIG_MAX_BYTES)
     try:
         cfg = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

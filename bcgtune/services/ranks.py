@@ -68,7 +68,7 @@ def run_ranks(cfg: EngineConfig, fn: Callable[..., T], *args: Any, **here: Any) 
 
 def _rank_main(cfg: EngineConfig, fn: Callable[..., Any], args: tuple, errors: Any) -> None:
     """A child rank: dies with its parent, runs fn, reports its error in one line."""
-    _die_with_parent()
+    die_with_parent()
     try:
         fn(cfg, *args)
     except BaseException as exc:  # noqa: BLE001  (any failure of a rank ends the run: say which)
@@ -99,7 +99,8 @@ def _first_error(errors: Any) -> str:
         return "exited without a message"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """This process is killed when the one that started it dies (Linux)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
