@@ -73,21 +73,23 @@ class ExpertGemm:
 
 
 def probe_grouped_gemm(device: torch.device, dtype: torch.dtype, hidden: int, width: int) -> ExpertGemm:
-    """Does torch's grouped GEMM run here for these shapes (the experts' weights in the
-    layout the layer keeps them)? Checked against a loop over the groups."""
+    """Does torch's grouped GEMM run here for both of the experts' GEMMs at these shapes
+    (hidden -> 2 x width, width -> hidden; the weights in the layout the layer keeps them, a
+    row past the last group as a dropped pair leaves)? Checked against a loop over the groups."""
     fn = getattr(torch, "_grouped_mm", None)
     if fn is None:
         return ExpertGemm(False, f"torch {torch.__version__} has no _grouped_mm")
     try:
         g = torch.Generator(device="cpu").manual_seed(0)
-        x = torch.randn(6, hidden, generator=g).to(device=device, dtype=dtype)
-        w = torch.randn(2, width, hidden, generator=g).to(device=device, dtype=dtype)
         offs = torch.tensor([2, 6], dtype=torch.int32, device=device)
-        out = fn(x, w.transpose(1, 2), offs=offs)
-        ref = torch.cat([x[:2] @ w[0].t(), x[2:] @ w[1].t()])
         tol = 1e-3 if dtype == torch.float32 else 5e-2
-        if not torch.allclose(out.float(), ref.float(), atol=tol * max(1.0, float(ref.abs().max())), rtol=tol):
-            return ExpertGemm(False, "torch._grouped_mm disagrees with a loop here")
+        for k, n in ((hidden, 2 * width), (width, hidden)):
+            x = torch.randn(7, k, generator=g).to(device=device, dtype=dtype)
+            w = torch.randn(2, n, k, generator=g).to(device=device, dtype=dtype)
+            out = fn(x, w.transpose(1, 2), offs=offs)[:6]
+            ref = torch.cat([x[:2] @ w[0].t(), x[2:6] @ w[1].t()])
+            if not torch.allclose(out.float(), ref.float(), atol=tol * max(1.0, float(ref.abs().max())), rtol=tol):
+                return ExpertGemm(False, "torch._grouped_mm disagrees with a loop here")
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         return ExpertGemm(False, f"torch._grouped_mm does not run here: {' '.join(str(exc).split())[:160]}")
     return ExpertGemm(True)
