@@ -165,14 +165,16 @@ class Replayer:
     (batch, bucket): a replay does not depend on which other graphs share the pool."""
 
     def __init__(self, args, max_tokens: int):
-        from bcgtune.engines.loader import load_model, parse_dtype
-        from bcgtune.engines.runtime import environment, resolve_device
+        from bcgtune.engines.build import open_engine
+        from bcgtune.engines.config import resolve
+        from bcgtune.engines.spec import EngineSpec
 
         self.args = args
-        self.dev = resolve_device(args.device)
+        session = open_engine(resolve(EngineSpec(model=args.model, device=args.device), [max_tokens]))
+        self.dev = session.device
         self.max_tokens = max_tokens
-        self.model, self.desc = load_model(args.model, self.dev, parse_dtype("auto", self.dev))
-        self.env = environment(self.dev)
+        self.model, self.desc = session.model, session.description
+        self.env = session.environment.to_json()
         self.replay_ms: dict[tuple[int, int, int], float] = {}
         self.reused = 0
 

@@ -19,37 +19,42 @@
 # Knobs (override the preset): TRACE, MODEL, PASSES (3), GRID, MIX_EVERY, CAL_REPEATS, CAL_WARMUP,
 # CHECK (model-check batches), PROOF (proof batches), PROOF_REPEATS, MEASURE_ROUNDS, K (12),
 # MAX_BS (8192: the chunked prefill size), MEMORY=0|1 (the calibration's graph-memory curve; 8B preset 0),
-# STATE (the state folder: give an existing one to resume a killed run), PLOT=1 (needs matplotlib).
-# Writes $OUT/tune_$MODEL.json (every step's figures), .txt (the table), .log (progress, each
-# step's wall time), tuned_$MODEL.toml (a copy of the h200 profile with the list and its [tuned] record).
+# STATE (the state folder: give an existing one to resume a killed run), PLOT=1 (needs matplotlib),
+# ENGINE (more engine options, e.g. "--tp 4"), NAME (the outputs' name, default $MODEL).
+# Writes $OUT/tune_$NAME.json (every step's figures), .txt (the table), .log (progress, each
+# step's wall time), tuned_$NAME.toml (a copy of the h200 profile with the list and its [tuned] record).
 set -euo pipefail
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 TRACE=${TRACE:-benchmarks/data/default_workload.json}
 MODEL=${MODEL:-qwen3-0.6b}
+NAME=${NAME:-$MODEL}
 case "$MODEL" in
   qwen3-8b) D_GRID=256 D_MIX=32 D_REP=5 D_WARM=2 D_CHECK=64 D_PROOF=48 D_PREP=3 D_MEAS=2 D_MEM=0 ;;
+  # the MoE presets of benchmarks/h200_moe_tp.sh (two tunes and a calibration in one call)
+  qwen3-30b-a3b) D_GRID=512 D_MIX=64 D_REP=3 D_WARM=1 D_CHECK=24 D_PROOF=32 D_PREP=2 D_MEAS=1 D_MEM=0 ;;
   *)        D_GRID=128 D_MIX=8  D_REP=8 D_WARM=3 D_CHECK=120 D_PROOF=160 D_PREP=5 D_MEAS=3 D_MEM=1 ;;
 esac
-STATE=${STATE:-$OUT/tune_state_$MODEL}
+STATE=${STATE:-$OUT/tune_state_$NAME}
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip)"
 echo "sampling: grid ${GRID:-$D_GRID}, every ${MIX_EVERY:-$D_MIX}th distinct batch calibrated, ${CAL_REPEATS:-$D_REP} rounds;" \
      "model check on at most ${CHECK:-$D_CHECK} trace batches, proof on at most ${PROOF:-$D_PROOF} (every Nth, in trace order)," \
      "${PASSES:-3} passes of ${PROOF_REPEATS:-$D_PREP} rounds"
 # the list and [tuned] go into a copy of the h200 profile, whose model's config is not on the GPU
 # machine: --unchecked writes it, and the file records that SGLang did not check its launch
-[ -f "$OUT/tuned_$MODEL.toml" ] || cp profiles/h200.toml "$OUT/tuned_$MODEL.toml"
+[ -f "$OUT/tuned_$NAME.toml" ] || cp profiles/h200.toml "$OUT/tuned_$NAME.toml"
 SECONDS=0
-python3 -m bcgtune tune "$TRACE" --model "$MODEL" --state-dir "$STATE" --chunked-prefill-size "${MAX_BS:-8192}" \
+# shellcheck disable=SC2086  # ENGINE holds several options
+python3 -m bcgtune tune "$TRACE" --model "$MODEL" ${ENGINE:-} --state-dir "$STATE" --chunked-prefill-size "${MAX_BS:-8192}" \
     --grid "${GRID:-$D_GRID}" --mix-every "${MIX_EVERY:-$D_MIX}" --repeats "${CAL_REPEATS:-$D_REP}" --warmup "${CAL_WARMUP:-$D_WARM}" \
     --check-batches "${CHECK:-$D_CHECK}" --proof-batches "${PROOF:-$D_PROOF}" --proof-repeats "${PROOF_REPEATS:-$D_PREP}" \
     --passes "${PASSES:-3}" --measure-rounds "${MEASURE_ROUNDS:-$D_MEAS}" --max-buckets "${K:-12}" \
     $([ "${MEMORY:-$D_MEM}" = 0 ] && echo --no-memory) \
-    --write-profile "$OUT/tuned_$MODEL.toml" --unchecked \
-    $([ -n "${PLOT:-}" ] && echo --plot "$OUT/tune_$MODEL.png") \
-    --json > "$OUT/tune_$MODEL.json" 2> "$OUT/tune_$MODEL.log" || { tail -20 "$OUT/tune_$MODEL.log"; exit 1; }
-grep -E '^\[' "$OUT/tune_$MODEL.log" || true
-python3 - "$OUT/tune_$MODEL.json" > "$OUT/tune_$MODEL.txt" <<'PY'
+    --write-profile "$OUT/tuned_$NAME.toml" --unchecked \
+    $([ -n "${PLOT:-}" ] && echo --plot "$OUT/tune_$NAME.png") \
+    --json > "$OUT/tune_$NAME.json" 2> "$OUT/tune_$NAME.log" || { tail -20 "$OUT/tune_$NAME.log"; exit 1; }
+grep -E '^\[' "$OUT/tune_$NAME.log" || true
+python3 - "$OUT/tune_$NAME.json" > "$OUT/tune_$NAME.txt" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d["steps"]["proof"]
@@ -72,5 +77,5 @@ if o:
           + f", not measurably beyond it in {o.get('not_beyond_margin', '?')}/{p['passes']}"
           + f"; batches the two run differently: {o.get('differing_batches', '?')} of the proof's, {o.get('differing_batches_in_trace', '?')} of the trace's")
 PY
-cat "$OUT/tune_$MODEL.txt"
+cat "$OUT/tune_$NAME.txt"
 echo "tune: ${SECONDS} s in all"

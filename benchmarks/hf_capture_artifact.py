@@ -32,10 +32,10 @@ def main() -> int:
     import transformers
 
     from bcgtune.engines import hf
+    from bcgtune.engines.build import _probe_native_gqa
     from bcgtune.engines.compare import compare_logits
     from bcgtune.engines.full import FullPrefillEngine
     from bcgtune.engines.inputs import text_inputs
-    from bcgtune.engines.loader import probe_native_gqa
     from bcgtune.engines.runtime import environment
 
     dev = torch.device("cuda")
@@ -52,8 +52,8 @@ def main() -> int:
     )
     tmp = tempfile.mkdtemp()
     cfg.save_pretrained(tmp)
-    hf._STATE["native_gqa"] = probe_native_gqa(dev, torch.bfloat16, "auto")
-    model = hf.load_hf_model(tmp, dev, torch.bfloat16, fix_attention=False, random_weights=True)
+    native = _probe_native_gqa(dev, torch.bfloat16, "flash")
+    model = hf.load_hf_model(tmp, dev, torch.bfloat16, fix_attention=False, random_weights=True, native_gqa=native)
     hf.register_attention()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -100,7 +100,12 @@ def main() -> int:
             )
             eng.release()
             del eng
-    out = {"environment": environment(dev), "transformers": transformers.__version__, "layers": args.layers, "rows": rows}
+    out = {
+        "environment": environment(dev).to_json(),
+        "transformers": transformers.__version__,
+        "layers": args.layers,
+        "rows": rows,
+    }
     if args.out_json:
         Path(args.out_json).write_text(json.dumps(out, indent=1))
     return 0

@@ -112,7 +112,7 @@ def test_exit_codes_of_each_command(tmp_path, monkeypatch, exc, code):
 
         with monkeypatch.context() as m:
             m.setattr(module, name, boom)
-            m.setattr(engine_cmd, "require_torch", lambda: None)  # these tests run without torch too
+            m.setattr(engine_cmd, "require_torch", lambda device=None: None)  # these tests run without torch too
             r = cli(args)
         assert r.code == code, (args, r.err)
         assert r.code in README_EXIT_CODES
@@ -505,7 +505,7 @@ def test_no_output_can_overwrite_a_file_the_command_line_names(tmp_path, trace_c
         (bench_lib, "run_bench"),
     ):
         monkeypatch.setattr(mod, fn, reached_work)
-    monkeypatch.setattr(engine_cmd, "require_torch", lambda: None)
+    monkeypatch.setattr(engine_cmd, "require_torch", lambda device=None: None)
     log = _write(tmp_path, "x.log", "[2026-01-01 00:00:00] Prefill batch, #new-seq: 1, #new-token: 100\n")
     refused = set()
     for command, (base, outs) in _OUTPUTS.items():

@@ -239,8 +239,9 @@ def test_buckets_beyond_the_ceiling_or_the_context_are_refused():
     assert p.returncode == 2 and "ceiling 2048" in p.stderr
 
 
-def test_preflight_reads_checkpoint_shapes_without_transformers(tmp_path):
-    from bcgtune.engines.preflight import CPU_MAX_PARAMS, check_run, model_shape
+def test_a_config_is_read_without_transformers(tmp_path, monkeypatch):
+    from bcgtune.engines import config
+    from bcgtune.engines.config import CPU_MAX_PARAMS, resolve
 
     (tmp_path / "config.json").write_text(
         json.dumps(
@@ -256,16 +257,23 @@ def test_preflight_reads_checkpoint_shapes_without_transformers(tmp_path):
             }
         )
     )
-    s = model_shape(f"hf:{tmp_path}")
-    assert 7.5e9 < s.params < 9e9 and s.max_context == 40960
-    assert model_shape("tiny").params < CPU_MAX_PARAMS
-    with pytest.raises(InputError, match="context of 40960"):
-        check_run(EngineSpec(model=f"hf:{tmp_path}", device="auto", chunked_prefill_size=131072), [65536])
+    for model in (str(tmp_path), str(tmp_path / "config.json")):  # a folder holding only a config, or the file
+        with pytest.raises(InputError, match="context of 40960"):
+            resolve(EngineSpec(model=model, device="auto", chunked_prefill_size=131072), [65536])
+    with monkeypatch.context() as m:
+        m.setattr(config, "gpu_device_nodes", lambda: True)  # resolved as on a GPU machine
+        cfg = resolve(EngineSpec(model=str(tmp_path), device="cuda"), [256])
+        hf = resolve(EngineSpec(model=f"hf:{tmp_path}", device="cuda", random_weights=True), [256])  # transformers builds it
+    assert cfg.model.kind == "config" and 7.5e9 < cfg.model.params < 9e9 and cfg.model.max_context == 40960
+    assert resolve(EngineSpec(model="tiny", device="cpu"), [16]).model.params < CPU_MAX_PARAMS
+    assert hf.model.kind == "hf" and 7.5e9 < hf.model.params < 9e9
+    with pytest.raises(InputError, match="no weights"):
+        resolve(EngineSpec(model=f"hf:{tmp_path}", device="cuda"), [256])
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
         with pytest.raises(ExternalError, match="needs a CUDA or ROCm GPU"):
-            check_run(EngineSpec(model=f"hf:{tmp_path}", device="auto"), [256])
+            resolve(EngineSpec(model=str(tmp_path), device="auto"), [256])
     finally:
         if old is None:
             del os.environ["CUDA_VISIBLE_DEVICES"]
@@ -273,7 +281,7 @@ def test_preflight_reads_checkpoint_shapes_without_transformers(tmp_path):
             os.environ["CUDA_VISIBLE_DEVICES"] = old
     (tmp_path / "config.json").write_text("[1, 2")
     with pytest.raises(InputError, match="not valid JSON"):
-        model_shape(str(tmp_path))
+        resolve(EngineSpec(model=str(tmp_path)), [16])
 
 
 def test_hf_checkpoint_under_the_breakable_runner(tmp_path):
@@ -288,9 +296,10 @@ def test_hf_checkpoint_under_the_breakable_runner(tmp_path):
         head_dim=16,
     )
     cfg.save_pretrained(tmp_path)
-    from bcgtune.engines.loader import load_model
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.config import resolve
 
-    model, _ = load_model(str(tmp_path), CPU, torch.float32, random_weights=True)
+    model = open_engine(resolve(EngineSpec(model=str(tmp_path), device="cpu", random_weights=True), [64])).model
     eng = BreakablePrefillEngine(model, CPU, 64)
     eng.capture([64])
     x = text_inputs(model, 50, CPU, requests=3, split="random")
@@ -321,11 +330,12 @@ def test_weak_ref_view_shares_memory():
 
 
 def test_unknown_runner_and_graph_impl():
+    from bcgtune.engines.config import resolve
     from bcgtune.engines.segmented import resolve_impl
-    from bcgtune.engines.spec import check_runner
 
-    with pytest.raises(InputError, match="unknown runner"):
-        check_runner("piecewise")
+    with pytest.raises(InputError, match="must be breakable, full") as exc:
+        resolve(EngineSpec(model="tiny", runner="piecewise"), [16])  # type: ignore[arg-type]
+    assert exc.value.field == "runner"
     with pytest.raises(InputError, match="graph implementation"):
         resolve_impl("mine")
     assert resolve_impl("bcgtune").name == "bcgtune"

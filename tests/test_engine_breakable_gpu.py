@@ -21,11 +21,12 @@ BATCHES = ((1024, 1), (1024, 6), (700, 3), (300, 2), (129, 1))
 
 @pytest.fixture(scope="module")
 def small():
-    from bcgtune.engines.loader import load_model
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.config import resolve
+    from bcgtune.engines.spec import EngineSpec
 
-    dev = torch.device("cuda")
-    model, _ = load_model("qwen3-0.6b", dev, torch.bfloat16)
-    return model, dev
+    session = open_engine(resolve(EngineSpec(model="qwen3-0.6b", device="cuda", dtype="bf16"), [1024]))
+    return session.model, session.device
 
 
 def _report(name, obj):

@@ -137,7 +137,7 @@ def test_cli_errors_are_one_line():
     r = _main(["capture", "--model", "tiny"])
     assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr
     r = _main(["capture", "--buckets", "16", "--model", "nope"])
-    assert r.returncode == 2 and "unknown built-in model" in r.stderr
+    assert r.returncode == 2 and "unknown model 'nope'" in r.stderr and "tiny-moe" in r.stderr
     r = _main(["validate", "--buckets", "16", "--model", "tiny", "--prompts", "p.txt"])
     assert r.returncode == 2 and "--server" in r.stderr
     r = _main(["validate", "--model", "tiny", "--server"])
@@ -178,9 +178,12 @@ def test_hf_tiny_random_checkpoint_cpu(tmp_path):
         head_dim=16,
     )
     cfg.save_pretrained(tmp_path)
-    from bcgtune.engines.loader import load_model
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.config import resolve
+    from bcgtune.engines.spec import EngineSpec
 
-    model, desc = load_model(str(tmp_path), CPU, torch.float32, random_weights=True)
+    session = open_engine(resolve(EngineSpec(model=str(tmp_path), device="cpu", random_weights=True, runner="full"), [32]))
+    model, desc = session.model, session.description
     assert desc["attention_implementation"] == "bcgtune_causal_sdpa"
     eng = FullPrefillEngine(model, CPU, 32)
     recs = eng.capture([32])

@@ -12,10 +12,12 @@ torch = pytest.importorskip("torch")
 
 def test_the_engines_closed_sets_are_the_choices():
     from bcgtune.engines.base import SIDE_INPUT_LABELS
-    from bcgtune.engines.loader import DTYPES
+    from bcgtune.engines.build import torch_dtype
     from bcgtune.engines.segmented import IMPLEMENTATIONS
 
-    assert {"auto", *DTYPES} == set(get_args(choices.DtypeName))
+    assert {"auto", *choices.DTYPE_ALIASES} == set(get_args(choices.DtypeName))
+    assert set(choices.DTYPE_ALIASES.values()) == set(get_args(choices.ResolvedDtype))
+    assert {torch_dtype(d) for d in get_args(choices.ResolvedDtype)} == {torch.bfloat16, torch.float16, torch.float32}
     assert IMPLEMENTATIONS == get_args(choices.GraphImplName)
     assert tuple(SIDE_INPUT_LABELS) == get_args(choices.SideInputName)
 

@@ -116,8 +116,10 @@ def test_drop_deepstack_replays_as_if_the_image_had_none(vl):
     with torch.no_grad():
         assert torch.equal(hr, vl.body(x.inp, x.positions))
         assert not torch.equal(hr, vl.body(x.inp, x.positions, x.deepstack))
-    with pytest.raises(InputError, match="needs a model with DeepStack"):
-        BreakablePrefillEngine(build_model(preset("tiny"), CPU, dtype=torch.float32), CPU, 64, fault="drop-deepstack")
+    from bcgtune.engines.config import resolve
+
+    with pytest.raises(InputError, match="needs a model with DeepStack"):  # refused before anything is built
+        resolve(EngineSpec(model="tiny", device="cpu", fault="drop-deepstack"), [64])
 
 
 def _validate(runner, fault="none"):
@@ -216,10 +218,12 @@ def qwen3_vl_folder(tmp_path_factory):
 
 
 def test_a_checkpoint_declaring_deepstack_runs_it_as_transformers_does(qwen3_vl_folder):
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.config import resolve
     from bcgtune.engines.hf import HFVisionLanguageModel
-    from bcgtune.engines.loader import load_model
 
-    model, desc = load_model(str(qwen3_vl_folder), CPU, torch.float32, random_weights=True)
+    session = open_engine(resolve(EngineSpec(model=str(qwen3_vl_folder), device="cpu", random_weights=True), [128]))
+    model, desc = session.model, session.description
     assert isinstance(model, HFVisionLanguageModel) and model.deepstack_layers == 2 and desc["deepstack_layers"] == 2
     assert model.language.config._attn_implementation == "bcgtune_causal_sdpa"
     assert model.lm.model.visual.config._attn_implementation == "sdpa"  # an image attends both ways

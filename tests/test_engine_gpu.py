@@ -12,11 +12,12 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def small():
-    from bcgtune.engines.loader import load_model
+    from bcgtune.engines.build import open_engine
+    from bcgtune.engines.config import resolve
+    from bcgtune.engines.spec import EngineSpec
 
-    dev = torch.device("cuda")
-    model, _ = load_model("qwen3-0.6b", dev, torch.bfloat16)
-    return model, dev
+    session = open_engine(resolve(EngineSpec(model="qwen3-0.6b", device="cuda", dtype="bf16"), [1024]))
+    return session.model, session.device
 
 
 def test_capture_largest_first_shared_pool_and_exact_replay(small):

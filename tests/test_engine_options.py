@@ -86,33 +86,40 @@ def test_the_closed_sets_agree_with_the_engine():
 
 
 def test_a_cpu_run_lets_openmp_threads_sleep_unless_told_otherwise(monkeypatch):
-    from bcgtune.engines import preflight
+    from bcgtune.engines import config
     from bcgtune.engines.spec import EngineSpec
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.setattr(preflight, "require_torch", lambda: None)  # the check runs before torch loads
-    monkeypatch.setattr(preflight, "gpu_device_nodes", lambda: True)
-    preflight.check_run(EngineSpec(model="tiny", device="auto"), [16])  # a GPU may answer: nothing set
+    monkeypatch.setattr(config, "require_torch", lambda device=None: None)  # the check runs before torch loads
+    monkeypatch.setattr(config, "gpu_device_nodes", lambda: True)
+    config.resolve(EngineSpec(model="tiny", device="auto"), [16])  # a GPU answers: nothing set
     assert "OMP_WAIT_POLICY" not in os.environ
-    preflight.check_run(EngineSpec(model="tiny", device="cpu"), [16])
+    config.resolve(EngineSpec(model="tiny", device="cpu"), [16])
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    monkeypatch.setattr(preflight, "gpu_device_nodes", lambda: False)
-    preflight.check_run(EngineSpec(model="tiny", device="auto"), [16])  # no GPU here: a CPU run, but the user's choice stands
+    monkeypatch.setattr(config, "gpu_device_nodes", lambda: False)
+    config.resolve(EngineSpec(model="tiny", device="auto"), [16])  # no GPU here: a CPU run, but the user's choice stands
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_a_runs_checks_are_one_step_before_anything_is_built(monkeypatch):
     # the runner, the attention it can run, the model, the sizes and the device: all refused by
-    # preflight.check_run, before torch loads or a model is built
-    from bcgtune.engines import preflight
+    # config.resolve, before torch loads or a model is built, each naming its option's field
+    from bcgtune.engines import config
     from bcgtune.engines.spec import EngineSpec
 
-    monkeypatch.setattr(preflight, "require_torch", lambda: None)
-    with pytest.raises(InputError, match="unknown runner"):
-        preflight.check_run(EngineSpec(model="tiny", runner="piecewise"), [16])  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="causal or sdpa"):
-        preflight.check_run(EngineSpec(model="tiny", hf_attention="flash"), [16])  # type: ignore[arg-type]
+    monkeypatch.setattr(config, "require_torch", lambda device=None: None)
+    for spec, field, match in (
+        (EngineSpec(model="tiny", runner="piecewise"), "runner", "must be breakable, full"),  # type: ignore[arg-type]
+        (EngineSpec(model="tiny", hf_attention="flash"), "hf_attention", "must be causal, sdpa"),  # type: ignore[arg-type]
+        (EngineSpec(model="tiny", routing="even"), "routing", "must be uniform, skewed"),  # type: ignore[arg-type]
+        (EngineSpec(model="tiny", tp=3), "tp", "do not divide over 3 ranks"),
+        (EngineSpec(model="tiny-moe", tp=2, ep=4), "ep", "multiple of the expert parallel size"),
+        (EngineSpec(model="nope"), "model", "unknown model"),
+    ):
+        with pytest.raises(InputError, match=match) as exc:
+            config.resolve(spec, [16])
+        assert exc.value.field == field
     with pytest.raises(InputError, match="above the chunked-prefill ceiling"):
-        preflight.check_run(EngineSpec(model="tiny", chunked_prefill_size=64), [128])
-    assert preflight.check_run(EngineSpec(model="tiny", device="cpu"), [16]).name
+        config.resolve(EngineSpec(model="tiny", chunked_prefill_size=64), [128])
+    assert config.resolve(EngineSpec(model="tiny", device="cpu"), [16]).model.name == "tiny"

@@ -164,12 +164,13 @@ ROWS = [
     *rows(
         "capture --model {in} --device cpu --buckets 16",
         [
-            ("folder:model.config_garbage", 2, "config.json is not valid JSON ({fx}/model.config_garbage)"),
-            ("folder:model.config_oversize", 2, "config.json is larger than 4 MiB ({fx}/model.config_oversize)"),
-            ("folder:any.empty_folder", 2, "not a Hugging Face checkpoint folder (needs config.json)"),
-            ("any.binary", 2, "unknown built-in model '{fx}/any.binary' (one"),
-            ("missing:", 2, "unknown built-in model '{T}/no-such-file' (one"),
-            ("value:no/such-model", 2, "unknown built-in model 'no/such-model' (one of"),
+            # a folder holding only a config.json is a shape bcgtune builds (engines/shapes.py reads it)
+            ("folder:model.config_garbage", 2, "binary data, not a config.json ({fx}/model.config_garbage/config.json)"),
+            ("folder:model.config_oversize", 2, "larger than 4 MiB: not a config.json ({fx}/model.config_oversize/config.json)"),
+            ("folder:any.empty_folder", 2, "no config.json there (a model is a built-in name, PATH/config.json or a"),
+            ("any.binary", 2, "binary data, not a config.json ({fx}/any.binary)"),
+            ("missing:", 2, "unknown model '{T}/no-such-file': a built-in shape (tiny,"),
+            ("value:no/such-model", 2, "unknown model 'no/such-model': a built-in shape (tiny,"),
         ],
         needs=TORCH,
     ),

@@ -218,7 +218,7 @@ def test_a_list_written_without_a_tune_drops_the_record(tuned, tmp_path):
         (["{missing}", "--model", "tiny"], "no such file"),
         (["{dir}", "--model", "tiny"], "folder"),
         (["{trace}", "--model", "tiny", "--write-profile", "{trace}"], "input of this run"),
-        (["{trace}", "--model", "no-such-model"], "unknown built-in model"),
+        (["{trace}", "--model", "no-such-model"], "unknown model"),
         (["{trace}", "--model", "tiny", "--tolerance", "nan"], "--tolerance"),
         (["{trace}", "--model", "tiny", "--chunked-prefill-size", "32"], "above the chunked-prefill ceiling 32"),
         (["{nan}", "--model", "tiny"], "not an integer"),

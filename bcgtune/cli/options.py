@@ -22,7 +22,17 @@ from bcgtune.cli.schema_options import OptionSpec, option_set
 from bcgtune.core.bench.accuracy import GAP_THRESHOLD, MAX_LOGPROB_DELTA
 from bcgtune.core.plan.measure_defaults import CPU_ROUNDS, DEFAULT_CHECK_BATCHES, GPU_ROUNDS
 from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
-from bcgtune.engines.choices import DEVICE_HELP, Dtype, GraphImpl, HfAttention, Runner, SdpaBackend, device_name
+from bcgtune.engines.choices import (
+    DEVICE_HELP,
+    AllReduce,
+    Dtype,
+    GraphImpl,
+    HfAttention,
+    Routing,
+    Runner,
+    SdpaBackend,
+    device_name,
+)
 
 
 def options(name: str, cls: type) -> Callable:
@@ -233,7 +243,7 @@ def _device_option(value: str) -> str:
         raise typer.BadParameter(str(exc)) from None
 
 
-ENGINE_MODELS = "qwen3-8b, qwen3-0.6b, qwen3-vl-8b, tiny, qwen3-vl-tiny"
+ENGINE_MODELS = "qwen3-8b, qwen3-0.6b, qwen3-30b-a3b, qwen3-vl-8b, qwen3-vl-30b-a3b, tiny, tiny-moe, qwen3-vl-tiny"
 
 
 @dataclass
@@ -241,13 +251,17 @@ class EngineOptions:
     """Which model the torch engine builds and how it runs."""
 
     model: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "--model",
-            help=f"Built-in random-weight model ({ENGINE_MODELS}) or a local Hugging Face checkpoint folder (hf:PATH or PATH).",
+            help=f"Built-in random-weight model ({ENGINE_MODELS}); any model's shape from its Hugging Face config "
+            "(PATH/config.json, or a folder holding only a config: dense, MoE or VL, random weights); or a checkpoint "
+            "folder transformers loads (hf:PATH, or a folder with weights). Default: the profile's model when bcgtune "
+            "can build it, else qwen3-8b.",
             rich_help_panel=_ENGINE,
+            show_default=False,
         ),
-    ] = "qwen3-8b"
+    ] = None
     device: Annotated[str, typer.Option("--device", help=DEVICE_HELP + ".", callback=_device_option, rich_help_panel=_ENGINE)] = (
         "auto"
     )
@@ -319,6 +333,61 @@ class EngineOptions:
             show_default=False,
         ),
     ] = None
+    tp: Annotated[
+        Optional[int],
+        typer.Option(
+            "--tp",
+            min=1,
+            max=_PARALLEL_MAX,
+            help="Tensor-parallel size: the engine builds the slice one rank runs (heads, KV heads, intermediate and "
+            "experts divided as SGLang shards them) and the all-reduce after each block. Default: the profile's "
+            "tp-size, else 1.",
+            rich_help_panel=_ENGINE,
+            show_default=False,
+        ),
+    ] = None
+    ep: Annotated[
+        Optional[int],
+        typer.Option(
+            "--ep",
+            min=1,
+            max=_PARALLEL_MAX,
+            help="Expert-parallel size (MoE): the rank holds 1/EP of the routed experts. Default: the profile's ep-size, "
+            "else 1. The all-to-all of an a2a backend is not reproduced.",
+            rich_help_panel=_ENGINE,
+            show_default=False,
+        ),
+    ] = None
+    all_reduce: Annotated[
+        AllReduce,
+        typer.Option(
+            "--all-reduce",
+            help="With --tp above 1: real (one process per rank, all-reducing through NCCL on GPUs or gloo on the CPU), "
+            "modelled (one process runs rank 0 and each all-reduce holds its stream for a bandwidth curve's time), or "
+            "auto (real where the machine shows a GPU per rank).",
+            rich_help_panel=_ENGINE,
+        ),
+    ] = AllReduce.auto
+    all_reduce_curve: Annotated[
+        Optional[str],
+        typer.Option(
+            "--all-reduce-curve",
+            help="A measured all-reduce curve for the modelled all-reduce: nccl-tests' all_reduce_perf output, or JSON "
+            '{"bytes": [...], "us": [...]}. Default: a stated ring model (10 us + bytes at 460 GB/s).',
+            rich_help_panel=_ENGINE,
+            show_default=False,
+        ),
+    ] = None
+    routing: Annotated[
+        Routing,
+        typer.Option(
+            "--routing",
+            help="MoE models: how tokens spread over the experts: skewed (each layer's expert popularity drawn, seeded, "
+            "so some experts take several times the mean load, as a trained router's do) or uniform (a random router "
+            "alone).",
+            rich_help_panel=_ENGINE,
+        ),
+    ] = Routing.skewed
 
 
 @dataclass

@@ -31,7 +31,7 @@ import contextlib
 import functools
 import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,19 @@ from bcgtune.engines.timing import TimeSummary, time_calls
 from bcgtune.errors import InputError
 
 GIB = float(2**30)
+
+
+@contextlib.contextmanager
+def _bound(rows: torch.Tensor) -> Iterator[None]:
+    from bcgtune.engines.moe import non_padded_rows
+
+    var = non_padded_rows()
+    token = var.set(rows)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
 
 # The inputs a captured forward reads beside its weights, by name, as reports show them.
 SIDE_INPUT_LABELS: dict[SideInputName, str] = {
@@ -82,9 +95,7 @@ class StaticPrefillEngine:
         if max_tokens < 1:
             raise InputError(f"max tokens must be positive, got {max_tokens}")
         self.deepstack_layers = int(getattr(model, "deepstack_layers", 0))
-        if fault != "none" and not self.deepstack_layers:
-            raise InputError(f"{fault} needs a model with DeepStack (qwen3-vl-tiny, qwen3-vl-8b)", "--inject-fault")
-        self.fault = fault
+        self.fault = fault  # engines/config.resolve checked that the model has DeepStack
         self.model = model
         self.device = device
         self.sdpa_backend = sdpa_backend
@@ -104,6 +115,9 @@ class StaticPrefillEngine:
             else:
                 self.s_inp = torch.zeros(self.max_tokens, model.hidden_size, dtype=self.dtype, device=device)
             self.s_pos = torch.zeros((3, self.max_tokens) if mrope else (self.max_tokens,), dtype=torch.long, device=device)
+            # the batch's real rows, read by MoE layers that mask padded rows from routing
+            # (engines/moe.py), as SGLang's num_token_non_padded slot
+            self.s_nonpad = torch.zeros(1, dtype=torch.long, device=device)
             self.s_deepstack: torch.Tensor | None = None
             if self.deepstack_layers and fault != "drop-deepstack":
                 width = model.hidden_size * self.deepstack_layers
@@ -119,11 +133,16 @@ class StaticPrefillEngine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def padding_bound(self) -> contextlib.AbstractContextManager[Any]:
+        """Around a static-buffer forward: the rows the MoE layers may treat as real."""
+        return _bound(self.s_nonpad)
+
     def _fill(self, x: PrefillInputs, b: int) -> None:
         """The batch's real inputs into the static buffers, the padding up to b zeroed
         (token 0 / zero embeddings, position 0, no DeepStack); a batch without DeepStack
         zeroes the whole slot."""
         n = x.n
+        self.s_nonpad.fill_(n)
         self.s_inp[:n].copy_(x.inp)
         self.s_inp[n:b].zero_()
         self.s_pos[..., :n].copy_(x.positions)
@@ -229,6 +248,7 @@ class StaticPrefillEngine:
             # whole bucket, a causal sequence of token 0
             self.s_inp[:b].zero_()
             self.s_pos[..., :b].copy_(torch.arange(b, device=self.device))
+            self.s_nonpad.fill_(b)
             self._prepare_capture(b)
             before = self.reserved_gib()
             t0 = time.perf_counter()

@@ -61,7 +61,16 @@ class BatchMeta:
     last_rows: torch.Tensor  # long [r]: each request's last row (the logits tail)
 
 
-def _flash_varlen_works(device: torch.device, dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
+def _config_int(cfg: Any, names: tuple[str, ...], default: int) -> int:
+    """The first of `names` the model config sets (built-in or Hugging Face spelling)."""
+    for name in names:
+        value = getattr(cfg, name, None)
+        if value:
+            return int(value)
+    return default
+
+
+def flash_varlen_works(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
     """Does aten's flash-attention varlen kernel run here for these shapes (GQA included)?"""
     if device.type != "cuda":
         return False
@@ -76,13 +85,15 @@ def _flash_varlen_works(device: torch.device, dtype, heads: int, kv_heads: int, 
         return False
 
 
-def _config_int(cfg: Any, names: tuple[str, ...], default: int) -> int:
-    """The first of `names` the model config sets (built-in or Hugging Face spelling)."""
-    for name in names:
-        value = getattr(cfg, name, None)
-        if value:
-            return int(value)
-    return default
+def _probe_attention(model: Any, device: torch.device, dtype: torch.dtype) -> str:
+    """An engine made without a session's probe (tests, benchmarks): the session's probe on
+    the model's own attention shape."""
+    cfg = getattr(model, "cfg", None)
+    dims = getattr(model, "dims", None)
+    heads = dims.heads if dims is not None else _config_int(cfg, ("num_heads", "num_attention_heads"), 1)
+    kv = dims.kv_heads if dims is not None else _config_int(cfg, ("num_kv_heads", "num_key_value_heads"), heads)
+    hd = _config_int(cfg, ("head_dim",), model.hidden_size // heads)
+    return "flash-varlen" if flash_varlen_works(device, dtype, heads, kv, hd) else "sdpa-per-request"
 
 
 class BreakablePrefillEngine(StaticPrefillEngine):
@@ -96,9 +107,12 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         sdpa_backend: str = "auto",
         warmup: int = 2,
         padding_factor: float = DEFAULT_PADDING_FACTOR,
-        graph_impl: str = "auto",
+        graph_impl: Any = "auto",
         fault: FaultName = "none",
+        attention_kind: str | None = None,
     ):
+        """`graph_impl` and `attention_kind`: what the session's probes answered
+        (engines/build.py); probed here only for an engine made without a session."""
         from bcgtune.engines.segmented import GraphImpl, resolve_impl
 
         if not hasattr(model, "body"):
@@ -115,11 +129,7 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         self.capture_stream = torch.cuda.Stream(device) if self.graphs_enabled else None
         self.meta: BatchMeta | None = None
         self._skip_breaks = False
-        cfg = getattr(model, "cfg", None)
-        heads = _config_int(cfg, ("num_heads", "num_attention_heads"), 1)
-        kv = _config_int(cfg, ("num_kv_heads", "num_key_value_heads"), heads)
-        hd = _config_int(cfg, ("head_dim",), model.hidden_size // heads)
-        self.attention_kind = "flash-varlen" if _flash_varlen_works(device, self.dtype, heads, kv, hd) else "sdpa-per-request"
+        self.attention_kind = attention_kind or _probe_attention(model, device, self.dtype)
         with torch.no_grad():
             # one output buffer for every bucket, as SGLang's breakable backend keeps
             self.s_out = torch.zeros(self.max_tokens, model.hidden_size, dtype=self.dtype, device=device)
@@ -184,7 +194,8 @@ class BreakablePrefillEngine(StaticPrefillEngine):
         return varlen_attention(self._attend)
 
     def _body(self, b: int):
-        hidden = self.model.body(*self.static_inputs(b))
+        with self.padding_bound():
+            hidden = self.model.body(*self.static_inputs(b))
         self.s_out[:b].copy_(hidden)
         return hidden
 

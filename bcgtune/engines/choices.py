@@ -19,6 +19,22 @@ FaultName = Literal["none", "drop-deepstack", "stale-deepstack"]
 SideInputName = Literal["input_ids", "input_embeds", "positions", "mrope_positions", "deepstack"]
 # How an engine runs its buckets: graphs on a GPU, the same static-buffer forward without one.
 GraphMode = Literal["breakable-cuda-graph", "cuda-graph", "padded-eager", "simulated"]
+# How tokens spread over an MoE layer's experts (engines/moe.py): a random router alone, or
+# one whose expert popularity is skewed as a trained router's is.
+RoutingName = Literal["uniform", "skewed"]
+# The all-reduce after each block of a tensor-parallel rank: timed across one process per
+# rank, or added from a bandwidth curve to one process's forward (engines/allreduce.py).
+AllReduceName = Literal["auto", "real", "modelled"]
+# The dtype a run resolves to ("auto" and the long names folded).
+ResolvedDtype = Literal["bf16", "fp16", "fp32"]
+DTYPE_ALIASES: dict[str, ResolvedDtype] = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+}
 
 
 # The same sets as enumerations, the form typer turns into a parse-time choice.
@@ -55,6 +71,17 @@ class SdpaBackend(StrEnum):
 class HfAttention(StrEnum):
     causal = "causal"
     sdpa = "sdpa"
+
+
+class Routing(StrEnum):
+    uniform = "uniform"
+    skewed = "skewed"
+
+
+class AllReduce(StrEnum):
+    auto = "auto"
+    real = "real"
+    modelled = "modelled"
 
 
 class Fault(StrEnum):

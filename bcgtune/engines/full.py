@@ -58,7 +58,8 @@ class FullPrefillEngine(StaticPrefillEngine):
 
     def _fwd(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         inp, pos, deepstack = self.static_inputs(b)
-        return self.model(inp, pos, self.s_last, deepstack)
+        with self.padding_bound():
+            return self.model(inp, pos, self.s_last, deepstack)
 
     def _fill(self, x: PrefillInputs, b: int) -> None:
         super()._fill(x, b)

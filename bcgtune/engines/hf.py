@@ -34,7 +34,7 @@ from bcgtune.engines.attention import current_varlen_attention
 from bcgtune.errors import ExternalError, InputError
 
 ATTN_NAME = "bcgtune_causal_sdpa"
-_STATE = {"native_gqa": True, "registered": False}
+_REGISTERED: list[bool] = []  # transformers' registries are process-wide: register once
 
 
 def _causal_sdpa(module, query, key, value, attention_mask=None, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -43,7 +43,7 @@ def _causal_sdpa(module, query, key, value, attention_mask=None, dropout=0.0, sc
     if varlen is not None:  # the breakable engine: several requests, attention within each
         q, k, v = (z[0].transpose(0, 1).contiguous() for z in (query, key, value))  # [T, heads, hd]
         return varlen(q, k, v, scale=scaling).unsqueeze(0), None
-    if nh != nkv and not _STATE["native_gqa"]:
+    if nh != nkv and not getattr(module, "bcgtune_native_gqa", True):
         key = key.repeat_interleave(nh // nkv, dim=1)
         value = value.repeat_interleave(nh // nkv, dim=1)
     out = torch.nn.functional.scaled_dot_product_attention(
@@ -62,7 +62,7 @@ def _no_mask(*args, **kwargs):
 
 
 def register_attention() -> None:
-    if _STATE["registered"]:
+    if _REGISTERED:
         return
     from transformers import AttentionInterface
 
@@ -73,7 +73,7 @@ def register_attention() -> None:
         AttentionMaskInterface.register(ATTN_NAME, _no_mask)
     except ImportError:  # older transformers: masks were built per model from config
         pass
-    _STATE["registered"] = True
+    _REGISTERED.append(True)
 
 
 class HFPrefillModel(nn.Module):
@@ -134,7 +134,7 @@ class _TextShape:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
-    vision: Any  # engines.presets.VisionConfig: the image geometry and token ids
+    vision: Any  # engines.shapes.VisionConfig: the image geometry and token ids
     architectures: tuple[str, ...] = ()
 
 
@@ -182,7 +182,7 @@ class HFVisionLanguageModel(nn.Module):
 
     def __init__(self, lm, name: str, attention: str):
         super().__init__()
-        from bcgtune.engines.presets import VisionConfig
+        from bcgtune.engines.shapes import VisionConfig
 
         self.lm = lm
         core = lm.model
@@ -272,10 +272,6 @@ def declares_deepstack(config) -> bool:
     return vision is not None and isinstance(getattr(vision, "deepstack_visual_indexes", None), (list, tuple))
 
 
-def _has_weights(path: Path) -> bool:
-    return any(path.glob("*.safetensors")) or any(path.glob("*.bin")) or any(path.glob("*.safetensors.index.json"))
-
-
 def load_hf_model(
     path: str,
     device: torch.device,
@@ -284,13 +280,15 @@ def load_hf_model(
     random_weights: bool = False,
     seed: int = 0,
     config_overrides: dict | None = None,
+    native_gqa: bool = True,
 ) -> HFPrefillModel | HFVisionLanguageModel:
     """A causal LM, or a vision-language model whose config declares DeepStack (then its
     language model runs the attention fix and its vision tower transformers' SDPA: the
-    fix's causal mask would be wrong for an image's bidirectional attention)."""
+    fix's causal mask would be wrong for an image's bidirectional attention). The folder,
+    the config's attention window and the weights' presence were checked when the run was
+    resolved (engines/config.py); `native_gqa`: whether SDPA's pinned backend takes
+    enable_gqa (the session's probe)."""
     p = Path(path)
-    if not p.is_dir() or not (p / "config.json").is_file():
-        raise InputError("not a Hugging Face checkpoint folder (needs config.json)", path)
     try:
         import transformers
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
@@ -303,18 +301,11 @@ def load_hf_model(
     for k, v in (config_overrides or {}).items():
         setattr(config, k, v)
     vl = declares_deepstack(config)
-    text_config = config.text_config if vl else config
     if fix_attention:
-        if getattr(text_config, "use_sliding_window", False) or getattr(text_config, "attention_chunk_size", None):
-            raise InputError(
-                "sliding-window/chunked attention: the causal-SDPA fix would be wrong; pass --hf-attention sdpa", path
-            )
         register_attention()
     attn = ATTN_NAME if fix_attention else "sdpa"
     attn_arg: Any = {"text_config": attn, "vision_config": "sdpa"} if vl else attn
     auto = AutoModelForImageTextToText if vl else AutoModelForCausalLM
-    if not random_weights and not _has_weights(p):
-        raise InputError("no weights (*.safetensors / *.bin) in the folder; pass --random-weights to use random ones", path)
     torch.manual_seed(seed)
     try:
         if random_weights:
@@ -336,4 +327,6 @@ def load_hf_model(
     model: HFPrefillModel | HFVisionLanguageModel
     model = HFVisionLanguageModel(lm, name=p.name, attention=attn) if vl else HFPrefillModel(lm, name=p.name, attention=attn)
     model.transformers_version = transformers.__version__
+    for module in lm.modules():  # read by the registered attention function
+        module.bcgtune_native_gqa = native_gqa
     return model

@@ -1,8 +1,11 @@
-"""What a capture records per bucket (engines/base.py captures, the simulated device too):
-no torch here, so the simulated device and the services read it without loading torch."""
+"""What a run records of itself: each bucket's capture (engines/base.py captures, the
+simulated device too) and the environment it ran on (engines/runtime.environment on a GPU
+or the CPU, engines/sim on the simulated device). No torch here, so the simulated device
+and the services read them without loading torch."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,3 +37,38 @@ class CaptureRecord:
             "attention_eager": self.attention_eager,
             "attention_capture": self.attention_capture,
         }
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a run ran on, for its report: the backend and software, the GPU (None fields on
+    the CPU) or the CPU; on the simulated device (backend "sim") the GPU its recording was
+    measured on and what it replays (`simulated`)."""
+
+    backend: str  # cuda | hip | cpu | sim
+    torch: str | None  # None on the simulated device (no torch)
+    cuda: str | None
+    hip: str | None
+    python: str
+    host: str
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    gpu_memory_gib: float | None = None
+    compute_capability: str | None = None
+    multiprocessors: int | None = None
+    driver: str | None = None
+    gcn_arch: str | None = None
+    cudnn: int | None = None
+    cpu: str | None = None
+    threads: int | None = None
+    visible_devices: str | None = None
+    simulated: dict[str, Any] | None = None  # the recording the simulated device replays, its seed and noise
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        gpu_only = ("gpu_count", "gpu_memory_gib", "compute_capability", "multiprocessors", "gcn_arch", "cudnn")
+        cpu_only = ("cpu", "threads")
+        drop: tuple[str, ...] = gpu_only if self.backend == "cpu" else cpu_only
+        if self.simulated is None:
+            drop += ("simulated",)
+        return {k: v for k, v in out.items() if k not in drop and not (k == "gcn_arch" and self.backend != "hip")}

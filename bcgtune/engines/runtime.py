@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from typing import Any
 
 import torch
 
-from bcgtune.errors import ExternalError, InputError
+from bcgtune.engines.records import Environment  # torch-free: the simulated device makes one too
 
 
 def backend_name() -> str:
@@ -22,26 +23,6 @@ def backend_name() -> str:
     if torch.cuda.is_available():
         return "hip" if getattr(torch.version, "hip", None) else "cuda"
     return "cpu"
-
-
-def resolve_device(spec: str = "auto") -> torch.device:
-    """The torch device of a --device value (engines/choices.py spells the syntax)."""
-    from bcgtune.engines.choices import device_name
-
-    try:
-        spec = device_name(spec)
-    except ValueError as exc:
-        raise InputError(str(exc), "--device") from None
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if spec in ("cuda", "gpu", "hip", "rocm") or spec.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ExternalError(
-                f"device {spec!r} asked for but torch sees no GPU (torch {torch.__version__}, "
-                f"cuda {torch.version.cuda}, hip {getattr(torch.version, 'hip', None)})"
-            )
-        return torch.device(spec if spec.startswith("cuda") else "cuda")
-    return torch.device("cpu")
 
 
 def _driver_version(backend: str) -> str | None:
@@ -82,38 +63,37 @@ def _driver_version(backend: str) -> str | None:
     return None
 
 
-def environment(device: torch.device | None = None) -> dict:
+def environment(device: torch.device | None = None) -> Environment:
     """Self-description for artifacts: GPU, torch, CUDA or HIP, driver."""
     backend = backend_name() if device is None or device.type == "cuda" else "cpu"
-    info: dict = {
+    base: dict[str, Any] = {
         "backend": backend,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
         "python": platform.python_version(),
         "host": platform.node(),
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"),
     }
     if backend in ("cuda", "hip"):
         idx = device.index if device is not None and device.index is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(idx)
-        info.update(
+        try:
+            cudnn = torch.backends.cudnn.version()
+        except Exception:
+            cudnn = None
+        return Environment(
+            **base,
             gpu_name=props.name,
             gpu_count=torch.cuda.device_count(),
             gpu_memory_gib=round(props.total_memory / 2**30, 2),
             compute_capability=f"{props.major}.{props.minor}",
             multiprocessors=props.multi_processor_count,
             driver=_driver_version(backend),
+            gcn_arch=getattr(props, "gcnArchName", None) if backend == "hip" else None,
+            cudnn=cudnn,
         )
-        if backend == "hip":
-            info["gcn_arch"] = getattr(props, "gcnArchName", None)
-        try:
-            info["cudnn"] = torch.backends.cudnn.version()
-        except Exception:
-            info["cudnn"] = None
-    else:
-        info.update(gpu_name=None, driver=None, cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
-    info["visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES")
-    return info
+    return Environment(**base, cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
 
 
 def dynamo_counters() -> dict[str, int]:

@@ -48,28 +48,6 @@ class ListReplay:
         return int((self.chosen > 0).sum())
 
 
-def engine_for(session_engine: Any, max_tokens: int, spec: Any) -> Any:
-    """A fresh engine of the same runner over the same loaded model, with static buffers for
-    `max_tokens` (its own pool: graphs of an earlier engine are not shared)."""
-    if session_engine.simulated:
-        return session_engine.fresh(max_tokens)
-    if session_engine.runner == "breakable":
-        from bcgtune.engines.breakable import BreakablePrefillEngine
-
-        impl = session_engine.impl.name if session_engine.impl is not None else spec.graph_impl
-        return BreakablePrefillEngine(
-            session_engine.model,
-            session_engine.device,
-            max_tokens,
-            sdpa_backend=spec.sdpa_backend,
-            warmup=session_engine.warmup,
-            graph_impl=impl,
-        )
-    from bcgtune.engines.full import FullPrefillEngine
-
-    return FullPrefillEngine(session_engine.model, session_engine.device, max_tokens, sdpa_backend=spec.sdpa_backend)
-
-
 def replay_in_order(
     engine: Any,
     lists: dict[str, list[int]],

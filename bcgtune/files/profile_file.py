@@ -329,6 +329,14 @@ class TunedTable(StrictDocument):
     torch: Annotated[str, Field(min_length=1, max_length=80, description="torch's version.")]
     date: Annotated[str, Field(min_length=1, max_length=40, description="When it was measured (UTC, ISO 8601).")]
     tool_version: Annotated[Optional[str], Field(max_length=40, description="bcgtune's version.")] = None
+    model: Annotated[
+        Optional[str], Field(max_length=200, description="The model shape the calibration measured (bcgtune's name).")
+    ] = None
+    stands_for: Annotated[
+        Optional[str], Field(max_length=200, description="The Hugging Face model that shape is, when known.")
+    ] = None
+    tp_size: Annotated[Optional[StrictInt], Field(ge=1, le=1 << 20, description="The TP size of the rank it measured.")] = None
+    ep_size: Annotated[Optional[StrictInt], Field(ge=1, le=1 << 20, description="The expert-parallel size it measured.")] = None
 
 
 class ProfileFile(StrictDocument):

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from bcgtune.core.trace.mix import BatchMix
     from bcgtune.core.trace.prefill_trace import PrefillTrace
     from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
+    from bcgtune.engines.build import EngineSession
+    from bcgtune.engines.config import EngineConfig, Launch
     from bcgtune.engines.timing import RoundTimes
 
 DEFAULT_CALIBRATION_SIZES = (16, 64, 128, 256, 512, 768, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 8192)
@@ -197,6 +199,7 @@ def calibrate(
     model_check: bool = True,
     check_batches: int | None = None,
     check_eager: bool = False,
+    launch: Launch | None = None,
 ) -> CalibrateResult:
     """Measure the sizes (and batch mix) of `request` on the engine of `spec`; the
     calibration's meta records how the sizes were chosen. On a trace (`request.trace`), and
@@ -219,6 +222,7 @@ def calibrate(
         mix=request.mix,
         check=check,
         meta=request.meta,
+        launch=launch,
     )
     if request.trace is not None and not model_check:
         result.calibration.meta["model_check_skipped"] = "skipped by the run that calibrated it (--no-model-check)"
@@ -273,15 +277,15 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
     from bcgtune.core.plan.model_check import ListCheck, ModelCheck, sample_every, trace_sequence
     from bcgtune.core.plan.predict import TimeModel
     from bcgtune.core.trace.mix import BatchMix
-    from bcgtune.engines.trace_replay import engine_for, replay_in_order
+    from bcgtune.engines.trace_replay import replay_in_order
 
-    say = run.say
-    tok, req, ordered = trace_sequence(plan.trace, seed=run.spec.seed)
+    say, cfg = run.say, run.cfg
+    tok, req, ordered = trace_sequence(plan.trace, seed=cfg.seed)
     every = sample_every(tok.size, plan.batches)
     st, sr = tok[::every], req[::every]
-    if run.spec.runner == "full":
+    if cfg.runner == "full":
         sr = np.ones_like(sr)
-    lists = plan.lists if plan.lists is not None else check_lists(cal, plan.trace, run.spec.chunked_prefill_size, plan.factor)
+    lists = plan.lists if plan.lists is not None else check_lists(cal, plan.trace, cfg.spec.chunked_prefill_size, plan.factor)
     if plan.eager and not any(not b for b in lists.values()):
         lists = {**lists, "eager": []}
     mix = BatchMix.from_batches(st, sr)
@@ -293,7 +297,7 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
         f"{'' if ordered else ', shuffled: the trace keeps no order'}) replayed in order under "
         + ", ".join(f"{n} ({len(b)} graphs)" for n, b in lists.items())
     )
-    engine = engine_for(run.engine, largest, run.spec)
+    engine = run.session.new_engine(largest)
     # a round replays the whole sample, so its total averages over many batches: a few
     # rounds give its spread (at most the calibration's own)
     warmup, repeats = min(run.warmup, CHECK_ROUNDS[0]), min(run.repeats, CHECK_ROUNDS[1])
@@ -304,7 +308,7 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
         sr,
         warmup,
         repeats,
-        seed=run.spec.seed,
+        seed=cfg.seed,
         factor=plan.factor,
         on_round=lambda done, total: say(f"model check round {done}/{total} done"),
     )
@@ -322,7 +326,7 @@ def check_model(run: _Run, cal: Calibration, plan: CheckPlan) -> ModelCheck:
         every=every,
         rounds=repeats,
         ordered=ordered,
-        device=run.env.get("gpu_name") or run.engine.device.type,
+        device=run.session.environment.gpu_name or run.engine.device.type,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
     say(f"model check: intervals widen by {mc.margins_text()}")
@@ -339,6 +343,7 @@ def run_calibrate(
     mix: BatchMix | None = None,
     check: CheckPlan | None = None,
     meta: dict[str, Any] | None = None,
+    launch: Launch | None = None,
 ) -> CalibrateResult:
     """Measure what the time objective prices, on one runner, and graph memory.
 
@@ -347,27 +352,57 @@ def run_calibrate(
     request). breaks(n, r) = replay of the batch in the smallest grid bucket >= n minus that
     bucket's segments. full: eager and whole-forward replay at every size (one request).
     `warmup` and `repeats` (untimed and timed rounds) default to GPU_ROUNDS on a GPU and
-    CPU_ROUNDS without one."""
-    from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
+    CPU_ROUNDS without one. `launch`: the profile's model, TP and chunk where `spec` gives
+    none. A tensor-parallel rank whose all-reduces are real runs on every rank
+    (services/ranks.py); rank 0's measurements are the calibration."""
+    from bcgtune.engines.config import resolve
+    from bcgtune.services.ranks import run_ranks
 
     spec = spec or EngineSpec()
     wanted = sorted({int(s) for s in sizes})
     if not wanted or wanted[0] < 1:
         raise InputError("calibration sizes must be positive integers", "--sizes")
-    if mix is not None and spec.runner == "breakable" and int(mix.tokens.max()) > wanted[-1]:
+    cfg = resolve(spec, launch=launch)
+    if mix is not None and cfg.runner == "breakable" and int(mix.tokens.max()) > wanted[-1]:
         wanted.append(int(mix.tokens.max()))  # breaks of the largest batches need a bucket that holds them
-    shape = check_run(spec, wanted, what="calibration size")
-    session = open_engine(spec, max(wanted), shape)
+    cfg = cfg.checked(wanted, "calibration size")
+    return run_ranks(cfg, _calibrate_rank, warmup, repeats, memory, mix, check, meta, progress=progress)
+
+
+def _calibrate_rank(
+    cfg: EngineConfig,
+    warmup: int | None,
+    repeats: int | None,
+    memory: bool,
+    mix: BatchMix | None,
+    check: CheckPlan | None,
+    meta: dict[str, Any] | None,
+    progress: Say | None = None,
+) -> CalibrateResult:
+    from bcgtune.engines.build import open_engine
+
     say = progress or (lambda msg: None)
-    default_warmup, default_repeats = GPU_ROUNDS if session.engine.graphs_enabled else CPU_ROUNDS
+    for line in cfg.notes:
+        say(line)
+    session = open_engine(cfg)
+    default_warmup, default_repeats = GPU_ROUNDS if cfg.gpu_like else CPU_ROUNDS
     warmup = default_warmup if warmup is None else warmup
     repeats = default_repeats if repeats is None else repeats
-    run = _Run(session.engine, session.environment, session.model, spec, warmup, repeats, say)
-    if spec.runner == "breakable":
-        result = _calibrate_breakable(run, wanted, mix, memory)
+    run = _Run(session, warmup, repeats, say)
+    if cfg.parallel.tp > 1:
+        say(session.settings.tensor_parallel)
+    spread = session.description.get("routing_spread")
+    if spread:
+        say(
+            f"routing {cfg.routing}: the busiest expert takes {spread['busiest_over_mean']:.2f}x the mean load, "
+            f"{100 * spread['idle_share']:.0f}% of experts idle ({spread['tokens']} random rows; "
+            f"expert GEMMs {session.settings.expert_gemm}; padded rows {cfg.pad_rows})"
+        )
+    sizes = list(cfg.sizes)
+    if cfg.runner == "breakable":
+        result = _calibrate_breakable(run, sizes, mix, memory)
     else:
-        result = _calibrate_full(run, wanted, memory)
+        result = _calibrate_full(run, sizes, memory)
     result.calibration.meta.update(meta or {})  # how the sizes were chosen (the candidates the optimum picks among)
     if check is not None:  # `check`: the model check (see calibrate)
         result.calibration.model_check = check_model(run, result.calibration, check)
@@ -376,35 +411,49 @@ def run_calibrate(
 
 @dataclass
 class _Run:
-    engine: Any
-    env: dict[str, Any]
-    desc: dict[str, Any]
-    spec: EngineSpec
+    session: EngineSession
     warmup: int
     repeats: int
     say: Say
 
+    @property
+    def cfg(self) -> EngineConfig:
+        return self.session.config
+
+    @property
+    def engine(self) -> Any:
+        return self.session.engine
+
     def meta(self, inputs: str, replay_includes: str) -> dict[str, Any]:
-        env, engine = self.env, self.engine
+        env, engine, cfg = self.session.environment, self.engine, self.cfg
+        settings = self.session.settings.to_json()
         return {
-            "gpu": {k: env.get(k) for k in ("gpu_name", "gpu_memory_gib", "compute_capability", "multiprocessors", "driver")},
-            "software": {k: env.get(k) for k in ("backend", "torch", "cuda", "hip", "cudnn", "python")},
+            "gpu": {
+                "gpu_name": env.gpu_name,
+                "gpu_memory_gib": env.gpu_memory_gib,
+                "compute_capability": env.compute_capability,
+                "multiprocessors": env.multiprocessors,
+                "driver": env.driver,
+            },
+            "software": {k: getattr(env, k) for k in ("backend", "torch", "cuda", "hip", "cudnn", "python")},
             "engine": {
-                "runner": engine.runner,
-                "runner_matches": env.get("runner_matches"),
-                "graph_mode": engine.mode,
-                "graph_impl": engine.graph_impl,
-                "attention": env.get("attention"),
-                "sdpa_backend": env["sdpa_backend"],
+                **settings,
                 "warmup": self.warmup,
                 "repeats": self.repeats,
-                "timer": ("cuda events, median" if engine.device.type == "cuda" else "perf_counter, median")
+                "timer": _TIMERS.get(engine.device.type, "perf_counter, median")
                 + " of interleaved rounds (every size once per round, in shuffled order)",
                 "inputs": inputs,
                 "replay_includes": replay_includes,
             },
-            "model": self.desc,
+            "model": self.session.description,
+            "shape": cfg.shape_json(),
+            "measurement_key": cfg.measurement_key(),
+            "notes": list(cfg.notes),
+            **({"simulated": env.simulated} if env.simulated else {}),  # the recording the simulated device replayed
         }
+
+
+_TIMERS = {"cuda": "cuda events, median", "sim": "the simulated device's clock, median"}
 
 
 def _pool_by_largest(
@@ -466,18 +515,7 @@ def _calibrate_breakable(run: _Run, sizes: list[int], mix: BatchMix | None, memo
         mix = BatchMix.single_request(sizes, np.ones(len(sizes), dtype=np.int64))
     pbt = None
     if memory and engine.graphs_enabled:
-        impl = engine.impl.name
-
-        def make_solo(n: int) -> StaticPrefillEngine:
-            if engine.simulated:
-                return engine.fresh(n)
-            from bcgtune.engines.breakable import BreakablePrefillEngine
-
-            return BreakablePrefillEngine(
-                engine.model, engine.device, n, sdpa_backend=run.spec.sdpa_backend, warmup=engine.warmup, graph_impl=impl
-            )
-
-        pbt = _pool_by_largest(sizes, make_solo, say)
+        pbt = _pool_by_largest(sizes, run.session.new_engine, say)
     recs = _capture_all(engine, sizes, record_attention=False)
     # Every call in the same interleaved rounds (time_interleaved): the segments of every
     # bucket alone, and for every batch its eager forward and its replay next to its bucket's
@@ -570,7 +608,7 @@ def _provenance(cal: Calibration, run: _Run, sizes: list[int]) -> None:
 
     from bcgtune.core.plan.calibration import first_session
 
-    cal.engine_options = dataclasses.asdict(run.spec)
+    cal.engine_options = dataclasses.asdict(run.cfg.spec)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     cal.sessions = [first_session(run.repeats, {"created": created, **cal.meta}, sizes)]
 
@@ -586,7 +624,7 @@ def _time_breakable(
     from bcgtune.engines import timing
 
     engine, say, warmup = run.engine, run.say, run.warmup
-    inputs = [engine.inputs(n, seed=run.spec.seed + n, requests=r) for n, r in pairs]
+    inputs = [engine.inputs(n, seed=run.cfg.seed + n, requests=r) for n, r in pairs]
     groups: list[list[Callable[[], object]]] = [[functools.partial(engine.replay_segments, b)] for b in sizes]
     for x, b in zip(inputs, buckets):
         groups.append([engine.eager_call(x)])
@@ -600,7 +638,7 @@ def _time_breakable(
         engine.device,
         warmup,
         run.repeats,
-        seed=run.spec.seed,
+        seed=run.cfg.seed,
         on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")),
         host_out=host,
     )
@@ -610,7 +648,7 @@ def _calibrate_full(run: _Run, sizes: list[int], memory: bool) -> CalibrateResul
     from bcgtune.core.plan.calibration import Calibration
     from bcgtune.engines import timing
 
-    engine, say, seed = run.engine, run.say, run.spec.seed
+    engine, say, seed = run.engine, run.say, run.cfg.seed
     inputs = {n: engine.inputs(n, seed=seed + n) for n in sizes}
     # each kind measured in interleaved rounds over the sizes (time_interleaved), not a
     # block per size: every size sees the same mix of GPU clock and power states
@@ -622,15 +660,7 @@ def _calibrate_full(run: _Run, sizes: list[int], memory: bool) -> CalibrateResul
         say(f"eager  n={n:6d}  {eager[n].median_ms:9.3f} ms")
     pbt = None
     if memory and engine.graphs_enabled:
-
-        def make_solo(n: int) -> StaticPrefillEngine:
-            if engine.simulated:
-                return engine.fresh(n)
-            from bcgtune.engines.full import FullPrefillEngine
-
-            return FullPrefillEngine(engine.model, engine.device, n, sdpa_backend=run.spec.sdpa_backend)
-
-        pbt = _pool_by_largest(sizes, make_solo, say)
+        pbt = _pool_by_largest(sizes, run.session.new_engine, say)
     recs = _capture_all(engine, sizes)
     g_times = timing.time_interleaved(
         [[engine.replay_call(inputs[n], n)] for n in sizes], engine.device, run.warmup, run.repeats, seed=seed + 1
@@ -704,72 +734,110 @@ def recorded_spec(cal: Calibration, where: str) -> EngineSpec:
     return validate(EngineSpec, cal.engine_options, where, prefix=("engine_options",))
 
 
-def extend(
-    path: str, sizes: Sequence[int], progress: Say | None = None, spec_check: Callable[[EngineSpec], None] | None = None
-) -> ExtendResult:
+def extend(path: str, sizes: Sequence[int], progress: Say | None = None, asked: dict[str, Any] | None = None) -> ExtendResult:
     """Measure `sizes` into the calibration at `path` (not written here): the same engine
     (its recorded options), warm-up and number of rounds; beside them the rows nearest each
     (core.plan.calibration_extend.extension_anchors), timed again in the same rounds, so the new values
     are put on the calibration's scale (core.plan.calibration_extend.extend_calibration). The breakable
     runner times segments only (break and eager times belong to the trace's batches, which
-    are measured already); the full runner times eager and replay. `spec_check(spec)` may
-    refuse the recorded engine (options given on the command line that differ from it)."""
-    import datetime as dt
-
-    from bcgtune import __version__
-    from bcgtune.core.plan.calibration import Calibration
-    from bcgtune.core.plan.calibration_extend import extend_calibration, extension_anchors
-    from bcgtune.engines import timing
-    from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
+    are measured already); the full runner times eager and replay. `asked`: engine options
+    given for the extension (EngineSpec fields); one that resolves differently from the
+    recorded engine is refused, naming it (engines/config.py measurement_key)."""
     from bcgtune.files.calibration_file import load_calibration
+    from bcgtune.services.ranks import run_ranks
 
     cal = load_calibration(path)
-    spec = recorded_spec(cal, path)
-    if spec_check is not None:
-        spec_check(spec)
     wanted = sorted({int(s) for s in sizes})
     new = [s for s in wanted if s not in set(cal.tokens.tolist())]
     if not new:
         raise InputError(f"the calibration has measured every size given already ({', '.join(map(str, wanted[:8]))})", "--sizes")
+    from bcgtune.core.plan.calibration_extend import extension_anchors
+
     anchors = extension_anchors(cal, new)
     measure = sorted(set(new) | set(anchors))
+    cfg = recorded_config(cal, path, measure, "calibration size", asked)
+    return run_ranks(cfg, _extend_rank, path, cal, new, anchors, progress=progress)
+
+
+def recorded_config(
+    cal: Calibration, where: str, sizes: Sequence[int], what: str, asked: dict[str, Any] | None = None
+) -> EngineConfig:
+    """The calibration's engine resolved again for `sizes`: its recorded options (with
+    `asked` over them, refused where they change what is measured), and refused when it no
+    longer resolves to the engine the calibration recorded (a config.json that changed, say)."""
+    import dataclasses
+
+    from bcgtune.engines.config import key_differences, resolve
+
+    recorded = recorded_spec(cal, where)
+    cfg = resolve(recorded, sizes, what=what)
+    if asked:
+        wanted = resolve(dataclasses.replace(recorded, **asked), sizes, what=what)
+        for name in key_differences(cfg.measurement_key(), wanted.measurement_key()):
+            if name in asked:
+                raise InputError(
+                    f"differs from the calibration's engine ({getattr(recorded, name)!r}): an extension measures with it",
+                    field=name,
+                )
+    key = cal.meta.get("measurement_key") if isinstance(cal.meta, dict) else None
+    if isinstance(key, dict):
+        changed = key_differences(key, cfg.measurement_key())
+        if changed:
+            raise InputError(
+                f"the calibration's engine no longer resolves as it was measured ({', '.join(changed)} differ): "
+                "run bcgtune calibrate again",
+                where,
+            )
+    return cfg
+
+
+def _extend_rank(
+    cfg: EngineConfig, path: str, cal: Calibration, new: list[int], anchors: list[int], progress: Say | None = None
+) -> ExtendResult:
+    import datetime as dt
+
+    from bcgtune import __version__
+    from bcgtune.core.plan.calibration import Calibration
+    from bcgtune.core.plan.calibration_extend import extend_calibration
+    from bcgtune.engines import timing
+    from bcgtune.engines.build import open_engine
+
+    measure = list(cfg.sizes)
     first = cal.sessions[0] if cal.sessions else {}
     recorded_warmup = first.get("warmup")
     warmup: int = recorded_warmup if isinstance(recorded_warmup, int) else 3
     repeats = cal.rounds
     say = progress or (lambda msg: None)
-    shape = check_run(spec, measure, what="calibration size")
-    session = open_engine(spec, max(measure), shape)
-    _same_gpu(cal, session.environment, path)
+    session = open_engine(cfg)
+    _same_gpu(cal, session, path)
     engine = session.engine
     say(
         f"{len(new)} sizes to add, {len(anchors)} measured rows timed again beside them; {repeats} rounds after "
         f"{warmup} warm-up round{'s' if warmup != 1 else ''} (the calibration's)"
     )
     recs = _capture_all(engine, measure, record_attention=False)
-    if spec.runner == "breakable":
+    if cfg.runner == "breakable":
         groups: list[list[Callable[[], object]]] = [[functools.partial(engine.replay_segments, b)] for b in measure]
     else:
-        inputs = {n: engine.inputs(n, seed=spec.seed + n) for n in measure}
+        inputs = {n: engine.inputs(n, seed=cfg.seed + n) for n in measure}
         groups = [[engine.eager_call(inputs[n])] for n in measure] + [[engine.replay_call(inputs[n], n)] for n in measure]
     times = timing.time_interleaved(
         groups,
         engine.device,
         warmup,
         repeats,
-        seed=spec.seed + max(1, len(cal.sessions)),
+        seed=cfg.seed + max(1, len(cal.sessions)),
         on_round=lambda done, total: say(f"round {done}/{total} done" + (" (warm-up)" if done <= warmup else "")),
     )
     k = len(measure)
     graph_rounds = np.asarray([t[0] for t in times[-k:]], dtype=np.float64)
-    eager_rounds = np.asarray([t[0] for t in times[:k]], dtype=np.float64) if spec.runner == "full" else None
+    eager_rounds = np.asarray([t[0] for t in times[:k]], dtype=np.float64) if cfg.runner == "full" else None
     measured = Calibration(
         tokens=np.asarray(measure),
         eager_ms=None if eager_rounds is None else np.median(eager_rounds, axis=1),
         graph_ms=np.median(graph_rounds, axis=1),
         meta={"capture_s": {str(r.bucket): round(r.capture_s, 4) for r in recs}},
-        runner=spec.runner,
+        runner=cfg.runner,
         graph_rounds=graph_rounds,
         eager_rounds=eager_rounds,
     )
@@ -783,17 +851,18 @@ def extend(
     return ExtendResult(merged, new, anchors, last.get("scale_graph"), last.get("scale_eager"))
 
 
-def _same_gpu(cal: Calibration, env: dict[str, Any], where: str) -> None:
+def _same_gpu(cal: Calibration, session: EngineSession, where: str) -> None:
     """An extension runs on the GPU (and backend) the calibration was measured on."""
+    env = session.environment
     gpu = cal.meta.get("gpu") if isinstance(cal.meta, dict) else None
     was = gpu.get("gpu_name") if isinstance(gpu, dict) else None
-    now = env.get("gpu_name")
+    now = env.gpu_name
     soft = cal.meta.get("software") if isinstance(cal.meta, dict) else None
     was_backend = soft.get("backend") if isinstance(soft, dict) else None
     if (was or now) and was != now:
         raise InputError(f"this calibration was measured on {was or 'the CPU'}, this run is on {now or 'the CPU'}", where)
-    if was_backend and env.get("backend") and was_backend != env.get("backend"):
-        raise InputError(f"this calibration was measured with {was_backend}, this run with {env.get('backend')}", where)
+    if was_backend and env.backend and was_backend != env.backend:
+        raise InputError(f"this calibration was measured with {was_backend}, this run with {env.backend}", where)
 
 
 def recheck_model(
@@ -810,22 +879,27 @@ def recheck_model(
     before them says nothing about that list. A size picked because its rounds came out fast
     is the one most likely to be priced low, so the list that is recommended is the one to
     replay (core.plan.model_check)."""
-    from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
     from bcgtune.files.calibration_file import load_calibration
+    from bcgtune.services.ranks import run_ranks
 
     cal = load_calibration(path)
-    spec = recorded_spec(cal, path)
-    say = progress or (lambda msg: None)
     sizes = sorted({int(b) for bl in lists.values() for b in bl} | {int(trace.sizes[-1])})
-    shape = check_run(spec, sizes, what="model-check size")
-    session = open_engine(spec, max(sizes), shape)
-    _same_gpu(cal, session.environment, path)
+    cfg = recorded_config(cal, path, sizes, "model-check size")
+    plan = CheckPlan(trace, batches, lists, eager=eager)
+    return run_ranks(cfg, _recheck_rank, path, cal, plan, progress=progress)
+
+
+def _recheck_rank(cfg: EngineConfig, path: str, cal: Calibration, plan: CheckPlan, progress: Say | None = None):
+    from bcgtune.engines.build import open_engine
+
+    say = progress or (lambda msg: None)
+    session = open_engine(cfg)
+    _same_gpu(cal, session, path)
     first = cal.sessions[0] if cal.sessions else {}
     recorded_warmup = first.get("warmup")
     warmup: int = recorded_warmup if isinstance(recorded_warmup, int) else 3
-    run = _Run(session.engine, session.environment, session.model, spec, warmup, cal.rounds, say)
+    run = _Run(session, warmup, cal.rounds, say)
     try:
-        return check_model(run, cal, CheckPlan(trace, batches, lists, eager=eager))
+        return check_model(run, cal, plan)
     finally:
         session.engine.release()

@@ -14,6 +14,7 @@ from bcgtune.engines.spec import EngineSpec
 
 if TYPE_CHECKING:
     from bcgtune.engines.base import CaptureRecord
+    from bcgtune.engines.config import EngineConfig, Launch
 
 CAPTURE_KIND = "bcgtune.capture-report"
 
@@ -57,6 +58,7 @@ class CaptureReport:
     capture_s_total: float  # rounded as reported
     pool_gib_total: float | None  # None without graphs (a CPU dry run)
     per_bucket: list[BucketCapture] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what resolving the run said
 
     @property
     def graphs(self) -> int:
@@ -83,6 +85,7 @@ class CaptureReport:
             "pool_gib_total": self.pool_gib_total,
             "attention_mismatches": self.attention_mismatches,
             "per_bucket": [r.to_json() for r in self.per_bucket],
+            "notes": self.notes,
         }
 
 
@@ -91,34 +94,43 @@ def run_capture(
     spec: EngineSpec,
     warmup: int | None = None,
     progress: Callable[[Any], None] | None = None,
+    launch: Launch | None = None,
 ) -> CaptureReport:
-    """Capture every bucket of `buckets` on the engine `spec` describes. `warmup`: eager
-    runs before each capture (default: 2 on the breakable runner, as SGLang, 1 on full);
-    `progress(record)` after each bucket."""
+    """Capture every bucket of `buckets` on the engine `spec` describes (under `launch`'s
+    model, TP and chunk where the spec gives none). `warmup`: eager runs before each capture
+    (default: 2 on the breakable runner, as SGLang, 1 on full); `progress(record)` after each
+    bucket."""
+    from bcgtune.engines.config import resolve
+    from bcgtune.services.ranks import run_ranks
+
+    cfg = resolve(spec, buckets, launch=launch, warmup=warmup)
+    return run_ranks(cfg, _capture, progress=progress)
+
+
+def _capture(cfg: EngineConfig, progress: Callable[[Any], None] | None = None) -> CaptureReport:
     from bcgtune.core.document import document_header
     from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
 
-    shape = check_run(spec, buckets)
-    bl = sorted({int(b) for b in buckets})
-    session = open_engine(spec, max(bl), shape, warmup)
+    session = open_engine(cfg)
     engine = session.engine
+    bl = list(cfg.sizes)
     before = engine.reserved_gib()
     t0 = time.perf_counter()
     recs = engine.capture(bl, on_record=progress)
     total = time.perf_counter() - t0
     after = engine.reserved_gib()
     per = [
-        BucketCapture.of(r, engine.segment_count(r.bucket) if spec.runner == "breakable" else None)
+        BucketCapture.of(r, engine.segment_count(r.bucket) if cfg.runner == "breakable" else None)
         for r in sorted(recs, key=lambda r: r.bucket)
     ]
     return CaptureReport(
         header=document_header(CAPTURE_KIND),
-        environment=session.environment,
-        model=session.model,
-        runner=spec.runner,
+        environment=session.report_environment(),
+        model=session.description,
+        runner=cfg.runner,
         buckets=bl,
         capture_s_total=round(total, 3),
         pool_gib_total=round(after - before, 4) if engine.graphs_enabled else None,
         per_bucket=per,
+        notes=list(cfg.notes),
     )

@@ -369,7 +369,38 @@ def _tuned_findings(profile) -> list[Finding]:
         ]
     from bcgtune.files.profile_file import tuned_text
 
-    return [Finding(INFO, "tuned", tuned_text(tuned))]
+    return [Finding(INFO, "tuned", tuned_text(tuned))] + _shape_findings(profile, tuned_shape(tuned), "tuned-shape", "[tuned]")
+
+
+def tuned_shape(tuned: dict[str, Any]) -> dict[str, Any]:
+    """The measured shape a [tuned] record states, as a calibration's meta holds it."""
+    if not tuned.get("model"):
+        return {}
+    return {
+        "shape": {
+            "model": tuned["model"],
+            "stands_for": tuned.get("stands_for"),
+            "tp": tuned.get("tp_size"),
+            "ep": tuned.get("ep_size"),
+        }
+    }
+
+
+def _shape_findings(profile, meta: Any, code: str, what: str) -> list[Finding]:
+    """A warning per difference between the measured shape in `meta` and the profile's model
+    and TP/EP (core.plan.shape_check)."""
+    from bcgtune.core.plan.shape_check import shape_notes
+
+    if profile is None or not meta:
+        return []
+    server = profile.server or {}
+
+    def count(key: str) -> int:
+        v = server.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+
+    notes = shape_notes(meta, profile.model, count("tp_size"), count("ep_size"))
+    return [Finding(WARNING, code, f"{what}: {n}") for n in notes]
 
 
 def _platform_findings(profile, tor: TorchInfo) -> list[Finding]:
@@ -480,12 +511,14 @@ def run_doctor(
     probe_timeout: float | None = None,
     ask=None,
     say=None,
+    calibration: Any = None,
 ) -> DoctorReport:
     """Everything doctor reports. SGLang's answers come from the answer cache, else from one
     child process that answers the resolution, the flag check and the runner gate
     (`sglang`, `skipped_by` and `refresh` as bcgtune.services.launch takes them); where
     SGLang did not answer, bcgtune's model and a reading of the runner's source do, and say
-    so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
+    so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang). `calibration`: a calibration
+    whose measured shape is checked against the profile's model and TP."""
     from bcgtune.adapters.sglang.resolve import probe_timeout as checked_timeout
     from bcgtune.services.launch import answers_for_profile
 
@@ -533,6 +566,9 @@ def run_doctor(
             findings = profile_findings(profile, gate, model=model, resolved=answers.capture, flags=answers.flags)
             findings += _deepstack_findings(model or profile.model, runner, path, answers.capture)
         report.findings += findings + _platform_findings(profile, tor) + _tuned_findings(profile)
+        if calibration is not None:
+            meta = calibration.meta or {"shape": None}
+            report.findings += _shape_findings(profile, meta, "calibration-shape", "the calibration")
     report.not_checked = not_checked_parts(profile, answers, gate, runner)
     if report.not_checked:
         report.how_to_check = how_to_check(report.not_checked, skipped_by=skipped_by, timeout=probe_timeout)

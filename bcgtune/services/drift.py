@@ -104,7 +104,26 @@ def drift_for_profile(
         ) from None
     report = drift_from_plan(plan, name, threshold_pct)
     report.tuned = getattr(profile, "tuned", None)
+    report.shape_warnings = launch_shape_warnings(profile, calibration)
+    for line in report.shape_warnings:
+        if progress is not None:
+            progress(f"warning: {line}")
     return report
+
+
+def launch_shape_warnings(profile, calibration: Calibration | None) -> list[str]:
+    """Where the calibration's measured shape differs from the profile's model or TP/EP
+    (core.plan.shape_check); [] without a calibration."""
+    from bcgtune.core.plan.shape_check import shape_notes
+
+    if calibration is None or profile is None:
+        return []
+    server = profile.server or {}
+    return shape_notes(calibration.meta, profile.model, _count(server.get("tp_size")), _count(server.get("ep_size")))
+
+
+def _count(value) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def _todays_plan(

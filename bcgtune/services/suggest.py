@@ -370,6 +370,23 @@ def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | 
     return capture.max_bs if smallest <= capture.max_bs else None
 
 
+def _shape_warnings(req: SuggestRequest, flags: dict[str, Any]) -> list[str]:
+    """Where the calibration's measured shape differs from the launch priced: the profile's
+    model, the launch's TP and EP (core.plan.shape_check)."""
+    from bcgtune.core.plan.shape_check import shape_notes
+
+    if req.calibration is None:
+        return []
+
+    def count(key: str) -> int | None:
+        v = flags.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    model = req.profile.model if req.profile is not None else None
+    tp = count("tp_size") or (1 if req.profile is not None else None)
+    return ["warning: " + w for w in shape_notes(req.calibration.meta, model, tp, count("ep_size"))]
+
+
 def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) -> Suggestion:
     """The optimal list for the request's trace and launch, with its comparison rows."""
     from bcgtune.services.launch import capture_for_flags, refuse_refused
@@ -396,6 +413,7 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
         launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
         capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)
     refuse_refused(capture, f"profile {req.profile.name}" if req.profile is not None else None)
+    notes += _shape_warnings(req, flags)
     if not capture.graphs_on:
         return Suggestion(trace, capture, None, flags, notes)
     align = capture.alignment if req.align is None else req.align

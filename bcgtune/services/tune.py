@@ -180,12 +180,30 @@ def margin_counts(measured, margin_ms: float) -> dict[str, int]:
     return {"within_margin": int(within), "not_beyond_margin": int(not_beyond)}
 
 
+def _engine_config(req: TuneRequest, sizes: Any = None, what: str = "bucket") -> Any:
+    """The tune's engine resolved (engines/config.py) under its profile's launch: its model,
+    TP and chunk where the options give none. A tune's all-reduces are modelled: its proof
+    replays the trace in one process."""
+    from bcgtune.engines.config import resolve
+    from bcgtune.services.engine_launch import launch_of
+
+    spec = req.spec if req.spec.all_reduce != "auto" else dataclasses.replace(req.spec, all_reduce="modelled")
+    cfg = resolve(spec, sizes, what=what, launch=launch_of(req.profile))
+    if cfg.parallel.all_reduce == "real":
+        raise InputError(
+            "tune prices a rank with a modelled all-reduce (its proof replays the trace in one process): "
+            "--all-reduce modelled, or measure real all-reduces with calibrate",
+            field="all_reduce",
+        )
+    return cfg
+
+
 def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
-    """What a state must agree on to be resumed: the trace's bytes, the engine, the launch."""
-    spec = dataclasses.asdict(req.spec)
+    """What a state must agree on to be resumed: the trace's bytes, the engine (what its
+    measurements depend on: engines/config.EngineConfig.measurement_key), the launch."""
     return {
         "trace": {"path": req.trace, "sha256": trace_sha},
-        "engine": spec,
+        "engine": _engine_config(req).measurement_key(),
         "settings": {"grid": req.grid, "mix_every": req.mix_every, "check_batches": req.check_batches},
         "plan_settings": _plan_settings(req),
     }
@@ -354,7 +372,6 @@ def trace_of_logs(
 def check_fit(req: TuneRequest):
     """The trace, read and checked against the model and the chunk before anything runs:
     a trace that is empty, larger than the chunk or the model's context is refused."""
-    from bcgtune.engines.preflight import check_run, model_shape
     from bcgtune.files.trace_file import load_trace
 
     trace = load_trace(req.trace)
@@ -372,9 +389,9 @@ def check_fit(req: TuneRequest):
         raise InputError(
             f"the trace's batches reach {largest:,} tokens, above the chunk its server logged ({chunk:,})", req.trace
         )
-    model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
+    _engine_config(req)  # an unknown model is the model's error, not the trace's
     try:
-        check_run(req.spec, trace.sizes.tolist(), what="trace batch")
+        _engine_config(req, trace.sizes.tolist(), what="trace batch")
     except InputError as exc:
         raise InputError(f"the trace does not fit this model and launch: {exc.what}", req.trace) from None
     return trace
@@ -406,7 +423,7 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     steps = state["steps"]
     from bcgtune.services.tune_plan import clock_of
 
-    clock = clock_of(req.spec)
+    clock = clock_of(_engine_config(req))
     for name in STEPS:
         if name in steps and steps[name].get("done"):
             resumed.append(name)
@@ -430,18 +447,6 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     return TuneResult(state, req.state_dir, resumed)
 
 
-def on_cpu(spec: EngineSpec) -> bool:
-    """Does the run go to the CPU (a dry run of the pipeline, whose times describe no GPU)?
-    The simulated device is a GPU for this purpose."""
-    from bcgtune.engines.spec import is_simulated
-
-    if is_simulated(spec):
-        return False
-    from bcgtune.engines.runtime import resolve_device
-
-    return resolve_device(spec.device).type == "cpu"
-
-
 def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
     from bcgtune.files.calibration_file import save_calibration
     from bcgtune.services import calibrate
@@ -456,7 +461,7 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
     plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, tp.grid, req.trace, mix_every=tp.mix_every)
     result = calibrate.calibrate(
         plan,
-        req.spec,
+        _engine_config(req).spec,  # the profile's model, TP and chunk applied
         warmup=tp.warmup,
         repeats=tp.repeats,
         memory=tp.memory,
@@ -673,7 +678,10 @@ def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> 
         say("  the recommended list has no graphs: nothing to validate")
         return {"ok": True, "buckets": [], "batches_checked": 0, "note": "no graphs: prefill runs eager"}
     rep = run_validate(
-        buckets, req.spec, sizes_per_bucket=2, progress=lambda e: say(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}")
+        buckets,
+        _engine_config(req).spec,
+        sizes_per_bucket=2,
+        progress=lambda e: say(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"),
     )
     return {
         "ok": rep.ok,
@@ -684,6 +692,8 @@ def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> 
         "failed_buckets": rep.failed_buckets,
         "problems": rep.problems(),
         "image_sweep": rep.image_sweep is not None,
+        # on the simulated device: what computed the outputs compared (a stand-in on the CPU)
+        **({"numerics": rep.environment["numerics"]} if rep.environment.get("numerics") else {}),
     }
 
 
@@ -706,16 +716,15 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         _save_state(_paths(req.state_dir)[0], state)
     tp = _plan(state)
     budget = tp.proof_batches if tp.proof_batches is not None else trace.n_batches
-    return run_proof(req, trace, str(cal_path), lists, budget, say, rechecked, (tp.proof_warmup, tp.proof_repeats))
+    rounds = (tp.proof_warmup, tp.proof_repeats)
+    return run_proof(req, _engine_config(req), trace, str(cal_path), lists, budget, say, rechecked, rounds)
 
 
 # ---------------------------------------------------------------------------------------
 # the budget: the plan, and the plan again before each later step
 # ---------------------------------------------------------------------------------------
 def _sim(req: TuneRequest) -> bool:
-    from bcgtune.engines.spec import is_simulated
-
-    return is_simulated(req.spec)
+    return _engine_config(req).simulated
 
 
 def _plan(state: dict[str, Any]):
@@ -725,8 +734,8 @@ def _plan(state: dict[str, Any]):
 
 
 def _gpu_like(req: TuneRequest) -> bool:
-    """A GPU or the simulated one (graphs captured; the GPU's budget)."""
-    return not on_cpu(req.spec)
+    """A GPU or the simulated one (graphs captured; the GPU's budget), not a CPU dry run."""
+    return _engine_config(req).gpu_like
 
 
 def _step_plan(req: TuneRequest, trace, state: dict[str, Any], say: Say) -> dict[str, Any]:
@@ -736,9 +745,10 @@ def _step_plan(req: TuneRequest, trace, state: dict[str, Any], say: Say) -> dict
     gpu = _gpu_like(req)
     limit = float(req.budget_s) if req.budget_s is not None else tune_plan.default_budget(gpu)
     view = tune_plan.TracePlanView.of(trace, req.spec.chunked_prefill_size, req.spec.seed)
-    clock = tune_plan.clock_of(req.spec)
+    cfg = _engine_config(req)
+    clock = tune_plan.clock_of(cfg)
     c0 = clock()
-    cost = tune_plan.probe(req.spec, view.tokens, say)
+    cost = tune_plan.probe(cfg, view.tokens, say)
     probe_s = clock() - c0
     plan = tune_plan.initial_plan(_cpu_rounds(req), cost, view, limit, probe_s, gpu)
     state["plan"] = plan.to_json()
@@ -919,7 +929,7 @@ def tuned_record(result: TuneResult) -> dict[str, Any]:
         "graphs": len(result.buckets),
         "calibration_sha256": sha256_file(str(_paths(result.state_dir)[1])),
         "device": str(proof["device"]),
-        "torch": str(proof["torch"]),
+        "torch": str(proof["torch"]) if proof["torch"] is not None else "none (the simulated device)",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "tool_version": __version__,
     }
@@ -931,4 +941,10 @@ def tuned_record(result: TuneResult) -> dict[str, Any]:
         out["capture_s"] = round(float(proof["recommended_capture_s"]), 3)
     if proof["recommended_graph_mem_gib"] is not None:
         out["graph_mem_gib"] = round(float(proof["recommended_graph_mem_gib"]), 4)
+    from bcgtune.files.calibration_file import load_calibration
+
+    meta = load_calibration(str(_paths(result.state_dir)[1])).meta  # the shape it measured (doctor compares it)
+    shape = meta.get("shape")
+    shape = shape if isinstance(shape, dict) else {}
+    out.update(model=shape.get("model"), stands_for=shape.get("stands_for"), tp_size=shape.get("tp"), ep_size=shape.get("ep"))
     return {k: v for k, v in out.items() if v is not None}

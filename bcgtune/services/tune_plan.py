@@ -125,31 +125,29 @@ class CostModel:
         )
 
 
-def clock_of(spec) -> Callable[[], float]:
-    """Seconds on the tune's clock: the simulated device's, else wall time."""
-    from bcgtune.engines.spec import is_simulated
-
-    if is_simulated(spec):
+def clock_of(cfg) -> Callable[[], float]:
+    """Seconds on the tune's clock: the simulated device's, else wall time. `cfg`: the
+    resolved run (engines/config.EngineConfig)."""
+    if cfg.simulated:
         from bcgtune.engines.sim.engine import device_of
 
-        dev = device_of(spec)
+        dev = device_of(cfg)
         return dev.now_s
     return time.perf_counter
 
 
-def probe(spec, tokens: np.ndarray, say: Say) -> CostModel:
+def probe(cfg, tokens: np.ndarray, say: Say) -> CostModel:
     """Build the model, capture PROBE_SIZES sizes spanning the trace's batches and time a
     replay and an eager forward at each (each call from an idle device, its synchronization
-    counted): the costs every prediction rests on until a calibration exists."""
+    counted): the costs every prediction rests on until a calibration exists. `cfg`: the
+    resolved run (engines/config.EngineConfig)."""
     from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
-    from bcgtune.engines.spec import is_simulated
 
     sizes = sorted({int(x) for x in np.quantile(np.asarray(tokens), np.linspace(0, 1, PROBE_SIZES), method="nearest")})
-    clock = clock_of(spec)
-    shape = check_run(spec, sizes, what="probe size")
+    clock = clock_of(cfg)
+    cfg = cfg.checked(sizes, what="probe size")
     t0 = clock()
-    session = open_engine(spec, max(sizes), shape)
+    session = open_engine(cfg)
     engine = session.engine
     build_s = clock() - t0
     cap: dict[int, float] = {}
@@ -161,11 +159,11 @@ def probe(spec, tokens: np.ndarray, say: Say) -> CostModel:
     sync = _sync_of(engine)
     replay, eager = [], []
     for n in sizes:
-        x = engine.inputs(n, seed=spec.seed + n)
+        x = engine.inputs(n, seed=cfg.seed + n)
         replay.append(_per_call_ms(engine.replay_call(x, n), clock, sync))
         eager.append(_per_call_ms(engine.eager_call(x), clock, sync))
     engine.release()
-    sim = is_simulated(spec)
+    sim = cfg.simulated
     cost = CostModel(
         sizes=sizes,
         replay_ms=replay,

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
+
+if TYPE_CHECKING:
+    from bcgtune.engines.config import EngineConfig
 
 Say = Callable[[str], None]
 # rounds of the proof run: (warm-up, timed) on a GPU and without one (a dry run of the pipeline)
@@ -134,6 +137,7 @@ def trace_figures(design, pricing: TracePricing, calls: dict[str, np.ndarray], l
 
 def run_proof(
     req,
+    cfg: EngineConfig,
     trace,
     cal_path: str,
     lists: dict[str, list[int]],
@@ -143,30 +147,29 @@ def run_proof(
     rounds: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Replay `lists` on the proof's batches (`budget_batches` at most, the whole trace when
-    it fits) in `rounds` (warm-up, timed; the options given win) and return every figure, on
-    the sample and on the whole trace."""
+    it fits) in `rounds` (warm-up, timed; the options given win) on the tune's engine `cfg`
+    (resolved: engines/config.py) and return every figure, on the sample and on the whole
+    trace."""
     from bcgtune.core.plan.bucket_plan import resolve_candidates
     from bcgtune.core.plan.model_check import trace_sequence
     from bcgtune.core.plan.predict import TimeModel
     from bcgtune.core.trace.mix import BatchMix
     from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
     from bcgtune.engines.trace_replay import replay_in_order
     from bcgtune.files.calibration_file import load_calibration
 
-    tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)
-    if req.spec.runner == "full":
+    tok, rq, ordered = trace_sequence(trace, seed=cfg.seed)
+    if cfg.runner == "full":
         rq = np.ones_like(rq)
     cal = load_calibration(str(cal_path))
     pricing = TracePricing(cal, tok, rq, lists)
-    design = design_for(pricing, tok, lists, budget_batches, req.spec.seed)
+    design = design_for(pricing, tok, lists, budget_batches, cfg.seed)
     st, sr = tok[design.index], rq[design.index]
     mix = BatchMix.from_batches(st, sr)
     sizes, counts = mix.histogram()
     model = TimeModel(sizes, counts, cal, candidates=resolve_candidates("auto", cal), mix=mix)
     largest = max([int(st.max()), *(max(b) for b in lists.values() if b)])
-    shape = check_run(req.spec, [largest], what="proof size")
-    session = open_engine(req.spec, largest, shape)
+    session = open_engine(cfg.checked([largest], what="proof size"))
     engine = session.engine
     gpu = engine.graphs_enabled
     default = rounds if rounds is not None else (PROOF_ROUNDS_GPU if gpu else PROOF_ROUNDS_CPU)
@@ -183,7 +186,7 @@ def run_proof(
     got: dict[str, Any] = {}
     for p in range(req.passes):
         t1 = time.perf_counter()
-        got = replay_in_order(engine, lists, st, sr, warmup, repeats, seed=req.spec.seed + 1000 * (p + 1))
+        got = replay_in_order(engine, lists, st, sr, warmup, repeats, seed=cfg.seed + 1000 * (p + 1))
         for n, r in got.items():
             runs[n]["totals_ms"].append(r.measured_ms)
             runs[n]["round_totals_ms"].append(r.round_totals_ms.tolist())
@@ -206,8 +209,8 @@ def run_proof(
         passes=req.passes,
         warmup=warmup,
         repeats=repeats,
-        device=session.environment.get("gpu_name") or engine.device.type,
-        torch=session.environment.get("torch"),
+        device=session.environment.gpu_name or engine.device.type,
+        torch=session.environment.torch,
         timer=_timer(engine),
         trace=trace_est,
         trace_estimate={

@@ -19,6 +19,7 @@ from bcgtune.errors import InputError
 if TYPE_CHECKING:
     from bcgtune.engines.base import CaptureRecord, StaticPrefillEngine
     from bcgtune.engines.compare import BatchComparison, PadInvariance, SideInputUse
+    from bcgtune.engines.config import EngineConfig, Launch
     from bcgtune.engines.inputs import PrefillInputs
 
 VALIDATION_KIND = "bcgtune.validation-report"
@@ -160,6 +161,7 @@ class ValidationReport:
     image_sweep: ImageSweep | None
     injected_fault: FaultName = "none"
     side_inputs: list[SideInputName] = field(default_factory=list)  # the model's, by name
+    notes: list[str] = field(default_factory=list)  # what resolving the run said
 
     @property
     def checks(self) -> list[BatchCheck]:
@@ -219,6 +221,7 @@ class ValidationReport:
             "bitwise_batches": self.bitwise_batches,
             "per_bucket": [e.to_json() for e in self.per_bucket],
             "image_sweep": None if self.image_sweep is None else self.image_sweep.to_json(),
+            "notes": self.notes,
             "ok": self.ok,
         }
 
@@ -291,7 +294,9 @@ def _validate_bucket(
         if sizes:
             r_pad = min(req_list[-1], sizes[0])
             x = text_inputs(engine.model, sizes[0], engine.device, seed=seed + 17, requests=r_pad, split="random")
-            pad = check_pad_invariance(engine, x, b, seed=seed)
+            pad = check_pad_invariance(
+                engine, x, b, seed=seed, gap_threshold=th.gap_threshold, max_logprob_delta=th.max_logprob_delta
+            )
     ok = rec.ok and rec.attention_match and all(c.ok for c in checks) and (pad is None or pad.ok)
     return BucketValidation(
         bucket=b,
@@ -370,21 +375,39 @@ def run_validate(
     images: bool | None = None,
     progress: Callable[[BucketValidation], None] | None = None,
     requests: Iterable[int] = DEFAULT_VALIDATE_REQUESTS,
+    launch: Launch | None = None,
 ) -> ValidationReport:
     """Replay vs eager on identical batches, per bucket: sizes in (b/2, b] (ends included),
     each as batches of every request count in `requests` (a seeded random split into
     requests; the full runner holds one request, so it checks r = 1 only). Per batch: the
     token-level comparison (core.bench.accuracy thresholds), whether it is bit for bit, and which
     requests differ or fail; per bucket a pad-invariance check (garbage in the padded rows
-    must not change any real row). `images` (default: on for VL models): the image sweep."""
+    must not change any real row's answer: engines/compare.py states the rule for MoE
+    models). `images` (default: on for VL models): the image sweep. `launch`: the profile's
+    model, TP and chunk where `spec` gives none."""
+    from bcgtune.engines.config import resolve
+    from bcgtune.services.ranks import run_ranks
+
+    cfg = resolve(spec, buckets, launch=launch)
+    req_list = _request_counts(requests, cfg.runner)
+    th = _Thresholds(gap_threshold, max_logprob_delta)
+    return run_ranks(cfg, _validate, req_list, sizes_per_bucket, th, tuple(image_px), images, progress=progress)
+
+
+def _validate(
+    cfg: EngineConfig,
+    req_list: list[int],
+    sizes_per_bucket: int,
+    th: _Thresholds,
+    image_px: Sequence[int],
+    images: bool | None,
+    progress: Callable[[BucketValidation], None] | None = None,
+) -> ValidationReport:
     from bcgtune.core.document import document_header
     from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
 
-    shape = check_run(spec, buckets)
-    req_list = _request_counts(requests, spec.runner)
-    bl = sorted({int(b) for b in buckets})
-    session = open_engine(spec, max(bl), shape, numerics=True)
+    bl = list(cfg.sizes)
+    session = open_engine(cfg, numerics=True)  # on the simulated device: a stand-in computes the outputs
     engine = session.engine
     recs = {r.bucket: r for r in engine.capture(bl)}
     is_vl = (
@@ -394,30 +417,28 @@ def run_validate(
     do_images = is_vl if images is None else bool(images)
     if do_images and not is_vl:
         raise InputError("--images needs a VL model (e.g. --model qwen3-vl-8b)")
-    if spec.fault != "none" and not do_images:
-        raise InputError(f"{spec.fault} shows on image batches: drop --no-images", "--inject-fault")
-    rng = np.random.default_rng(spec.seed)
-    th = _Thresholds(gap_threshold, max_logprob_delta)
+    if cfg.fault != "none" and not do_images:
+        raise InputError(f"{cfg.fault} shows on image batches: drop --no-images", "--inject-fault")
+    rng = np.random.default_rng(cfg.seed)
     per_bucket = []
     for prev, b in zip([0, *bl], bl):
-        entry = _validate_bucket(
-            engine, b, recs[b], prev, req_list, rng, sizes_per_bucket=sizes_per_bucket, seed=spec.seed, th=th
-        )
+        entry = _validate_bucket(engine, b, recs[b], prev, req_list, rng, sizes_per_bucket=sizes_per_bucket, seed=cfg.seed, th=th)
         per_bucket.append(entry)
         if progress is not None:
             progress(entry)
-    sweep = _image_sweep(engine, bl, image_px, rng, seed=spec.seed, th=th) if do_images else None
+    sweep = _image_sweep(engine, bl, image_px, rng, seed=cfg.seed, th=th) if do_images else None
     return ValidationReport(
         header=document_header(VALIDATION_KIND),
-        environment=session.environment,
-        model=session.model,
-        runner=spec.runner,
+        environment=session.report_environment(),
+        model=session.description,
+        runner=cfg.runner,
         buckets=bl,
         requests=req_list,
-        gap_threshold=gap_threshold,
-        max_logprob_delta=max_logprob_delta,
+        gap_threshold=th.gap_threshold,
+        max_logprob_delta=th.max_logprob_delta,
         per_bucket=per_bucket,
         image_sweep=sweep,
-        injected_fault=spec.fault,
+        injected_fault=cfg.fault,
         side_inputs=engine.side_inputs(),
+        notes=list(cfg.notes),
     )

@@ -30,13 +30,15 @@ def hf_cache_dir() -> Path:
 
 
 def locate_model_config(model: str | None) -> tuple[Path | None, str | None]:
-    """(folder holding config.json, None) for a local model folder or a hub id present
-    in the local Hugging Face cache; (None, why) otherwise. Never downloads. A relative
+    """(folder holding config.json, None) for a local model folder (or its config.json) or a
+    hub id present in the local Hugging Face cache; (None, why) otherwise. Never downloads. A relative
     folder is made absolute (SGLang is asked from another working directory)."""
     if not model:
         return None, "the profile names no model ([profile].model or --model-path)"
     local = Path(model).expanduser()
     try:
+        if local.name == "config.json" and local.is_file():  # a model given by its config (the shape bcgtune builds)
+            return local.parent.resolve(), None
         if local.is_dir():
             if (local / "config.json").is_file():
                 return local.resolve(), None

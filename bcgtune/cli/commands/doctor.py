@@ -12,7 +12,7 @@ import typer
 from bcgtune.cli.console import Sayer, emit
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
-from bcgtune.errors import CheckFailed, NotChecked
+from bcgtune.errors import CheckFailed, InputError, NotChecked
 
 
 @examples("bcgtune doctor", "bcgtune doctor --profile mi355x --json")
@@ -51,6 +51,14 @@ def doctor_command(
         bool,
         typer.Option("--refresh", help="Ask the installed SGLang again instead of using its cached answers."),
     ] = False,
+    calibration: Annotated[
+        Optional[str],
+        typer.Option(
+            "--calibration",
+            help="With --profile: warn where this calibration measured another model or TP than the profile launches.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
 ) -> None:
@@ -65,6 +73,13 @@ def doctor_command(
     from bcgtune.services.doctor import run_doctor
 
     prof = load_profile(profile) if profile is not None else None
+    cal = None
+    if calibration is not None:
+        if prof is None:
+            raise InputError("compares the calibration with a profile's launch: give --profile too", "--calibration")
+        from bcgtune.files.calibration_file import load_calibration
+
+        cal = load_calibration(calibration)
     report = run_doctor(
         prof,
         runner_path=runner_source,
@@ -73,6 +88,7 @@ def doctor_command(
         refresh=refresh,
         probe_timeout=probe_timeout,
         say=Sayer(quiet),
+        calibration=cal,
     )
     emit(report.to_json, lambda: render_text(report), as_json=as_json)
     if report.blocking:

@@ -15,10 +15,11 @@ from bcgtune.cli.help import examples
 from bcgtune.cli.options import AccuracyOptions, EngineOptions, JsonFlag, Quiet, measure_option, options
 from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR
 from bcgtune.engines.choices import Fault
-from bcgtune.engines.preflight import require_torch
+from bcgtune.engines.config import require_torch
 from bcgtune.errors import CheckFailed, InputError
 
 if TYPE_CHECKING:
+    from bcgtune.engines.config import Launch
     from bcgtune.engines.spec import EngineSpec
 
 _BUCKETS = "Buckets"
@@ -67,35 +68,21 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str], quiet: bool = F
     raise InputError("give --buckets LIST or --profile P")
 
 
-def _profile_chunk(profile: Optional[str]) -> int | None:
-    """The chunked-prefill size a profile's [server] sets (a positive value), else None."""
-    if profile is None:
-        return None
-    from bcgtune.files.profile_file import load_profile
-
-    value = load_profile(profile).server.get("chunked_prefill_size")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _spec(engine: EngineOptions, profile: Optional[str] = None) -> EngineSpec:
-    """The engine the options describe; with --profile, the profile's chunked-prefill size
-    is the buckets' ceiling unless --chunked-prefill-size is given."""
+def _spec(engine: EngineOptions) -> EngineSpec:
+    """The engine the options describe, as asked (engines/config.resolve applies a profile's
+    launch where an option was not given); the option names are EngineSpec's field names."""
     from bcgtune.engines.spec import EngineSpec
 
-    chunk = engine.chunked_prefill_size if engine.chunked_prefill_size is not None else _profile_chunk(profile)
     return EngineSpec(
-        model=engine.model,
-        device=engine.device,
-        dtype=engine.dtype.value,
-        sdpa_backend=engine.sdpa_backend.value,
-        seed=engine.seed,
-        hf_attention=engine.hf_attention.value,
-        random_weights=engine.random_weights,
-        runner=engine.runner.value,
-        chunked_prefill_size=chunk,
-        graph_impl=engine.graph_impl.value,
-        sim_calibration=engine.sim_calibration,
+        **{f.name: getattr(getattr(engine, f.name), "value", getattr(engine, f.name)) for f in dataclasses.fields(engine)}
     )
+
+
+def _launch(profile: Optional[str]) -> Launch | None:
+    """The model, TP, EP and chunk of the profile's launch (None without --profile)."""
+    from bcgtune.services.engine_launch import launch_of_profile
+
+    return launch_of_profile(profile)
 
 
 @examples("bcgtune capture --buckets '256 512 1024 2048' --model qwen3-0.6b -o cap.json")
@@ -130,7 +117,9 @@ def capture_command(
     from bcgtune.services import capture
 
     progress = None if quiet else (lambda r: note(f"  bucket {r.bucket}: {'done' if r.ok else r.error}"))
-    rep = capture.run_capture(bl, _spec(engine, profile), warmup=warmup, progress=progress)
+    rep = capture.run_capture(bl, _spec(engine), warmup=warmup, progress=progress, launch=_launch(profile))
+    for line in rep.notes:
+        note(line, quiet)
     emit(rep.to_json, lambda: text(format_capture(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
     if rep.failed:
         raise CheckFailed(f"{rep.failed} of {len(rep.buckets)} captures failed")
@@ -252,7 +241,7 @@ def validate_command(
     from bcgtune.services import validate
 
     progress = None if quiet else (lambda e: note(f"  bucket {e.bucket}: {'ok' if e.ok else 'FAIL'}"))
-    spec = _spec(engine, profile)
+    spec = _spec(engine)
     if inject_fault is not None:
         spec = dataclasses.replace(spec, fault=inject_fault.value)
     rep = validate.run_validate(
@@ -264,7 +253,10 @@ def validate_command(
         max_logprob_delta=accuracy.max_logprob_delta,
         images=images,
         progress=progress,
+        launch=_launch(profile),
     )
+    for line in rep.notes:
+        note(line, quiet)
     emit(rep.to_json, lambda: text(format_validation(rep)), as_json=as_json, out_path=out_path, quiet=quiet)
     if not rep.ok:
         raise CheckFailed("validation failed: " + "; ".join(rep.problems()))
@@ -370,6 +362,16 @@ def calibrate_command(
         ),
     ] = True,
     check_batches: Annotated[Optional[int], measure_option("check_batches")] = None,
+    profile: Annotated[
+        Optional[str],
+        typer.Option(
+            "--profile",
+            "-p",
+            help="Calibrate for this profile's launch: its model (when bcgtune can build it), TP, EP and chunked prefill "
+            "size, wherever the engine options give none.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration JSON on stdout too.")] = False,
     quiet: Quiet = False,
     engine: EngineOptions = None,  # type: ignore[assignment]
@@ -385,7 +387,7 @@ def calibrate_command(
         return
     if out_path is None:
         raise InputError("give -o FILE (the calibration to write), or --extend CAL to add sizes to one", "-o")
-    guard.outputs({"-o": out_path}, inputs=[sizes_from] if sizes_from else [])
+    guard.outputs({"-o": out_path}, inputs=[p for p in (sizes_from, profile) if p])
     _refuse_csv_for_breakable(out_path, engine.runner.value)
     from bcgtune.cli.render.engine import format_calibration, text
     from bcgtune.core.sglang.replay import parse_bucket_list
@@ -409,6 +411,7 @@ def calibrate_command(
         progress=say,
         model_check=model_check,
         check_batches=check_batches,
+        launch=_launch(profile),
     )
     save_calibration(result.calibration, out_path)
     note(f"wrote {out_path}", quiet)
@@ -438,6 +441,7 @@ _NOT_WITH_EXTEND = {
     "mix_every": "--mix-every",
     "model_check": "--model-check/--no-model-check",
     "check_batches": "--check-batches",
+    "profile": "--profile",
 }
 
 
@@ -473,34 +477,13 @@ def _extend(
     require_torch(engine.device)
     from bcgtune.files.calibration_file import save_calibration
 
-    asked = _spec(engine)
-
-    def check(recorded: EngineSpec) -> None:
-        for name, flag in _SPEC_FLAGS.items():
-            value = getattr(asked, name)
-            if _given(ctx, f"engine__{name}") and value != getattr(recorded, name):
-                raise InputError(
-                    f"differs from the calibration's engine ({getattr(recorded, name)!r}): an extension measures with it", flag
-                )
-
+    # the engine options given: each must resolve as the calibration's engine does (the
+    # service compares the measurement keys and names the option that differs)
+    spec = _spec(engine)
+    asked = {f.name: getattr(spec, f.name) for f in dataclasses.fields(engine) if _given(ctx, f"engine__{f.name}")}
     say = None if quiet else (lambda m: note("  " + m))
-    result = calibrate.extend(cal_path, wanted, progress=say, spec_check=check)
+    result = calibrate.extend(cal_path, wanted, progress=say, asked=asked)
     save_calibration(result.calibration, target)
     scale = "" if result.scale_graph is None else f", scaled by {result.scale_graph:.4f} to its first run's times"
     note(f"added {len(result.added)} sizes to {target} ({len(result.anchors)} rows timed again{scale})", quiet)
     emit(result.to_json, lambda: text(format_calibration(result.calibration)), as_json=as_json)
-
-
-_SPEC_FLAGS = {
-    "model": "--model",
-    "device": "--device",
-    "dtype": "--dtype",
-    "sdpa_backend": "--sdpa-backend",
-    "seed": "--seed",
-    "random_weights": "--random-weights",
-    "runner": "--runner",
-    "chunked_prefill_size": "--chunked-prefill-size",
-    "graph_impl": "--graph-impl",
-    "hf_attention": "--hf-attention",
-    "sim_calibration": "--sim-calibration",
-}

@@ -26,7 +26,7 @@ from bcgtune.cli.options import (
     tolerance_option,
 )
 from bcgtune.core.plan.measure_defaults import TUNE_BUDGET_CPU_S, TUNE_BUDGET_S
-from bcgtune.engines.preflight import require_torch
+from bcgtune.engines.config import require_torch
 from bcgtune.errors import InputError
 
 _MEASURE = "Measurement"

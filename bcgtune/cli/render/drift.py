@@ -26,6 +26,7 @@ def render_drift_text(r: DriftReport, trace_batches: int) -> str:
         lines += ["", "rule: " + drift_rule_text(r)]
     if r.tuned:
         lines += ["", _tuned_line(r.tuned)]
+    lines += [f"warning: {w}" for w in r.shape_warnings]
     lines += ["", f"verdict: {r.verdict.upper()}: {r.reason}"]
     if r.verdict == "re-tune":
         lines.append("--cuda-graph-bs-prefill " + " ".join(map(str, r.optimum.metrics.buckets)))

@@ -17,6 +17,8 @@ def format_environment(environment: dict[str, Any], model: dict[str, Any]) -> st
     ver = (
         f"CUDA {e.get('cuda')}" if e.get("backend") == "cuda" else (f"HIP {e.get('hip')}" if e.get("backend") == "hip" else "CPU")
     )
+    if e.get("backend") == "sim":  # the simulated device: what it replays instead of a toolkit
+        ver = f"replays {(e.get('simulated') or {}).get('calibration')}"
     gpu = e.get("gpu_name") or "no GPU"
     runner = e.get("runner", "full")
     impl = f" ({e.get('graph_impl')}, attention {e.get('attention')})" if runner == "breakable" else ""
@@ -153,6 +155,7 @@ def format_calibration(cal: Calibration) -> list[str]:
         f"{'HIP ' + str(s.get('hip')) if s.get('hip') else 'CUDA ' + str(s.get('cuda'))} | "
         f"model {cal.meta.get('model', {}).get('name')} | runner {cal.runner} | {eng.get('graph_mode')}"
     ]
+    lines += _shape_lines(cal)
     if cal.runner == "breakable" and cal.batches is not None:
         lines.append(f"{'bucket':>7} {'segments ms':>12}")
         for t, gm in zip(cal.tokens, cal.graph_ms):
@@ -169,6 +172,23 @@ def format_calibration(cal: Calibration) -> list[str]:
         lines.append(f"pool of the largest graph {cal.pool_gib:.3f} GiB, per further graph {cal.per_graph_gib or 0:.4f} GiB")
     lines.append(model_check_line(cal))
     return lines
+
+
+def _shape_lines(cal: Calibration) -> list[str]:
+    """The rank the calibration measured and how (TP, all-reduces, MoE routing), as recorded."""
+    eng, model = cal.meta.get("engine", {}), cal.meta.get("model", {})
+    out = []
+    if isinstance(eng, dict) and eng.get("tensor_parallel"):
+        out.append(f"tensor parallel: {eng['tensor_parallel']}")
+    spread = model.get("routing_spread") if isinstance(model, dict) else None
+    if isinstance(eng, dict) and eng.get("expert_gemm") and isinstance(spread, dict):
+        out.append(
+            f"MoE: routing {eng.get('routing')} (busiest expert {spread.get('busiest_over_mean')}x the mean load, "
+            f"{100 * float(spread.get('idle_share') or 0):.0f}% idle, {spread.get('tokens')} random rows), "
+            f"expert GEMMs {eng['expert_gemm']}, padded rows {eng.get('pad_rows')}; not reproduced: expert-parallel "
+            "all-to-all, quantised kernels"
+        )
+    return out
 
 
 def model_check_line(cal: Calibration) -> str:

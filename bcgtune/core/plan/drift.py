@@ -22,7 +22,7 @@ estimates and says so."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bcgtune.core.plan.bucket_plan import make_plan
@@ -60,6 +60,8 @@ class DriftReport:
     margin_ms: float | None = None
     excess: Interval | None = None
     tuned: dict[str, Any] | None = None  # the profile's [tuned] record: what bcgtune tune measured for the list
+    # where the calibration's measured shape differs from the launch's model or TP (core.plan.shape_check)
+    shape_warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

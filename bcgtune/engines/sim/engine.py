@@ -8,6 +8,10 @@ bucket's segments plus its breaks) or a whole-forward one, an eager forward (its
 at the host's speed). What it does not: numerics. `validate` on the simulated device runs
 the runner's real code on a tiny stand-in model on the CPU (`NumericsOnSim`), charging each
 forward to the simulated clock as the simulated GPU would take it; its report says so.
+
+A simulated run is resolved as every run is (engines/config.resolve: the model's shape, the
+rank, the recording checked against them, no torch) and opened by engines/build.open_engine,
+which assembles its session from `open_sim` before anything imports torch.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, assign_buckets
-from bcgtune.engines.records import CaptureRecord
+from bcgtune.engines.records import CaptureRecord, Environment
 from bcgtune.engines.sim.device import SimDevice, sim_device
 from bcgtune.engines.sim.noise import FITTED, NoiseProfile
 from bcgtune.engines.sim.truth import SimTruth
 from bcgtune.errors import InputError
 
 SIM_MODE = "simulated"
+NEEDS_RECORDING = "--device sim needs --sim-calibration CAL.json (a calibration recorded on a GPU)"
 
 
 @dataclass(frozen=True)
@@ -50,11 +55,24 @@ class SimRecording:
     sha256: str
     model: dict[str, Any]
     gpu: str
+    gpu_props: dict[str, Any]  # what the recording says of its GPU (name, memory, compute capability, ...)
+    shape: dict[str, Any]  # the shape it measured (engines/config.EngineConfig.shape_json), {} when not recorded
 
     @property
     def model_name(self) -> str | None:
         name = self.model.get("name")
         return str(name) if isinstance(name, str) and name else None
+
+    @property
+    def parallel(self) -> tuple[int, int]:
+        """(TP, EP) of the rank it was measured on, as its shape records them (1, 1 without)."""
+        shape = self.shape
+
+        def size(key: str) -> int:
+            v = shape.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+
+        return size("tp"), size("ep")
 
 
 _RECORDINGS: dict[str, SimRecording] = {}
@@ -63,8 +81,11 @@ _RECORDINGS: dict[str, SimRecording] = {}
 def load_recording(path: str) -> SimRecording:
     """The recorded calibration at `path` (read once per process), checked as every
     calibration is (files.calibration_file)."""
+    from bcgtune.fileio import path_kind
     from bcgtune.files.calibration_file import load_calibration
 
+    if path == "-" or path_kind(path) in ("folder", "other"):
+        raise InputError("must be a calibration file (the simulated device reads it more than once)", path)
     key = os.path.realpath(path)
     got = _RECORDINGS.get(key)
     if got is not None:
@@ -75,33 +96,55 @@ def load_recording(path: str) -> SimRecording:
     meta = cal.meta if isinstance(cal.meta, dict) else {}
     found = meta.get("model")
     model: dict[str, Any] = found if isinstance(found, dict) else {}
-    gpu = (meta.get("gpu") or {}).get("gpu_name") if isinstance(meta.get("gpu"), dict) else None
-    rec = SimRecording(cal, path, digest, model, str(gpu or "a GPU"))
+    found = meta.get("gpu")
+    props: dict[str, Any] = dict(found) if isinstance(found, dict) else {}
+    found = meta.get("shape")
+    shape: dict[str, Any] = dict(found) if isinstance(found, dict) else {}
+    rec = SimRecording(cal, path, digest, model, str(props.get("gpu_name") or "a GPU"), props, shape)
     _RECORDINGS[key] = rec
     return rec
 
 
-def check_sim_spec(spec: Any, model_name: str | None = None) -> SimRecording:
-    """The recording a simulated run times: given, readable, of the runner asked for, and of
-    the model asked for when it names one (one line naming the flag otherwise)."""
-    path = getattr(spec, "sim_calibration", None)
+def check_recording(path: str | None, runner: str, model_name: str | None = None, tp: int = 1, ep: int = 1) -> SimRecording:
+    """The recording a simulated run times (engines/config.resolve checks it, before anything
+    is built): given, readable, of the runner asked for, of the model asked for when it names
+    one, and of the rank asked for (a recording made before calibrations recorded their shape
+    was measured on one GPU). One line naming the flag otherwise."""
     if not path:
-        raise InputError("--device sim needs --sim-calibration CAL.json (a calibration recorded on a GPU)", "--sim-calibration")
+        raise InputError(NEEDS_RECORDING, field="sim_calibration")
     rec = load_recording(path)
-    if rec.calibration.runner != spec.runner:
+    if rec.calibration.runner != runner:
         raise InputError(
-            f"this calibration was recorded with the {rec.calibration.runner} runner, the run asks for --runner {spec.runner}",
+            f"this calibration was recorded with the {rec.calibration.runner} runner, the run asks for --runner {runner}",
             path,
         )
     if model_name is not None and rec.model_name is not None and rec.model_name != model_name:
         raise InputError(f"this calibration was recorded on {rec.model_name}, the run asks for --model {model_name}", path)
+    was_tp, was_ep = rec.parallel
+    if (tp, ep) != (was_tp, was_ep):
+        raise InputError(
+            f"this calibration was recorded on {_rank_text(was_tp, was_ep)}, the run asks for {_rank_text(tp, ep)}: "
+            "the simulated device replays the rank it was recorded on",
+            path,
+        )
     return rec
 
 
-def device_of(spec: Any, profile: NoiseProfile = FITTED) -> SimDevice:
-    """The simulated device a spec runs on (one per recording and seed in this process)."""
-    rec = check_sim_spec(spec)
-    return sim_device(rec.sha256, lambda: SimTruth(rec.calibration, profile, spec.seed), profile, spec.seed)
+def _rank_text(tp: int, ep: int) -> str:
+    if tp == 1 and ep == 1:
+        return "one GPU (TP 1)"
+    return f"one rank of TP {tp}" + (f", EP {ep}" if ep > 1 else "")
+
+
+def device_of(run: Any, profile: NoiseProfile = FITTED) -> SimDevice:
+    """The simulated device a run goes to (one per recording and seed in this process): `run`
+    is a resolved run (engines/config.EngineConfig) or anything with its `sim_calibration`
+    and `seed`."""
+    if not run.sim_calibration:
+        raise InputError(NEEDS_RECORDING, field="sim_calibration")
+    rec = load_recording(run.sim_calibration)
+    seed = int(run.seed)
+    return sim_device(rec.sha256, lambda: SimTruth(rec.calibration, profile, seed), profile, seed)
 
 
 class SimEngine:
@@ -221,97 +264,102 @@ class SimEngine:
         return functools.partial(self.charge_eager, x.n, x.requests)
 
 
-def sim_environment(rec: SimRecording, spec: Any, device: SimDevice, runner: str) -> dict[str, Any]:
-    """The run's self-description: a simulated GPU, the recording it replays, the seed."""
-    return {
-        "backend": "sim",
-        "torch": None,
-        "cuda": None,
-        "hip": None,
-        "python": None,
-        "host": None,
-        "gpu_name": f"simulated {rec.gpu}",
-        "gpu_count": 1,
-        "driver": None,
-        "visible_devices": None,
-        "graph_mode": SIM_MODE,
-        "runner": runner,
-        "graph_impl": SIM_MODE,
-        "attention": SIM_MODE,
-        "sdpa_backend": SIM_MODE,
-        "simulated": {
+def sim_environment(rec: SimRecording, cfg: Any) -> Environment:
+    """The run's self-description: a simulated GPU (the recorded one's properties), the
+    recording it replays, the seed."""
+    import platform
+
+    def prop(key: str, kind: Any) -> Any:
+        v = rec.gpu_props.get(key)
+        return v if isinstance(v, kind) and not isinstance(v, bool) else None
+
+    return Environment(
+        backend="sim",
+        torch=None,
+        cuda=None,
+        hip=None,
+        python=platform.python_version(),
+        host=platform.node(),
+        gpu_name=f"simulated {rec.gpu}",
+        gpu_count=1,
+        gpu_memory_gib=prop("gpu_memory_gib", (int, float)),
+        compute_capability=prop("compute_capability", str),
+        multiprocessors=prop("multiprocessors", int),
+        driver=None,
+        simulated={
             "calibration": rec.path,
             "calibration_sha256": rec.sha256,
             "recorded_on": rec.gpu,
-            "seed": int(spec.seed),
+            "seed": int(cfg.seed),
             "noise": FITTED.to_json(),
         },
-    }
+    )
 
 
-def model_description(rec: SimRecording, spec: Any) -> dict[str, Any]:
-    """The model the simulated device times: the recording's (its shape and source)."""
-    desc = dict(rec.model) if rec.model else {"name": spec.model}
-    desc["source"] = f"simulated from {os.path.basename(rec.path)}"
+def model_description(rec: SimRecording, cfg: Any) -> dict[str, Any]:
+    """The model the simulated device times: the resolved run's shape (engines/config: the
+    model and the rank asked for, which the recording was checked to be), or the recording's
+    description where bcgtune does not build the shape (a transformers checkpoint)."""
+    source = f"simulated from {os.path.basename(rec.path)} (recorded on {rec.gpu})"
+    shape, par = cfg.model.shape, cfg.parallel
+    if shape is None:
+        desc = dict(rec.model) if rec.model else {"name": cfg.model.name}
+        desc["source"] = source
+        return desc
+    desc = {"source": source, "name": shape.name, "random_weights": True, "seed": cfg.seed, **shape.to_dict()}
+    if cfg.model.path:
+        desc["config"] = cfg.model.path
+    desc["tensor_parallel"] = {"tp": par.tp, "rank": par.rank, "ep": par.ep, "rank_params": cfg.model.rank_params}
+    desc["dtype"] = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(cfg.dtype, cfg.dtype)
     return desc
 
 
 def build_seconds(model: dict[str, Any], profile: NoiseProfile = FITTED) -> float:
-    """Simulated seconds to build the model (stated, not fitted: noise.py)."""
-    params = model.get("params")
+    """Simulated seconds to build the model (stated, not fitted: noise.py): the parameters one
+    rank holds where the description says, else the model's."""
+    tp = model.get("tensor_parallel")
+    params = tp.get("rank_params") if isinstance(tp, dict) else None
+    params = params if isinstance(params, (int, float)) else model.get("params")
     gp = float(params) / 1e9 if isinstance(params, (int, float)) and params > 0 else 1.0
     return profile.build_s + profile.build_s_per_gparam * gp
 
 
-def open_sim(spec: Any, max_tokens: int, warmup: int | None, numerics: bool = False):
-    """The simulated device's engine for `spec` (an EngineSession of engines/build), the
-    model's build time on its clock. `numerics`: validate's engine, the stand-in model on
-    the CPU computing what the simulated GPU cannot."""
-    from bcgtune.engines.build import EngineSession
-    from bcgtune.engines.spec import RUNNER_HELP
+@dataclass
+class SimOpened:
+    """What opening the simulated device gives engines/build.open_engine for its session."""
 
-    rec = check_sim_spec(spec)
-    device = device_of(spec)
-    model = model_description(rec, spec)
+    engine: SimEngine
+    device: SimDevice
+    description: dict[str, Any]
+    environment: Environment
+
+
+def open_sim(cfg: Any, max_tokens: int) -> SimOpened:
+    """The simulated device's engine for a resolved run (engines/config.EngineConfig whose
+    device is "sim"), the model's build time on its clock. No torch."""
+    rec = load_recording(cfg.sim_calibration)
+    device = device_of(cfg)
+    model = model_description(rec, cfg)
     device.spend_s(build_seconds(model))
-    w = (2 if spec.runner == "breakable" else 1) if warmup is None else warmup
-    engine: Any = SimEngine(device, spec.runner, max_tokens, w, model)
-    env = sim_environment(rec, spec, device, spec.runner)
-    env["runner_matches"] = RUNNER_HELP[spec.runner]
-    if numerics:
-        engine = NumericsOnSim(engine, spec, max_tokens)
-        env["numerics"] = engine.standin_text
-    return EngineSession(engine, model, env)
+    engine = SimEngine(device, cfg.runner, max_tokens, cfg.capture_warmup, model)
+    return SimOpened(engine, device, model, sim_environment(rec, cfg))
 
 
 class NumericsOnSim:
     """validate's engine on the simulated device: the runner's own code on a tiny stand-in
-    model of the same kind on the CPU (padded-eager) computes every output compared, and
-    each forward is charged to the simulated clock as the simulated GPU takes it. What it
-    checks is the pipeline (static buffers, padding, side inputs, the replay rule), not the
-    simulated model's numerics, and the report says so."""
+    model of the same kind on the CPU (`real`, padded-eager: engines/config.standin_config)
+    computes every output compared, and each forward is charged to the simulated clock as the
+    simulated GPU takes it. What it checks is the pipeline (static buffers, padding, side
+    inputs, the replay rule), not the simulated model's numerics, and the report says so."""
 
-    def __init__(self, sim: SimEngine, spec: Any, max_tokens: int):
-        from bcgtune.engines.preflight import require_torch
-
-        require_torch()
+    def __init__(self, sim: SimEngine, real: Any, standin: str):
         self._sim = sim
-        vl = bool(sim.model.__dict__.get("vision"))
-        self.standin = "qwen3-vl-tiny" if vl else "tiny"
+        self._real = real
+        self.standin = standin
         self.standin_text = (
-            f"computed by the {self.standin} stand-in model on the CPU (padded-eager, the runner's own code); "
+            f"computed by the {standin} stand-in model on the CPU (padded-eager, the runner's own code); "
             "the simulated device times the recorded model and computes no outputs"
         )
-        import dataclasses
-
-        from bcgtune.engines.build import open_engine
-        from bcgtune.engines.preflight import check_run
-
-        real_spec = dataclasses.replace(
-            spec, model=self.standin, device="cpu", dtype="fp32", sim_calibration=None, chunked_prefill_size=None
-        )
-        shape = check_run(real_spec, [max_tokens], what="bucket")
-        self._real = open_engine(real_spec, max_tokens, shape).engine
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -323,6 +371,9 @@ class NumericsOnSim:
     @property
     def graphs_enabled(self) -> bool:
         return True
+
+    def fresh(self, max_tokens: int) -> SimEngine:
+        return self._sim.fresh(max_tokens)
 
     def capture(self, buckets, record_attention: bool = True, on_record=None) -> list[CaptureRecord]:
         recs = self._sim.capture(buckets, record_attention=False)
