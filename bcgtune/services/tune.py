@@ -753,10 +753,14 @@ def _cpu_rounds(req: TuneRequest) -> TuneRequest:
     """On the CPU (a dry run of the pipeline) the rounds are the dry run's unless given."""
     if _gpu_like(req):
         return req
+    from bcgtune.services.tune_proof import PROOF_ROUNDS_CPU
+
     return dataclasses.replace(
         req,
         warmup=CPU_TUNE_ROUNDS[0] if req.warmup is None else req.warmup,
         repeats=CPU_TUNE_ROUNDS[1] if req.repeats is None else req.repeats,
+        proof_warmup=PROOF_ROUNDS_CPU[0] if req.proof_warmup is None else req.proof_warmup,
+        proof_repeats=PROOF_ROUNDS_CPU[1] if req.proof_repeats is None else req.proof_repeats,
     )
 
 
@@ -807,7 +811,7 @@ def _fit_proof(req: TuneRequest, trace, state, cal_path: Path, tp, name: str, sa
     again = 0.0
     if state.get("model_checked_in") != _PROCESS:  # the model checked again in this process first
         again = _check_seconds(req, trace, state, cal_path, lists["recommended"], [])
-    fit = proof_fit(_cost(state), pricing, tok, lists, req, left - again, _gpu_like(req), req.spec.seed)
+    fit = proof_fit(_cost(state), pricing, tok, lists, _cpu_rounds(req), left - again, _gpu_like(req), req.spec.seed)
     (batches, rounds, _design, seconds), fits = fit
     seconds += again
     tp.proof_batches, (tp.proof_warmup, tp.proof_repeats) = batches, rounds

@@ -207,7 +207,7 @@ def run_proof(
         warmup=warmup,
         repeats=repeats,
         device=session.environment.get("gpu_name") or engine.device.type,
-        torch=session.environment.get("torch"),
+        torch=session.environment.get("torch") or ("none: the simulated device" if engine.device.type == "sim" else None),
         timer=_timer(engine),
         trace=trace_est,
         trace_estimate={

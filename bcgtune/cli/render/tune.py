@@ -75,7 +75,7 @@ def format_tune(result) -> str:
     steps = result.steps
     proof = steps["proof"]
     lines = [
-        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']} (torch {proof['torch']}), "
+        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']} (torch {proof['torch'] or 'not used'}), "
         f"model {result.state['engine']['model']}, runner {result.state['engine']['runner']}"
     ]
     sim = proof.get("timer") == "simulated clock"
