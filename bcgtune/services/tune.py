@@ -40,6 +40,7 @@ from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
 from bcgtune.files.folder_lock import hold_folder
 from bcgtune.files.trace_file import MAX_TRACE_BYTES
+from bcgtune.services.tune_proof import _differing, margin_counts  # noqa: F401  (the proof's, named here too)
 
 TUNE_KIND = "bcgtune.tune"
 STATE_KIND = "bcgtune.tune-state"
@@ -157,27 +158,6 @@ def _one_tune_at_a_time(folder_of: Callable[..., str]) -> Callable:
 def _paths(state_dir: str | Path) -> tuple[Path, Path]:
     d = Path(state_dir)
     return d / STATE_FILE, d / CALIBRATION_FILE
-
-
-def _differing(tokens: np.ndarray, a: list[int], b: list[int]) -> int:
-    """How many of these batches two lists run differently: in another bucket, or one of
-    them eager (SGLang's lookup, core.sglang.replay.assign_buckets)."""
-    from bcgtune.core.sglang.replay import assign_buckets
-
-    ba, ra = assign_buckets(tokens, a)
-    bb, rb = assign_buckets(tokens, b)
-    return int(np.count_nonzero(np.where(ra, ba, 0) != np.where(rb, bb, 0)))
-
-
-def margin_counts(measured, margin_ms: float) -> dict[str, int]:
-    """How many passes put the recommended list within the margin of the optimum.
-    `within_margin`: the measured difference itself is at most the margin.
-    `not_beyond_margin`: the pass's 95% interval of the difference reaches down to the margin,
-    that is the pass gives no evidence that the recommended list is slower than the optimum
-    by more than the margin (a pass without an interval counts by its value alone)."""
-    within = sum(iv.center <= margin_ms for iv in measured)
-    not_beyond = sum(iv.center - (iv.half or 0.0) <= margin_ms for iv in measured)
-    return {"within_margin": int(within), "not_beyond_margin": int(not_beyond)}
 
 
 def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
