@@ -40,6 +40,7 @@ from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
 from bcgtune.files.folder_lock import hold_folder
 from bcgtune.files.trace_file import MAX_TRACE_BYTES
+from bcgtune.services.tune_proof import _differing, margin_counts  # noqa: F401  (the proof's, named here too)
 
 TUNE_KIND = "bcgtune.tune"
 STATE_KIND = "bcgtune.tune-state"
@@ -157,27 +158,6 @@ def _one_tune_at_a_time(folder_of: Callable[..., str]) -> Callable:
 def _paths(state_dir: str | Path) -> tuple[Path, Path]:
     d = Path(state_dir)
     return d / STATE_FILE, d / CALIBRATION_FILE
-
-
-def _differing(tokens: np.ndarray, a: list[int], b: list[int]) -> int:
-    """How many of these batches two lists run differently: in another bucket, or one of
-    them eager (SGLang's lookup, core.sglang.replay.assign_buckets)."""
-    from bcgtune.core.sglang.replay import assign_buckets
-
-    ba, ra = assign_buckets(tokens, a)
-    bb, rb = assign_buckets(tokens, b)
-    return int(np.count_nonzero(np.where(ra, ba, 0) != np.where(rb, bb, 0)))
-
-
-def margin_counts(measured, margin_ms: float) -> dict[str, int]:
-    """How many passes put the recommended list within the margin of the optimum.
-    `within_margin`: the measured difference itself is at most the margin.
-    `not_beyond_margin`: the pass's 95% interval of the difference reaches down to the margin,
-    that is the pass gives no evidence that the recommended list is slower than the optimum
-    by more than the margin (a pass without an interval counts by its value alone)."""
-    within = sum(iv.center <= margin_ms for iv in measured)
-    not_beyond = sum(iv.center - (iv.half or 0.0) <= margin_ms for iv in measured)
-    return {"within_margin": int(within), "not_beyond_margin": int(not_beyond)}
 
 
 def _engine_config(req: TuneRequest, sizes: Any = None, what: str = "bucket") -> Any:
@@ -763,10 +743,14 @@ def _cpu_rounds(req: TuneRequest) -> TuneRequest:
     """On the CPU (a dry run of the pipeline) the rounds are the dry run's unless given."""
     if _gpu_like(req):
         return req
+    from bcgtune.services.tune_proof import PROOF_ROUNDS_CPU
+
     return dataclasses.replace(
         req,
         warmup=CPU_TUNE_ROUNDS[0] if req.warmup is None else req.warmup,
         repeats=CPU_TUNE_ROUNDS[1] if req.repeats is None else req.repeats,
+        proof_warmup=PROOF_ROUNDS_CPU[0] if req.proof_warmup is None else req.proof_warmup,
+        proof_repeats=PROOF_ROUNDS_CPU[1] if req.proof_repeats is None else req.proof_repeats,
     )
 
 
@@ -817,7 +801,7 @@ def _fit_proof(req: TuneRequest, trace, state, cal_path: Path, tp, name: str, sa
     again = 0.0
     if state.get("model_checked_in") != _PROCESS:  # the model checked again in this process first
         again = _check_seconds(req, trace, state, cal_path, lists["recommended"], [])
-    fit = proof_fit(_cost(state), pricing, tok, lists, req, left - again, _gpu_like(req), req.spec.seed)
+    fit = proof_fit(_cost(state), pricing, tok, lists, _cpu_rounds(req), left - again, _gpu_like(req), req.spec.seed)
     (batches, rounds, _design, seconds), fits = fit
     seconds += again
     tp.proof_batches, (tp.proof_warmup, tp.proof_repeats) = batches, rounds

@@ -210,7 +210,7 @@ def run_proof(
         warmup=warmup,
         repeats=repeats,
         device=session.environment.gpu_name or engine.device.type,
-        torch=session.environment.torch,
+        torch=session.environment.torch or ("none: the simulated device" if engine.device.type == "sim" else None),
         timer=_timer(engine),
         trace=trace_est,
         trace_estimate={
@@ -290,8 +290,6 @@ def _sample_figures(req, model, lists, runs, replayed, st, tok, cal) -> dict[str
         tol = DEFAULT_TOLERANCE_PCT if req.tolerance_pct is None else float(req.tolerance_pct)
         margin = tol / 100.0 * float(model.totals(opt)[0])
         o_meas = _paired(runs, "recommended", "optimum", req.passes)
-        from bcgtune.services.tune import _differing, margin_counts
-
         vs_opt = {
             "predicted": model.difference(rec, opt).to_dict(),
             "measured": [iv.to_dict() for iv in o_meas],
@@ -316,6 +314,27 @@ def _sample_figures(req, model, lists, runs, replayed, st, tok, cal) -> dict[str
         },
         "recommended_minus_optimum": vs_opt,
     }
+
+
+def _differing(tokens: np.ndarray, a: list[int], b: list[int]) -> int:
+    """How many of these batches two lists run differently: in another bucket, or one of
+    them eager (SGLang's lookup, core.sglang.replay.assign_buckets)."""
+    from bcgtune.core.sglang.replay import assign_buckets
+
+    ba, ra = assign_buckets(tokens, a)
+    bb, rb = assign_buckets(tokens, b)
+    return int(np.count_nonzero(np.where(ra, ba, 0) != np.where(rb, bb, 0)))
+
+
+def margin_counts(measured, margin_ms: float) -> dict[str, int]:
+    """How many passes put the recommended list within the margin of the optimum.
+    `within_margin`: the measured difference itself is at most the margin.
+    `not_beyond_margin`: the pass's 95% interval of the difference reaches down to the margin,
+    that is the pass gives no evidence that the recommended list is slower than the optimum
+    by more than the margin (a pass without an interval counts by its value alone)."""
+    within = sum(iv.center <= margin_ms for iv in measured)
+    not_beyond = sum(iv.center - (iv.half or 0.0) <= margin_ms for iv in measured)
+    return {"within_margin": int(within), "not_beyond_margin": int(not_beyond)}
 
 
 def _paired(runs, a: str, b: str, passes: int):

@@ -77,9 +77,8 @@ def format_tune(result) -> str:
     engine = result.state["engine"]  # the engine's measurement key (engines/config.py)
     model = engine["model"]["name"] if isinstance(engine.get("model"), dict) else engine.get("model")
     tp = (engine.get("parallel") or {}).get("tp") or 1
-    software = "" if proof["torch"] is None else f" (torch {proof['torch']})"
     lines = [
-        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']}{software}, "
+        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']} (torch {proof['torch'] or 'not used'}), "
         f"model {model}{f' (one rank of TP {tp})' if tp > 1 else ''}, runner {engine['runner']}"
     ]
     sim = proof.get("timer") == "simulated clock"

@@ -91,9 +91,12 @@ class SimDevice:
     # ---- one call ---------------------------------------------------------------------
     def noise(self, sd_rel: float) -> float:
         """1 + a heavy-tailed relative noise of scale sd_rel (never below 0.2)."""
+        sd = sd_rel * self.profile.call_sd_scale
+        if sd <= 0:
+            return 1.0
         df = self.profile.tail_df
         z = float(self._rng.standard_t(df)) * self._t_scale if df > 0 else float(self._rng.standard_normal())
-        return max(0.2, 1.0 + sd_rel * z)
+        return max(0.2, 1.0 + sd * z)
 
     def run(self, true_ms: float, sd_rel: float, offset: float = 0.0) -> float:
         """One call whose true time is `true_ms`: its simulated time (ms), which the clock

@@ -9,9 +9,10 @@ beside its data; tests/test_sim.py checks that these constants are its output):
 
   rough_sd      size-to-size roughness of the true time curve, as a share of it: what a
                 measured size says about its neighbours. Leave-one-out interpolation of the
-                dense H200 calibrations leaves 1.1% (Qwen3-0.6B shape) and 1.8-2.6% (8B) beyond
+                dense H200 calibrations leaves 0.9% (Qwen3-0.6B shape) and 1.7-2.1% (8B) beyond
                 their measurement noise, about the same at gaps of 16 and of 500 tokens: the
-                roughness is short-range (a new value every `rough_step` tokens).
+                roughness is short-range (a new value every `rough_step` tokens). A recording
+                dense enough to tell gives its own (`roughness_of`); FITTED's is the median.
   level_sd      the shift of every time between processes (log sd): the same lists measured
                 in three processes, and the 1.5-2.3% between a check and a proof process.
   drift_sd/tau  a slow wander of every time within a process (log sd, seconds): the spread
@@ -47,6 +48,7 @@ class NoiseProfile:
     host_tau_s: float = 120.0
     capture_sd: float = 0.003
     tail_df: float = 4.0
+    call_sd_scale: float = 1.0  # the recorded per-call spreads scaled by this (0: calls without noise)
     # per-call relative spread when the recording kept none (the 8B H200 medians)
     graph_sd: float = 0.015
     eager_sd: float = 0.02
@@ -62,10 +64,10 @@ class NoiseProfile:
 
 # The output of benchmarks/fit_sim_noise.py (rounded), and the stated costs.
 FITTED = NoiseProfile(
-    rough_sd=0.015,
-    level_sd=0.010,
+    rough_sd=0.017,
+    level_sd=0.011,
     drift_sd=0.003,
-    host_sd=0.13,
+    host_sd=0.14,
 )
 
 

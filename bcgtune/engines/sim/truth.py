@@ -78,7 +78,12 @@ class SimTruth:
     GPU, from the recorded calibration `cal`, in the world `seed`."""
 
     def __init__(self, cal: Calibration, profile: NoiseProfile, seed: int):
-        self.cal, self.profile, self.seed = cal, profile, int(seed)
+        from dataclasses import replace
+
+        from bcgtune.engines.sim.noise import roughness_of
+
+        own = roughness_of(cal)  # the recording's own roughness, where it is dense enough to tell
+        self.cal, self.profile, self.seed = cal, profile if own is None else replace(profile, rough_sd=own), int(seed)
         self.runner = cal.runner
         self._sd_graph, self._sd_replay, self._sd_eager = self._spreads(cal, profile)
         self._calls: dict[tuple, tuple[float, float, float]] = {}
