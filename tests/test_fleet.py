@@ -226,7 +226,16 @@ def test_merge_refusals_are_one_line(two_servers, tmp_path):
     save_trace(parse_logs([str(b)], histogram_only=True), str(hist))
     save_trace(parse_logs([str(a)]), str(again))
     mixed = tmp_path / "mixed.json"
+    both = tmp_path / "both.json"
     save_trace(parse_logs([str(b)], mixed_chunk=True), str(mixed))
+    # each launch counts its forwards by its own settings: traces of two configurations merge
+    r = cli(["trace", "merge", full, mixed, "-o", both])
+    assert r.code == 0, r.err
+    assert [g.settings.get("enable_mixed_chunk") for g in load_trace(str(both)).groups] == [None, True]
+    # a trace written before that counted every batch by one rule: parsed again, not merged
+    older = parse_logs([str(b)])
+    older.meta["forward_tokens_rule"] = "new_token + replay_token + running_req (mixed chunk)"
+    save_trace(older, str(mixed))
     sim = tmp_path / "sim.json"
     assert cli(["trace", "--simulate", "--num-prompts", "20", "-o", sim, "--quiet"]).code == 0
     csv = tmp_path / "h.csv"
@@ -234,7 +243,7 @@ def test_merge_refusals_are_one_line(two_servers, tmp_path):
     cases = [
         ([full, hist], "histogram-only: merge with --histogram-only"),
         ([full, again], "would count twice"),
-        ([full, mixed], "--mixed-chunk"),
+        ([full, mixed], "trace the older one's logs again"),
         ([full, sim], "simulation"),
         ([full, csv], "plain histogram"),
         ([full], "at least two"),
@@ -852,16 +861,41 @@ def test_cluster_doc_commands_run_as_written(tmp_path):
                 p.wait()
 
 
-def test_write_profile_says_when_drift_could_not_pair_it(two_servers, tmp_path):
-    """A profile created from a base profile keeps the base's model: when the logs state
-    another, suggest-buckets says that drift will not pair them by itself, and how to."""
-    a, _ = two_servers
-    t = tmp_path / "a.json"
-    assert cli(["trace", "--log", a, "-o", t, "-q"]).code == 0
-    r = cli(["suggest-buckets", t, "--write-profile", tmp_path / "p.toml", "--base-profile", "h200", "-k", "3"])
-    assert r.code == 0 and "the logs org/Model-8B" in r.err and "drift --match p=N" in r.err, r.err
-    r = cli(["drift", "-p", tmp_path / "p.toml", "--trace", t])
-    assert r.code in (0, 1), r.err  # one configuration: judged on it whatever the model
+def test_profiles_written_per_group_pair_with_their_group(two_servers, tmp_path):
+    """A profile written for one configuration of a fleet's trace carries that
+    configuration's model and launch (not its base profile's), so drift pairs each profile
+    with its configuration without --match; a failed pairing names the setting that differs."""
+    from bcgtune.files.profile_file import load_profile
+
+    a, b = two_servers
+    t = tmp_path / "fleet.json"
+    assert cli(["trace", "--log", a, b, "-o", t, "-q"]).code == 0
+    for g in (0, 1):
+        r = cli(["suggest-buckets", t, "--group", str(g), "--write-profile", tmp_path / f"p{g}.toml", "--base-profile",
+                 "h200", "-k", "3"])  # fmt: skip
+        assert r.code == 0, r.err
+        assert "launches as the logs of the traffic state: model org/" in r.err and "drift --match" not in r.err
+    p0, p1 = load_profile(str(tmp_path / "p0.toml")), load_profile(str(tmp_path / "p1.toml"))
+    assert p0.model == "org/Model-8B" and p0.server["chunked_prefill_size"] == 2048
+    assert p1.model == "org/Other-70B" and p1.server["tp_size"] == 8 and p1.server["chunked_prefill_size"] == 16384
+    r = cli(["drift", "-p", tmp_path / "p0.toml", "-p", tmp_path / "p1.toml", "--trace", t, "--json"])
+    assert r.code in (0, 1), r.err
+    rows = json.loads(r.out)["rows"]
+    assert [(row["profile"].rsplit("/", 1)[-1], row["group"], row["matched"]) for row in rows] == [
+        ("p0.toml", 0, "settings"), ("p1.toml", 1, "settings")
+    ]  # fmt: skip
+    # the API pairs them the same way
+    from bcgtune import api
+
+    report = api.drift(api.load_trace(t), profiles=[tmp_path / "p0.toml", tmp_path / "p1.toml"])
+    assert [(row.group, row.matched) for row in report.rows] == [(0, "settings"), (1, "settings")]
+    # a profile of another model pairs with neither, and the error says in what
+    other = tmp_path / "other.toml"
+    other.write_text((tmp_path / "p1.toml").read_text().replace("org/Other-70B", "org/Third-1B"))
+    r = cli(["drift", "-p", other, "--trace", t])
+    assert r.code == 2 and "big.log): model org/Third-1B, the logs org/Other-70B" in r.err, r.err
+    assert "small.log): model org/Third-1B, the logs org/Model-8B" in r.err
+    assert_one_line_error(r)
 
 
 def test_trace_writes_one_configuration_on_its_own(two_servers, tmp_path):

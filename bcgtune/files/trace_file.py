@@ -448,6 +448,7 @@ class _GroupDoc(Document):
     mix: _MixDoc
     graph: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
     saturated: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
+    settings_given: bool = False  # given (`trace --launch`) for logs that state none, not logged
 
 
 class _TraceDocument(Document):
@@ -571,7 +572,7 @@ def _groups(docs: list[_GroupDoc], n_sources: int, sizes: np.ndarray, counts: np
             TraceGroup(
                 settings=dict(d.settings), rank_chunk=d.rank_chunk, sources=list(d.sources), sizes=g_sizes,
                 counts=g_counts, mix_tokens=tokens, mix_requests=requests, mix_counts=mcounts,
-                requests_known=m.requests_known, graph=dict(d.graph), saturated=dict(d.saturated),
+                requests_known=m.requests_known, graph=dict(d.graph), saturated=dict(d.saturated), given=d.settings_given,
             )
         )  # fmt: skip
     if out:

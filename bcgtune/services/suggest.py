@@ -319,6 +319,53 @@ def _profile_launch(
     return server, capture
 
 
+# The launch settings of a configuration that a profile written for it carries (with its
+# model): what drift pairs a profile with a configuration by, and what sets its capture.
+_PROFILE_LAUNCH_KEYS = (
+    "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "pp_size", "ep_size", "chunked_prefill_size",
+    "enable_mixed_chunk", *(k for k in _LOGGED_LAYOUT_KEYS if k not in ("tp_size", "dp_size", "attn_dp_size",
+                                                                        "enable_dp_attention")),
+)  # fmt: skip
+
+
+def _neutral(value: Any) -> bool:
+    """A setting's value that SGLang's defaults give (off, one rank, no backend)."""
+    if isinstance(value, bool):
+        return value is False
+    return value is None or value == "none" or (isinstance(value, int) and value == 1)
+
+
+def profile_for_trace(prof, trace: PrefillTrace, given: dict[str, Any] | None = None):
+    """`prof` as it launches the one configuration `trace` holds, for a list written for that
+    traffic: the model and launch settings its logs state (core.trace.groups) in place of the
+    profile's own, except those `given` (snake-case flags given on the command line) sets.
+    Returns (the profile, the [server] settings it changes, snake case, the model it changes
+    to or None): written with the list, they make the profile state the configuration drift
+    pairs it with. A trace of several configurations, or of none logged, leaves it as it is."""
+    from dataclasses import replace
+
+    from bcgtune.files.profile_file import snake
+
+    if len(trace.groups) != 1:
+        return prof, {}, None
+    logged = trace.groups[0].settings
+    own = {snake(str(k)): v for k, v in prof.server.items()}
+    changes: dict[str, Any] = {}
+    for key in _PROFILE_LAUNCH_KEYS:
+        value = logged.get(key)
+        if key in (given or {}) or value is None or own.get(key) == value:
+            continue
+        if key in own or not _neutral(value) or key == "chunked_prefill_size":
+            changes[key] = value
+    model = logged.get("model_path")
+    model = model if isinstance(model, str) and model.strip() and model != prof.model else None
+    if not changes and model is None:
+        return prof, {}, None
+    server = {k: v for k, v in prof.server.items() if snake(str(k)) not in changes}
+    server.update({k.replace("_", "-"): v for k, v in changes.items()})
+    return replace(prof, server=server, model=model or prof.model), changes, model
+
+
 class ChunkTooSmall(InputError):
     """The trace's batches outgrow the chunk a profile launches with: its servers ran a
     larger chunk (`wanted` covers the trace), and the profile's launch never forms such

@@ -44,10 +44,10 @@ def log_input_files(locations: list[str]) -> list[str]:
     """The files on this machine that `--log` values read (folders and globs expanded as
     expand_logs does, `file://` and other local URLs as paths): the run's inputs an output
     may never replace. No error: a value that names nothing is refused when it is read."""
-    from bcgtune.adapters.sglang.log.remote import LOG_SUFFIXES
+    from bcgtune.adapters.sglang.log.rotation import is_log_name
     from bcgtune.fileio import input_files
 
-    return [f for loc in locations for f in input_files(loc, LOG_SUFFIXES)]
+    return [f for loc in locations for f in input_files(loc) if not os.path.isdir(loc) or is_log_name(f)]
 
 
 def trace_logs(
@@ -70,13 +70,17 @@ def trace_logs(
         return trace_of_group(locations, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, launch=launch)
     return parse_logs(
         expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only,
-        assumed_launch=_assumed(launch),
+        assumed_launch=_assumed(launch, mixed_chunk),
     )  # fmt: skip
 
 
-def _assumed(launch: dict[str, Any] | None) -> dict[str, Any] | None:
+def _assumed(launch: dict[str, Any] | None, mixed_chunk: bool = False) -> dict[str, Any] | None:
+    """Launch settings given for logs that state none, as their server_args line would
+    state them; --mixed-chunk beside enable_mixed_chunk=false is refused (they contradict)."""
     from bcgtune.core.trace.groups import logged_form
 
+    if mixed_chunk and launch and launch.get("enable_mixed_chunk") is False:
+        raise InputError("--mixed-chunk contradicts enable_mixed_chunk=false: give one of them", "--launch")
     return logged_form(launch) if launch else None
 
 
@@ -100,7 +104,7 @@ def trace_of_group(
     paths = expand_logs(locations)
     if "-" in paths:
         raise InputError("standard input cannot be read twice: save it to a file to pick a configuration", "--group")
-    assumed = _assumed(launch)
+    assumed = _assumed(launch, mixed_chunk)
     whole = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=True, assumed_launch=assumed)
     check_group_index(whole.groups, group)
     if len(whole.groups) <= 1:
@@ -122,7 +126,7 @@ def trace_of_group(
 
 def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
     """`bcgtune trace merge`: trace files in, one trace out (core.trace.merge)."""
-    from bcgtune.core.trace.merge import merge_traces
+    from bcgtune.core.trace.merge import join_given, merge_traces
     from bcgtune.fileio import display_path
     from bcgtune.files.trace_file import load_trace
 
@@ -130,7 +134,7 @@ def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> Pref
         raise InputError("give at least two trace files to merge", "TRACES")
     traces = [load_trace(p) for p in paths]  # each file's own errors first
     _refuse_duplicates(paths)
-    return merge_traces(traces, names=[display_path(p) for p in paths], histogram_only=histogram_only)
+    return join_given(merge_traces(traces, names=[display_path(p) for p in paths], histogram_only=histogram_only))
 
 
 def _refuse_duplicates(paths: list[str]) -> None:
@@ -177,13 +181,36 @@ def _raise(f: _Failure) -> None:
     raise cls(f.what, f.where)
 
 
-def parse_one(path: str, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> PrefillTrace | _Failure:
-    """The map step, run on a worker: one log into a histogram-only trace."""
-    from bcgtune.adapters.sglang.log.build import file_trace
+def parse_one(path: str, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> Any:
+    """The map step, run on a worker: one log parsed histogram-only (its _FileResult)."""
     from bcgtune.adapters.sglang.log.columns import Want, _parse_file
 
     try:
-        return file_trace(path, _parse_file(path, 0, want=Want.of(mixed_chunk, True, assumed)), mixed_chunk)
+        return _parse_file(path, 0, want=Want.of(mixed_chunk, True, assumed))
+    except BcgError as exc:
+        return _failure(exc)
+
+
+def ends_of(r: Any) -> Any:
+    """What the next piece of a rotated log needs of a parse (None for a failure)."""
+    from bcgtune.adapters.sglang.log.columns import launch_ends
+
+    return None if isinstance(r, _Failure) else launch_ends(r)
+
+
+def trace_one(path: str, r: Any, first: dict | None, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> Any:
+    """A parse into its log's trace, on a worker: a rotated piece first continues the launch
+    `first` (read again when its histogram was counted by other settings)."""
+    from bcgtune.adapters.sglang.log.build import continue_first, file_trace
+    from bcgtune.adapters.sglang.log.columns import Want, _parse_file
+
+    if isinstance(r, _Failure):
+        return r
+    try:
+        want = Want.of(mixed_chunk, True, assumed)
+        if first is not None and continue_first(r, first, want):
+            r = _parse_file(path, 0, want=want._replace(first=first))
+        return file_trace(path, r)
     except BcgError as exc:
         return _failure(exc)
 
@@ -265,7 +292,10 @@ def trace_on_cluster(
     if "-" in locations:
         raise InputError("standard input cannot be sent to a cluster", "--log -")
     address = check_cluster(cluster)
+    assumed = _assumed(launch, mixed_chunk)
+    from bcgtune.adapters.sglang.log.build import rotated_firsts
     from bcgtune.adapters.sglang.log.remote import is_url
+    from bcgtune.adapters.sglang.log.rotation import previous_pieces
 
     paths = expand_logs(locations)
     # a worker runs in its own folder: a path relative to this one would name another file there
@@ -274,10 +304,16 @@ def trace_on_cluster(
     try:
         from dask.distributed import as_completed
 
-        parsed = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=_assumed(launch), pure=False)
+        parsed = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=assumed, pure=False)
+        firsts: dict[int, dict] = {}
+        if any(p is not None for p in previous_pieces(paths)):  # rotated pieces wait for the launch they continue
+            firsts = rotated_firsts(paths, client.gather(client.map(ends_of, parsed, pure=False)))
+        traced = [
+            client.submit(trace_one, p, parsed[i], firsts.get(i), mixed_chunk, assumed, pure=False) for i, p in enumerate(paths)
+        ]
         # the whole merge tree is submitted at once, so a pair merges as soon as both its logs are parsed,
         # while the others still parse (waiting for every parse first left the merges to run after them)
-        level = list(parsed)
+        level = list(traced)
         while len(level) > 1:  # adjacent pairs, in order: associativity makes any tree the same
             nxt = [client.submit(merge_two, level[i], level[i + 1], pure=False) for i in range(0, len(level) - 1, 2)]
             level = nxt + ([level[-1]] if len(level) % 2 else [])
@@ -294,6 +330,9 @@ def trace_on_cluster(
     if isinstance(result, _Failure):
         _raise(result)
     assert isinstance(result, PrefillTrace)
+    from bcgtune.core.trace.merge import join_given
+
+    result = join_given(result)
     if result.n_batches == 0:
         from bcgtune.adapters.sglang.log.build import _no_records_error
 

@@ -226,6 +226,13 @@ def suggest_buckets_command(
     if chunked_prefill_size == 0:
         raise InputError("must be positive, or -1 to turn chunked prefill off", "--chunked-prefill-size")
     trace = None if trace_path is None else load_trace(trace_path)
+    launch_changes: dict = {}
+    model = None
+    if target is not None and trace is not None:  # the profile carries the model and launch of the traffic it is priced on
+        from bcgtune.services.suggest import profile_for_trace, select_group
+
+        given = {**(layout.flags() or {}), **({"chunked_prefill_size": chunked_prefill_size} if chunked_prefill_size else {})}
+        target, launch_changes, model = profile_for_trace(target, select_group(trace, group), given)
     cal = None
     if calibration is not None:
         from bcgtune.files.calibration_file import load_calibration
@@ -271,12 +278,17 @@ def suggest_buckets_command(
         note(f"wrote {plot}", quiet)
     if profile_path:
         # the launch the list was priced for: the layout flags and chunk given, in the profile
-        server = {k.replace("_", "-"): v for k, v in (layout.flags() or {}).items()}
+        server = {k.replace("_", "-"): v for k, v in {**launch_changes, **(layout.flags() or {})}.items()}
         chunk = _priced_chunk(result, chunked_prefill_size)
         if chunk is not None:
             server["chunked-prefill-size"] = chunk
-        _write_profile(profile_path, base, plan, result.trace, server, result.capture)
+        _write_profile(profile_path, base, plan, result.trace, server, result.capture, model)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}{_unchecked_note(result.capture)}", quiet)
+        if launch_changes or model:
+            what = ([f"model {model}"] if model else []) + [
+                f"{k.replace('_', '-')} {str(v).lower() if isinstance(v, bool) else v}" for k, v in launch_changes.items()
+            ]
+            note(f"note: {profile_path} launches as the logs of the traffic state: {', '.join(what)}", quiet)
         _say_if_drift_cannot_pair(profile_path, result.trace, group, quiet)
     emit(
         lambda: {**plan.to_json_obj(), **launch_check_json(result.capture), "launch_capture": result.capture.to_json()},
@@ -398,7 +410,13 @@ def _unchecked_note(capture: PrefillCapture) -> str:
 
 
 def _write_profile(
-    path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict, capture: PrefillCapture
+    path: str,
+    base: str | None,
+    plan: BucketPlan,
+    trace: PrefillTrace,
+    server: dict,
+    capture: PrefillCapture,
+    model: str | None = None,
 ) -> None:
     """Write the list, and the server flags it was priced with (layout flags and a chunk
     given on the command line), into the profile, so the profile launches what was priced;
@@ -407,11 +425,11 @@ def _write_profile(
     from bcgtune.services.launch import launch_check_key
 
     provenance = {
-        **trace_digest_provenance(trace.sources),
+        **trace_digest_provenance(trace.own_sources()),
         "objective": plan.request.objective,
         "max_buckets": plan.request.max_buckets,
         "tool_version": __version__,
         "date": dt.date.today().isoformat(),
         "launch_check": launch_check_key(capture),
     }
-    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base, server=server)
+    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base, server=server, model=model)

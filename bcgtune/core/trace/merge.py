@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.trace.groups import (
+    FORWARD_TOKENS_RULE_BY_LAUNCH,
     MAX_GROUPS,
     TraceGroup,
     group_from_batches,
@@ -73,7 +74,7 @@ def merge_traces(
     out.meta = _merge_meta(traces, offsets, ranks, len(captures) - len(out.captures))
     if keep_columns:
         out.batches = _merge_columns(traces, offsets, rank_luts, group_luts)
-        out.meta["rank_overlap"] = rank_overlap(out.batches, len(ranks)) if "rank" in out.batches else None
+        out.meta["rank_overlap"] = rank_overlap(out.batches, len(ranks), len(groups)) if "rank" in out.batches else None
     elif out.origin in _LOG_ORIGINS:
         printers = sum(_printers(t) for t in traces)
         out.meta["rank_overlap"] = {"printers": printers, "records_matching_another_printer": None}
@@ -128,8 +129,14 @@ def _check(traces: list[PrefillTrace], names: list[str], histogram_only: bool, s
     rules = {t.meta.get("forward_tokens_rule") for t in traces}
     if len(rules) > 1:
         raise InputError(
-            "the traces count forward tokens differently (" + " vs ".join(sorted(map(str, rules))) + "): "
-            "parse every log with the same --mixed-chunk setting"
+            "the traces count forward tokens differently ("
+            + " vs ".join(sorted(map(str, rules)))
+            + "): "
+            + (
+                "trace the older one's logs again with this bcgtune (it counts each launch by its own settings)"
+                if FORWARD_TOKENS_RULE_BY_LAUNCH in rules
+                else "parse every log with the same --mixed-chunk setting"
+            )
         )
     with_cols = [t.batches is not None for t in traces]
     if any(with_cols) and not all(with_cols) and not histogram_only:
@@ -274,30 +281,120 @@ def _merge_meta(traces: list[PrefillTrace], offsets: list[int], ranks: list[str]
     return meta
 
 
-def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int) -> dict:
+# A printer whose records match another printer's this often prints copies of one batch
+# (every TP rank writing the same line, a log collected twice); below it, the matches are
+# coincidences of independent servers (same second, same sizes: chunk-saturated batches).
+COPY_SHARE = 0.5
+
+
+def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int, n_groups: int | None = None) -> dict:
     """How many ranks (or files) print prefill lines, and how many records look like the
-    same batch printed by several of them (same second, #new-seq, #new-token,
-    #cached-token). Under DP attention each DP rank prints its own batch, so these are real
-    distinct forwards; a match across ranks is only a hint that lines were duplicated."""
+    same batch printed by several of them: the same configuration (group), second,
+    #new-seq, #new-token and #cached-token, from printers at least COPY_SHARE of whose
+    records match another's. Under DP attention each DP rank prints its own batch, so such
+    records may be distinct forwards; a match is only a hint that lines were duplicated.
+    With several configurations, `groups` gives the same per configuration."""
     who = cols["source"].astype(np.int64) * (1 << 20) + (cols["rank"].astype(np.int64) + 1)
-    uniq_who = np.unique(who)
-    out = {"printers": int(uniq_who.size), "records_matching_another_printer": 0}
-    if uniq_who.size < 2 or not len(who):
-        return out
-    ts = cols["timestamp"]
-    sec = np.where(np.isnan(ts), -1, np.floor(np.nan_to_num(ts, nan=-1.0))).astype(np.int64)
-    keys = (who, cols["cached_token"], cols["new_token"], cols["new_seq"], sec)
-    order = np.lexsort(keys)
-    k = np.stack([a[order] for a in (sec, cols["new_seq"], cols["new_token"], cols["cached_token"])])
-    w = who[order]
-    new_group = np.ones(len(w), dtype=bool)
-    new_group[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
-    gid = np.cumsum(new_group) - 1
-    # a group spans several printers iff its first and last `who` differ (sorted by who last)
-    first = np.zeros(gid[-1] + 1, dtype=np.int64)
-    last = np.zeros(gid[-1] + 1, dtype=np.int64)
-    first[gid[::-1]] = w[::-1]
-    last[gid] = w
-    multi = first != last
-    out["records_matching_another_printer"] = int(multi[gid].sum())
+    group = cols.get("group")
+    group = np.zeros(len(who), np.int64) if group is None else group.astype(np.int64)
+    n_groups = int(group.max()) + 1 if n_groups is None and len(group) else (n_groups or 0)
+    uniq_who, who_i = np.unique(who, return_inverse=True)
+    out: dict[str, Any] = {"printers": int(uniq_who.size), "records_matching_another_printer": 0}
+    counted = np.zeros(len(who), np.bool_)
+    if uniq_who.size >= 2 and len(who):
+        ts = cols["timestamp"]
+        sec = np.where(np.isnan(ts), -1, np.floor(np.nan_to_num(ts, nan=-1.0))).astype(np.int64)
+        order = np.lexsort((who, cols["cached_token"], cols["new_token"], cols["new_seq"], sec, group))
+        k = np.stack([a[order] for a in (group, sec, cols["new_seq"], cols["new_token"], cols["cached_token"])])
+        w = who[order]
+        new_key = np.ones(len(w), dtype=bool)
+        new_key[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
+        gid = np.cumsum(new_key) - 1
+        # a key spans several printers iff its first and last `who` differ (sorted by who last)
+        first = np.zeros(gid[-1] + 1, dtype=np.int64)
+        last = np.zeros(gid[-1] + 1, dtype=np.int64)
+        first[gid[::-1]] = w[::-1]
+        last[gid] = w
+        matched = (first != last)[gid]
+        wi = who_i[order]
+        share = np.bincount(wi, weights=matched, minlength=uniq_who.size) / np.bincount(wi, minlength=uniq_who.size)
+        counted[order] = matched & (share >= COPY_SHARE)[wi]
+        out["records_matching_another_printer"] = int(counted.sum())
+    if n_groups > 1:
+        pairs = np.unique(group * (uniq_who.size + 1) + who_i)
+        printers = np.bincount(pairs // (uniq_who.size + 1), minlength=n_groups)
+        copies = np.bincount(group, weights=counted, minlength=n_groups)
+        out["groups"] = [
+            {"printers": int(p), "records_matching_another_printer": int(c)} for p, c in zip(printers.tolist(), copies.tolist())
+        ]
     return out
+
+
+def join_given(trace: PrefillTrace) -> PrefillTrace:
+    """The trace with each configuration whose settings were given for logs that state none
+    (rotated logs read with `--launch`) joined to the one configuration its logs state
+    that those settings name: every setting given agrees with the logged one (a setting
+    the logs do not state is not a disagreement), the chunk per attention-DP rank too, and
+    the forward tokens are counted alike (enable_mixed_chunk, unstated meaning SGLang's
+    default, off). Settings that name no logged configuration, or several, stay a group of
+    their own (core.trace.summary says which). The last step of a parse, after the merge of
+    its files: a pairwise merge cannot know every configuration yet."""
+    groups = trace.groups
+    if not any(g.given for g in groups):
+        return trace
+    target: dict[int, int] = {}
+    for i, g in enumerate(groups):
+        if g.given:
+            hits = [j for j, h in enumerate(groups) if not h.given and given_names(g, h)]
+            if len(hits) == 1:
+                target[i] = hits[0]
+    if not target:
+        return trace
+    members: dict[int, list[int]] = {j: [j] for j in range(len(groups)) if j not in target}
+    for i, j in target.items():
+        members[j].append(i)
+    kept = sorted(members)
+    lut = np.zeros(len(groups) + 1, np.int32)
+    lut[-1] = -1
+    new_groups = []
+    for new, j in enumerate(kept):
+        lut[members[j]] = new
+        merged = merge_groups([groups[m] for m in members[j]])
+        merged.sources = sorted(set(merged.sources))
+        merged.given = groups[j].given
+        new_groups.append(merged)
+    batches = trace.batches
+    meta = dict(trace.meta)
+    if batches is not None and "group" in batches:
+        batches = {**batches, "group": lut[batches["group"]]}
+        if "rank" in batches and "source" in batches:
+            meta["rank_overlap"] = rank_overlap(batches, len(meta.get("ranks") or []), len(new_groups))
+    return PrefillTrace(
+        sizes=trace.sizes, counts=trace.counts, batches=batches, origin=trace.origin, sources=trace.sources,
+        parse_stats=trace.parse_stats, captures=trace.captures, meta=meta, groups=new_groups,
+    )  # fmt: skip
+
+
+def given_names(given: TraceGroup, logged: TraceGroup) -> bool:
+    """Whether settings given for logs that state none name a logged configuration (see
+    join_given)."""
+    return given_differs(given, logged) is None
+
+
+def given_differs(given: TraceGroup, logged: TraceGroup) -> str | None:
+    """The first setting in which settings given disagree with a logged configuration
+    (`enable_mixed_chunk true, the logs false`), or None when they name it."""
+    mine, theirs = given.settings, logged.settings
+    for key, value in mine.items():
+        if key != "enable_mixed_chunk" and theirs.get(key) is not None and theirs[key] != value:
+            return f"{key} {_text(value)}, the logs {_text(theirs[key])}"
+    a, b = mine.get("enable_mixed_chunk") is True, theirs.get("enable_mixed_chunk") is True
+    if a != b:
+        return f"enable_mixed_chunk {_text(a)}, the logs {_text(b)}"
+    if given.rank_chunk is not None and logged.rank_chunk is not None and given.rank_chunk != logged.rank_chunk:
+        return f"a chunk of {given.rank_chunk} per attention-DP rank, the logs {logged.rank_chunk}"
+    return None
+
+
+def _text(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)

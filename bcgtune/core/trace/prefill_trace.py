@@ -164,6 +164,13 @@ class PrefillTrace:
     def describe_groups(self) -> str:
         return describe_groups(self.groups, self.source_names())
 
+    def own_sources(self) -> list[Any]:
+        """The sources its batches come from: a one-configuration view of a fleet's trace
+        (group_view) keeps the fleet's sources for its indices, but holds only its group's."""
+        if len(self.groups) == 1 and self.groups[0].sources:
+            return [self.sources[s] for s in self.groups[0].sources if 0 <= s < len(self.sources)]
+        return list(self.sources)
+
     def group_view(self, index: int) -> "PrefillTrace":
         """The trace of one group: its batches (columns when the trace has them), its
         sources' captures and startup lines, and only that group."""

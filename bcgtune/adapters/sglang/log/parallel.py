@@ -65,8 +65,14 @@ class _Progress:
 
 
 def _parse_files(
-    paths: list[str], jobs: int | None, progress: _Progress, options: ParseOptions = DEFAULT_OPTIONS, want: Want = Want()
+    paths: list[str],
+    jobs: int | None,
+    progress: _Progress,
+    options: ParseOptions = DEFAULT_OPTIONS,
+    want: Want | list[Want] = Want(),
 ) -> list[_FileResult]:
+    """Each path parsed with its Want (one for all, or one per path)."""
+    wants = want if isinstance(want, list) else [want] * len(paths)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise InputError(f"jobs must be a positive integer, got {_quote(repr(jobs))}", "jobs")
     files = [i for i, p in enumerate(paths) if p != "-"]
@@ -75,10 +81,10 @@ def _parse_files(
     if n < 2 or not big or multiprocessing.current_process().daemon:
         out = []
         for i, path in enumerate(paths):
-            out.append(_parse_file(path, 0, partial(progress.update, i), options, want))
+            out.append(_parse_file(path, 0, partial(progress.update, i), options, wants[i]))
             progress.finished(i)
         return out
-    return _parse_parallel(paths, files, n, progress, options, want)
+    return _parse_parallel(paths, files, n, progress, options, wants)
 
 
 def _worker_signals() -> None:
@@ -92,7 +98,7 @@ def _worker_signals() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, want: Want) -> None:
+def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, wants: list[Want]) -> None:
     """A worker process: parse the next file of `order` not taken yet, until none is left;
     send (index, _FileResult or the parts of its InputError) on `results`."""
     _worker_signals()
@@ -108,7 +114,7 @@ def _worker(paths: list[str], order: list[int], taken, results, done, options: P
             done[i] = pos
 
         try:
-            out: Any = _parse_file(paths[i], 0, report, options, want)
+            out: Any = _parse_file(paths[i], 0, report, options, wants[i])
         except BcgError as exc:  # re-raised in the parent, with its file and line
             out = (type(exc), exc.what, exc.where)
         results.put((i, out))
@@ -126,7 +132,9 @@ class _Workers:
     """`jobs` processes parsing `files` (biggest first), started with Ctrl-C ignored. As a
     context manager it stops them all on the way out, whatever happened (no orphans)."""
 
-    def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, want: Want):
+    def __init__(
+        self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, wants: list[Want]
+    ):
         ctx: Any = multiprocessing.get_context(_start_method())
         order = sorted(files, key=lambda i: -(sizes[i] or 0))
         self.done = ctx.RawArray("q", len(paths))
@@ -135,7 +143,7 @@ class _Workers:
         # collected one unlinks its semaphore first
         self.taken = taken = ctx.Value("q", 0)
         self.procs = [
-            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, want), daemon=True)
+            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, wants), daemon=True)
             for _ in range(jobs)
         ]
         main = threading.current_thread() is threading.main_thread()
@@ -188,17 +196,18 @@ def _parse_parallel(
     jobs: int,
     progress: _Progress,
     options: ParseOptions = DEFAULT_OPTIONS,
-    want: Want = Want(),
+    wants: list[Want] | None = None,
 ) -> list[_FileResult]:
     """Files in `jobs` worker processes, stdin in this one; results in input order, and
     the first error in input order is raised (as a serial parse would). Ctrl-C reaches
     this process only: it stops the workers and raises KeyboardInterrupt."""
     results: list[Any] = [None] * len(paths)
-    with _Workers(paths, files, jobs, progress.sizes, options, want) as workers:
+    wants = wants or [Want()] * len(paths)
+    with _Workers(paths, files, jobs, progress.sizes, options, wants) as workers:
         if "-" in paths:
             i = paths.index("-")
             try:
-                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, want)
+                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, wants[i])
             except BcgError as exc:
                 results[i] = (type(exc), exc.what, exc.where)
             progress.finished(i)
