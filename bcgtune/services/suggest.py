@@ -395,6 +395,25 @@ def _ceiling(trace: PrefillTrace, capture: PrefillCapture, align: int) -> int | 
     return capture.max_bs if smallest <= capture.max_bs else None
 
 
+def _refuse_contradicted_chunk(trace: PrefillTrace) -> None:
+    """A trace whose launch settings give a chunk per attention-DP rank below its largest
+    batch: SGLang's scheduler never forms such a batch (srt/managers/schedule_policy.py,
+    PrefillAdder's rem_chunk_tokens), so the settings are not those of the servers that
+    wrote the logs, and a list capped at that chunk would leave the larger batches eager."""
+    known = trace.chunked_prefill_size()
+    largest = int(trace.sizes[-1]) if trace.sizes.size else 0
+    if known is None or known <= 0 or largest <= known:
+        return
+    g = trace.groups[0] if len(trace.groups) == 1 else None
+    how = "given with trace --launch" if g is not None and g.given else "as the trace states them"
+    raise InputError(
+        f"the trace's batches reach {largest:,} tokens, above the chunk of {known:,} per attention-DP rank its launch "
+        f"settings give ({how}): they are not the settings of the servers that wrote the logs; trace again with the "
+        "settings they ran, or give --chunked-prefill-size",
+        field="chunked_prefill_size",
+    )
+
+
 def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) -> Suggestion:
     """The optimal list for the request's trace and launch, with its comparison rows."""
     from bcgtune.services.launch import capture_for_flags, refuse_refused
@@ -415,6 +434,8 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
         if req.profile.buckets and not any(lst == list(req.profile.buckets) for _, lst in compare):
             compare.append((f"profile {req.profile.name}'s current list", list(req.profile.buckets)))
     else:
+        if not req.chunked_prefill_size:
+            _refuse_contradicted_chunk(trace)
         flags = _launch_flags(req, trace, notes)
         launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
         capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)

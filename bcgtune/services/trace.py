@@ -19,7 +19,8 @@ single-process local mode is deprecated, for no feature this job uses.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,14 +261,19 @@ def _client(cluster: str) -> tuple[Any, Any]:
             # the CPU time per log); None leaves glibc's own behaviour.
             # The workers' statistical profiler samples every thread every 10 ms: off, it is
             # CPU a parse does not need (a local cluster only; a remote one keeps its own).
-            with dask.config.set(
-                {
-                    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                    "distributed.worker.profile.enabled": False,
-                }
+            with (
+                _hushed(),
+                dask.config.set(
+                    {
+                        "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                        "distributed.worker.profile.enabled": False,
+                    }
+                ),
             ):
+                # only a failure of the run itself is said (one error: line); what Dask logs as its
+                # workers and scheduler stop is not (its ERROR tracebacks of closed connections)
                 local = LocalCluster(
-                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=50
                 )
             return Client(local), local
         except Exception as exc:  # worker processes that cannot start: a port, memory, the environment
@@ -277,6 +283,39 @@ def _client(cluster: str) -> tuple[Any, Any]:
     except Exception as exc:  # the scheduler went away, or answered the handshake wrongly
         what = " ".join(str(exc).split())[:120] or type(exc).__name__
         raise ExternalError(f"cannot connect to the Dask scheduler: {what}", cluster) from None
+
+
+@contextmanager
+def _hushed(on: bool = True) -> Iterator[None]:
+    """This process's stderr to /dev/null, and Dask's loggers silent, for the duration: a
+    local cluster's worker processes are started so (they inherit it: what they would print
+    is Dask's own logging; a task's failure comes back as its result), and stopped so (its
+    scheduler, nannies and the queues to their workers may print tracebacks of connections
+    closed under them while they stop, distributed issues 2273, 3581, 7192), once the result
+    is in hand or the error raised. A cluster at an address is only disconnected from."""
+    import logging
+    import sys
+
+    if not on:
+        yield
+        return
+    names = ("distributed", "tornado", "asyncio")
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        for n, level in levels.items():  # unless Dask set its own meanwhile (LocalCluster's silence_logs)
+            if logging.getLogger(n).level == logging.CRITICAL + 1:
+                logging.getLogger(n).setLevel(level)
 
 
 def trace_on_cluster(
@@ -324,9 +363,10 @@ def trace_on_cluster(
                 progress(done, len(paths))
         result = level[0].result()
     finally:
-        client.close()
-        if local is not None:
-            local.close()
+        with _hushed(local is not None):
+            client.close()
+            if local is not None:
+                local.close()
     if isinstance(result, _Failure):
         _raise(result)
     assert isinstance(result, PrefillTrace)

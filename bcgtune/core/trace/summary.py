@@ -240,7 +240,7 @@ def _given_notes(trace: PrefillTrace, ps: dict[str, Any]) -> list[str]:
         if not mine:
             continue
         text = f"launch settings given with --launch, not logged, for {len(mine)} file(s): {_shown(mine)}"
-        if len(trace.groups) > 1 or g.given:
+        if len(trace.groups) > 1:
             text += f": {_given_outcome(trace, i)}"
         out.append(text)
     return out
