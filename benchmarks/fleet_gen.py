@@ -197,3 +197,18 @@ def demo_fleet(folder: str | os.PathLike, **kw) -> tuple[list[Configuration], Tr
         Configuration("org/Model-70B", tp=8, dp=8, dp_attention=True, chunk=16384, replicas=2),
     ]
     return configs, write_fleet(folder, configs, lost_start={(0, 2)}, **kw)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write the demo fleet's logs into a folder and print its truth.")
+    ap.add_argument("folder")
+    ap.add_argument("--batches", type=int, default=300, help="prefill batches per replica")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=1, help="each replica's batches written this many times")
+    a = ap.parse_args()
+    configs, truth = demo_fleet(a.folder, batches=a.batches, seed=a.seed, repeat=a.repeat)
+    for c, cfg in enumerate(configs):
+        print(f"configuration {c}: {cfg}; {sum(truth.sizes[c].values())} batches in {', '.join(truth.files[c])}")
+    print(f"{truth.bytes:,} bytes")

@@ -1153,7 +1153,7 @@ from bcgtune.adapters.sglang.log import ParseOptions
 from bcgtune.adapters.sglang.log.columns import Want
 signal.signal(signal.SIGTERM, _sigterm)
 par._start_method = lambda: "fork"
-with par._Workers({paths!r}, [0, 1], 2, [None, None], ParseOptions(), Want()) as w:
+with par._Workers({paths!r}, [0, 1], 2, [None, None], ParseOptions(), [Want(), Want()]) as w:
     t = time.monotonic()
     while w.taken.value < 2 and time.monotonic() - t < 60:
         time.sleep(0.01)

@@ -281,10 +281,10 @@ def _merge_meta(traces: list[PrefillTrace], offsets: list[int], ranks: list[str]
     return meta
 
 
-# A printer whose records match another printer's this often prints copies of one batch
+# A printer nearly all of whose records match another printer's prints copies of one batch
 # (every TP rank writing the same line, a log collected twice); below it, the matches are
 # coincidences of independent servers (same second, same sizes: chunk-saturated batches).
-COPY_SHARE = 0.5
+COPY_SHARE = 0.9
 
 
 def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int, n_groups: int | None = None) -> dict:

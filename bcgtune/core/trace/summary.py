@@ -197,7 +197,7 @@ def _notes(trace: PrefillTrace) -> list[str]:
             where = f" of {_which(trace, i)}" if per_group else ""
             notes.append(
                 f"{o['records_matching_another_printer']} records{where} match a record of another "
-                "rank/file of it (same second and sizes, from ranks/files most of whose records do): if those are "
+                "rank/file of it (same second and sizes, from ranks/files nearly all of whose records do): if those are "
                 "copies of one batch rather than distinct DP batches, trace one rank only"
             )
     for key, text in (
