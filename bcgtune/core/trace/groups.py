@@ -282,7 +282,7 @@ def merge_groups(groups: list[TraceGroup]) -> TraceGroup:
     return TraceGroup(
         settings=dict(first.settings),
         rank_chunk=first.rank_chunk,
-        sources=[s for g in groups for s in g.sources],
+        sources=list(dict.fromkeys(s for g in groups for s in g.sources)),
         sizes=sizes,
         counts=counts,
         mix_tokens=t,

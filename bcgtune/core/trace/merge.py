@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bcgtune.core.stats import distinct
 from bcgtune.core.trace.groups import (
     FORWARD_TOKENS_RULE_BY_LAUNCH,
     MAX_GROUPS,
@@ -87,7 +88,7 @@ def _printers(t: PrefillTrace) -> int:
     b = t.batches
     if b is not None and "source" in b and "rank" in b:
         who = b["source"].astype(np.int64) * (1 << 20) + (b["rank"].astype(np.int64) + 1)
-        return int(np.unique(who).size)
+        return int(distinct(who).size)
     return int((t.meta.get("rank_overlap") or {}).get("printers") or 0)
 
 
@@ -294,40 +295,69 @@ def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int, n_groups: int | None
     records match another's. Under DP attention each DP rank prints its own batch, so such
     records may be distinct forwards; a match is only a hint that lines were duplicated.
     With several configurations, `groups` gives the same per configuration."""
-    who = cols["source"].astype(np.int64) * (1 << 20) + (cols["rank"].astype(np.int64) + 1)
+    rank = cols["rank"].astype(np.int64) + 1
+    who = cols["source"].astype(np.int64) * (int(rank.max(initial=0)) + 1) + rank
     group = cols.get("group")
     group = np.zeros(len(who), np.int64) if group is None else group.astype(np.int64)
     n_groups = int(group.max()) + 1 if n_groups is None and len(group) else (n_groups or 0)
-    uniq_who, who_i = np.unique(who, return_inverse=True)
+    uniq_who, who_i = _dense(who)
+    # a printer of a configuration: (group, who) numbered densely
+    pairs, pair_i = _dense(group * (uniq_who.size + 1) + who_i)
     out: dict[str, Any] = {"printers": int(uniq_who.size), "records_matching_another_printer": 0}
-    counted = np.zeros(len(who), np.bool_)
+    copies = np.zeros(max(n_groups, 1), np.int64)
     if uniq_who.size >= 2 and len(who):
         ts = cols["timestamp"]
         sec = np.where(np.isnan(ts), -1, np.floor(np.nan_to_num(ts, nan=-1.0))).astype(np.int64)
-        order = np.lexsort((who, cols["cached_token"], cols["new_token"], cols["new_seq"], sec, group))
-        k = np.stack([a[order] for a in (group, sec, cols["new_seq"], cols["new_token"], cols["cached_token"])])
-        w = who[order]
-        new_key = np.ones(len(w), dtype=bool)
-        new_key[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
-        gid = np.cumsum(new_key) - 1
-        # a key spans several printers iff its first and last `who` differ (sorted by who last)
-        first = np.zeros(gid[-1] + 1, dtype=np.int64)
-        last = np.zeros(gid[-1] + 1, dtype=np.int64)
-        first[gid[::-1]] = w[::-1]
-        last[gid] = w
-        matched = (first != last)[gid]
-        wi = who_i[order]
-        share = np.bincount(wi, weights=matched, minlength=uniq_who.size) / np.bincount(wi, minlength=uniq_who.size)
-        counted[order] = matched & (share >= COPY_SHARE)[wi]
-        out["records_matching_another_printer"] = int(counted.sum())
+        # records alike (group, second, sizes) share the high bits of one 64-bit word (a hash
+        # of the five values), the printer is in its low bits: one sort of the words finds
+        # them (a lexsort of five keys cost 0.5 s per million records); records that differ
+        # share the high bits by a chance of about 2^-40 per pair, and that could only add a match
+        bits = max(1, int(pairs.size - 1).bit_length())
+        mask = np.uint64((1 << bits) - 1)
+        word = np.sort(
+            (_mix(group, sec, cols["new_seq"], cols["new_token"], cols["cached_token"]) & ~mask) | pair_i.astype(np.uint64)
+        )
+        high, low = word >> np.uint64(bits), (word & mask).astype(np.int64)
+        starts = np.flatnonzero(np.concatenate(([True], high[1:] != high[:-1])))
+        # a key spans several printers iff its least and greatest printer differ (sorted by printer last)
+        ends = np.append(starts[1:], len(word)) - 1
+        matched = np.repeat(low[starts] != low[ends], np.diff(np.append(starts, len(word))))
+        per_pair = np.bincount(low, weights=matched, minlength=pairs.size)
+        share = per_pair / np.bincount(low, minlength=pairs.size)
+        kept = np.where(share >= COPY_SHARE, per_pair, 0).astype(np.int64)
+        out["records_matching_another_printer"] = int(kept.sum())
+        copies = np.bincount(pairs // (uniq_who.size + 1), weights=kept, minlength=max(n_groups, 1)).astype(np.int64)
     if n_groups > 1:
-        pairs = np.unique(group * (uniq_who.size + 1) + who_i)
         printers = np.bincount(pairs // (uniq_who.size + 1), minlength=n_groups)
-        copies = np.bincount(group, weights=counted, minlength=n_groups)
         out["groups"] = [
             {"printers": int(p), "records_matching_another_printer": int(c)} for p, c in zip(printers.tolist(), copies.tolist())
         ]
     return out
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of non-negative integers, by counting when
+    they are few (a printer's number: sources times ranks), else by sorting."""
+    top = int(values.max(initial=-1)) + 1
+    if top > 1 << 24:
+        return np.unique(values, return_inverse=True)
+    used = np.bincount(values, minlength=top) > 0
+    lut = np.cumsum(used) - 1
+    return np.flatnonzero(used), lut[values]
+
+
+_MULTIPLIERS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD)
+
+
+def _mix(*columns: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per row of integer columns (multiply-xorshift, wrapping)."""
+    h = np.zeros(len(columns[0]), np.uint64)
+    with np.errstate(over="ignore"):
+        for col, m in zip(columns, _MULTIPLIERS):
+            h ^= col.astype(np.int64).view(np.uint64) * np.uint64(m)
+            h ^= h >> np.uint64(29)
+            h *= np.uint64(0xBF58476D1CE4E5B9)
+    return h
 
 
 def join_given(trace: PrefillTrace) -> PrefillTrace:

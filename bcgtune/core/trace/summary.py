@@ -291,7 +291,7 @@ def _groups(trace: PrefillTrace) -> list[GroupSummary]:
     out = []
     names = trace.source_names()
     for i, g in enumerate(trace.groups):
-        view = trace.group_view(i)
+        view = trace.group_view(i, batches=False)
         cap = view.captured_list()
         out.append(
             GroupSummary(

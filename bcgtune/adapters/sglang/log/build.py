@@ -23,6 +23,7 @@ from bcgtune.adapters.sglang.log.grammar import MAX_CAPTURES, forward_tokens
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.parallel import _input_size, _parse_files, _Progress
 from bcgtune.adapters.sglang.log.rotation import previous_pieces
+from bcgtune.core.stats import distinct
 from bcgtune.core.trace.groups import (
     FORWARD_TOKENS_RULE_BY_LAUNCH,
     TraceGroup,
@@ -219,7 +220,7 @@ def _column_trace(r: _FileResult, launches, where: str, common: dict) -> Prefill
         for k in list(cols):
             cols[k] = cols[k][keep]
         segment = segment[keep]
-    configs = _configurations(launches, np.unique(segment).tolist())
+    configs = _configurations(launches, distinct(segment).tolist())
     lut = np.full(len(launches) + 1, -1, np.int32)
     for gi, segs in enumerate(configs):
         lut[segs] = gi
@@ -234,7 +235,7 @@ def _column_trace(r: _FileResult, launches, where: str, common: dict) -> Prefill
         flags, chunk = launches[segs[0]]
         saturated = sum_counters([r.segments[s]["saturated"] for s in segs])
         g = group_from_batches(
-            flags, chunk, [0] * len(segs), cols["forward_tokens"][sel], cols["new_seq"][sel], cols["graph"][sel], saturated
+            flags, chunk, [0], cols["forward_tokens"][sel], cols["new_seq"][sel], cols["graph"][sel], saturated
         )
         g.given = _given(r, segs)
         groups.append(g)
@@ -255,7 +256,7 @@ def _histogram_group(r: _FileResult, launches, segs: list[int]) -> TraceGroup:
         tokens, requests, counts = pairs_of(*(np.concatenate([h[k] for h in hs]) for k in ("tokens", "requests", "counts")))
     sizes, size_counts = histogram_of(tokens, counts)
     return TraceGroup(
-        flags, chunk, [0] * len(segs), sizes, size_counts, tokens, requests, counts,
+        flags, chunk, [0], sizes, size_counts, tokens, requests, counts,
         all(h["requests_known"] for h in hs), sum_counters([h["graph"] for h in hs]),
         sum_counters([r.segments[s]["saturated"] for s in segs]), _given(r, segs),
     )  # fmt: skip

@@ -22,6 +22,7 @@ from bcgtune.adapters.sglang.log.grammar import (
 )
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.scanner import _at_line, _scan, _Sink
+from bcgtune.core.stats import distinct
 from bcgtune.core.trace.groups import UNLOGGED_CHUNK_KEY, UNLOGGED_NEW_TOKEN_KEY
 
 MAX_SEGMENTS = 1024  # launches (server_args lines) told apart per file; later ones join the last
@@ -492,7 +493,7 @@ class _PairCounter:
 
 def _launches_used(columns: dict[str, np.ndarray] | None, histograms: list[dict] | None) -> set[int]:
     if columns is not None:
-        return set(np.unique(columns["segment"]).tolist())
+        return set(distinct(columns["segment"]).tolist())
     return {i for i, h in enumerate(histograms or []) if h["counts"].size}
 
 
