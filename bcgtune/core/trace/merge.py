@@ -45,11 +45,14 @@ def merge_traces(
     names: list[str] | None = None,
     histogram_only: bool = False,
     same_source_ok: bool = False,
+    consume: bool = False,
 ) -> PrefillTrace:
     """One trace of `traces`, in order. names: how messages call each input (file names).
     histogram_only: drop per-batch columns (needed when some inputs have none).
     same_source_ok: accept one log in several inputs (the log parser reads what it is
-    given; trace files holding the same log are refused: its batches would count twice)."""
+    given; trace files holding the same log are refused: its batches would count twice).
+    consume: the inputs' per-batch columns are taken (each freed once merged: the memory of
+    the columns once, not twice); the inputs are not to be used again."""
     if not traces:
         raise InputError("no trace to merge")
     names = names or [f"input {i + 1}" for i in range(len(traces))]
@@ -74,7 +77,7 @@ def merge_traces(
     out.captures = captures[:CAPTURES_MAX]
     out.meta = _merge_meta(traces, offsets, ranks, len(captures) - len(out.captures))
     if keep_columns:
-        out.batches = _merge_columns(traces, offsets, rank_luts, group_luts)
+        out.batches = _merge_columns(traces, offsets, rank_luts, group_luts, consume)
         out.meta["rank_overlap"] = rank_overlap(out.batches, len(ranks), len(groups)) if "rank" in out.batches else None
     elif out.origin in _LOG_ORIGINS:
         printers = sum(_printers(t) for t in traces)
@@ -205,12 +208,12 @@ def _merged_groups(traces: list[PrefillTrace], offsets: list[int]) -> tuple[list
 
 
 # ---- parts ----------------------------------------------------------------------------
-def _merge_columns(traces, offsets, rank_luts, group_luts) -> dict[str, np.ndarray]:
+def _merge_columns(traces, offsets, rank_luts, group_luts, consume: bool = False) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    for k in traces[0].batches:
+    for k in list(traces[0].batches):
         parts = []
         for t, off, rl, gl in zip(traces, offsets, rank_luts, group_luts):
-            col = t.batches[k]
+            col = t.batches.pop(k) if consume else t.batches[k]
             if k == "source":
                 col = (col + off).astype(col.dtype)
             elif k == "rank":
@@ -219,6 +222,7 @@ def _merge_columns(traces, offsets, rank_luts, group_luts) -> dict[str, np.ndarr
                 col = gl[col]
             parts.append(col)
         out[k] = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        del parts
     return out
 
 

@@ -17,7 +17,6 @@ from bcgtune.adapters.sglang.log.columns import (
     _FileResult,
     first_counts_running,
     inherit_first,
-    launch_ends,
 )
 from bcgtune.adapters.sglang.log.grammar import MAX_CAPTURES, forward_tokens
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
@@ -126,17 +125,6 @@ def rotated_firsts(paths: list[str], ends: list[LaunchEnds | None]) -> dict[int,
             firsts[i] = first
         tails[i] = first if first is not None and e.one_launch else e.last
     return firsts
-
-
-def continue_rotated(paths: list[str], results: list[_FileResult], want: Want) -> dict[int, Want]:
-    """Every rotated piece read by the launch it continues (rotated_firsts, inherit_first).
-    Returns the pieces a histogram-only parse must read again (their forward tokens were
-    counted by other settings than they continue: mixed chunk), with the Want that does."""
-    again: dict[int, Want] = {}
-    for i, first in rotated_firsts(paths, [launch_ends(r) for r in results]).items():
-        if continue_first(results[i], first, want):
-            again[i] = want._replace(first=first)
-    return again
 
 
 def continue_first(r: _FileResult, first: dict, want: Want) -> bool:
@@ -312,16 +300,12 @@ def parse_logs(
         raise InputError("stdin ('-') can be read once only", "<stdin>")
     sizes = [_input_size(p) for p in paths]
     want = Want.of(mixed_chunk, histogram_only, assumed_launch)
+    # rotated pieces are parsed after the piece before them, by the launch it ended with (Continuations)
     results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
-    again = continue_rotated(paths, results, want)
-    if again:  # histograms whose first lines were counted by another launch's settings than they continue
-        redo = _parse_files([paths[i] for i in again], jobs, _Progress(None, [sizes[i] for i in again]),
-                            options or DEFAULT_OPTIONS, list(again.values()))  # fmt: skip
-        for i, r in zip(again, redo):
-            results[i] = r
     traces = [file_trace(p, r) for p, r in zip(paths, results)]
     del results
-    trace = join_given(merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True))
+    trace = join_given(merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True, consume=True))
+    del traces
     if trace.n_batches == 0:
         raise _no_records_error(paths, trace)
     return trace

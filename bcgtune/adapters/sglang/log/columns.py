@@ -569,6 +569,38 @@ def launch_ends(r: _FileResult) -> LaunchEnds:
     return LaunchEnds(not r.segments[0]["stated"] and "inherited" not in r.segments[0], len(r.segments) == 1, last)
 
 
+class Continuations:
+    """The launch each rotated piece continues (adapters/sglang/log/rotation.py), known as
+    the pieces are parsed, older first: a piece is parsed once the piece before it is, with
+    Want.first the launch that one ended with, so its first lines (which state no launch)
+    count their forward tokens by it and nothing is read twice."""
+
+    def __init__(self, paths: list[str]) -> None:
+        from bcgtune.adapters.sglang.log.rotation import previous_pieces
+
+        self.prev = previous_pieces(paths)
+        self.chained = any(p is not None for p in self.prev)
+        self.after: dict[int, list[int]] = {}
+        for i, p in enumerate(self.prev):
+            if p is not None:
+                self.after.setdefault(p, []).append(i)
+        self.tails: dict[int, dict | None] = {}
+
+    def ready(self) -> list[int]:
+        """The pieces that wait for no other (the oldest of each log, and the logs not rotated)."""
+        return [i for i, p in enumerate(self.prev) if p is None]
+
+    def want(self, i: int, want: Want) -> Want:
+        p = self.prev[i]
+        first = self.tails.get(p) if p is not None else None
+        return want._replace(first=first) if first is not None else want
+
+    def done(self, i: int, result: Any) -> list[int]:
+        """Piece i parsed (a _FileResult, or None when it failed): the pieces now ready."""
+        self.tails[i] = launch_ends(result).last if isinstance(result, _FileResult) else None
+        return self.after.get(i, [])
+
+
 def first_counts_running(r: _FileResult) -> bool:
     return r.segments[0]["server_args"].get("enable_mixed_chunk") is True
 

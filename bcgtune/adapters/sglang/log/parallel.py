@@ -10,11 +10,12 @@ import queue
 import signal
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Self
 
-from bcgtune.adapters.sglang.log.columns import Want, _FileResult, _parse_file
+from bcgtune.adapters.sglang.log.columns import Continuations, Want, _FileResult, _parse_file
 from bcgtune.adapters.sglang.log.grammar import _quote
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.remote import is_url, url_size
@@ -71,20 +72,41 @@ def _parse_files(
     options: ParseOptions = DEFAULT_OPTIONS,
     want: Want | list[Want] = Want(),
 ) -> list[_FileResult]:
-    """Each path parsed with its Want (one for all, or one per path)."""
+    """Each path parsed with its Want (one for all, or one per path); a rotated piece after
+    the piece before it (Continuations), with the launch that one ended with."""
     wants = want if isinstance(want, list) else [want] * len(paths)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise InputError(f"jobs must be a positive integer, got {_quote(repr(jobs))}", "jobs")
     files = [i for i, p in enumerate(paths) if p != "-"]
     n = min(jobs or _cores(), len(files), _MAX_JOBS_PER_CORE * _cores())
     big = sum(progress.sizes[i] or 0 for i in files) >= options.parallel_min_bytes
+    cont = Continuations(paths)
     if n < 2 or not big or multiprocessing.current_process().daemon:
-        out = []
-        for i, path in enumerate(paths):
-            out.append(_parse_file(path, 0, partial(progress.update, i), options, wants[i]))
-            progress.finished(i)
-        return out
-    return _parse_parallel(paths, files, n, progress, options, wants)
+        return _parse_serial(paths, progress, options, wants, cont)
+    return _parse_parallel(paths, files, n, progress, options, wants, cont)
+
+
+def _parse_serial(
+    paths: list[str], progress: _Progress, options: ParseOptions, wants: list[Want], cont: Continuations
+) -> list[_FileResult]:
+    """One file after another: in input order, rotated pieces after the piece before them
+    (then every file is parsed, and the first error in input order raised)."""
+    out: list[Any] = [None] * len(paths)
+    failed: dict[int, BcgError] = {}
+    todo = deque(cont.ready())
+    while todo:
+        i = todo.popleft()
+        try:
+            out[i] = _parse_file(paths[i], 0, partial(progress.update, i), options, cont.want(i, wants[i]))
+        except BcgError as exc:
+            if not cont.chained:
+                raise
+            failed[i] = exc
+        progress.finished(i)
+        todo.extend(cont.done(i, out[i]))
+    if failed:
+        raise failed[min(failed)]
+    return out
 
 
 def _worker_signals() -> None:
@@ -98,23 +120,24 @@ def _worker_signals() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, wants: list[Want]) -> None:
-    """A worker process: parse the next file of `order` not taken yet, until none is left;
-    send (index, _FileResult or the parts of its InputError) on `results`."""
+def _worker(paths: list[str], tasks, taken, results, done, options: ParseOptions) -> None:
+    """A worker process: parse the files it is given, (index, Want) at a time on `tasks`,
+    until told to stop (None); send (index, _FileResult or the parts of its InputError) on
+    `results`."""
     _worker_signals()
     while True:
-        with taken.get_lock():
-            k = taken.value
-            taken.value += 1
-        if k >= len(order):
+        task = tasks.get()
+        if task is None:
             return
-        i = order[k]
+        i, want = task
+        with taken.get_lock():
+            taken.value += 1
 
         def report(pos: int, i: int = i) -> None:
             done[i] = pos
 
         try:
-            out: Any = _parse_file(paths[i], 0, report, options, wants[i])
+            out: Any = _parse_file(paths[i], 0, report, options, want)
         except BcgError as exc:  # re-raised in the parent, with its file and line
             out = (type(exc), exc.what, exc.where)
         results.put((i, out))
@@ -129,21 +152,24 @@ def _start_method() -> str:
 
 
 class _Workers:
-    """`jobs` processes parsing `files` (biggest first), started with Ctrl-C ignored. As a
-    context manager it stops them all on the way out, whatever happened (no orphans)."""
+    """`jobs` processes parsing `files` (biggest first), and those given later (submit),
+    started with Ctrl-C ignored. As a context manager it stops them all on the way out,
+    whatever happened (no orphans)."""
 
     def __init__(
         self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, wants: list[Want]
     ):
         ctx: Any = multiprocessing.get_context(_start_method())
-        order = sorted(files, key=lambda i: -(sizes[i] or 0))
+        self.sizes = sizes
         self.done = ctx.RawArray("q", len(paths))
         self.results = ctx.Queue()
+        self.tasks = ctx.Queue()
+        self.submit([(i, wants[i]) for i in files])
         # kept on self: a spawned worker unpickles these after __init__ returns, and a
         # collected one unlinks its semaphore first
         self.taken = taken = ctx.Value("q", 0)
         self.procs = [
-            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, wants), daemon=True)
+            ctx.Process(target=_worker, args=(paths, self.tasks, taken, self.results, self.done, options), daemon=True)
             for _ in range(jobs)
         ]
         main = threading.current_thread() is threading.main_thread()
@@ -162,6 +188,11 @@ class _Workers:
             if mask:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
+    def submit(self, tasks: list[tuple[int, Want]]) -> None:
+        """Files to parse, (index, Want) each: the biggest first."""
+        for task in sorted(tasks, key=lambda t: -(self.sizes[t[0]] or 0)):
+            self.tasks.put(task)
+
     def __enter__(self) -> Self:
         return self
 
@@ -175,6 +206,7 @@ class _Workers:
                 proc.kill()
                 proc.join()
         self.results.close()
+        self.tasks.close()
 
     def next_result(self, timeout: float) -> tuple[int, Any] | None:
         """(index, result) of a finished file, or None after `timeout` seconds. Raises
@@ -197,13 +229,17 @@ def _parse_parallel(
     progress: _Progress,
     options: ParseOptions = DEFAULT_OPTIONS,
     wants: list[Want] | None = None,
+    cont: Continuations | None = None,
 ) -> list[_FileResult]:
-    """Files in `jobs` worker processes, stdin in this one; results in input order, and
-    the first error in input order is raised (as a serial parse would). Ctrl-C reaches
-    this process only: it stops the workers and raises KeyboardInterrupt."""
+    """Files in `jobs` worker processes (a rotated piece once the piece before it is done),
+    stdin in this one; results in input order, and the first error in input order is raised
+    (as a serial parse would). Ctrl-C reaches this process only: it stops the workers and
+    raises KeyboardInterrupt."""
     results: list[Any] = [None] * len(paths)
     wants = wants or [Want()] * len(paths)
-    with _Workers(paths, files, jobs, progress.sizes, options, wants) as workers:
+    cont = cont or Continuations([])
+    ready = set(cont.ready()) if cont.prev else set(files)
+    with _Workers(paths, [i for i in files if i in ready], jobs, progress.sizes, options, wants) as workers:
         if "-" in paths:
             i = paths.index("-")
             try:
@@ -227,4 +263,6 @@ def _parse_parallel(
             else:
                 results[got[0]] = got[1]
                 progress.finished(got[0])
+                after = cont.done(got[0], got[1])
+                workers.submit([(j, cont.want(j, wants[j])) for j in after])
     return results
