@@ -78,6 +78,18 @@ def test_dir_lists_the_api():
         (lambda: bcgtune.suggest_buckets(TRACE, group=1), "the trace has 1 group (0..0), got 1 (group)"),
         (lambda: bcgtune.suggest_buckets(TRACE, group=-1), "(group)"),
         (lambda: bcgtune.drift(TRACE, [128], group=3), "(group)"),
+        (lambda: bcgtune.drift(TRACE, [128], profiles=["h200"]), "not both (profiles)"),
+        (lambda: bcgtune.drift(TRACE, profiles="h200"), "must be a list of profile files"),
+        (lambda: bcgtune.drift(TRACE, profiles=[]), "no profile given (profiles)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches=[1]), "(matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": "x"}), "(matches)"),
+        (lambda: bcgtune.drift(TRACE, [128], matches={"h200": 0}), "give profiles (matches)"),
+        (lambda: bcgtune.drift(TRACE), "(deployed)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster=5), "(cluster)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="local", group=0), "(group)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="nowhere"), "(--cluster)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], group=-1), "(group)"),
+        (lambda: bcgtune.trace_summary("t.json"), "must be a PrefillTrace"),
     ],
 )
 def test_wrong_types_and_values_are_input_errors_naming_the_argument(call, needle):
@@ -205,7 +217,7 @@ def _calls() -> dict[str, tuple]:
         ),
         "drift": (
             lambda **kw: bcgtune.drift(**{"trace": TRACE, "deployed": [128, 512], **kw}),
-            ["trace", "deployed", "align", "server_flags", "calibration", "threshold_pct", "group"],
+            ["trace", "deployed", "align", "server_flags", "calibration", "threshold_pct", "group", "profiles", "matches"],
         ),
         "merge_traces": (
             lambda **kw: bcgtune.merge_traces(**{"traces": [TRACE, OTHER], **kw}),
@@ -214,9 +226,10 @@ def _calls() -> dict[str, tuple]:
         "trace_from_sizes": (lambda **kw: bcgtune.trace_from_sizes(**kw), ["sizes"]),
         "trace_from_logs": (
             lambda **kw: bcgtune.trace_from_logs(**{"paths": [], **kw}),
-            ["paths", "mixed_chunk", "histogram_only", "jobs"],
+            ["paths", "mixed_chunk", "histogram_only", "jobs", "launch", "group", "cluster"],
         ),
         "load_trace": (lambda **kw: bcgtune.load_trace(**kw), ["path"]),
+        "trace_summary": (lambda **kw: bcgtune.trace_summary(**{"trace": TRACE, **kw}), ["trace"]),
         "load_calibration": (lambda **kw: bcgtune.load_calibration(**kw), ["path"]),
         "save_trace": (lambda **kw: bcgtune.save_trace(**{"trace": TRACE, "path": "out.json", **kw}), ["trace", "path"]),
         "percentile": (lambda **kw: TRACE.percentile(**kw), ["q"]),

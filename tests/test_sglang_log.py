@@ -1268,14 +1268,14 @@ def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
     from bcgtune.errors import ExternalError
 
     monkeypatch.setattr(mod, "_start_method", lambda: "fork")
-    real = mod._parse_file
+    real = mod.parse_and_finish
 
-    def dying(path, i, *args):
+    def dying(path, *args):
         if path.endswith("e2_pp_attn_cp_ranks.log"):
             os._exit(3)  # killed, say, by the kernel's out-of-memory killer
-        return real(path, i, *args)
+        return real(path, *args)
 
-    monkeypatch.setattr(mod, "_parse_file", dying)
+    monkeypatch.setattr(mod, "parse_and_finish", dying)
     files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]
     with pytest.raises(ExternalError, match="exit code 3"):
         parse_logs(files, jobs=2, options=ParseOptions(parallel_min_bytes=0))

@@ -301,9 +301,8 @@ def parse_logs(
     sizes = [_input_size(p) for p in paths]
     want = Want.of(mixed_chunk, histogram_only, assumed_launch)
     # rotated pieces are parsed after the piece before them, by the launch it ended with (Continuations)
-    results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
-    traces = [file_trace(p, r) for p, r in zip(paths, results)]
-    del results
+    # each log's trace made where it was parsed (a worker process, for several files)
+    traces = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want, file_trace)
     trace = join_given(merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True, consume=True))
     del traces
     if trace.n_batches == 0:

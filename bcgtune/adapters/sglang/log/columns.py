@@ -595,10 +595,19 @@ class Continuations:
         first = self.tails.get(p) if p is not None else None
         return want._replace(first=first) if first is not None else want
 
-    def done(self, i: int, result: Any) -> list[int]:
-        """Piece i parsed (a _FileResult, or None when it failed): the pieces now ready."""
-        self.tails[i] = launch_ends(result).last if isinstance(result, _FileResult) else None
+    def done(self, i: int, last: dict | None) -> list[int]:
+        """Piece i parsed, ending with launch `last` (launch_ends; None: it states none, or it
+        failed): the pieces now ready."""
+        self.tails[i] = last
         return self.after.get(i, [])
+
+
+def parse_and_finish(path: str, progress, options: ParseOptions, want: Want, finish=None) -> tuple[dict | None, Any]:
+    """(the launch the log ends with, the parse) of one log; `finish(path, result)` makes
+    what is returned of the parse (a worker process runs it, so its cost is spread too)."""
+    r = _parse_file(path, 0, progress, options, want)
+    last = launch_ends(r).last
+    return last, (r if finish is None else finish(path, r))
 
 
 def first_counts_running(r: _FileResult) -> bool:

@@ -13,9 +13,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
-from bcgtune.adapters.sglang.log.columns import Continuations, Want, _FileResult, _parse_file
+import numpy as np
+
+from bcgtune.adapters.sglang.log.columns import Continuations, Want, _FileResult, parse_and_finish
 from bcgtune.adapters.sglang.log.grammar import _quote
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.remote import is_url, url_size
@@ -71,9 +73,11 @@ def _parse_files(
     progress: _Progress,
     options: ParseOptions = DEFAULT_OPTIONS,
     want: Want | list[Want] = Want(),
-) -> list[_FileResult]:
+    finish: Callable[[str, _FileResult], Any] | None = None,
+) -> list[Any]:
     """Each path parsed with its Want (one for all, or one per path); a rotated piece after
-    the piece before it (Continuations), with the launch that one ended with."""
+    the piece before it (Continuations), with the launch that one ended with. finish: what
+    becomes of each parse, where it ran (None: the _FileResult itself)."""
     wants = want if isinstance(want, list) else [want] * len(paths)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise InputError(f"jobs must be a positive integer, got {_quote(repr(jobs))}", "jobs")
@@ -82,13 +86,13 @@ def _parse_files(
     big = sum(progress.sizes[i] or 0 for i in files) >= options.parallel_min_bytes
     cont = Continuations(paths)
     if n < 2 or not big or multiprocessing.current_process().daemon:
-        return _parse_serial(paths, progress, options, wants, cont)
-    return _parse_parallel(paths, files, n, progress, options, wants, cont)
+        return _parse_serial(paths, progress, options, wants, cont, finish)
+    return _parse_parallel(paths, files, n, progress, options, wants, cont, finish)
 
 
 def _parse_serial(
-    paths: list[str], progress: _Progress, options: ParseOptions, wants: list[Want], cont: Continuations
-) -> list[_FileResult]:
+    paths: list[str], progress: _Progress, options: ParseOptions, wants: list[Want], cont: Continuations, finish=None
+) -> list[Any]:
     """One file after another: in input order, rotated pieces after the piece before them
     (then every file is parsed, and the first error in input order raised)."""
     out: list[Any] = [None] * len(paths)
@@ -96,14 +100,15 @@ def _parse_serial(
     todo = deque(cont.ready())
     while todo:
         i = todo.popleft()
+        last = None
         try:
-            out[i] = _parse_file(paths[i], 0, partial(progress.update, i), options, cont.want(i, wants[i]))
+            last, out[i] = parse_and_finish(paths[i], partial(progress.update, i), options, cont.want(i, wants[i]), finish)
         except BcgError as exc:
             if not cont.chained:
                 raise
             failed[i] = exc
         progress.finished(i)
-        todo.extend(cont.done(i, out[i]))
+        todo.extend(cont.done(i, last))
     if failed:
         raise failed[min(failed)]
     return out
@@ -120,10 +125,66 @@ def _worker_signals() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker(paths: list[str], tasks, taken, results, done, options: ParseOptions) -> None:
+_SPILL_MIN_BYTES = 1 << 16
+
+
+def _spill_dir() -> str:
+    """A private folder for columns on their way from the workers: in memory (/dev/shm)
+    where there is one, else the temporary folder."""
+    import tempfile
+
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="bcgtune-parse-", dir=where)
+
+
+def _columns_of(out: Any) -> dict | None:
+    cols = getattr(out, "batches", None)
+    if cols is None:
+        cols = getattr(out, "columns", None)
+    return cols if isinstance(cols, dict) else None
+
+
+def _spill(out: Any, folder: str, i: int) -> Any:
+    """A worker's per-batch columns written to files in `folder` (one copy at the speed of
+    memory) instead of pickled through the result pipe (several copies, 0.3 s per 100 MB
+    measured): each large column is left as (path, dtype, length)."""
+    cols = _columns_of(out)
+    for k, a in list((cols or {}).items()):
+        if isinstance(a, np.ndarray) and a.nbytes >= _SPILL_MIN_BYTES and a.ndim == 1:
+            path = os.path.join(folder, f"{i}.{k}")
+            np.ascontiguousarray(a).tofile(path)
+            cols[k] = _Spilled(path, a.dtype.str, len(a))  # type: ignore[index]
+    return out
+
+
+def _unspill(out: Any) -> Any:
+    cols = _columns_of(out)
+    for k, a in list((cols or {}).items()):
+        if isinstance(a, _Spilled):
+            cols[k] = np.fromfile(a.path, dtype=np.dtype(a.dtype), count=a.length)  # type: ignore[index]
+            os.unlink(a.path)
+    return out
+
+
+class _Spilled(NamedTuple):
+    path: str
+    dtype: str
+    length: int
+
+
+class _Failed(NamedTuple):
+    """A parse's BcgError, as a worker sends it back (raised again in the parent)."""
+
+    cls: type
+    what: str
+    where: str | None
+
+
+def _worker(paths: list[str], tasks, taken, results, done, options: ParseOptions, finish=None, spill: str = "") -> None:
     """A worker process: parse the files it is given, (index, Want) at a time on `tasks`,
-    until told to stop (None); send (index, _FileResult or the parts of its InputError) on
-    `results`."""
+    until told to stop (None); send (index, (last launch, the parse as `finish` makes it))
+    or (index, the parts of its InputError) on `results`."""
     _worker_signals()
     while True:
         task = tasks.get()
@@ -137,9 +198,10 @@ def _worker(paths: list[str], tasks, taken, results, done, options: ParseOptions
             done[i] = pos
 
         try:
-            out: Any = _parse_file(paths[i], 0, report, options, want)
+            last, parsed = parse_and_finish(paths[i], report, options, want, finish)
+            out: Any = (last, _spill(parsed, spill, i) if spill else parsed)
         except BcgError as exc:  # re-raised in the parent, with its file and line
-            out = (type(exc), exc.what, exc.where)
+            out = _Failed(type(exc), exc.what, exc.where)
         results.put((i, out))
 
 
@@ -157,19 +219,29 @@ class _Workers:
     whatever happened (no orphans)."""
 
     def __init__(
-        self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, wants: list[Want]
+        self,
+        paths: list[str],
+        files: list[int],
+        jobs: int,
+        sizes: list[int | None],
+        options: ParseOptions,
+        wants: list[Want],
+        finish=None,
     ):
         ctx: Any = multiprocessing.get_context(_start_method())
         self.sizes = sizes
         self.done = ctx.RawArray("q", len(paths))
         self.results = ctx.Queue()
         self.tasks = ctx.Queue()
+        self.spill = _spill_dir()
         self.submit([(i, wants[i]) for i in files])
         # kept on self: a spawned worker unpickles these after __init__ returns, and a
         # collected one unlinks its semaphore first
         self.taken = taken = ctx.Value("q", 0)
         self.procs = [
-            ctx.Process(target=_worker, args=(paths, self.tasks, taken, self.results, self.done, options), daemon=True)
+            ctx.Process(
+                target=_worker, args=(paths, self.tasks, taken, self.results, self.done, options, finish, self.spill), daemon=True
+            )
             for _ in range(jobs)
         ]
         main = threading.current_thread() is threading.main_thread()
@@ -207,6 +279,9 @@ class _Workers:
                 proc.join()
         self.results.close()
         self.tasks.close()
+        import shutil
+
+        shutil.rmtree(self.spill, ignore_errors=True)
 
     def next_result(self, timeout: float) -> tuple[int, Any] | None:
         """(index, result) of a finished file, or None after `timeout` seconds. Raises
@@ -230,7 +305,8 @@ def _parse_parallel(
     options: ParseOptions = DEFAULT_OPTIONS,
     wants: list[Want] | None = None,
     cont: Continuations | None = None,
-) -> list[_FileResult]:
+    finish=None,
+) -> list[Any]:
     """Files in `jobs` worker processes (a rotated piece once the piece before it is done),
     stdin in this one; results in input order, and the first error in input order is raised
     (as a serial parse would). Ctrl-C reaches this process only: it stops the workers and
@@ -239,18 +315,18 @@ def _parse_parallel(
     wants = wants or [Want()] * len(paths)
     cont = cont or Continuations([])
     ready = set(cont.ready()) if cont.prev else set(files)
-    with _Workers(paths, [i for i in files if i in ready], jobs, progress.sizes, options, wants) as workers:
+    with _Workers(paths, [i for i in files if i in ready], jobs, progress.sizes, options, wants, finish) as workers:
         if "-" in paths:
             i = paths.index("-")
             try:
-                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, wants[i])
+                results[i] = parse_and_finish("-", lambda pos: progress.update(i, pos), options, wants[i], finish)
             except BcgError as exc:
-                results[i] = (type(exc), exc.what, exc.where)
+                results[i] = _Failed(type(exc), exc.what, exc.where)
             progress.finished(i)
         first = 0  # results[:first] are known and fine
         while first < len(paths):
             if results[first] is not None:
-                if isinstance(results[first], tuple):
+                if isinstance(results[first], _Failed):
                     cls, what, where = results[first]
                     raise cls(what, where)
                 first += 1
@@ -261,8 +337,8 @@ def _parse_parallel(
                     progress.done[j] = max(progress.done[j], workers.done[j])
                 progress.update(files[0], progress.done[files[0]])
             else:
-                results[got[0]] = got[1]
+                results[got[0]] = got[1] if isinstance(got[1], _Failed) else (got[1][0], _unspill(got[1][1]))
                 progress.finished(got[0])
-                after = cont.done(got[0], got[1])
-                workers.submit([(j, cont.want(j, wants[j])) for j in after])
-    return results
+                last = None if isinstance(got[1], _Failed) else got[1][0]  # (last launch, parse)
+                workers.submit([(j, cont.want(j, wants[j])) for j in cont.done(got[0], last)])
+    return [r[1] for r in results]
