@@ -26,8 +26,8 @@ from pydantic import Field
 from bcgtune import _API
 from bcgtune.core.plan.calibration import Calibration
 from bcgtune.core.plan.drift import DriftReport
-from bcgtune.core.plan.plan_types import BucketPlan
-from bcgtune.core.schema import DP_RANKS_MAX, TOKENS_MAX, Seed, Tokens, validate
+from bcgtune.core.plan.plan_types import MAX_BUCKETS_LIMIT, BucketPlan
+from bcgtune.core.schema import DP_RANKS_MAX, GIB_MAX, TOKENS_MAX, Seed, Tokens, validate
 from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESHOLD_PCT
 from bcgtune.core.sglang.replay import ListMetrics, evaluate_list, parse_bucket_list
 from bcgtune.core.trace.groups import MAX_GROUPS as _MAX_GROUPS
@@ -39,11 +39,15 @@ from bcgtune.files.calibration_file import load_calibration as _load_calibration
 
 __all__ = list(_API)
 
-_Factor = Annotated[float, Field(ge=1.0, le=1e6, allow_inf_nan=False)]
-_Align = Annotated[int, Field(ge=1, le=TOKENS_MAX)]
-_Ranks = Annotated[int, Field(ge=1, le=DP_RANKS_MAX)]
-_Threshold = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
-_Group = Annotated[int, Field(ge=0, le=_MAX_GROUPS)]
+# strict: a number is a number here (not '4', True or 4.0 for a count), as on the command line
+_Factor = Annotated[float, Field(strict=True, ge=1.0, le=1e6, allow_inf_nan=False)]
+_Align = Annotated[int, Field(strict=True, ge=1, le=TOKENS_MAX)]
+_Ranks = Annotated[int, Field(strict=True, ge=1, le=DP_RANKS_MAX)]
+_Threshold = Annotated[float, Field(strict=True, ge=0, le=100, allow_inf_nan=False)]
+_Group = Annotated[int, Field(strict=True, ge=0, le=_MAX_GROUPS)]
+_MaxBuckets = Annotated[int, Field(strict=True, ge=1, le=MAX_BUCKETS_LIMIT)]
+_Chunk = Annotated[int, Field(strict=True, ge=-1, le=TOKENS_MAX)]  # -1: chunked prefill off
+_GiB = Annotated[float, Field(strict=True, gt=0, le=GIB_MAX, allow_inf_nan=False)]
 _MAX_MERGE = 100_000  # traces one merge takes (a fleet's logs are parsed, then merged, in far fewer)
 
 
@@ -313,17 +317,17 @@ def suggest_buckets(
             flags.setdefault("tp_size", ranks)
     req = SuggestRequest(
         trace=None if trace is None else _trace(trace),
-        max_buckets=_plain(max_buckets),
+        max_buckets=_check(_MaxBuckets, max_buckets, "max_buckets"),
         align=_optional(_Align, align, "align"),
         max_bucket=_optional(_Align, max_bucket, "max_bucket"),
-        padding_factor=_plain(padding_factor),
+        padding_factor=_check(_Factor, padding_factor, "padding_factor"),
         objective=_plain(objective),
         calibration=_calibration(calibration),
-        max_graph_mem_gib=_plain(max_graph_mem_gib),
+        max_graph_mem_gib=_optional(_GiB, max_graph_mem_gib, "max_graph_mem_gib"),
         candidates=_plain(candidates),
         seed=_check(Seed, seed, "seed"),
         compare=[(_name_of(name), _buckets(lst, str(name))) for name, lst in (compare or {}).items()],
-        chunked_prefill_size=_plain(chunked_prefill_size),
+        chunked_prefill_size=_optional(_Chunk, chunked_prefill_size, "chunked_prefill_size"),
         kmeans=_flag(kmeans, "kmeans"),
         baselines=_flag(baselines, "baselines"),
         server_flags=flags or None,

@@ -6,18 +6,17 @@ Every reader decompresses a `.gz` input and every writer compresses a `.gz` outp
 bcgtune writes as `t.json.gz` it reads back.
 
 Outputs never hurt inputs: `check_outputs` refuses, before a command starts working, an
-output path that is empty, a folder, a device or other non-regular file, in a folder that
-does not exist or cannot be written, or that resolves to one of the run's inputs. Writes go
-to a temp file in the same folder and are renamed over the target, so a reader never sees
-a torn file and an interrupted run leaves the old file intact; the rename never replaces
-anything but a regular file.
+output path that is empty, a folder, a device or other non-regular file, a file the user may
+not write, in a folder that does not exist or cannot be written, or that resolves to one of
+the run's inputs. Writes go to a temp file in the same folder and are renamed over the
+target, so a reader never sees a torn file and an interrupted run leaves the old file
+intact; the rename never replaces anything but a regular file the user may write.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -34,6 +33,10 @@ from bcgtune.errors import ExternalError, InputError
 # every per-batch column is ~150 MB).
 MAX_DOCUMENT_BYTES = 1 << 30
 SNIFF_BYTES = 64 << 10
+# Values (numbers, strings, ...) a JSON document may hold: parsed, each costs 30-40 bytes, so
+# this bounds a parse near 1.5 GiB (a per-batch JSON trace of about 2 million batches; larger
+# traces are written in the binary form, trace -o t.npz)
+MAX_JSON_VALUES = 1 << 25
 _READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)
 
 
@@ -70,7 +73,9 @@ def open_binary(path: str) -> IO[bytes]:
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError("no such file", path) from None
+        raise InputError(
+            "no such file" + (" (URLs are read for server logs only)" if _URL_RE.match(path) else ""), path
+        ) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path) from None
     if stat.S_ISDIR(st.st_mode):
@@ -110,6 +115,15 @@ def read_input(path: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     where = display_path(path)
     fh = open_binary(path)
     try:
+        return read_stream(fh, where, what, limit)
+    finally:
+        if path != "-":
+            fh.close()
+
+
+def read_stream(fh: IO[bytes], where: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """read_input of an input already open (its errors name `where`); `fh` is left open."""
+    try:
         chunks = []
         total = 0
         first = True
@@ -127,9 +141,46 @@ def read_input(path: str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
         return b"".join(chunks)
     except _READ_ERRORS as exc:
         raise InputError(f"cannot read: {_reason(exc)}", where) from None
+
+
+def keep_input(path: str, dest: str | os.PathLike, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The bytes of input `path` as they come (compressed or not; `-` is stdin, or a named
+    pipe), at most `limit`, written atomically to `dest`, which is returned: an input that
+    can be read once, kept as a file for a reader that needs one (its hash, a second reader,
+    a resumed run). More than `limit` is refused (nothing is left at `dest` then)."""
+    where = display_path(path)
+    if path == "-":
+        src = _stdin_buffer(where)
+    else:
+        try:
+            src = open(path, "rb")  # noqa: SIM115 (closed below)
+        except FileNotFoundError:
+            raise InputError("no such file", where) from None
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", where) from None
+
+    def chunks() -> Iterable[bytes]:
+        total = 0
+        while True:
+            try:
+                block = src.read(1 << 20)
+            except _READ_ERRORS as exc:
+                raise InputError(f"cannot read: {_reason(exc)}", where) from None
+            if not block:
+                return
+            if not total and b"\x00" in block[:SNIFF_BYTES] and not block.startswith((b"PK\x03\x04", b"\x1f\x8b")):
+                raise InputError(f"binary data, not a {what}", where)  # neither text, a zip nor gzip: not read on
+            total += len(block)
+            if total > limit:
+                raise InputError(f"larger than {limit >> 20} MiB: not a {what}", where)
+            yield block
+
+    try:
+        atomic_write_chunks(dest, chunks())
     finally:
         if path != "-":
-            fh.close()
+            src.close()
+    return str(dest)
 
 
 def decode_text(data: bytes, where: str, what: str) -> str:
@@ -140,12 +191,35 @@ def decode_text(data: bytes, where: str, what: str) -> str:
         raise InputError(f"not UTF-8 text (byte {exc.start}): not a {what}", where) from None
 
 
+def text_blocks(text: str, block: int = 1 << 22) -> Iterable[str]:
+    """`text` in pieces of about `block` characters, each ending just after a "\n" (the last
+    excepted): the lines found in the pieces, by splitlines() or by "\n", are those found
+    in the whole text, and no list of every line is ever made (memory: one piece)."""
+    pos, n = 0, len(text)
+    while pos < n:
+        cut = text.find("\n", min(pos + block, n))
+        end = n if cut < 0 else cut + 1
+        yield text[pos:end]
+        pos = end
+
+
+def text_lines(text: str) -> Iterable[str]:
+    """The lines of `text` with their ends, as iterating io.StringIO(text) gives them (split
+    after each "\n"), a piece at a time (text_blocks)."""
+    for piece in text_blocks(text):
+        lines = piece.split("\n")
+        yield from (line + "\n" for line in lines[:-1])
+        if lines[-1]:
+            yield lines[-1]
+
+
 def csv_rows(text: str, where: str):
     """(line number, cells) of a CSV text, skipping blank and `#` comment lines; a malformed
-    CSV (a stray quote, a bare carriage return) is one InputError naming the file."""
+    CSV (a stray quote, a bare carriage return) is one InputError naming the file. Rows come
+    one at a time (text_lines)."""
     import csv
 
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(text_lines(text))
     try:
         for row in reader:
             if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
@@ -159,9 +233,14 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(text: str, where: str) -> Any:
+def parse_json(text: str, where: str, max_values: int | None = None) -> Any:
     """json.loads with every failure as one line: syntax (line and column), NaN/Infinity
-    literals, integers too long to convert, nesting too deep."""
+    literals, integers too long to convert, nesting too deep; and a document of more than
+    `max_values` values (MAX_JSON_VALUES; counted by its commas before it is parsed, since
+    each value costs 30-40 bytes of memory once parsed, against 2-8 of text) refused."""
+    limit = MAX_JSON_VALUES if max_values is None else max_values
+    if len(text) > limit and text.count(",") >= limit:
+        raise InputError(f"more than {limit:,} values: larger than this document may be", where)
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
@@ -178,7 +257,11 @@ def parse_toml(data: bytes | str, where: str) -> dict[str, Any]:
 
     text = data if isinstance(data, str) else decode_text(data, where, "TOML file")
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
+        nul = _nul_key(doc)
+        if nul is not None:  # a path or an argument with a NUL: no file system or exec takes it
+            raise InputError(f"{nul}: holds a NUL character (\\u0000)", where)
+        return doc
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"invalid TOML: {str(exc)[:160]}", where) from None
     except RecursionError:
@@ -187,8 +270,64 @@ def parse_toml(data: bytes | str, where: str) -> dict[str, Any]:
         raise InputError(f"invalid TOML: {str(exc)[:160]}", where) from None
 
 
+TOML_MAX_BYTES = 16 << 20  # a workload (a profile: files/profile_file.PROFILE_MAX_BYTES)
+
+
+def _nul_key(value: Any, key: str = "") -> str | None:
+    """The first key (`[server].model`, `list[2]`) whose string holds a NUL, else None."""
+    if isinstance(value, str):
+        return key if "\x00" in value else None
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, Any]] = ((f"[{k}]" if not key else f"{key}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for k, v in items:
+        if "\x00" in k:
+            return k.replace("\x00", "\\u0000")
+        found = _nul_key(v, k)
+        if found is not None:
+            return found
+    return None
+
+
 def read_toml(path: str, what: str = "TOML file") -> dict[str, Any]:
-    return parse_toml(read_input(path, what, limit=16 << 20), display_path(path))
+    return parse_toml(read_input(path, what, limit=TOML_MAX_BYTES), display_path(path))
+
+
+def check_zip_directory(fh: IO[bytes], where: str, what: str, *, max_members: int, max_bytes: int) -> None:
+    """Refuse a zip archive whose central directory lists more than `max_members` members or
+    takes more than `max_bytes`, from its end record alone: zipfile (and fsspec's zip://)
+    reads the whole directory into memory, one object per member, before anything else.
+    `fh` is seekable; it is left at its start. An archive without an end record passes (the
+    zip reader refuses it)."""
+    try:
+        end = fh.seek(0, os.SEEK_END)
+        size = min(end, _ZIP_TAIL_BYTES)
+        fh.seek(end - size)
+        tail = fh.read(size)
+        fh.seek(0)
+    except (OSError, ValueError):
+        return
+    i = tail.rfind(b"PK\x05\x06")
+    if i < 0 or len(tail) < i + 22:
+        return
+    members, nbytes = int.from_bytes(tail[i + 10 : i + 12], "little"), int.from_bytes(tail[i + 12 : i + 16], "little")
+    j = i - 20 - 56  # a zip64 end record lies right before its locator, right before the end record
+    if (members == 0xFFFF or nbytes == 0xFFFFFFFF) and j >= 0 and tail[j : j + 4] == b"PK\x06\x06":
+        members, nbytes = int.from_bytes(tail[j + 32 : j + 40], "little"), int.from_bytes(tail[j + 40 : j + 48], "little")
+    if members > max_members or nbytes > max_bytes:
+        raise InputError(
+            f"its zip directory lists {members:,} members in {nbytes:,} bytes: not a {what} "
+            f"(at most {max_members:,} members in {max_bytes >> 20} MiB)",
+            where,
+        )
+
+
+# the end of a zip archive that holds its end record (at most 22 bytes and a 64 KiB comment)
+# and the zip64 end record and locator before it
+_ZIP_TAIL_BYTES = 22 + 65535 + 20 + 56
 
 
 # --------------------------------------------------------------------------- outputs
@@ -204,6 +343,8 @@ def _regular_or_absent(real: str, where: str) -> bool:
         raise InputError("is a folder, not a file", where)
     if not stat.S_ISREG(st.st_mode):
         raise InputError("is not a regular file (a device, pipe or socket): refusing to replace it", where)
+    if not os.access(real, os.W_OK):  # a rename would replace it all the same: refused, as `>` and cp refuse it
+        raise InputError("is not writable by you (permission denied): refusing to replace it", where)
     return True
 
 

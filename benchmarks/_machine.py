@@ -14,3 +14,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def machine_line() -> str:
+    """One line: cores, CPU, Python, and the load when the line was written."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    return f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, load average {load:.1f}"

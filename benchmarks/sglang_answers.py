@@ -5,12 +5,19 @@ runs that find their answers there.
   * `bcgtune doctor --profile P` (SGLang's resolution, its parser and its prefill runner)
   * `bcgtune serve --profile P --dry-run` (its parser and its resolution)
   * `bcgtune serve --profile P --dry-run --no-sglang-probe` (never starts SGLang)
+  * `bcgtune suggest-buckets T --base-profile P --write-profile W` (asks SGLang by default)
+  * `bcgtune drift --profile P --trace T` (asks SGLang by default)
   * `bcgtune suggest-buckets` (the default: the cache only, never SGLang)
+
+With `--differential`, instead: bcgtune's model against SGLang's own answers on the seeded
+launches of tests/test_sglang_differential.py (live where SGLang is installed, else its
+recording), the counts per class as a Markdown table, and the run's wall time.
 
 P is the built-in h200 profile with its model replaced by a local config folder (Qwen3-0.6B's
 config.json, shipped in bcgtune/data/sglang_probe), so that SGLang can resolve the launch.
 
     python benchmarks/sglang_answers.py [--python PY] [--repeat 3]
+    python benchmarks/sglang_answers.py --differential [--seed N] [--launches N]
 
 `--python`: the interpreter whose bcgtune and SGLang are measured (e.g. a virtual
 environment without sglang, for the figures without it). Each measurement uses a fresh
@@ -82,21 +89,52 @@ def _profile(folder: Path) -> Path:
     return path
 
 
+def _differential(seed: int | None, n: int | None) -> int:
+    """tests/test_sglang_differential.py's comparison, timed, with its table."""
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    import test_sglang_differential as diff
+
+    launches = diff.seeded_launches(n or diff.N_LAUNCHES, diff.SEED if seed is None else seed)
+    t0 = time.perf_counter()
+    answers, how = (diff.live_answers(launches), "asked now") if diff.sglang_installed() else (None, "recorded")
+    if answers is None:
+        answers = diff.recorded_answers(launches)[1]
+    asked = time.perf_counter() - t0
+    got = diff.compare(launches, answers)
+    print(f"{len(launches)} launches (seed {diff.SEED if seed is None else seed}), SGLang's answers {how} in {asked:.0f} s")
+    print(diff.markdown(got))
+    for row in got.of("unnamed"):
+        print(diff._row_text(row)[:2000])
+    return 1 if got.of("unnamed") or got.written_by_default() else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="interpreter to measure (default: this one)")
     ap.add_argument("--repeat", type=int, default=3, help="repeated runs after the first (default 3)")
+    ap.add_argument("--differential", action="store_true", help="the model against SGLang's answers, counts per class")
+    ap.add_argument("--seed", type=int, default=None, help="with --differential: another draw (default: the test's)")
+    ap.add_argument("--launches", type=int, default=None, help="with --differential: how many (default: the test's)")
     args = ap.parse_args()
     print("machine:", _machine(args.python))
+    if args.differential:
+        return _differential(args.seed, args.launches)
     with tempfile.TemporaryDirectory(prefix="bcgtune-bench-") as tmp:
         folder = Path(tmp)
         prof = str(_profile(folder))
+        trace = str(folder / "t.json")
+        Path(trace).write_text("[100, 200, 300, 700, 1500, 3000, 100, 200, 300, 700, 1500, 3000]")
         commands = {
             "doctor --profile P": ["doctor", "--profile", prof],
             "serve --profile P --dry-run": ["serve", "--profile", prof, "--dry-run"],
             "serve --profile P --dry-run --no-sglang-probe": ["serve", "--profile", prof, "--dry-run", "--no-sglang-probe"],
+            "suggest-buckets T --base-profile P --write-profile W": [
+                "suggest-buckets", trace, "--base-profile", prof, "--write-profile", str(folder / "w.toml"), "-k", "4",
+            ],
+            "drift --profile P --trace T": ["drift", "--profile", prof, "--trace", trace],
             "suggest-buckets": ["suggest-buckets"],
-        }
+        }  # fmt: skip
         for i, (name, argv) in enumerate(commands.items()):
             cache = folder / f"cache{i}"
             first = _run(args.python, argv, cache, folder)

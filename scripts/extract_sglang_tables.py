@@ -123,16 +123,66 @@ def function_tuple(root: Path, rel: str, function: str, var: str) -> list[str]:
     raise SystemExit(f"{rel}: {function} has no {var}")
 
 
+def dict_keys(root: Path, rel: str, var: str) -> list[str]:
+    """The string keys of a dict literal assigned to module-level `var` of `rel`."""
+    tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == var and isinstance(node.value, ast.Dict):
+            return [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    raise SystemExit(f"{rel} has no dict {var}")
+
+
 def refusal_lists(root: Path) -> dict[str, list[str]]:
     """Lists SGLang's launch checks refuse a launch by."""
     return {
         "FLASHINFER_MEGAMOE_ARCHS": function_tuple(
             root, "srt/arg_groups/moe_hook.py", "validate_flashinfer_megamoe_model", "validated_architectures"
-        )
+        ),
+        "DEEPEP_V2_ARCHS": dict_keys(root, "srt/configs/moe_model_registry.py", "_DEEPEP_V2_MODELS"),
     }
 
 
-def render(version: str, lists: dict[str, list[str]], archs: dict[str, list[str]]) -> str:
+def _choices_value(node: ast.AST, names: dict[str, list[str]]) -> list[str] | None:
+    """A `choices=` value as a list of strings: a literal, a list named in choices.py, or a
+    sum of those; None for anything else (an attribute, numbers)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        vals = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+        return vals if len(vals) == len(node.elts) and all(isinstance(v, str) for v in vals) else None
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _choices_value(node.left, names), _choices_value(node.right, names)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def flag_choices(root: Path) -> dict[str, list[str]]:
+    """Every launch flag whose values SGLang's parser restricts to a list of strings
+    (`Arg(choices=...)` of a field in srt/arg_groups/fields/, the lists of
+    srt/arg_groups/choices.py resolved), by field name."""
+    names: dict[str, list[str]] = {}
+    for node in ast.parse((root / "srt/arg_groups/choices.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            vals = _choices_value(node.value, names)
+            if vals is not None:
+                names[node.targets[0].id] = vals
+    out: dict[str, list[str]] = {}
+    for path in sorted((root / "srt/arg_groups/fields").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            for call in ast.walk(node.annotation):
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Arg":
+                    for kw in call.keywords:
+                        if kw.arg == "choices":
+                            vals = _choices_value(kw.value, names)
+                            if vals is not None:
+                                out[node.target.id] = vals
+    return dict(sorted(out.items()))
+
+
+def render(version: str, lists: dict[str, list[str]], archs: dict[str, list[str]], choices: dict[str, list[str]]) -> str:
     def q(v: str) -> str:
         return json.dumps(v)
 
@@ -165,6 +215,18 @@ def render(version: str, lists: dict[str, list[str]], archs: dict[str, list[str]
         "# --moe-a2a-backend flashinfer_megamoe refuses any other model",
         f"FLASHINFER_MEGAMOE_ARCHS = {tup(lists['FLASHINFER_MEGAMOE_ARCHS'])}",
         "",
+        "# srt/configs/moe_model_registry.py, _DEEPEP_V2_MODELS: the architectures SGLang registers",
+        "# for DeepEP v2 (srt/arg_groups/moe_hook.py, validate_deepep_v2_model_architecture refuses",
+        "# any other model with --moe-a2a-backend deepep_v2)",
+        f"DEEPEP_V2_ARCHS = {tup(lists['DEEPEP_V2_ARCHS'])}",
+        "",
+        "# srt/arg_groups/fields/*.py, Arg(choices=...): the values SGLang's argument parser accepts",
+        "# for each flag it restricts to a list of strings (lists of srt/arg_groups/choices.py",
+        "# resolved), by field name; any other value is refused before anything resolves",
+        "FLAG_CHOICES: dict[str, tuple[str, ...]] = {",
+        *[f"    {q(k)}: ({', '.join(q(v) for v in vals)}{',' if len(vals) == 1 else ''})," for k, vals in choices.items()],
+        "}",
+        "",
         "# Every architecture named by a function of SGLang's launch resolution (srt/arg_groups)",
         "# that touches a setting the prefill capture depends on, with those functions",
         "# (file:function): settings SGLang may change for that model alone.",
@@ -191,7 +253,7 @@ def main() -> int:
     args = ap.parse_args()
     root = sglang_root()
     lists = {**model_config_lists(root), **refusal_lists(root)}
-    text = render(importlib.metadata.version("sglang"), lists, arch_specific(root))
+    text = render(importlib.metadata.version("sglang"), lists, arch_specific(root), flag_choices(root))
     if args.check:
         if _values(OUT.read_text(encoding="utf-8") if OUT.exists() else "") != _values(text):
             print(f"{OUT} differs from the installed SGLang: rerun {Path(__file__).name}", file=sys.stderr)

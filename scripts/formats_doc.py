@@ -198,7 +198,67 @@ def render() -> str:
     parts += _table(workload.ServerSettings, "### `[server]` (SGLang's names)", wl_defaults)
     parts += _table(workload.StepTimeSettings, "### `[step_time]` (the simulator's clock, milliseconds)", step_defaults)
     parts.append(TRACE_CALIBRATION)
+    parts += _bounds()
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
+def _bounds() -> list[str]:
+    """What bcgtune reads of each input at most, from the constants its readers check."""
+    from bcgtune import fileio
+    from bcgtune.adapters.machine.model_config import MAX_CONFIG_BYTES
+    from bcgtune.adapters.sglang.log import MAX_LINE_BYTES, remote
+    from bcgtune.files import calibration_file as cal
+    from bcgtune.files import profile_file as prof
+    from bcgtune.files import trace_file as tr
+    from bcgtune.services.doctor import RUNNER_SOURCE_MAX_BYTES
+    from bcgtune.services.tune import STATE_MAX_BYTES
+
+    json_values = f"a JSON document at most {fileio.MAX_JSON_VALUES:,} values (counted before it is parsed)"
+    rows = [
+        ("trace: JSON, CSV, one size per line (`.gz` decompressed, stdin)",
+         f"{_mib(tr.MAX_TRACE_BYTES)} of text; {json_values}",
+         "CSV and plain text are counted a block of rows at a time (about 3-6 bytes of memory per byte of "
+         "text); a JSON document about 15, at most about 1.5 GiB at its bound of values"),
+        ("binary trace (`.npz`, a file or a pipe)",
+         f"its document {_mib(tr.MAX_TRACE_BYTES)}; each column exactly one row per batch the document counts, "
+         f"{_mib(tr.MAX_BINARY_COLUMN_BYTES)} in all once read into the columns' types; an archive directory of at "
+         f"most {tr.MAX_BINARY_MEMBERS:,} members in {_mib(tr.MAX_BINARY_DIRECTORY_BYTES)}",
+         "a member is refused from its header, before its deflated data is read"),
+        ("calibration (JSON or CSV)", f"{_mib(cal.CALIBRATION_MAX_BYTES)}; a CSV at most "
+         f"{cal.CALIBRATION_MAX_ROWS:,} rows; {json_values}", ""),
+        ("profile (TOML)", _mib(prof.PROFILE_MAX_BYTES), ""),
+        ("workload (TOML)", _mib(fileio.TOML_MAX_BYTES), ""),
+        ("tune state (`state.json`)", _mib(STATE_MAX_BYTES), ""),
+        ("SGLang server log (a file, `.gz`, stdin, a URL)",
+         f"any length, read 4 MiB at a time; a line longer than {_mib(MAX_LINE_BYTES)} is skipped and counted",
+         "a binary file (a NUL byte in its first 64 KiB) is refused"),
+        ("log archive on this machine (`zip://LOG::file:///a.zip`)",
+         f"a directory of at most {remote.MAX_ARCHIVE_MEMBERS:,} members in {_mib(remote.MAX_ARCHIVE_DIRECTORY_BYTES)}",
+         "each log in it is read as a log is"),
+        ("SGLang runner source (`doctor --runner-source`)", _mib(RUNNER_SOURCE_MAX_BYTES), ""),
+        ("model `config.json`", _mib(MAX_CONFIG_BYTES), ""),
+    ]  # fmt: skip
+    out = [
+        "## What bcgtune reads of an input, at most",
+        "",
+        "Every file, pipe or URL bcgtune reads is bounded before it is held in memory: beyond its bound it is "
+        "refused with one line naming it (exit 2), never read whole. A compressed input counts decompressed.",
+        "",
+        "| input | bound | notes |",
+        "|---|---|---|",
+    ]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    out += [
+        "",
+        "tests/test_hostile_memory.py gives each reader a file beyond its bound (a deflate bomb, a gzip bomb, "
+        "a line of 1 GiB, an archive directory of 200,000 members, ...) in a process whose address space is "
+        "limited to 1 GiB: each is refused with exit 2, never an out-of-memory exit.",
+    ]
+    return out + [""]
 
 
 def main() -> int:

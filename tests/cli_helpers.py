@@ -96,3 +96,14 @@ def digest(paths) -> dict[str, str | None]:
         else:
             out[p] = None
     return out
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (a moment ago)."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

@@ -35,7 +35,7 @@ class FakeProbe:
     def stamps(self):
         return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in self.files]
 
-    def __call__(self, request, timeout=0):
+    def __call__(self, request, timeout=0, **_):
         self.calls.append(request)
         if self.log is not None:
             with open(self.log, "a") as fh:
@@ -256,7 +256,7 @@ def test_a_live_launch_is_checked_as_serve_checks_it_without_importing_sglang(fa
     assert len(fake_sglang.calls) == 1  # the cached answer
     assert ("sglang.srt.server_args" in sys.modules) == before
 
-    def refuses(request, timeout=0):
+    def refuses(request, timeout=0, **_):
         result = fake_sglang(request, timeout)
         result["flags"] = {"ok": False, "message": "--tp-size must be an integer", "where": "[server] tp-size"}
         return result

@@ -350,7 +350,7 @@ def test_a_closed_or_vanishing_stdout_is_no_traceback(tmp_path, trace_csv):
     import subprocess
 
     prof = tmp_path / "tuned.toml"
-    cmd = f'"{sys.executable}" -m bcgtune suggest-buckets {trace_csv} --write-profile {prof} --base-profile h200 >&-'
+    cmd = f'"{sys.executable}" -m bcgtune suggest-buckets {trace_csv} --write-profile {prof} --base-profile h200 --unchecked >&-'
     p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0 and "Traceback" not in p.stderr and "error" not in p.stderr, p.stderr
     assert prof.exists()  # the work is done; only the printed result had nowhere to go

@@ -34,14 +34,14 @@ EXPECTED = {
     "inverted_condition.py": "inverted",
     "refusal_removed.py": "refusal-removed",
     "never_true_condition.py": "refusal-removed",
-    "text_refusing.py": "unknown",
-    "unimportable.py": "unimportable",
+    "text_refusing.py": "refuses-text",
+    "unimportable.py": "not checked",  # the import fails: not run, and the server would not start
     "patched_with_deepstack_slot.py": "patched",
-    "renamed_runner_class.py": "unimportable",
+    "renamed_runner_class.py": "not checked",  # SGLang imports the class from it: the server would not start
     "patched_check_in_helper.py": "patched",
 }
-# what each copy's source reads as; a reading is only ever "unverified" (or "unknown" when it
-# says nothing), never a verdict: it never blocks
+# what each copy's source reads as, reported beside "not checked": a reading is never a
+# verdict, and it never blocks
 EXPECTED_READING = {
     "unpatched_0.5.23.py": "unpatched",
     "patched_as_proposed.py": "patched",
@@ -52,7 +52,7 @@ EXPECTED_READING = {
     "inverted_condition.py": "inverted",
     "refusal_removed.py": "refusal-removed",
     "never_true_condition.py": "refusal-removed",
-    "text_refusing.py": "unknown",
+    "text_refusing.py": "refuses-text",
     "unimportable.py": "patched",
     "patched_with_deepstack_slot.py": "patched",
     "renamed_runner_class.py": None,  # no PrefillCudaGraphRunner to read
@@ -69,11 +69,7 @@ def test_every_runner_copy_has_an_expectation():
 def test_copies_classified_by_reading(name):
     g = gate_report(RunnerAnswers(False, None, {}, "--no-sglang-probe"), RUNNERS / name)
     reads = EXPECTED_READING[name]
-    assert (g.state, g.reads_as, g.method) == (
-        "unknown" if reads in (None, "unknown") else "unverified",
-        reads,
-        "source reading",
-    ), g.detail
+    assert (g.state, g.reads_as, g.method) == ("not checked", reads, "source reading"), g.detail
     assert reads is None or g.detail.startswith(f"reads as {reads}")
     assert "not run: --no-sglang-probe" in g.detail
 
@@ -100,13 +96,25 @@ def runner_answers():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_copies_classified_by_behaviour(runner_answers, name):
     r = runner_answers[name]
-    g = gate_report(RunnerAnswers(r["ok"], r.get("imported"), r.get("answers") or {}, r.get("error")), RUNNERS / name)
+    g = gate_report(_runner(r), RUNNERS / name)
     assert (g.state, g.method) == (EXPECTED[name], "behaviour"), (r, g.detail)
-    if EXPECTED[name] in ("unknown", "unimportable"):
+    if EXPECTED[name] == "not checked":
+        # it could not be run: the reason, and SGLang's import of it fails whatever the machine
+        assert r["imported"] is False and r["stops_server"] is True and "does not import" in g.detail
+        return
+    if EXPECTED[name] == "refuses-text":
+        # by running it: the line of can_replay_locally that refused the text batch
+        assert "run: text_spec_off at line" in g.detail and "_qwen_bcg_multimodal_eager" in g.detail, g.detail
         return
     assert r["ok"], r.get("error")
     # every other copy still replays text batches, with and without speculative decoding
     assert r["answers"]["text_spec_off"] and r["answers"]["text_spec_on"]
+
+
+def _runner(r: dict) -> RunnerAnswers:
+    from bcgtune.adapters.sglang.resolve import Answer, _runner_answer
+
+    return _runner_answer(Answer(r))
 
 
 @pytest.mark.sglang
@@ -130,13 +138,15 @@ def test_classification_table():
     assert classify_gate(ans(False, False))[0] == "unpatched"
     assert classify_gate(ans(True, True))[0] == "refusal-removed"
     assert classify_gate(ans(False, True))[0] == "inverted"
-    assert classify_gate(ans(True, False, text=False))[0] == "unknown"  # the stand-ins replay nothing
+    assert classify_gate(ans(True, False, text=False))[0] == "refuses-text"  # no text batch replays
+    state, detail = classify_gate({"image_spec_off": False, "image_spec_on": False, "text_spec_off": False, "text_spec_on": True})
+    assert state == "refuses-text" and "speculative decoding off" in detail and "on, image batches run eager" in detail
     assert classify_gate({"image_spec_off": True})[0] == "unknown"
 
 
-def test_a_runner_that_imports_but_cannot_run_is_unknown():
+def test_a_runner_that_imports_but_cannot_run_is_not_checked_with_the_reason():
     g = gate_report(RunnerAnswers(False, True, {}, "cannot run the runner: KeyError: 'x'"), "r.py")
-    assert (g.state, g.method) == ("unknown", "behaviour") and "KeyError" in g.detail
+    assert (g.state, g.method) == ("not checked", "behaviour") and "KeyError" in g.detail
 
 
 # ------------------------------------------------------------------ the ast reading (fallback)
@@ -146,25 +156,25 @@ def _src(name):
 
 def test_reading_when_the_runner_was_not_run(tmp_path):
     g = gate_report(RunnerAnswers(False, None, {}, "sglang is not installed"), _src("unpatched_0.5.23.py"))
-    assert (g.state, g.reads_as, g.method) == ("unverified", "unpatched", "source reading")
+    assert (g.state, g.reads_as, g.method) == ("not checked", "unpatched", "source reading")
     assert g.detail.startswith("reads as unpatched") and "not run: sglang is not installed" in g.detail
     # a reading never says patched: running could contradict it
     g = gate_report(None, _src("patched_as_proposed.py"))
-    assert (g.state, g.reads_as) == ("unverified", "patched") and "not run" in g.detail
+    assert (g.state, g.reads_as) == ("not checked", "patched") and "not run" in g.detail
 
 
-def test_a_runner_sglang_cannot_import_is_unimportable():
+def test_a_runner_sglang_cannot_import_is_not_checked_with_the_reason():
     g = gate_report(RunnerAnswers(False, False, {}, "the runner module does not import: ImportError: x"), "r.py")
-    assert (g.state, g.method) == ("unimportable", "behaviour") and "does not import" in g.detail
+    assert (g.state, g.method) == ("not checked", "behaviour") and "does not import: ImportError: x" in g.detail
 
 
 def test_reading_shapes(tmp_path):
     g = runner_gate_state(_src("unpatched_0.5.23.py"))
-    assert (g.state, g.reads_as) == ("unverified", "unpatched")
+    assert (g.state, g.reads_as) == ("not checked", "unpatched")
     # right copies written differently all read as patched, and are never called patched
     for name in ("patched_as_proposed.py", "patched_local_variable.py", "patched_nested_if.py"):
         g = runner_gate_state(_src(name))
-        assert (g.state, g.reads_as) == ("unverified", "patched"), name
+        assert (g.state, g.reads_as) == ("not checked", "patched"), name
     p = tmp_path / "r.py"
     p.write_text(
         "class PrefillCudaGraphRunner:\n"
@@ -172,7 +182,7 @@ def test_reading_shapes(tmp_path):
         "    def can_replay_locally(self, *, contains_mm_inputs=False, num_tokens=None):\n"
         "        return True\n"
     )
-    assert (runner_gate_state(p).state, runner_gate_state(p).reads_as) == ("unverified", "absent")
+    assert (runner_gate_state(p).state, runner_gate_state(p).reads_as) == ("not checked", "absent")
     for text, detail in [
         (None, "not found"),
         ("def broken(:\n", "cannot parse"),
@@ -185,8 +195,8 @@ def test_reading_shapes(tmp_path):
         elif q.exists():
             q.unlink()
         g = runner_gate_state(q)
-        assert g.state == "unknown" and detail in g.detail
-    assert runner_gate_state(None).state == "unknown"
+        assert (g.state, g.reads_as) == ("not checked", None) and detail in g.detail
+    assert runner_gate_state(None).state == "not checked"
 
 
 # ------------------------------------------------------------------ profile findings
@@ -225,6 +235,8 @@ def test_mi355x_findings_by_gate():
     assert _codes(profile_findings(prof, _gate("unpatched"), resolved=res)) == {("blocking", "qwen-mm-unpatched-runner")}
     assert profile_findings(prof, _gate("patched"), resolved=res) == []
     assert _codes(profile_findings(prof, _gate("unknown"), resolved=res)) == {("warning", "qwen-mm-gate-unknown")}
+    assert _codes(profile_findings(prof, _gate("refuses-text"), resolved=res)) == {("blocking", "qwen-mm-gate-refuses-text")}
+    assert _codes(profile_findings(prof, _gate("not checked"), resolved=res)) == {("warning", "qwen-mm-gate-not-checked")}
     assert _codes(profile_findings(prof, _gate("refusal-removed"), resolved=res)) == {
         ("blocking", "qwen-mm-gate-refusal-removed")
     }
@@ -322,15 +334,15 @@ def test_doctor_without_sglang_falls_back(monkeypatch):
     monkeypatch.setattr(doc, "sglang_info", lambda: SglangInfo(installed=False))
     report = run_doctor(load_profile("mi355x"), runner_path=RUNNERS / "unpatched_0.5.23.py")
     g = report.prefill_runner_gate
-    assert (g.state, g.reads_as, g.method) == ("unverified", "unpatched", "source reading")
+    assert (g.state, g.reads_as, g.method) == ("not checked", "unpatched", "source reading")
     assert "sglang is not installed" in g.detail
     assert report.resolved_prefill.source.label == "bcgtune model"
     assert report.resolved_prefill.captured == (256, 512, 768, 1024, 1280, 1408, 2560, 2752, 3840, 4096, 5376)
     found = {f.code: f for f in report.findings}
     # a reading warns, never blocks: nothing ran
     assert (
-        found["qwen-mm-gate-unverified"].severity == "warning"
-        and "reads as unpatched" in found["qwen-mm-gate-unverified"].message
+        found["qwen-mm-gate-not-checked"].severity == "warning"
+        and "reads as unpatched" in found["qwen-mm-gate-not-checked"].message
     )
     assert "qwen-mm-unpatched-runner" not in found and not report.blocking
     assert found["flags-unchecked"].severity == "info" and "sglang is not installed" in found["flags-unchecked"].message
@@ -345,7 +357,7 @@ def test_doctor_reports_a_profile_serve_refuses_before_any_flag(monkeypatch):
     import bcgtune.adapters.sglang.resolve as sr
 
     monkeypatch.setattr(sr, "sglang_installed", lambda: True)
-    monkeypatch.setattr(sr, "run_probe", lambda request, timeout: {"sglang_version": "0.5.23", "runners": []})
+    monkeypatch.setattr(sr, "run_probe", lambda request, timeout, **_: {"sglang_version": "0.5.23", "runners": []})
     prof = parse_profile('[profile]\nname = "t"\nplatform = "cuda"\n', "t.toml")  # no model: serve refuses
     report = run_doctor(prof, runner_path=RUNNERS / "unpatched_0.5.23.py")
     found = {f.code: f for f in report.findings}
@@ -444,11 +456,16 @@ def test_the_model_blocks_a_launch_it_knows_sglang_refuses(tmp_path):
 
 
 def test_an_unimportable_runner_blocks_with_or_without_a_profile():
-    g = gate_report(RunnerAnswers(False, False, {}, "the runner module does not import: ImportError: cannot import name"), "r.py")
     from bcgtune.services.doctor import _runner_findings
 
-    (f,) = _runner_findings(g)
+    why = "the runner module does not import: ImportError: cannot import name 'x' from 'sglang.srt.utils'"
+    runner = RunnerAnswers(False, False, {}, why, stops_server=True)
+    (f,) = _runner_findings(gate_report(runner, "r.py"), runner)
     assert (f.severity, f.code) == ("blocking", "runner-does-not-import") and "would not start" in f.message
+    # a module this machine lacks may be there on the server: not checked, never a verdict
+    runner = RunnerAnswers(False, False, {}, "the runner module does not import: ModuleNotFoundError: x", stops_server=False)
+    g = gate_report(runner, "r.py")
+    assert _runner_findings(g, runner) == [] and g.state == "not checked"
 
 
 @pytest.mark.sglang
@@ -471,7 +488,7 @@ def test_cli_doctor_blocks_what_sglang_refuses_and_a_runner_it_cannot_import(tmp
     assert codes == {"launch-refused", "runner-does-not-import"}
     rp = obj["resolved_prefill"]
     assert rp["source"] == "sglang 0.5.23" and "context_length" in rp["refused"] and "model_config.py" in rp["refused"]
-    assert obj["prefill_runner_gate"]["state"] == "unimportable"
+    assert obj["prefill_runner_gate"]["state"] == "not checked"
     # asked again: every answer from the cache, none of SGLang started
     code, out2, err = run_cli(["doctor", "--profile", str(prof), "--runner-source", str(RUNNERS / "unimportable.py")], capsys)
     assert code == 1 and "answer cached" in out2 and "asking the installed SGLang" not in err
@@ -531,7 +548,9 @@ def test_a_list_suggest_buckets_chose_is_not_judged_without_traffic(tmp_path, ca
     monkeypatch.chdir(tmp_path)
     sizes = [7, 508, 509, 1024, 3000, 8000] * 3
     (tmp_path / "t.json").write_text(json.dumps(sizes))
-    code, _, err = run_cli(["suggest-buckets", "t.json", "--max-buckets", "3", "--write-profile", "h200.toml"], capsys)
+    code, _, err = run_cli(
+        ["suggest-buckets", "t.json", "--max-buckets", "3", "--write-profile", "h200.toml", "--unchecked"], capsys
+    )
     assert code == 0, err
     code, out, err = run_cli(["doctor", "--profile", "h200.toml", "--no-sglang-probe", "--json"], capsys)
     gap = [f for f in json.loads(out)["findings"] if f["code"] == "bucket-gap"]
@@ -549,6 +568,17 @@ def test_runner_source_that_is_not_a_runner_file_is_refused(tmp_path, capsys, ki
     assert code == 2 and out == "", err
     line = err.strip().splitlines()[-1]
     assert line.startswith("error: ") and f"(--runner-source {target})" in line, line
+
+
+def test_a_copy_is_judged_by_running_it_never_by_reading_its_class_names(tmp_path, capsys):
+    """The renamed-class copy is not refused as input for what its text defines: SGLang runs
+    it (or, where it cannot, the copy is not checked, with the reason: exit 5)."""
+    code, out, err = run_cli(
+        ["doctor", "--no-sglang-probe", "--runner-source", str(RUNNERS / "renamed_runner_class.py"), "--json"], capsys
+    )
+    doc = json.loads(out)
+    assert code == 5 and doc["prefill_runner_gate"]["state"] == "not checked" and doc["outcome"] == "not checked", err
+    assert "defines no class" not in out + err
 
 
 @pytest.mark.sglang

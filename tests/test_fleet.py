@@ -280,12 +280,14 @@ def test_a_log_is_known_by_its_digest_in_merges_and_profiles(two_servers, tmp_pa
     prof = tmp_path / "p.toml"
     new = tmp_path / "new.json"
     save_trace(t, str(new))
-    r = cli(["suggest-buckets", new, "-k", "3", "--no-baselines", "--write-profile", prof, "--base-profile", "h200"])
+    r = cli(
+        ["suggest-buckets", new, "-k", "3", "--no-baselines", "--write-profile", prof, "--base-profile", "h200", "--unchecked"]
+    )
     assert r.code == 0, r.err
     from bcgtune.files.profile_file import load_profile
 
     assert load_profile(str(prof)).provenance["trace_xxh128"] == t.sources[0]["xxh128"]
-    r = cli(["suggest-buckets", old[0], "-k", "3", "--no-baselines", "--write-profile", prof])
+    r = cli(["suggest-buckets", old[0], "-k", "3", "--no-baselines", "--write-profile", prof, "--unchecked"])
     assert r.code == 0, r.err
     prov = load_profile(str(prof)).provenance
     assert prov["trace_sha256"] == "ab" * 32 and "trace_xxh128" not in prov
@@ -582,7 +584,7 @@ def test_drift_wording_write_profile_and_captured_lists(tmp_path):
         '[profile]\nname = "p"\nplatform = "cuda"\n\n[server]\nchunked-prefill-size = 8192\n\n[buckets]\nlist = [64, 8192]\n'
     )
     before = prof.read_bytes()
-    r = cli(["drift", "-p", prof, "--log", log, "--write-profile", prof])
+    r = cli(["drift", "-p", prof, "--log", log, "--write-profile", prof, "--unchecked"])
     assert r.code == 1 and "verdict: RE-TUNE" in r.out and "-" not in r.out.split("wastes ")[1][:2]
     from bcgtune.files.profile_file import load_profile
 
@@ -704,7 +706,7 @@ def test_drift_judges_each_profile_on_the_configuration_it_serves(tmp_path):
     profiles = []
     for g, chunk in ((0, 8192), (1, 2048)):
         p = tmp_path / f"p{g}.toml"
-        r = cli(["suggest-buckets", t, "--group", str(g), "--write-profile", p, "--base-profile", "h200", "-q"])
+        r = cli(["suggest-buckets", t, "--group", str(g), "--write-profile", p, "--base-profile", "h200", "-q", "--unchecked"])
         assert r.code == 0, r.err
         assert load_profile(str(p)).server["chunked_prefill_size"] == chunk  # written even when the GPU's default
         profiles += ["-p", p]
@@ -768,7 +770,7 @@ def test_commands_agree_on_a_profiles_chunk(tmp_path):
 
     big = sim_trace(tmp_path / "big.json", [1000, 3000, 7000, 12000, 15000, 16384] * 20)
     new = tmp_path / "new.toml"
-    r = cli(["suggest-buckets", big, "--write-profile", new, "--base-profile", "h200", "-k", "4", "-q"])
+    r = cli(["suggest-buckets", big, "--write-profile", new, "--base-profile", "h200", "-k", "4", "-q", "--unchecked"])
     assert r.code == 0, r.err
     prof = load_profile(str(new))
     assert prof.server["chunked_prefill_size"] == 16384 and max(prof.buckets) <= 16384

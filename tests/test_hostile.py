@@ -12,7 +12,7 @@ import os
 import tempfile
 
 import tomli_w
-from cli_helpers import HANG_S, USER_EXIT_CODES, assert_one_line_error, cli, digest
+from cli_helpers import HANG_S, USER_EXIT_CODES, assert_one_line_error, cli, digest, free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -422,14 +422,6 @@ def _http_server(root):
         httpd.server_close()
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.mark.parametrize(
     "reply, close, found",
     [
@@ -457,7 +449,7 @@ def test_cluster_at_an_http_server_names_it(logs, tmp_path):
 
 
 def test_cluster_where_nothing_listens(logs):
-    r = cli(["trace", "--log", logs / "a.log", "--cluster", f"tcp://127.0.0.1:{_free_port()}"])
+    r = cli(["trace", "--log", logs / "a.log", "--cluster", f"tcp://127.0.0.1:{free_port()}"])
     assert r.code == 3 and "nothing listens there" in r.err, r.err
     assert_one_line_error(r)
 
@@ -500,7 +492,7 @@ def test_bad_urls_are_one_line_never_an_internal_error(url, codes, needle, tmp_p
     pytest.importorskip("fsspec")
     log = tmp_path / "plain.log"
     log.write_text(LOG_LINE)
-    r = cli(["trace", "--log", url.format(port=_free_port(), log=log)])
+    r = cli(["trace", "--log", url.format(port=free_port(), log=log)])
     assert r.code in codes, r.err
     assert_one_line_error(r)
     assert needle in r.err.lower() or url.split(":")[0] in r.err
@@ -648,13 +640,22 @@ def test_bad_dp_decode_votes_are_refused(tmp_path, break_it, needle):
     assert_one_line_error(r)
 
 
-@pytest.mark.parametrize("content", [bytes(range(256)) * 8, b"x = 1\n", b"\xff\xfeclass PrefillCudaGraphRunner:\n"])
+@pytest.mark.parametrize("content", [bytes(range(256)) * 8, b"\xff\xfeclass PrefillCudaGraphRunner:\n"])
 def test_doctor_refuses_a_runner_source_that_is_no_runner(tmp_path, content):
     f = tmp_path / "runner.py"
     f.write_bytes(content)
     r = cli(["doctor", "--no-sglang-probe", "--runner-source", f])
     assert r.code == 2 and f"--runner-source {f}" in r.err, r.err
     assert_one_line_error(r)
+
+
+def test_doctor_judges_a_python_file_by_running_it_not_by_its_text(tmp_path):
+    """Python text without the runner's class is for SGLang to judge by importing it; here
+    SGLang is not asked, so it is not checked (exit 5), never refused for what it reads as."""
+    f = tmp_path / "runner.py"
+    f.write_text("x = 1\n")
+    r = cli(["doctor", "--no-sglang-probe", "--runner-source", f, "--json"])
+    assert r.code == 5 and json.loads(r.out)["prefill_runner_gate"]["state"] == "not checked", r.err
 
 
 def test_api_doors():
@@ -684,7 +685,7 @@ def test_write_profile_keeps_a_byte_order_mark(tmp_path):
     prof.write_bytes(b"\xef\xbb\xbf" + (Path(__file__).parents[1] / "profiles" / "h200.toml").read_bytes())
     t = tmp_path / "t.csv"
     t.write_text(GOOD_TRACE)
-    r = cli(["suggest-buckets", t, "--write-profile", prof, "-q"])
+    r = cli(["suggest-buckets", t, "--write-profile", prof, "-q", "--unchecked"])
     assert r.code == 0, r.err
     data = prof.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf") and b"\xef\xbb\xbf" not in data[3:]

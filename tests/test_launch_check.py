@@ -122,7 +122,7 @@ def test_suggest_drift_and_serve_refuse_a_refused_launch(tmp_path, capsys, trace
 
 
 def _refusing_probe(reason: str):
-    def probe(request, timeout=0):
+    def probe(request, timeout=0, **_):
         n = len(request.get("launches", []))
         return {
             "sglang_version": "0.5.23",
@@ -155,7 +155,7 @@ GATE_OK = {"image_spec_off": True, "image_spec_on": False, "text_spec_off": True
 
 
 def _answering_probe(*, timed_out: bool = False):
-    def probe(request, timeout=0):
+    def probe(request, timeout=0, **_):
         probe.timeouts.append(timeout)
         if timed_out:
             return {"error": f"{sr.TIMED_OUT} {timeout:g} s"}
@@ -189,7 +189,9 @@ def asked(monkeypatch, tmp_path):
 
 def test_doctor_checked_and_ok_exits_0(asked, capsys, monkeypatch):
     monkeypatch.setattr(sr, "run_probe", _answering_probe())
-    code, out, err = run_cli(["doctor", "--profile", str(asked), "--json"], capsys)
+    # the runner named (without sglang installed doctor finds none of its own to ask about)
+    runner = Path(__file__).parent / "data" / "runner" / "patched_as_proposed.py"
+    code, out, err = run_cli(["doctor", "--profile", str(asked), "--runner-source", str(runner), "--json"], capsys)
     doc = json.loads(out)
     assert code == 0, err
     assert (doc["outcome"], doc["ok"], doc["launch_check"], doc["not_checked"]) == ("ok", True, "checked", [])
@@ -292,7 +294,7 @@ def test_serve_stops_before_starting_a_launch_sglang_refuses(tmp_path, capsys, m
     monkeypatch.delenv("BCGTUNE_SGLANG_PROBE", raising=False)
     refusing = _refusing_probe("SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096)")
 
-    def probe(request, timeout=0):
+    def probe(request, timeout=0, **_):
         out = refusing(request, timeout)
         if "flags" in request:
             out["flags"] = {"ok": True}
@@ -308,3 +310,167 @@ def test_serve_stops_before_starting_a_launch_sglang_refuses(tmp_path, capsys, m
     code, out, err = run_cli(["serve", "--profile", str(prof), "--log-file", str(tmp_path / "s.log")], capsys)
     assert code == 2 and not started, err
     assert "SGLang refuses this launch" in err and "[SGLang 0.5.23's own answer]" in err
+
+
+# ------------------------------------------------------------------ the classes the model learned
+# (launches SGLang 0.5.23 refuses or turns graphs off for, with the start of its reason; the
+# differential test holds the model to SGLang's live answers over 2,000 such launches)
+LEARNED_REFUSALS = [
+    ("h200", "plain", {"tp-size": 2, "moe-a2a-backend": "deepep_v2"}, "DeepEP v2 MoE is not validated for 'Qwen3ForCausalLM'"),
+    ("h200", "moe", {"tp-size": 2, "moe-a2a-backend": "deepep_v2"}, "DeepEP v2 per-rank prefill budget exceeds"),
+    ("a100", "plain", {"attention-backend": "trtllm_mha"}, "TRTLLM MHA backend for prefill requires Hopper (SM90)"),
+    ("mi300x", "plain", {"decode-attention-backend": "trtllm_mha"}, "TRTLLM MHA backend for decode is only supported"),
+    ("mi300x", "plain", {"enable-prefill-cp": True, "cp-strategy": "zigzag"}, "Prefill CP on HIP (ROCm) is only supported"),
+    ("h200", "plain", {"enable-prefill-cp": True}, "--cp-strategy must be set when --enable-prefill-cp is enabled"),
+    ("h200", "plain", {"cp-strategy": "ring"}, "SGLang's parser refused the launch: argument --cp-strategy: invalid choice"),
+]
+
+
+@pytest.mark.parametrize("hw, model, server, reason", LEARNED_REFUSALS)
+def test_the_model_knows_the_refusals_it_learned(hw, model, server, reason):
+    cap = model_capture(parse_profile(_profile_text(hw, model, server), "t.toml"))
+    assert cap.refused is not None and cap.refused.startswith(reason), cap.refused
+    # each cites SGLang's file and function
+    assert ".py" in cap.refused and ("prepare_server_args" in cap.refused or "_hook.py, " in cap.refused), cap.refused
+
+
+def test_the_model_knows_where_sglang_keeps_or_drops_prefill_cp_graphs():
+    def cap(hw, server):
+        return model_capture(parse_profile(_profile_text(hw, "plain", server), "t.toml"))
+
+    # prefill CP over the whole TP group with a strategy and backend SGLang has no breakable graphs for: off
+    c = cap("h200", {"tp-size": 2, "attn-cp-size": 2, "enable-prefill-cp": True, "cp-strategy": "zigzag"})
+    assert c.refused is None and not c.graphs_on and "prefill context parallelism" in c.reason and not c.unchecked
+    # zigzag with TRTLLM MHA on an SM100 GPU: SGLang's validated pair keeps them
+    c = cap(
+        "b200",
+        {"tp-size": 2, "attn-cp-size": 2, "enable-prefill-cp": True, "cp-strategy": "zigzag", "attention-backend": "trtllm_mha"},
+    )
+    assert c.refused is None and c.graphs_on and c.backend == "breakable"
+    # without attention CP the breakable graphs stay
+    assert cap("h200", {"tp-size": 2, "enable-prefill-cp": True, "cp-strategy": "zigzag"}).graphs_on
+
+
+def test_a_profile_given_is_priced_never_ignored(tmp_path, capsys, trace_file):
+    """suggest-buckets --base-profile without --write-profile prices that profile's launch:
+    a refused one is exit 2, --json included, and a plain one is priced as that profile."""
+    refused = tmp_path / "r.toml"
+    refused.write_text(_profile_text("h200", "moe", {"moe-a2a-backend": "mori"}))
+    code, out, err = run_cli(["suggest-buckets", str(trace_file), "--base-profile", str(refused), "--json"], capsys)
+    assert code == 2 and out == "" and "SGLang refuses this launch" in err and "MORI" in err
+    plain = tmp_path / "p.toml"
+    plain.write_text(_profile_text("h200", "plain", {"chunked-prefill-size": 4096}))
+    code, out, err = run_cli(["suggest-buckets", str(trace_file), "--base-profile", str(plain), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["launch_capture"]["chunked_prefill_size"] == 4096, err
+
+
+def test_write_profile_writes_only_what_was_checked_or_vouched_for(tmp_path, capsys, trace_file):
+    """Without SGLang: a launch the model names an unchecked rule for is written only with
+    --unchecked, and the file says so; one the model checks whole is written, saying SGLang
+    did not check it."""
+    named = tmp_path / "named.toml"  # speculative decoding: rules the model does not evaluate
+    named.write_text(_profile_text("h200", "plain", {"speculative-algorithm": "NGRAM"}))
+    out_prof = tmp_path / "out.toml"
+    args = ["suggest-buckets", str(trace_file), "--base-profile", str(named), "--write-profile", str(out_prof)]
+    for extra in ([], ["--json"]):
+        code, out, err = run_cli([*args, *extra], capsys)
+        assert code == 2 and out == "" and not out_prof.exists(), err
+        assert "nothing written" in err and "speculative_hook.py" in err and "--unchecked" in err
+    code, out, err = run_cli([*args, "--unchecked"], capsys)
+    assert code == 0 and parse_profile(out_prof.read_text(), "o").provenance["launch_check"].startswith("not checked: ")
+    vouched = tmp_path / "v.toml"
+    vouched.write_text(_profile_text("h200", "plain", {}))
+    out2 = tmp_path / "out2.toml"
+    code, out, err = run_cli(
+        ["suggest-buckets", str(trace_file), "--base-profile", str(vouched), "--write-profile", str(out2), "--no-sglang-probe"],
+        capsys,
+    )
+    assert code == 0, err
+    assert "NOT CHECKED by SGLang" in out.splitlines()[0] and "--no-sglang-probe" in out.splitlines()[0]
+    assert parse_profile(out2.read_text(), "o").provenance["launch_check"].startswith("not checked: ")
+    code, out, err = run_cli(["suggest-buckets", str(trace_file), "--unchecked"], capsys)
+    assert code == 2 and "(--unchecked)" in err
+
+
+def test_one_cache_key_per_launch_whatever_the_profile_paths_spelling(tmp_path, monkeypatch):
+    from bcgtune.adapters.sglang.launcher import build_server_command
+    from bcgtune.files.profile_file import load_profile
+
+    (tmp_path / "p.toml").write_text(_profile_text("h200", "plain", {"tp-size": 2}))
+    monkeypatch.chdir(tmp_path)
+    relative, absolute = load_profile("p.toml"), load_profile(str(tmp_path / "p.toml"))
+    cmds = [build_server_command(p) for p in (relative, absolute)]
+    assert cmds[0].sources[1].origin != cmds[1].sources[1].origin  # the spelling shows in messages...
+    assert sr.flags_question(cmds[0]).key == sr.flags_question(cmds[1]).key  # ...not in the key
+    # the answer names the flag as the command asking spells it
+    answer = sr.Answer({"ok": False, "message": "bad", "where": "source #1"})
+    assert sr._flag_answer(answer, cmds[1]).where == cmds[1].sources[1].origin
+    # the model's config by its content: a copy elsewhere has the same digest
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "config.json").write_text((PROBE_CONFIG_DIR / "config.json").read_text())
+    assert sr.config_digest(copy) == sr.config_digest(PROBE_CONFIG_DIR)
+
+
+def test_capture_and_validate_run_what_the_profiles_launch_captures(tmp_path, capsys):
+    """--profile on the engine commands prices the profile's launch: a launch SGLang refuses
+    is exit 2 before anything is built, one that captures nothing too, and the buckets run
+    are the ones it captures."""
+    refused = tmp_path / "r.toml"
+    refused.write_text(_profile_text("h200", "moe", {"moe-a2a-backend": "mori"}, [256, 512]))
+    for cmd in ("capture", "validate"):
+        code, out, err = run_cli([cmd, "--profile", str(refused), "--model", "tiny", "--device", "cpu"], capsys)
+        assert code == 2 and "SGLang refuses this launch" in err, (cmd, err)
+    off = tmp_path / "off.toml"
+    off.write_text(_profile_text("mi300x", "plain", {}, [256, 512]))  # breakable graphs are opt-in on ROCm
+    code, out, err = run_cli(["capture", "--profile", str(off), "--model", "tiny", "--device", "cpu"], capsys)
+    assert code == 2 and "captures no prefill graphs" in err, err
+    from bcgtune.cli.commands.engine import _bucket_list
+
+    aligned = tmp_path / "a.toml"  # two-batch overlap: SGLang rounds each bucket up to a multiple of 2
+    aligned.write_text(
+        _profile_text("h200", "plain", {"enable-two-batch-overlap": True, "cuda-graph-backend-prefill": "full"}, [255, 512])
+    )
+    assert _bucket_list(None, str(aligned), quiet=True) == [256, 512]
+
+
+def test_the_wait_for_sglangs_first_answer_is_shown(monkeypatch):
+    """A first answer takes 10-20 s: the seconds waited reach the command's progress display
+    (a bar on a terminal, nothing in a pipe: cli.console.Sayer)."""
+    seen = []
+
+    class Bar:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def update(self, seconds, total=None):
+            seen.append(seconds)
+
+    def say(text):
+        seen.append(text)
+
+    say.waiting = lambda label: Bar()  # type: ignore[attr-defined]
+
+    def probe(request, timeout=0, tick=None, **_):
+        for s in (0.5, 1.0, 1.5):
+            tick(s)
+        return {"sglang_version": "0.5.23"}
+
+    monkeypatch.setattr(sr, "run_probe", probe)
+    assert sr._probe_with_progress({}, 30.0, say) == {"sglang_version": "0.5.23"}
+    assert seen == [0.5, 1.0, 1.5]
+    # the real wait ticks while the child runs, and stops it past the limit
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ticks = []
+    with pytest.raises(subprocess.TimeoutExpired):
+        sr._wait(proc, 1.2, ticks.append)
+    proc.kill()
+    proc.wait()
+    assert ticks and all(0 < t < 2 for t in ticks)

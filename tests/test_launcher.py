@@ -2,13 +2,12 @@
 before health is reported with its exit code and log path."""
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import HANG_S
+from cli_helpers import HANG_S, free_port
 from proc_helpers import gone
 
 from bcgtune.adapters.sglang.launcher import ServerProcess, exit_status
@@ -17,18 +16,10 @@ from bcgtune.errors import ExternalError
 FAKE = str(Path(__file__).with_name("fake_sglang_server.py"))
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_context_manager_health_and_group_reaped(tmp_path, monkeypatch):
     pid_file = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PID_FILE", str(pid_file))
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "server.log"
     with ServerProcess([sys.executable, FAKE, "--port", str(port)], log_path=log, echo=None, grace_s=5) as sp:
         sp.wait_healthy(f"http://127.0.0.1:{port}", timeout=HANG_S, interval=0.05)

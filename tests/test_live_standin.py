@@ -21,6 +21,8 @@ sys.path.insert(0, str(STANDIN))
 
 from proc_helpers import gone
 from proc_helpers import pid_alive as _alive  # noqa: E402
+
+pytest.importorskip("tokenizers")  # the stand-in model's tokenizer
 from tiny_tokenizer import build_tiny_tokenizer  # noqa: E402
 
 

@@ -70,7 +70,8 @@ def test_suggest_api_profile_drift_and_doctor_agree(traced, tmp_path):
 
     # a profile written with the list launches what was priced: drift on it agrees
     prof = tmp_path / "p.toml"
-    args = ["suggest-buckets", str(traced), "-k", K, "--write-profile", str(prof), "--base-profile", "h200", "--json"]
+    write = ["--write-profile", str(prof), "--base-profile", "h200", "--json", "--unchecked"]
+    args = ["suggest-buckets", str(traced), "-k", K, *write]
     written = cli(args)
     if written.code == 2:  # the trace's batches outgrow the profile's chunk: the error says what to give
         m = re.search(r"give --chunked-prefill-size (\d+) to", written.err)
@@ -131,7 +132,8 @@ def test_layout_flags_given_with_a_written_profile_are_written_into_it(tmp_path)
     assert cli([*SOURCES["simulation, DP attention"], "-o", str(traced), "-q"]).code == 0
     prof = tmp_path / "p.toml"
     layout = ["--tp", "4", "--dp", "4", "--dp-attention"]
-    r = cli(["suggest-buckets", str(traced), "-k", K, *layout, "--write-profile", str(prof), "--base-profile", "h200", "--json"])
+    write = ["--write-profile", str(prof), "--base-profile", "h200", "--json", "--unchecked"]
+    r = cli(["suggest-buckets", str(traced), "-k", K, *layout, *write])
     plan = _json(r)
     assert "in place of its own" in r.err and plan["dp_attention"] is not None
     server = tomllib.loads(prof.read_text())["server"]

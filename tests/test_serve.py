@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import HANG_S
 from proc_helpers import gone, run_cli
 
+import bcgtune.adapters.sglang.resolve as sr
 from bcgtune.adapters.sglang.launcher import build_server_command, check_command_flags
 from bcgtune.errors import InputError
 from bcgtune.files.profile_file import load_profile
@@ -24,6 +25,7 @@ GOLDEN = HERE / "data" / "serve"
 @pytest.mark.parametrize("name", ["mi355x", "h200"])
 def test_dry_run_golden(name, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent/hub")  # the models are not on this machine
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)  # the same text with or without sglang installed
     code, out, err = run_cli(["serve", "--profile", name, "--dry-run", "--no-sglang-probe"], capsys)
     assert code == 0, err
     assert out.replace(sys.executable, "{python}") == (GOLDEN / f"{name}.dry-run.txt").read_text()
@@ -31,6 +33,7 @@ def test_dry_run_golden(name, capsys, monkeypatch):
 
 
 def test_dry_run_env_model_port_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sr, "sglang_installed", lambda: True)  # the same text with or without sglang installed
     p = tmp_path / "p.toml"
     p.write_text(
         '[profile]\nname = "p"\nplatform = "rocm"\n[server]\ntp-size = 2\nport = 1\n'

@@ -31,7 +31,7 @@ LADDER_4096 = sglang_default_ladder(4096)
 
 
 def _fake(captured: list[int], max_bs: int):
-    def probe(request, timeout=0):
+    def probe(request, timeout=0, **_):
         out = {"sglang_version": "0.5.23", "files": {"launches": []}}
         out["launches"] = [
             {
@@ -116,7 +116,7 @@ def test_drift_prices_with_sglangs_answer_and_says_so(fake_probe, tmp_path, caps
         f'[profile]\nname = "p"\nplatform = "cuda"\nhardware = "h200"\nmodel = "{PROBE_CONFIG_DIR}"\n[server]\ntp-size = 1\n'
     )
     t = str(_trace_file(tmp_path))
-    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang"], capsys)
+    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t], capsys)
     assert code in (0, 1) and out.startswith("SGLang's capture for this launch (checked): sglang 0.5.23's own answer")
     code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--json"], capsys)
     doc = json.loads(out)
@@ -151,7 +151,7 @@ def test_suggest_and_drift_with_the_real_sglang_include_the_capture_filter(sglan
         "[server]\nchunked-prefill-size = 8192\nmax-running-requests = 2\ncontext-length = 2048\n"
     )
     t = str(_trace_file(tmp_path))
-    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--ask-sglang", "--json"], capsys)
+    code, out, err = run_cli(["drift", "--profile", str(prof), "--trace", t, "--json"], capsys)
     assert code in (0, 1), err
     doc = json.loads(out)
     assert doc["launch_capture"]["source"] == "sglang 0.5.23"

@@ -177,6 +177,7 @@ def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
             str(prof),
             "--base-profile",
             "mi355x",
+            "--unchecked",
         ],
     )
     assert r.exit_code == 0, r.output
@@ -186,7 +187,9 @@ def test_write_profile_creates_from_base_and_serve_uses_it(tmp_path, trace_csv):
     # the rest of the base profile is kept; the chunk priced is written (the MI355X's default, 16384)
     assert p.server == {**load_profile("mi355x").server, "chunked_prefill_size": 16384}
     # updating an existing profile replaces only the list
-    r = runner.invoke(app, ["suggest-buckets", str(path), "-k", "3", "--json", "--no-baselines", "--write-profile", str(prof)])
+    r = runner.invoke(
+        app, ["suggest-buckets", str(path), "-k", "3", "--json", "--no-baselines", "--write-profile", str(prof), "--unchecked"]
+    )
     assert r.exit_code == 0, r.output
     assert load_profile(str(prof)).buckets == json.loads(r.stdout)["recommended"]["buckets"]
 

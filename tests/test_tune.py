@@ -55,17 +55,44 @@ def tuned(tmp_path_factory):
     prof = d / "tuned.toml"
     given = cli(
         ["tune", trace, "--model", "tiny", "--state-dir", state, "--list", "64,128", "--write-profile", prof,
-         "--profile", "h200", "--json"]
+         "--profile", "h200", "--json", "--unchecked"]
     )  # fmt: skip
     assert given.code == 0, given.err[-3000:]
     return {"dir": d, "trace": trace, "state": state, "plain": plain, "given": given, "profile": prof, "cal_sha": cal_sha}
 
 
+def test_a_profile_for_a_launch_sglang_did_not_check_needs_unchecked(tuned, tmp_path):
+    """The launch is checked before anything is measured: h200's model is not on this machine,
+    so neither SGLang nor the model can check it; without --unchecked nothing is tuned or
+    written, with it the profile says so."""
+    state = tmp_path / "s"
+    prof = tmp_path / "p.toml"
+    r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--write-profile", prof, "--profile", "h200"])
+    assert r.code == 2 and "nothing written" in r.err and "--unchecked" in r.err, r.err[-2000:]
+    assert not prof.exists() and not (state / "calibration.json").exists()
+    from bcgtune.files.profile_file import load_profile
+
+    assert load_profile(str(tuned["profile"])).provenance["launch_check"].startswith("not checked: ")
+
+
 def test_every_step_in_the_json(tuned):
     doc = json.loads(tuned["plain"].out)
     steps = doc["steps"]
-    assert list(steps) == ["calibrate", "optimum", "measure", "validate", "proof"]
-    assert all(s["done"] and s["wall_s"] >= 0 for s in steps.values())
+    assert list(steps) == ["plan", "calibrate", "optimum", "measure", "validate", "proof"]
+    assert all(s["done"] and s["wall_s"] >= 0 and s["spent_s"] >= 0 for s in steps.values())
+    # the budget: planned after the probe, each later step predicted before it ran
+    b = doc["budget"]
+    assert (
+        b["limit_s"] == 120.0
+        and b["predicted_s"] > 0
+        and b["spent_s"] == pytest.approx(sum(s["spent_s"] for s in steps.values()), abs=0.01)
+    )
+    assert all(steps[n]["predicted_s"] is not None for n in ("calibrate", "measure", "validate", "proof"))
+    assert "plan for a budget of 120 s" in tuned["plain"].err
+    # the whole trace's figures: this trace of 16 batches fits the proof whole
+    t = steps["proof"]["trace_estimate"]
+    assert t["trace_batches"] == 16 and t["sampled_batches"] == 16 and t["half_pct"] >= 0
+    assert steps["proof"]["sample"]["whole_trace"] and steps["proof"]["trace"]["design"]["strata"] == 1
     mc = steps["calibrate"]["model_check"]
     assert mc["batches"] == 16 and len(mc["lists"]) >= 2 and mc["lists"][0]["name"] == "SGLang ladder"
     assert all(c["measured_ms"] > 0 and c["predicted_ms"] > 0 for c in mc["lists"])
@@ -97,7 +124,7 @@ def test_every_step_in_the_json(tuned):
 def test_given_list_validated_proved_and_calibration_kept(tuned):
     doc = json.loads(tuned["given"].out)
     assert doc["buckets"] == [64, 128]
-    assert doc["resumed"] == ["calibrate"]  # other settings: the calibration kept, the rest run again
+    assert doc["resumed"] == ["plan", "calibrate"]  # other settings: the calibration kept, the rest run again
     v = doc["steps"]["validate"]
     assert v["ok"] and v["batches_checked"] > 0 and v["buckets"] == [64, 128] and "input_ids" in v["side_inputs"]
     assert doc["steps"]["proof"]["lists"]["recommended"]["graphs"] == 2
@@ -108,17 +135,17 @@ def test_resume_after_calibration_does_not_measure_again(tuned, tmp_path):
     state = tmp_path / "state"
     shutil.copytree(tuned["state"], state)
     st = json.loads((state / "state.json").read_text())
-    st["steps"] = {"calibrate": st["steps"]["calibrate"]}  # as if killed right after the calibration
+    st["steps"] = {k: st["steps"][k] for k in ("plan", "calibrate")}  # as if killed right after the calibration
     _save_state(state / "state.json", st)
     before = _sha(state / "calibration.json")
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
     assert r.code == 0, r.err[-3000:]
     doc = json.loads(r.out)
-    assert doc["resumed"] == ["calibrate"] and "model check:" not in r.err and "timing " not in r.err
+    assert doc["resumed"] == ["plan", "calibrate"] and "model check:" not in r.err and "timing " not in r.err
     assert _sha(state / "calibration.json") == before  # no size measured again (64 and 128 are on the grid)
     assert doc["steps"]["proof"]["done"]
     # killed after the calibration file was written, before its step was recorded: kept too
-    st["steps"] = {}
+    st["steps"] = {"plan": st["steps"]["plan"]}
     _save_state(state / "state.json", st)
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
     assert r.code == 0, r.err[-3000:]
@@ -126,7 +153,7 @@ def test_resume_after_calibration_does_not_measure_again(tuned, tmp_path):
     assert _sha(state / "calibration.json") == before
     # everything done: a rerun measures nothing at all
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--json"])
-    assert r.code == 0 and json.loads(r.out)["resumed"] == ["calibrate", "optimum", "measure", "validate", "proof"]
+    assert r.code == 0 and json.loads(r.out)["resumed"] == ["plan", "calibrate", "optimum", "measure", "validate", "proof"]
 
 
 def test_a_proof_in_another_process_checks_the_model_again(tuned, tmp_path):
@@ -170,13 +197,17 @@ def test_profile_tuned_record_read_by_doctor_and_drift(tuned):
     doc = json.loads(tuned["given"].out)
     gain = doc["steps"]["proof"]["recommended_minus_ladder"]["measured_gain_pct"][0]
     assert t["measured_gain_pct"] == pytest.approx(gain, abs=1e-3)
+    est = doc["steps"]["proof"]["trace_estimate"]
+    assert t["trace_gain_pct"] == pytest.approx(est["gain_pct"], abs=1e-3) and t["trace_batches"] == 16
+    assert t["trace_gain_half_pct"] == pytest.approx(est["half_pct"], abs=1e-3)
     r = cli(["doctor", "--profile", tuned["profile"], "--no-sglang-probe", "--json"])
     found = [f for f in json.loads(r.out)["findings"] if f["code"] == "tuned"]
     assert found and found[0]["severity"] == "info" and "tuned on cpu" in found[0]["message"]
-    assert "measured gain" in found[0]["message"]
+    # the trace's figure, and what it was measured on
+    assert "over the whole trace (95%; measured on the whole trace" in found[0]["message"]
     r = cli(["drift", "--profile", tuned["profile"], "--trace", tuned["trace"]])
     assert r.code in (0, 1), r.err
-    assert "the deployed list was tuned on cpu" in r.out
+    assert "the deployed list was tuned on cpu" in r.out and "over the whole trace" in r.out
     r = cli(["drift", "--profile", tuned["profile"], "--trace", tuned["trace"], "--json"])
     assert json.loads(r.out)["tuned"]["list"] == [64, 128]
 
@@ -287,7 +318,8 @@ def test_plot_of_predicted_vs_measured(tuned, tmp_path):
     r = cli(["tune", tuned["trace"], "--model", "tiny", "--state-dir", state, "--list", "64,128", "--plot", png])
     assert r.code == 0, r.err[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "recommended - ladder: predicted" in r.out and "wall time of the steps" in r.out
+    assert "gain over SGLang's ladder on the whole trace:" in r.out and "wall time of the steps" in r.out
+    assert "on the 16 batches replayed: recommended - ladder predicted" in r.out
 
 
 def test_the_model_is_checked_again_on_a_list_of_added_sizes(tuned, tmp_path):
@@ -456,7 +488,7 @@ def test_tune_reads_server_logs_and_keeps_their_trace(tmp_path):
     # resumed: the logs parsed again to the same trace, the file kept, every step kept
     again = cli(["tune", "--log", log, *small, "--json"])
     assert again.code == 0 and "(kept)" in again.err
-    assert json.loads(again.out)["resumed"] == ["calibrate", "optimum", "measure", "validate", "proof"]
+    assert json.loads(again.out)["resumed"] == ["plan", "calibrate", "optimum", "measure", "validate", "proof"]
 
 
 @pytest.mark.parametrize(
@@ -482,3 +514,15 @@ def test_tune_refuses_logs_it_cannot_tune(tuned, tmp_path, args, says):
     assert r.code == 2, (r.code, r.err[-2000:])
     assert_one_line_error(r)
     assert says in r.err
+
+
+def test_an_old_tuned_record_says_its_gain_is_the_samples():
+    """A [tuned] record written before the whole-trace estimate existed keeps its sample gain,
+    and its text says what that was measured on."""
+    from bcgtune.files.profile_file import tuned_text
+
+    text = tuned_text(
+        {"list": [1, 2], "measured_gain_pct": 3.38, "measured_gain_half_pct": 0.44, "passes": 3, "batches": 40, "graphs": 2,
+         "device": "NVIDIA H200", "torch": "2.11", "date": "2026-12-02"}
+    )  # fmt: skip
+    assert "measured gain +3.38% ± 0.44%" in text and "on the 40 batches its proof replayed" in text and "not the trace's" in text

@@ -366,9 +366,17 @@ def _silence_stdout() -> None:
         pass
 
 
+def _stopped_while_exiting(_signum, _frame) -> None:
+    """Ctrl-C or SIGTERM after the command's outcome is settled (its files written or not,
+    its message printed), while the interpreter winds down: exit 130 at once, as a stop at
+    any other moment does (never 143, never a traceback from the shutdown)."""
+    os._exit(EXIT_INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: exits with the command's code. SIGTERM is Ctrl-C from the first
-    line on, so a stop during start-up imports exits 130 like any other."""
+    line on, so a stop during start-up imports exits 130 like any other; as the process's
+    own entry (no `argv`), a stop after the command, while Python exits, is 130 too."""
     try:
         old = signal.signal(signal.SIGTERM, _sigterm)
     except ValueError:  # not the main thread (in-process tests)
@@ -379,7 +387,10 @@ def main(argv: list[str] | None = None) -> None:
         err_line("error: interrupted")
         code = EXIT_INTERRUPTED
     finally:
-        if old is not None:
+        if old is not None and argv is None:
+            signal.signal(signal.SIGINT, _stopped_while_exiting)
+            signal.signal(signal.SIGTERM, _stopped_while_exiting)
+        elif old is not None:
             signal.signal(signal.SIGTERM, old)
     try:
         if sys.stdout is not None:

@@ -79,6 +79,21 @@ def note(text: str, quiet: bool = False) -> None:
         err_line(text)
 
 
+class Sayer:
+    """`say` for the services: a note per call (stderr, unless --quiet), and `waiting(label)`,
+    the Progress of a wait in seconds (a bar on a terminal, nothing elsewhere), which a
+    service uses while SGLang is asked."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+
+    def __call__(self, text: str) -> None:
+        note(text, self.quiet)
+
+    def waiting(self, label: str) -> "Progress":
+        return Progress(label, unit=" s", quiet=self.quiet, delay=1.0)
+
+
 class Progress:
     """Progress of one long step, as a bar on stderr when stderr is a terminal (erased when
     the step ends); nothing when it is not, so what a command writes to a file or a pipe is

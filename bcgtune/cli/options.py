@@ -87,6 +87,15 @@ Workdir = Annotated[
 ProfileRef = Annotated[
     str, typer.Option("--profile", "-p", help="Built-in profile name (mi355x, h200) or a path to a profile .toml.")
 ]
+# --write-profile's escape where SGLang did not check the launch (suggest-buckets, drift, tune)
+Unchecked = Annotated[
+    bool,
+    typer.Option(
+        "--unchecked",
+        help="With --write-profile, when SGLang did not check the launch and bcgtune's model names rules it could not "
+        'check: write anyway; the profile records [buckets].launch_check = "not checked: ...".',
+    ),
+]
 ModelPath = Annotated[
     Optional[str],
     typer.Option("--model-path", help="The model the server loads (path or hub id); overrides [profile].model."),
@@ -149,8 +158,11 @@ _MEASURE_OPTIONS: dict[str, tuple[str, tuple[Optional[int], Optional[int]], str,
 }  # fmt: skip
 
 
+PLANNED = "Default: planned to fit --budget (the plan is printed first)."
+
+
 def measure_option(
-    name: str, *, panel: Optional[str] = None, dry_run_rounds: tuple[int, int] = CPU_ROUNDS, lead: str = ""
+    name: str, *, panel: Optional[str] = None, dry_run_rounds: tuple[int, int] = CPU_ROUNDS, lead: str = "", planned: bool = False
 ) -> Any:  # typer.models.OptionInfo
     """The one declaration of a calibration's measurement option `name` (mix_every, warmup,
     repeats, memory, check_batches): the typer.Option of a command's parameter
@@ -164,6 +176,9 @@ def measure_option(
     if not show_default:
         kw["show_default"] = False
     text = text.format(gpu=GPU_ROUNDS, cpu=dry_run_rounds, check=DEFAULT_CHECK_BATCHES)
+    if planned:  # a tune plans it: the calibrate command's default does not apply
+        text = text.split(" Default:")[0].rstrip(".") + ". " + PLANNED
+        kw["show_default"] = False
     return typer.Option(flag, min=low, max=high, help=_lead(lead, text), **kw)
 
 
@@ -293,6 +308,17 @@ class EngineOptions:
             rich_help_panel=_ENGINE,
         ),
     ] = GraphImpl.auto
+    sim_calibration: Annotated[
+        Optional[str],
+        typer.Option(
+            "--sim-calibration",
+            help="With --device sim: a calibration recorded on a GPU (calibrate's JSON). The simulated device times that "
+            "model on that GPU, with the noise a GPU shows, on a clock of simulated seconds, without torch; --seed sets "
+            "its world and noise.",
+            rich_help_panel=_ENGINE,
+            show_default=False,
+        ),
+    ] = None
 
 
 @dataclass

@@ -32,7 +32,6 @@ import functools
 import gc
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +40,7 @@ import torch
 from bcgtune.core.sglang.replay import assign_buckets
 from bcgtune.engines.choices import FaultName, GraphMode, SideInputName
 from bcgtune.engines.inputs import PrefillInputs
+from bcgtune.engines.records import CaptureRecord
 from bcgtune.engines.timing import TimeSummary, time_calls
 from bcgtune.errors import InputError
 
@@ -56,35 +56,6 @@ SIDE_INPUT_LABELS: dict[SideInputName, str] = {
 }
 
 
-@dataclass
-class CaptureRecord:
-    bucket: int
-    ok: bool
-    capture_s: float = 0.0  # warm-up + capture, what SGLang's "elapsed" covers
-    record_s: float = 0.0  # the capture itself
-    pool_growth_gib: float | None = None  # reserved memory still held after empty_cache
-    error: str | None = None
-    attention_eager: list[str] = field(default_factory=list)
-    attention_capture: list[str] = field(default_factory=list)
-
-    @property
-    def attention_match(self) -> bool:
-        return self.attention_eager == self.attention_capture
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "bucket": self.bucket,
-            "ok": self.ok,
-            "capture_s": round(self.capture_s, 4),
-            "record_s": round(self.record_s, 4),
-            "pool_growth_gib": None if self.pool_growth_gib is None else round(self.pool_growth_gib, 4),
-            "error": self.error,
-            "attention_match": self.attention_match,
-            "attention_eager": self.attention_eager,
-            "attention_capture": self.attention_capture,
-        }
-
-
 class StaticPrefillEngine:
     """The shared base of both runners: static input buffers sized for the largest bucket,
     of which every graph reads a prefix; one memory pool filled largest bucket first;
@@ -96,6 +67,7 @@ class StaticPrefillEngine:
 
     runner = ""
     mode: GraphMode = "padded-eager"
+    simulated = False  # engines/sim: a simulated device's engine (times from a recorded calibration)
 
     def __init__(
         self,
@@ -321,6 +293,17 @@ class StaticPrefillEngine:
         return hidden, logits, b
 
     # ---- timing -------------------------------------------------------------------
+    def inputs(self, n: int, seed: int = 0, requests: int = 1) -> PrefillInputs:
+        """A seeded text batch of n tokens from `requests` requests, as every timing makes its
+        batches (the simulated device's engine makes its own, without torch)."""
+        from bcgtune.engines.inputs import text_inputs
+
+        return text_inputs(self.model, n, self.device, seed=seed, requests=requests)
+
+    def replay_call(self, x: PrefillInputs, b: int) -> Callable[[], object]:
+        """A no-argument call replaying batch x in bucket b, as every timing of a replay runs it."""
+        return functools.partial(self.replay, x, b)
+
     def eager_call(self, x: PrefillInputs) -> Callable[[], object]:
         """A no-argument call running one eager forward of batch x, as every timing of
         eager time (time_eager, calibrate, the replay benchmark) runs it."""

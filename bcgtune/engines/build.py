@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bcgtune.engines.spec import RUNNER_HELP, EngineSpec, check_runner
+from bcgtune.engines.spec import RUNNER_HELP, EngineSpec, check_runner, is_simulated
 
 
 @dataclass
@@ -19,11 +19,18 @@ class EngineSession:
     environment: dict[str, Any]  # hardware, software and engine settings
 
 
-def open_engine(spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | None = None) -> EngineSession:
+def open_engine(
+    spec: EngineSpec, max_tokens: int, shape: Any, warmup: int | None = None, numerics: bool = False
+) -> EngineSession:
     """The engine of `spec` with static buffers for `max_tokens` (the model built on the
     resolved device); `shape` is the ModelShape engines.preflight.check_run returned for
     `spec`, whose checks ran before this (a large model on a CPU that torch resolved "auto"
-    to is refused here, before it is built)."""
+    to is refused here, before it is built). On the simulated device (engines/sim) no torch
+    is loaded; `numerics` asks for an engine that computes outputs (validate's)."""
+    if is_simulated(spec):
+        from bcgtune.engines.sim.engine import open_sim
+
+        return open_sim(spec, max_tokens, warmup, numerics=numerics)
     import torch
 
     from bcgtune.engines.loader import load_model, parse_dtype

@@ -18,7 +18,7 @@ FaultName = Literal["none", "drop-deepstack", "stale-deepstack"]
 # The inputs a captured forward reads beside its weights (engines/base.py SIDE_INPUT_LABELS).
 SideInputName = Literal["input_ids", "input_embeds", "positions", "mrope_positions", "deepstack"]
 # How an engine runs its buckets: graphs on a GPU, the same static-buffer forward without one.
-GraphMode = Literal["breakable-cuda-graph", "cuda-graph", "padded-eager"]
+GraphMode = Literal["breakable-cuda-graph", "cuda-graph", "padded-eager", "simulated"]
 
 
 # The same sets as enumerations, the form typer turns into a parse-time choice.
@@ -63,8 +63,8 @@ class Fault(StrEnum):
     stale_deepstack = "stale-deepstack"
 
 
-DEVICE_WORDS = ("auto", "cpu", "cuda", "gpu", "hip", "rocm")  # gpu, hip, rocm: the torch.cuda device
-DEVICE_HELP = "auto, cpu, cuda or cuda:N (gpu, hip and rocm mean cuda)"
+DEVICE_WORDS = ("auto", "cpu", "cuda", "gpu", "hip", "rocm", "sim")  # gpu, hip, rocm: the torch.cuda device
+DEVICE_HELP = "auto, cpu, cuda or cuda:N (gpu, hip and rocm mean cuda), or sim (a simulated GPU: --sim-calibration)"
 _CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 
 

@@ -36,7 +36,10 @@ class ModelShape:
     max_context: int | None  # context length (tokens), when the model states one
 
 
-def require_torch() -> None:
+def require_torch(device: str | None = None) -> None:
+    """torch installed, unless the run goes to the simulated device (which needs none)."""
+    if (device or "").strip().lower() == "sim":
+        return
     if importlib.util.find_spec("torch") is None:
         raise InputError(TORCH_HINT)
 
@@ -135,6 +138,17 @@ def check_run(spec: EngineSpec, buckets, what: str = "bucket") -> ModelShape:
     is_hf = spec.model.startswith("hf:") or os.path.isdir(spec.model)
     if spec.runner == "breakable" and is_hf and spec.hf_attention != "causal":
         raise InputError("the breakable runner needs --hf-attention causal (its attention runs per request)", "--hf-attention")
+    from bcgtune.engines.spec import is_simulated
+
+    if spec.sim_calibration and not is_simulated(spec):
+        raise InputError("--sim-calibration goes with --device sim", "--sim-calibration")
+    if is_simulated(spec):  # a simulated GPU: no torch, any model size (engines/sim)
+        from bcgtune.engines.sim.engine import check_sim_spec
+
+        shape = model_shape(spec.model)
+        check_sim_spec(spec, shape.name)
+        check_buckets(buckets, shape, spec.chunked_prefill_size, what)
+        return shape
     require_torch()
     shape = model_shape(spec.model)
     check_buckets(buckets, shape, spec.chunked_prefill_size, what)

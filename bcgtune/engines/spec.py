@@ -32,6 +32,12 @@ class EngineSpec:
     chunked_prefill_size: int | None = None
     graph_impl: GraphImplName = "auto"
     fault: FaultName = "none"  # a negative control: a replay that breaks one side input on purpose
+    sim_calibration: str | None = None  # --device sim: the calibration recorded on a GPU that it simulates
+
+
+def is_simulated(spec: EngineSpec) -> bool:
+    """Does the run go to the simulated device (engines/sim)? Decided without torch."""
+    return (spec.device or "").strip().lower() == "sim"
 
 
 def check_runner(runner: str) -> RunnerName:

@@ -1,7 +1,8 @@
 """Timing of engine calls: back-to-back repeats (`time_calls`) and interleaved rounds over
-many calls (`time_interleaved`), CUDA events on a GPU and perf_counter on CPU, Python's
-garbage collector paused while timing (a launch-bound forward is Python work, and a
-collection inside one is noise, not cost)."""
+many calls (`time_interleaved`), CUDA events on a GPU, perf_counter on CPU, and the
+simulated clock on the simulated device (engines/sim: a call advances its clock by the time
+it simulates; no torch there). Python's garbage collector is paused while timing (a
+launch-bound forward is Python work, and a collection inside one is noise, not cost)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import Any
 
 Call = Callable[[], object]
 # times[group][call][round] in ms: every call of every group, one value per timed round
@@ -53,7 +53,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def time_calls(fn: Call, device: torch.device, warmup: int, repeats: int) -> TimeSummary:
+def time_calls(fn: Call, device: Any, warmup: int, repeats: int) -> TimeSummary:
     """Median, p10 and p90 (ms) of `repeats` back-to-back calls after `warmup` untimed ones:
     CUDA events on a GPU (host-side launch gaps included when the GPU waits for them),
     perf_counter on CPU."""
@@ -63,7 +63,9 @@ def time_calls(fn: Call, device: torch.device, warmup: int, repeats: int) -> Tim
         return summarize_ms(_back_to_back(fn, device, repeats))
 
 
-def _back_to_back(fn: Call, device: torch.device, repeats: int) -> list[float]:
+def _back_to_back(fn: Call, device: Any, repeats: int) -> list[float]:
+    if device.type == "sim":
+        return [_sim_call(fn, device) for _ in range(repeats)]
     if device.type != "cuda":
         times = []
         for _ in range(repeats):
@@ -71,6 +73,8 @@ def _back_to_back(fn: Call, device: torch.device, repeats: int) -> list[float]:
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
         return times
+    import torch
+
     stream = torch.cuda.current_stream(device)
     evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
     torch.cuda.synchronize(device)
@@ -84,7 +88,7 @@ def _back_to_back(fn: Call, device: torch.device, repeats: int) -> list[float]:
 
 def time_interleaved(
     groups: Sequence[Sequence[Call]],
-    device: torch.device,
+    device: Any,
     warmup: int,
     repeats: int,
     seed: int = 0,
@@ -117,12 +121,12 @@ def time_interleaved(
     report = on_round or (lambda done, total: None)
     order = list(range(len(groups)))
     total = max(0, warmup) + repeats
-    with torch.no_grad():
+    with _no_grad(device):
         for w in range(max(0, warmup)):
             rng.shuffle(order)
             for g in order:
                 for fn in groups[g]:
-                    fn()
+                    _sim_call(fn, device) if device.type == "sim" else fn()
             report(w + 1, total)
         out: RoundTimes = [[[] for _ in grp] for grp in groups]
         host: RoundTimes = [[[] for _ in grp] for grp in groups]
@@ -136,11 +140,35 @@ def time_interleaved(
     return out
 
 
-def _one_round(
-    groups: Sequence[Sequence[Call]], order: list[int], device: torch.device, out: RoundTimes, host: RoundTimes
-) -> None:
+def _no_grad(device: Any) -> contextlib.AbstractContextManager[Any]:
+    """torch.no_grad() where torch runs the calls; nothing on the simulated device."""
+    if device.type == "sim":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.no_grad()
+
+
+def _sim_call(fn: Call, device: Any) -> float:
+    """One call on the simulated device, from an idle device (the synchronization between
+    calls costs its simulated time too): the simulated ms the call took."""
+    device.sync()
+    t0 = device.now_ms()
+    fn()
+    return device.now_ms() - t0
+
+
+def _one_round(groups: Sequence[Sequence[Call]], order: list[int], device: Any, out: RoundTimes, host: RoundTimes) -> None:
     """Every call once, groups in `order`, each call's time appended to out[group][call]
-    and its host launch time to host[group][call]."""
+    and its host launch time to host[group][call] (on the simulated device, the host time a
+    launch-bound call simulates)."""
+    if device.type == "sim":
+        for g in order:
+            for i, fn in enumerate(groups[g]):
+                ms = _sim_call(fn, device)
+                out[g][i].append(ms)
+                host[g][i].append(device.last_host_ms(ms))
+        return
     if device.type != "cuda":
         for g in order:
             for i, fn in enumerate(groups[g]):
@@ -150,6 +178,8 @@ def _one_round(
                 out[g][i].append(ms)
                 host[g][i].append(ms)
         return
+    import torch
+
     stream = torch.cuda.current_stream(device)
     marks = []
     for g in order:

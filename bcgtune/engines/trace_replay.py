@@ -12,7 +12,6 @@ inputs are made on the host before the rounds, so no forward reads a device tens
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,8 @@ class ListReplay:
 def engine_for(session_engine: Any, max_tokens: int, spec: Any) -> Any:
     """A fresh engine of the same runner over the same loaded model, with static buffers for
     `max_tokens` (its own pool: graphs of an earlier engine are not shared)."""
+    if session_engine.simulated:
+        return session_engine.fresh(max_tokens)
     if session_engine.runner == "breakable":
         from bcgtune.engines.breakable import BreakablePrefillEngine
 
@@ -85,7 +86,6 @@ def replay_in_order(
     untimed ones. Captures the buckets some batch uses (a failed capture: ExternalError);
     the engine must hold the largest of them."""
     from bcgtune.engines import timing
-    from bcgtune.engines.inputs import text_inputs
 
     tok = np.asarray(tokens, dtype=np.int64)
     req = np.asarray(requests, dtype=np.int64)
@@ -107,13 +107,13 @@ def replay_in_order(
         else:
             engine.declare(used)
     pairs = list(zip(tok.tolist(), req.tolist()))
-    inputs = {p: text_inputs(engine.model, p[0], engine.device, seed=seed + p[0], requests=p[1]) for p in dict.fromkeys(pairs)}
+    inputs = {p: engine.inputs(p[0], seed=seed + p[0], requests=p[1]) for p in dict.fromkeys(pairs)}
     names = list(lists)
     groups: list[list[Callable[[], object]]] = []
     for name in names:
         calls: list[Callable[[], object]] = []
         for p, b in zip(pairs, chosen[name].tolist()):
-            calls.append(functools.partial(engine.replay, inputs[p], b) if b > 0 else engine.eager_call(inputs[p]))
+            calls.append(engine.replay_call(inputs[p], b) if b > 0 else engine.eager_call(inputs[p]))
         groups.append(calls)
     times = timing.time_interleaved(groups, engine.device, warmup, repeats, seed=seed, on_round=on_round)
     out = {}

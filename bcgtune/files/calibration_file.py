@@ -77,6 +77,12 @@ def save_calibration(cal: Calibration, path) -> None:
         atomic_write_text(path, json.dumps(cal.to_json_obj(), indent=1) + "\n")
 
 
+# A calibration measures at most a few thousand sizes (tens of kB to a few MB): a file larger,
+# or a CSV of more sizes, is not one (and the bound keeps what reading it holds in memory small)
+CALIBRATION_MAX_BYTES = 64 << 20
+CALIBRATION_MAX_ROWS = 1 << 20
+
+
 def load_calibration(path) -> Calibration:
     """Read a calibration JSON (from `bcgtune calibrate`) or a `tokens,eager_ms,graph_ms` CSV.
     Errors name the file and the line or field."""
@@ -84,7 +90,7 @@ def load_calibration(path) -> Calibration:
 
     what = "calibration (JSON from bcgtune calibrate, or a tokens,eager_ms,graph_ms CSV)"
     path = display_path(str(path))
-    text = decode_text(read_input(path, what, limit=256 << 20), path, what)
+    text = decode_text(read_input(path, what, limit=CALIBRATION_MAX_BYTES), path, what)
     if not text.strip():
         raise InputError("calibration file is empty", path)
     if text.lstrip().startswith("{"):
@@ -367,7 +373,11 @@ def _parse_csv(text: str, path: str) -> Calibration:
             raise InputError(f"expected {max(cols) + 1} columns as in the header, got {len(row)}", f"{path}:{lineno}")
         row = [row[i] for i in cols]
         tok_s = row[0].strip()
+        if len(rows) >= CALIBRATION_MAX_ROWS:
+            raise InputError(f"more than {CALIBRATION_MAX_ROWS:,} rows: not a calibration", f"{path}:{lineno}")
         try:
+            if not tok_s.isascii():  # int() also reads '１'
+                raise ValueError(tok_s)
             tok = int(tok_s)
         except ValueError:
             raise InputError(f"field tokens {quote(tok_s)} is not an integer", f"{path}:{lineno}") from None
@@ -377,6 +387,8 @@ def _parse_csv(text: str, path: str) -> Calibration:
         for name, cell in (("eager_ms", row[1]), ("graph_ms", row[2])):
             c = cell.strip()
             try:
+                if not c.isascii():
+                    raise ValueError(c)
                 v = float(c)
             except ValueError:
                 raise InputError(f"field {name} {c!r} is not a number", f"{path}:{lineno}") from None

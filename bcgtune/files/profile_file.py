@@ -12,7 +12,8 @@
                 trace_xxh128, trace_path, objective, max_buckets, padding_factor,
                 alignment, tool_version, date, note
     [tuned]     written by `bcgtune tune` with the list: what its proof run measured (list,
-                measured_gain_pct and its 95% half-width against SGLang's ladder, the
+                trace_gain_pct and its 95% half-width over the whole trace, measured_gain_pct
+                on the batches replayed, against SGLang's ladder, the
                 predicted gain, passes, batches, graphs, capture_s, graph_mem_gib,
                 calibration_sha256, device, torch, date); doctor and drift report it. A list
                 written without it (suggest-buckets, drift) drops an older [tuned].
@@ -170,6 +171,8 @@ def resolve_profile_path(name_or_path: str | os.PathLike) -> Path:
             raise InputError("no such profile file", s if len(s) <= 200 else s[:197] + "...")
         if kind == "folder":
             raise InputError("is a folder, not a profile file", s)
+        if kind == "other":  # a pipe or a device: a profile may be read twice (checked, then edited)
+            raise InputError("is not a regular file (a pipe or a device): a profile is read from a file", s)
         return p
     bp = builtin_profile_path(s)
     if path_kind(bp) != "file":
@@ -289,11 +292,26 @@ HalfPct = Annotated[float, Field(strict=False, ge=0, le=1e6, allow_inf_nan=False
 
 class TunedTable(StrictDocument):
     """[tuned]: what `bcgtune tune` measured for the list it wrote into [buckets].list: the
-    proof run's gain over SGLang's default ladder (recommended minus ladder, replayed on the
-    trace in interleaved rounds), with what the list costs and where it was measured."""
+    gain over SGLang's default ladder on the whole trace, estimated from the proof run (the
+    trace, or a stratified sample of it, replayed in interleaved rounds) with its 95% interval,
+    the gain measured on the batches replayed, what the list costs and where it was measured."""
 
     list_: Annotated[list[Tokens], Field(alias="list", min_length=0, max_length=4096, description="The list the tune measured.")]
-    measured_gain_pct: Annotated[Pct, Field(description="Measured time saved against SGLang's ladder, % of the ladder's.")]
+    trace_gain_pct: Annotated[
+        Optional[Pct], Field(description="Time saved against SGLang's ladder over the whole trace, % of the ladder's.")
+    ] = None
+    trace_gain_half_pct: Annotated[
+        Optional[HalfPct],
+        Field(
+            description="Half-width of its 95% interval (%): the sampling error, the run's noise and the stated allowance "
+            "for capture offsets included."
+        ),
+    ] = None
+    trace_batches: Annotated[Optional[StrictInt], Field(ge=1, le=10**12, description="Batches in the trace.")] = None
+    measured_gain_pct: Annotated[
+        Pct,
+        Field(description="Measured time saved against SGLang's ladder on the batches the proof replayed, % of the ladder's."),
+    ]
     measured_gain_half_pct: Annotated[Optional[HalfPct], Field(description="Half-width of its 95% interval (%).")] = None
     predicted_gain_pct: Annotated[Optional[Pct], Field(description="The gain the calibration predicted (%).")] = None
     predicted_gain_half_pct: Annotated[Optional[HalfPct], Field(description="Half-width of its 95% interval (%).")] = None
@@ -337,6 +355,13 @@ class ProfileFile(StrictDocument):
     ] = None
 
 
+def _non_ascii_number(text: str) -> bool:
+    """A string that Python's int() or float() (and SGLang's argparse) reads as a number
+    although its digits are not 0-9 ('１', '٣'): it would launch what it does not show."""
+    t = text.strip().lstrip("+-")
+    return bool(t) and not t.isascii() and t.replace(".", "", 1).isdecimal()
+
+
 def _snake_keys(table: Any) -> Any:
     return {snake(k): v for k, v in table.items()} if isinstance(table, dict) else table
 
@@ -362,6 +387,9 @@ def profile_from_dict(data: Mapping[str, Any], where: str, path: Path | None = N
         seen_as[key] = k
         if key in _SERVER_FORBIDDEN:
             raise InputError(f"not allowed in [server]: {_SERVER_FORBIDDEN[key]}", label)
+        for item in v if isinstance(v, list) else [v]:
+            if isinstance(item, str) and _non_ascii_number(item):
+                raise InputError(f"{quote(item)} is a number in non-ASCII digits: write it with 0-9", label)
         server[key] = list(v) if isinstance(v, list) else v
     buckets = None
     provenance: dict[str, Any] = {}
@@ -414,17 +442,30 @@ def trace_digest_provenance(sources: list) -> dict[str, str]:
 
 
 def tuned_text(tuned: dict[str, Any]) -> str:
-    """A profile's [tuned] record in one line: where and when, and the measured gain."""
-    half = tuned.get("measured_gain_half_pct")
-    gain = f"{tuned['measured_gain_pct']:+.2f}%" + (f" ± {half:.2f}%" if half is not None else "")
+    """A profile's [tuned] record in one line: where and when, the gain over the whole trace
+    (and what it was measured on), or, for a record written before that estimate existed,
+    the gain measured on the proof's batches, said to be theirs."""
     extra = []
     if tuned.get("capture_s") is not None:
         extra.append(f"capture {tuned['capture_s']:.2f} s")
     if tuned.get("graph_mem_gib") is not None:
         extra.append(f"{tuned['graph_mem_gib']:.3f} GiB")
+    passes = f"{tuned.get('passes')} proof pass{'es' if tuned.get('passes') != 1 else ''}"
+    batches, of = tuned.get("batches"), tuned.get("trace_batches")
+    if tuned.get("trace_gain_pct") is not None:
+        half = tuned.get("trace_gain_half_pct")
+        gain = f"{tuned['trace_gain_pct']:+.2f}%" + (f" ± {half:.2f}%" if half is not None else "")
+        measured = "the whole trace" if batches == of else f"{batches:,} of its {of:,} batches" if of else f"{batches} batches"
+        what = f"gain {gain} against SGLang's ladder over the whole trace (95%; measured on {measured}, {passes})"
+    else:
+        half = tuned.get("measured_gain_half_pct")
+        gain = f"{tuned['measured_gain_pct']:+.2f}%" + (f" ± {half:.2f}%" if half is not None else "")
+        what = (
+            f"measured gain {gain} against SGLang's ladder on the {batches} batches its proof replayed "
+            f"({passes}; not the trace's)"
+        )
     return (
-        f"tuned on {tuned.get('device')} at {tuned.get('date')} (torch {tuned.get('torch')}), measured gain {gain} "
-        f"against SGLang's ladder over {tuned.get('passes')} proof pass{'es' if tuned.get('passes') != 1 else ''}; "
+        f"tuned on {tuned.get('device')} at {tuned.get('date')} (torch {tuned.get('torch')}), {what}; "
         f"{tuned.get('graphs')} graphs" + (", " + ", ".join(extra) if extra else "")
     )
 

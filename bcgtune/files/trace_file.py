@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator
-from typing import Annotated, Any, Optional, Union
+from typing import IO, Annotated, Any, Optional
 
 import numpy as np
 import pydantic
@@ -48,7 +49,7 @@ from bcgtune.core.trace.prefill_trace import (
     _column_to_json,
 )
 from bcgtune.errors import InputError, quote
-from bcgtune.fileio import csv_rows
+from bcgtune.fileio import check_zip_directory, csv_rows, text_blocks
 
 # A trace file larger than this is not a trace (a JSON trace of a million batches with every
 # per-batch column is ~150 MB).
@@ -139,9 +140,15 @@ def is_binary_trace_name(path: str) -> bool:
 
 NPZ_DOCUMENT = "document.npy"
 _NPZ_COLUMN = "batches.{}.npy"
-# what the columns of a binary trace may hold once read (a zip's members can claim sizes far
-# beyond their compressed bytes): 8 GiB, about 70 million batches with every column
-MAX_BINARY_COLUMN_BYTES = 8 << 30
+# what the columns of a binary trace may hold once read into their declared types (a zip's
+# members can claim sizes far beyond their compressed bytes): 2 GiB, about 15 million batches
+# with every column and more with fewer; each column must also hold exactly one row per
+# batch its document counts
+MAX_BINARY_COLUMN_BYTES = 2 << 30
+# a binary trace holds its document and one member per column: an archive that lists more
+# (its directory is read whole before any member) is not one
+MAX_BINARY_MEMBERS = 1024
+MAX_BINARY_DIRECTORY_BYTES = 1 << 20
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same trace gives the same bytes
 
 
@@ -199,9 +206,13 @@ def _npy_header(fh, where: str, member: str) -> tuple[tuple[int, ...], np.dtype]
     return shape, dtype
 
 
-def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget: list[int]) -> np.ndarray:
-    """One member's array: its header checked before its data is read, its size within what
-    is left of the budget."""
+def _read_member(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget: list[int], rows: int | None = None, itemsize: int = 1
+) -> np.ndarray:
+    """One member's array: its header checked before its data is read: `rows` rows when
+    given (a column has one per batch the document counts), and its size once read into its
+    declared type (`itemsize` bytes a row) within what is left of the budget. A member that
+    claims more is refused from its header, whatever its deflated bytes would expand to."""
     name = info.filename
     try:
         with zf.open(info) as fh:
@@ -209,15 +220,25 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, budget:
             if dtype.kind not in "iuf" or dtype.itemsize > 8:
                 raise InputError(f"{name}: holds {dtype}, not integers or floats", where)
             nbytes = n * dtype.itemsize
-            if nbytes > budget[0]:
+            if rows is not None and n != rows:
+                loc = name.removesuffix(".npy")
+                raise InputError(f"{loc}: has {n:,} rows, the histogram counts {rows:,} batches", where)
+            if n * max(itemsize, dtype.itemsize) > budget[0]:
                 raise InputError(f"{name}: {nbytes >> 20:,} MiB is more than a trace may hold", where)
-            budget[0] -= nbytes
-            data = fh.read(nbytes)
+            budget[0] -= n * max(itemsize, dtype.itemsize)
+            arr = np.empty(n, dtype)  # read in place, a piece at a time: the data is held once
+            view = arr.data.cast("B")
+            got = 0
+            while got < nbytes:
+                k = fh.readinto(view[got : got + (16 << 20)])  # type: ignore[attr-defined]
+                if not k:
+                    break
+                got += k
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{name}: cannot read ({str(exc)[:120]})", where) from None
-    if len(data) != nbytes:
-        raise InputError(f"{name}: ends early ({len(data):,} of {nbytes:,} bytes)", where)
-    return np.frombuffer(data, dtype)
+    if got != nbytes:
+        raise InputError(f"{name}: ends early ({got:,} of {nbytes:,} bytes)", where)
+    return arr
 
 
 def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: list[int]) -> dict[str, np.ndarray] | None:
@@ -231,11 +252,9 @@ def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: lis
         col = name[len("batches.") : -len(".npy")]
         if col not in BATCH_COLUMNS:
             continue  # columns from a newer writer are left out, not fatal
-        arr = _read_member(zf, info, where, budget)
-        loc = f"batches.{col}"
-        if arr.size != n_batches:
-            raise InputError(f"{loc}: has {arr.size:,} rows, the histogram counts {n_batches:,} batches", where)
         dtype = np.dtype(BATCH_COLUMNS[col])
+        arr = _read_member(zf, info, where, budget, rows=n_batches, itemsize=dtype.itemsize)
+        loc = f"batches.{col}"
         if dtype.kind == "f":
             arr = arr.astype(dtype)
             if np.isinf(arr).any():
@@ -256,43 +275,37 @@ def _binary_columns(zf: zipfile.ZipFile, where: str, n_batches: int, budget: lis
     return out or None
 
 
-def _load_binary_trace(path: str, where: str) -> PrefillTrace:
-    """The binary form (module docstring): its document checked as a JSON trace is, and
-    its columns against it (one row per batch the histogram counts, the histogram that of
-    forward_tokens)."""
-    from bcgtune.fileio import open_binary
-
-    fh = open_binary(path)
+def _load_binary_trace(fh: IO[bytes], where: str) -> PrefillTrace:
+    """The binary form (module docstring), from `fh` at its start: its document checked as
+    a JSON trace is, and its columns against it (one row per batch the histogram counts, the
+    histogram that of forward_tokens)."""
+    src = fh
+    if not fh.seekable():  # a pipe: held in memory, within what a trace file may be
+        data = fh.read(MAX_TRACE_BYTES + 1)
+        if len(data) > MAX_TRACE_BYTES:
+            raise InputError(f"larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace", where)
+        src = io.BytesIO(data)
+    check_zip_directory(src, where, "binary trace", max_members=MAX_BINARY_MEMBERS, max_bytes=MAX_BINARY_DIRECTORY_BYTES)
     try:
-        src = fh
-        if not fh.seekable():  # a pipe: held in memory, within what a trace file may be
-            data = fh.read(MAX_TRACE_BYTES + 1)
-            if len(data) > MAX_TRACE_BYTES:
-                raise InputError(f"larger than {MAX_TRACE_BYTES >> 20} MiB: not a trace", where)
-            src = io.BytesIO(data)
+        zf = zipfile.ZipFile(src)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise InputError(f"not a binary trace: {str(exc)[:120]}", where) from None
+    with zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        if NPZ_DOCUMENT not in infos:
+            raise InputError(f"not a bcgtune binary trace: no {NPZ_DOCUMENT} in the archive", where)
+        budget = [MAX_TRACE_BYTES]
+        head = _read_member(zf, infos[NPZ_DOCUMENT], where, budget)
+        if head.dtype != np.uint8:
+            raise InputError(f"{NPZ_DOCUMENT}: must hold bytes", where)
         try:
-            zf = zipfile.ZipFile(src)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            raise InputError(f"not a binary trace: {str(exc)[:120]}", where) from None
-        with zf:
-            infos = {i.filename: i for i in zf.infolist()}
-            if NPZ_DOCUMENT not in infos:
-                raise InputError(f"not a bcgtune binary trace: no {NPZ_DOCUMENT} in the archive", where)
-            budget = [MAX_TRACE_BYTES]
-            head = _read_member(zf, infos[NPZ_DOCUMENT], where, budget)
-            if head.dtype != np.uint8:
-                raise InputError(f"{NPZ_DOCUMENT}: must hold bytes", where)
-            try:
-                text = head.tobytes().decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError(f"{NPZ_DOCUMENT}: not UTF-8 text", where) from None
-            budget = [MAX_BINARY_COLUMN_BYTES]
-            trace = _parse_json_trace(text, where, binary=True)
-            n = int(trace.counts.sum())
-            cols = _binary_columns(zf, where, n, budget)
-    finally:
-        if path != "-":
-            fh.close()
+            text = head.tobytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{NPZ_DOCUMENT}: not UTF-8 text", where) from None
+        budget = [MAX_BINARY_COLUMN_BYTES]
+        trace = _parse_json_trace(text, where, binary=True)
+        n = int(trace.counts.sum())
+        cols = _binary_columns(zf, where, n, budget)
     if cols is not None:
         if "forward_tokens" not in cols:
             raise InputError("batches need a forward_tokens column", where)
@@ -307,22 +320,20 @@ def _load_binary_trace(path: str, where: str) -> PrefillTrace:
     return trace
 
 
-def _is_zip(path: str) -> bool:
-    from bcgtune.fileio import open_binary, path_kind
-
-    if path == "-":  # a pipe: looked at without taking its bytes
-        peek = getattr(open_binary("-"), "peek", None)
-        try:
-            return peek is not None and peek(4)[:4] == ZIP_MAGIC
-        except (OSError, ValueError):
-            return False
-    if path_kind(path) != "file":
-        return False
+def _starts_zip(fh: IO[bytes]) -> bool:
+    """Whether an input opened at its start begins as a zip archive, looked at without
+    taking its bytes (a pipe is peeked at, a file read and put back)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == ZIP_MAGIC
-    except OSError:
-        return False
+        peek = getattr(fh, "peek", None)
+        if peek is not None:
+            return peek(4)[:4] == ZIP_MAGIC
+        if fh.seekable():
+            head = fh.read(4)
+            fh.seek(0)
+            return head == ZIP_MAGIC
+    except (OSError, ValueError, EOFError, zlib.error):
+        return False  # the text reader says what is wrong with it
+    return False
 
 
 # What only an SGLang server log holds, looked for at the start of a text given as a trace that
@@ -348,29 +359,36 @@ def _looks_like_a_log(head: str) -> bool:
     return any(mark in text for mark in _LOG_MARKS)
 
 
-def load_trace(path: str) -> PrefillTrace:
+def load_trace(path: str, where: str | None = None) -> PrefillTrace:
     """Read a JSON trace, a binary (.npz) trace, a CSV, a JSON array of sizes or a
-    one-size-per-line file. Errors name the file (and the line or field)."""
-    from bcgtune.fileio import display_path
+    one-size-per-line file. Errors name the file (and the line or field), or `where` when
+    given (a copy of standard input is named `<stdin>`)."""
+    from bcgtune.fileio import display_path, open_binary
 
-    where = display_path(path)
-    trace = _load_binary_trace(path, where) if _is_zip(path) else _load_text_trace(path, where)
+    where = where or display_path(path)
+    fh = open_binary(path)  # opened once: a named pipe or stdin is read by whichever reader its first bytes call for
+    try:
+        trace = _load_binary_trace(fh, where) if _starts_zip(fh) else _load_text_trace(fh, where)
+    finally:
+        if path != "-":
+            fh.close()
     trace.validate(where)
     if not trace.sources:
         trace.sources = [{"path": where}]
     return trace
 
 
-def _load_text_trace(path: str, where: str) -> PrefillTrace:
+def _load_text_trace(fh: IO[bytes], where: str) -> PrefillTrace:
     """A JSON trace, a JSON array of sizes, a CSV or a one-size-per-line file."""
-    from bcgtune.fileio import decode_text, read_input
+    from bcgtune.fileio import decode_text, read_stream
 
     what = "trace (JSON trace, binary .npz trace, size,count CSV or one size per line)"
-    text = decode_text(read_input(path, what, limit=MAX_TRACE_BYTES), where, what)
-    stripped = text.lstrip()
+    text = decode_text(read_stream(fh, where, what, limit=MAX_TRACE_BYTES), where, what)
+    first_char = re.search(r"\S", text)
+    stripped = text[first_char.start() : first_char.start() + _LOG_SNIFF] if first_char else ""  # its start, not a copy
     if not stripped:
         raise InputError("trace is empty", where)
-    if not stripped.startswith("{") and _looks_like_a_log(stripped[:_LOG_SNIFF]):
+    if not stripped.startswith("{") and _looks_like_a_log(stripped):
         raise InputError(
             "an SGLang server log, not a trace: `bcgtune trace --log FILE -o trace.json` makes a trace of it "
             "(drift and tune read logs directly with --log)",
@@ -380,7 +398,7 @@ def _load_text_trace(path: str, where: str) -> PrefillTrace:
         return _parse_json_trace(text, where)
     if stripped.startswith("["):
         return _parse_json_list(text, where)
-    first = stripped.splitlines()[0].strip().lower().replace(" ", "")
+    first = stripped.partition("\n")[0].splitlines()[0].strip().lower().replace(" ", "")
     if "," in first or first.startswith(_SIZE_COLUMNS):
         return _parse_csv_trace(text, where)
     return _parse_plain_trace(text, where)
@@ -392,14 +410,19 @@ class _Histogram(Document):
     counts: list[BatchCount]
 
 
+# a chunk as SGLang logs it: a token count, or -1 (0) for chunked prefill off
+_Chunk = Annotated[int, pydantic.Field(strict=True, ge=-1, le=TOKENS_MAX)]
+
+
 class _StartupLine(Document):
     model_config = pydantic.ConfigDict(extra="allow")
-    chunked_prefill_size: Optional[int] = None
+    chunked_prefill_size: Optional[_Chunk] = None
+    max_prefill_tokens: Optional[Tokens] = None
 
 
 class _WorkloadResolved(Document):
     model_config = pydantic.ConfigDict(extra="allow")
-    chunked_prefill_size: Optional[int] = None
+    chunked_prefill_size: Optional[_Chunk] = None
 
 
 class _WorkloadMeta(Document):
@@ -447,12 +470,25 @@ class _CaptureLine(Document):
 
 
 _Count = Annotated[int, pydantic.Field(strict=True, ge=0, le=BATCHES_MAX)]
-_Setting = Union[
-    Annotated[str, pydantic.Field(max_length=400)],
-    bool,
-    Annotated[int, pydantic.Field(strict=True, ge=-(2**31), le=2**31 - 1)],
-    None,
-]
+
+
+def _setting(value: Any) -> Any:
+    """A launch setting as a log states it: text (at most 400 characters), true or false,
+    an integer within int32, or null; one message for whatever else."""
+    ok = (
+        value is None
+        or isinstance(value, bool)
+        or (isinstance(value, str) and len(value) <= 400)
+        or (isinstance(value, int) and -(2**31) <= value <= 2**31 - 1)
+    )
+    if not ok:
+        raise ValueError(
+            f"must be text (at most 400 characters), true, false, an integer within int32 or null, got {quote(value)}"
+        )
+    return value
+
+
+_Setting = Annotated[Any, pydantic.AfterValidator(_setting)]
 
 
 class _MixDoc(Document):
@@ -657,8 +693,11 @@ def _parse_json_list(text: str, where: str) -> PrefillTrace:
 
 
 def _parse_int(token: str, where: str, what: str) -> int:
-    """An integer cell ('12' or '12.0'); its bounds are checked for the whole column at once."""
+    """An integer cell ('12' or '12.0', in the digits 0-9); its bounds are checked for a
+    block of rows at once."""
     t = token.strip()
+    if not t.isascii():  # int() also reads '１' and '٣'
+        raise InputError(f"{what}: {t[:40]!r} is not an integer", where)
     try:
         return int(t)
     except ValueError:
@@ -684,12 +723,59 @@ def _check_column(values: list[int], lines: list[int], where: str, what: str, bo
         validate(bound, values[bad], f"{where}:{lines[bad]}", prefix=(what,))
 
 
-def _histogram(sizes: list[int], counts: list[int] | None, origin: str) -> PrefillTrace:
-    arr = np.asarray(sizes, dtype=np.int64)
-    w = np.ones(arr.size, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
-    uniq, inv = np.unique(arr, return_inverse=True)
-    total = np.bincount(inv, weights=w.astype(np.float64)).astype(np.int64)
-    return PrefillTrace(sizes=uniq.astype(np.int64), counts=total, origin=origin)
+# rows of a text trace parsed into Python numbers before they are counted into its histogram:
+# memory stays near the text's own (a list of every row took 30-50 bytes a byte of text)
+_BLOCK_ROWS = 1 << 18
+
+
+class _TextRows:
+    """The rows of a CSV or one-size-per-line trace, counted into a histogram a block at a
+    time: each block's values checked (with their lines) and reduced to (size, count) pairs,
+    the pairs merged as they grow. Memory: one block, and the distinct sizes."""
+
+    def __init__(self, where: str, size_name: str, count_name: str | None):
+        self.where, self.size_name, self.count_name = where, size_name, count_name
+        self.sizes: list[int] = []
+        self.counts: list[int] = []
+        self.lines: list[int] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.held = 0  # pairs in parts
+        self.rows = 0
+
+    def add(self, size: int, count: int | None, line: int) -> None:
+        self.sizes.append(size)
+        if count is not None:
+            self.counts.append(count)
+        self.lines.append(line)
+        if len(self.sizes) >= _BLOCK_ROWS:
+            self._count_block()
+
+    def _count_block(self) -> None:
+        if not self.sizes:
+            return
+        _check_column(self.sizes, self.lines, self.where, self.size_name, Tokens, TOKENS_MAX)
+        if self.count_name is not None:
+            _check_column(self.counts, self.lines, self.where, self.count_name, BatchCount, BATCHES_MAX)
+        arr = np.asarray(self.sizes, dtype=np.int64)
+        w = np.ones(arr.size, np.int64) if self.count_name is None else np.asarray(self.counts, dtype=np.int64)
+        self.parts.append(histogram_of(arr, w))
+        self.held += self.parts[-1][0].size
+        self.rows += arr.size
+        self.sizes, self.counts, self.lines = [], [], []
+        if len(self.parts) > 1 and self.held > 2 * self.parts[0][0].size:  # merged as they double
+            self._merge()
+
+    def _merge(self) -> None:
+        sizes, counts = histogram_of(np.concatenate([p[0] for p in self.parts]), np.concatenate([p[1] for p in self.parts]))
+        self.parts, self.held = [(sizes, counts)], sizes.size
+
+    def trace(self, origin: str, empty: str) -> PrefillTrace:
+        self._count_block()
+        if not self.rows:
+            raise InputError(empty, self.where)
+        self._merge()
+        sizes, counts = self.parts[0]
+        return PrefillTrace(sizes=sizes.astype(np.int64), counts=counts.astype(np.int64), origin=origin)
 
 
 _SIZE_COLUMNS = ("size", "tokens", "num_tokens", "forward_tokens")
@@ -701,9 +787,7 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
     taken for `size`; without a count column each row is one batch)."""
     header: list[str] | None = None
     si = ci = None
-    sizes: list[int] = []
-    counts: list[int] = []
-    lines: list[int] = []
+    rows: _TextRows | None = None
     for lineno, row in csv_rows(text, where):
         if header is None:
             header = [h.strip().lower() for h in row]
@@ -715,32 +799,25 @@ def _parse_csv_trace(text: str, where: str) -> PrefillTrace:
                     f"{where}:{lineno}",
                 )
             need = max(si, ci if ci is not None else 0) + 1
+            rows = _TextRows(where, header[si], None if ci is None else header[ci])
             continue
         if len(row) < need:
             raise InputError(f"expected {need} columns as in the header, got {len(row)}", f"{where}:{lineno}")
-        assert si is not None  # the header was read above
-        sizes.append(_parse_int(row[si], f"{where}:{lineno}", header[si]))
-        if ci is not None:
-            counts.append(_parse_int(row[ci], f"{where}:{lineno}", header[ci]))
-        lines.append(lineno)
-    if not sizes:
+        assert si is not None and rows is not None  # the header was read above
+        size = _parse_int(row[si], f"{where}:{lineno}", header[si])
+        rows.add(size, None if ci is None else _parse_int(row[ci], f"{where}:{lineno}", header[ci]), lineno)
+    if rows is None:
         raise InputError("trace is empty: CSV has no rows", where)
-    assert header is not None and si is not None
-    _check_column(sizes, lines, where, header[si], Tokens, TOKENS_MAX)
-    if ci is not None:
-        _check_column(counts, lines, where, header[ci], BatchCount, BATCHES_MAX)
-    return _histogram(sizes, counts if ci is not None else None, "histogram")
+    return rows.trace("histogram", "trace is empty: CSV has no rows")
 
 
 def _parse_plain_trace(text: str, where: str) -> PrefillTrace:
-    sizes: list[int] = []
-    lines: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        s = line.split("#", 1)[0].strip()
-        if s:
-            sizes.append(_parse_int(s, f"{where}:{lineno}", "size"))
-            lines.append(lineno)
-    if not sizes:
-        raise InputError("trace is empty: no sizes", where)
-    _check_column(sizes, lines, where, "size", Tokens, TOKENS_MAX)
-    return _histogram(sizes, None, "sizes")
+    rows = _TextRows(where, "size", None)
+    lineno = 0
+    for block in text_blocks(text):
+        for line in block.splitlines():
+            lineno += 1
+            s = line.split("#", 1)[0].strip()
+            if s:
+                rows.add(_parse_int(s, f"{where}:{lineno}", "size"), None, lineno)
+    return rows.trace("sizes", "trace is empty: no sizes")

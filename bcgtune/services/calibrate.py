@@ -459,7 +459,6 @@ def _graph_memory(
 def _calibrate_breakable(run: _Run, sizes: list[int], mix: BatchMix | None, memory: bool) -> CalibrateResult:
     from bcgtune.core.plan.calibration import BatchTimes, Calibration
     from bcgtune.core.trace.mix import BatchMix
-    from bcgtune.engines.breakable import BreakablePrefillEngine
     from bcgtune.engines.timing import summarize_ms
 
     engine, say = run.engine, run.say
@@ -470,6 +469,10 @@ def _calibrate_breakable(run: _Run, sizes: list[int], mix: BatchMix | None, memo
         impl = engine.impl.name
 
         def make_solo(n: int) -> StaticPrefillEngine:
+            if engine.simulated:
+                return engine.fresh(n)
+            from bcgtune.engines.breakable import BreakablePrefillEngine
+
             return BreakablePrefillEngine(
                 engine.model, engine.device, n, sdpa_backend=run.spec.sdpa_backend, warmup=engine.warmup, graph_impl=impl
             )
@@ -581,14 +584,13 @@ def _time_breakable(
     between other calls, as a server's prefill step starts after the scheduler's own work:
     a launch-bound forward's time is then its host launch time, which `host` shows."""
     from bcgtune.engines import timing
-    from bcgtune.engines.inputs import text_inputs
 
     engine, say, warmup = run.engine, run.say, run.warmup
-    inputs = [text_inputs(engine.model, n, engine.device, seed=run.spec.seed + n, requests=r) for n, r in pairs]
+    inputs = [engine.inputs(n, seed=run.spec.seed + n, requests=r) for n, r in pairs]
     groups: list[list[Callable[[], object]]] = [[functools.partial(engine.replay_segments, b)] for b in sizes]
     for x, b in zip(inputs, buckets):
         groups.append([engine.eager_call(x)])
-        groups.append([functools.partial(engine.replay_segments, b), functools.partial(engine.replay, x, b)])
+        groups.append([functools.partial(engine.replay_segments, b), engine.replay_call(x, b)])
     say(
         f"timing {len(sizes)} buckets' segments and {len(pairs)} batches (eager, and replay next to its bucket's "
         f"segments) in {run.repeats} interleaved rounds after {warmup} warm-up round{'s' if warmup != 1 else ''}"
@@ -607,11 +609,9 @@ def _time_breakable(
 def _calibrate_full(run: _Run, sizes: list[int], memory: bool) -> CalibrateResult:
     from bcgtune.core.plan.calibration import Calibration
     from bcgtune.engines import timing
-    from bcgtune.engines.full import FullPrefillEngine
-    from bcgtune.engines.inputs import text_inputs
 
     engine, say, seed = run.engine, run.say, run.spec.seed
-    inputs = {n: text_inputs(engine.model, n, engine.device, seed=seed + n) for n in sizes}
+    inputs = {n: engine.inputs(n, seed=seed + n) for n in sizes}
     # each kind measured in interleaved rounds over the sizes (time_interleaved), not a
     # block per size: every size sees the same mix of GPU clock and power states
     e_times = timing.time_interleaved(
@@ -624,12 +624,16 @@ def _calibrate_full(run: _Run, sizes: list[int], memory: bool) -> CalibrateResul
     if memory and engine.graphs_enabled:
 
         def make_solo(n: int) -> StaticPrefillEngine:
+            if engine.simulated:
+                return engine.fresh(n)
+            from bcgtune.engines.full import FullPrefillEngine
+
             return FullPrefillEngine(engine.model, engine.device, n, sdpa_backend=run.spec.sdpa_backend)
 
         pbt = _pool_by_largest(sizes, make_solo, say)
     recs = _capture_all(engine, sizes)
     g_times = timing.time_interleaved(
-        [[functools.partial(engine.replay, inputs[n], n)] for n in sizes], engine.device, run.warmup, run.repeats, seed=seed + 1
+        [[engine.replay_call(inputs[n], n)] for n in sizes], engine.device, run.warmup, run.repeats, seed=seed + 1
     )
     graph = {n: timing.summarize_ms(t[0]) for n, t in zip(sizes, g_times)}
     for n in sizes:
@@ -747,12 +751,8 @@ def extend(
     if spec.runner == "breakable":
         groups: list[list[Callable[[], object]]] = [[functools.partial(engine.replay_segments, b)] for b in measure]
     else:
-        from bcgtune.engines.inputs import text_inputs
-
-        inputs = {n: text_inputs(engine.model, n, engine.device, seed=spec.seed + n) for n in measure}
-        groups = [[engine.eager_call(inputs[n])] for n in measure] + [
-            [functools.partial(engine.replay, inputs[n], n)] for n in measure
-        ]
+        inputs = {n: engine.inputs(n, seed=spec.seed + n) for n in measure}
+        groups = [[engine.eager_call(inputs[n])] for n in measure] + [[engine.replay_call(inputs[n], n)] for n in measure]
     times = timing.time_interleaved(
         groups,
         engine.device,

@@ -10,9 +10,12 @@ for the GPU) says whether a Qwen4-Exp (Qwen3.8-Flash-Next) image batch and a tex
 replay, with speculative decoding off and on. The gate is classified by those answers
 (the states and what each means: bcgtune.core.sglang.runner_gate).
 
-When the runner module cannot be imported (SGLang absent, or a copy that does not import
-here), its source is read with `ast` instead (bcgtune.adapters.sglang.runner_source), and the
-report says it is a reading.
+A runner is judged only by running it. One that SGLang does not run (SGLang absent or not
+asked), or that cannot be run here (a copy that does not import, or whose runner cannot be
+built on the stand-ins), is "not checked" with the reason; what its source reads as
+(bcgtune.adapters.sglang.runner_source, `ast`) is reported beside it, never as a verdict. An
+import failure that stops any server (a syntax error, a name SGLang lacks or imports from the
+copy) blocks.
 """
 
 from __future__ import annotations
@@ -105,19 +108,26 @@ class DoctorReport:
 
 # --------------------------------------------------------------------------- the gate, by behaviour
 def gate_report(runner: RunnerAnswers | None, path: str | Path | None) -> GateReport:
-    """The gate by behaviour when the runner ran; unimportable when SGLang could not import
-    it; unknown when it imported but could not be run; a reading of its source when SGLang
-    did not run it (which says so, and never says patched)."""
+    """The gate by behaviour when the runner ran (a refusal of a text batch names the line
+    of can_replay_locally that returned it). A runner that does not import or cannot be run
+    is not checked, with the reason; so is one SGLang did not run, where what its source
+    reads as is said beside it (a reading is never a verdict)."""
     where = str(path) if path is not None else None
     if runner is not None and runner.ok:
         state, detail = classify_gate(runner.answers)
+        refused = [
+            f"{k} at line {n}: {t}"
+            for k, (n, t) in sorted(runner.lines.items())
+            if k.startswith("text_") and runner.answers.get(k) is False
+        ]
+        if state == "refuses-text" and refused:
+            detail += " (can_replay_locally, run: " + "; ".join(refused)[:400] + ")"
         return GateReport(state, detail, where, method="behaviour", answers=dict(runner.answers))
-    if runner is not None and runner.imported is False:
-        return GateReport("unimportable", runner.error or "the runner module does not import", where, method="behaviour")
-    if runner is not None and runner.imported:
+    if runner is not None and runner.imported is not None:
+        what = "does not import" if runner.imported is False else "imports but could not be run here"
         return GateReport(
-            "unknown",
-            f"the runner imports but could not be run: {runner.error}",
+            "not checked",
+            f"the runner {what}: {runner.error}",
             where,
             method="behaviour",
             answers=dict(runner.answers) or None,
@@ -199,13 +209,21 @@ def _qwen_gate_findings(gate: GateReport, qwen: bool | None, spec) -> list[Findi
     if not qwen:
         return []
     out = []
-    if gate.method != "behaviour":
+    if gate.state == "not checked":
         # a reading of the source never blocks: only running the runner shows what it does
         out.append(
             Finding(
                 WARNING,
-                "qwen-mm-gate-unverified",
-                f"the prefill runner was not run, only read: {gate.detail} (doctor with SGLang installed runs it)",
+                "qwen-mm-gate-not-checked",
+                f"the prefill runner's multimodal gate is not checked: {gate.detail}",
+            )
+        )
+    elif gate.state == "refuses-text":
+        out.append(
+            Finding(
+                BLOCKING,
+                "qwen-mm-gate-refuses-text",
+                f"the prefill runner runs Qwen4-Exp text prefills eager too: {gate.detail}",
             )
         )
     elif gate.state == "unpatched":
@@ -402,8 +420,8 @@ def _deepstack_findings(
 
 
 def _check_runner_source(path: str | Path) -> None:
-    """--runner-source must name a readable Python text file of reasonable size that defines
-    the runner's class (one that then fails to import is a finding, not bad input)."""
+    """--runner-source must name a readable text file of reasonable size (one that then fails
+    to import or to run is for SGLang to show, not bad input)."""
     import os
     import stat
 
@@ -422,8 +440,6 @@ def _check_runner_source(path: str | Path) -> None:
         raise InputError(f"is {st.st_size:,} bytes, more than a runner's source ({RUNNER_SOURCE_MAX_BYTES:,})", where)
     if not os.access(path, os.R_OK):
         raise InputError("cannot read it: permission denied", where)
-    import re
-
     try:
         with open(path, "rb") as fh:
             data = fh.read(RUNNER_SOURCE_MAX_BYTES + 1)
@@ -432,20 +448,23 @@ def _check_runner_source(path: str | Path) -> None:
     if b"\x00" in data:
         raise InputError("binary data, not Python source (a prefill_cuda_graph_runner.py)", where)
     try:
-        text = data.decode("utf-8-sig")
+        data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte {exc.start}): not Python source", where) from None
-    if not re.search(r"^[ \t]*class[ \t]+PrefillCudaGraphRunner\b", text, re.M):
-        raise InputError("defines no class PrefillCudaGraphRunner: not SGLang's prefill_cuda_graph_runner.py", where)
+    # what the text says (which classes it defines, whether it compiles) is for SGLang to
+    # judge by importing and running it: never a verdict read from the text
 
 
 # SGLang 0.5.23's runner is about 90 kB
 RUNNER_SOURCE_MAX_BYTES = 4 * 2**20
 
 
-def _runner_findings(gate: GateReport) -> list[Finding]:
-    """Whatever the profile: a runner module that SGLang cannot import stops the server."""
-    if gate.state != "unimportable":
+def _runner_findings(gate: GateReport, runner: RunnerAnswers | None) -> list[Finding]:
+    """Whatever the profile: a runner module whose import failed in SGLang in a way that
+    stops any server (a syntax error, a name SGLang lacks or imports from it) stops the
+    server. An import failure the stand-ins here may cause leaves the runner not checked."""
+    stops = runner is not None and runner.imported is False and runner.stops_server
+    if not stops:
         return []
     return [Finding(BLOCKING, "runner-does-not-import", f"the server would not start: {gate.detail} ({gate.path})")]
 
@@ -467,8 +486,11 @@ def run_doctor(
     (`sglang`, `skipped_by` and `refresh` as bcgtune.services.launch takes them); where
     SGLang did not answer, bcgtune's model and a reading of the runner's source do, and say
     so. `ask`: how SGLang is asked (sglang_resolve.ask_sglang)."""
+    from bcgtune.adapters.sglang.resolve import probe_timeout as checked_timeout
     from bcgtune.services.launch import answers_for_profile
 
+    if probe_timeout is not None:
+        checked_timeout(probe_timeout)  # finite, positive, at most a day: before anything is read
     if runner_path is not None:
         _check_runner_source(runner_path)
     sg = sglang_info()
@@ -502,7 +524,7 @@ def run_doctor(
         resolved_prefill=answers.capture,
         gate_cached_at=runner.cached_at if runner is not None and gate.method == "behaviour" else None,
     )
-    report.findings = _runner_findings(gate)
+    report.findings = _runner_findings(gate, runner)
     if profile is not None:
         findings = _flag_findings(answers.flags)
         if answers.invalid is not None:
@@ -531,10 +553,9 @@ def not_checked_parts(profile, answers, gate: GateReport, runner: RunnerAnswers 
         flags = answers.flags
         if flags is not None and flags.ok is None:
             out.append(f"serve's flag check against SGLang's parser: {flags.message}")
-    if gate.method != "behaviour":
-        why = runner.error if runner is not None and runner.error else "the runner was not run"
-        out.append(f"the prefill runner (imports and multimodal gate), only its source was read: {why}")
-    elif gate.state == "unknown" and gate.answers is None:
+    if gate.state == "not checked":
+        out.append(f"the prefill runner (imports and multimodal gate): {gate.detail}")
+    elif gate.state == "unknown":
         out.append(f"the prefill runner's multimodal gate: {gate.detail}")
     return out
 

@@ -61,7 +61,7 @@ def drift_for_profile(
     from bcgtune.services.suggest import profile_server_flags
 
     check_threshold(threshold_pct)
-    check_tolerance(tolerance_pct)
+    check_tolerance(tolerance_pct, calibration)
     server = profile_server_flags(profile, trace, traced_chunk=False)  # the launch as deployed
     capture = capture_for_flags(
         server,
@@ -89,7 +89,8 @@ def drift_for_profile(
             name,
             calibration,
             tolerance_pct,
-            sglang=sglang,
+            # the launch priced again: SGLang's answer is cached by now (never asked twice)
+            sglang="never" if sglang == "never" else "cache",
             profile=profile,
             profile_as_deployed=True,
         )
@@ -154,7 +155,7 @@ def drift_for_list(
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     check_threshold(threshold_pct)
-    check_tolerance(tolerance_pct)
+    check_tolerance(tolerance_pct, calibration)
     probe = suggest(SuggestRequest(trace=trace, max_buckets=1, baselines=False, server_flags=server_flags or None))
     if probe.plan is None:
         raise InputError(f"prefill graphs are off for this launch: {probe.capture.reason}", field="server_flags")
@@ -354,6 +355,7 @@ def drift_fleet(
     `sglang`, `say`, `progress`: as drift_for_profile takes them, for each profile's launch."""
     from bcgtune.core.trace.groups import check_group_index
 
+    check_tolerance(tolerance_pct, calibration)
     for g in groups or []:
         check_group_index(trace.groups, g)
     n = len(trace.groups)

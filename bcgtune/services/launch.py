@@ -8,12 +8,17 @@ could not check, and the answer says why SGLang's own was not used.
 
 When SGLang is asked (`sglang`):
   "ask"    the cache, else SGLang in a child process (sglang_resolve.PROBE_TIME_TEXT the
-           first time, at most --probe-timeout), cached;
-           doctor and `serve --dry-run` by default, suggest-buckets and drift with
-           --ask-sglang
-  "cache"  the cache only: an answer SGLang gave before is used, nothing is started;
-           suggest-buckets and drift by default (they answer in about a second)
+           first time, at most --probe-timeout), cached: wherever a command writes a
+           profile or judges a launch (doctor, serve, drift, tune, suggest-buckets with a
+           profile), by default
+  "off"    the user switched asking off (--no-sglang-probe): the cache only, and an answer
+           without it says so
+  "cache"  the cache only: an answer SGLang gave before is used, nothing is started
+           (suggest-buckets' list for a trace alone, which writes nothing: --ask-sglang asks)
   "never"  the model only
+Where SGLang did not check a launch, --write-profile writes only what the model vouches for
+(no rule named as not checked), else only with --unchecked (`require_vouched`), and the
+profile records it ([buckets].launch_check).
 BCGTUNE_SGLANG_PROBE=off never starts SGLang ("ask" reads the cache only); the test suite
 sets it so that ordinary tests run on the model.
 """
@@ -29,10 +34,17 @@ from typing import Any, Literal
 from bcgtune.core.sglang.capture import CaptureSource, PrefillCapture, resolve_prefill_capture
 from bcgtune.errors import InputError
 
-SglangUse = Literal["ask", "cache", "never"]
+SglangUse = Literal["ask", "off", "cache", "never"]
 PROBE_ENV = "BCGTUNE_SGLANG_PROBE"
 # why SGLang's own answer is missing when only the cache was read
 NOT_CACHED = "no cached answer from SGLang for this launch"
+SWITCHED_OFF = "asking SGLang was switched off (--no-sglang-probe)"
+
+
+def sglang_use(no_probe: bool, *, ask: bool = True) -> SglangUse:
+    """How a command asks SGLang: "off" with --no-sglang-probe, else "ask" (or "cache"
+    where the command does not ask by default)."""
+    return "off" if no_probe else ("ask" if ask else "cache")
 
 
 def probe_time_text() -> str:
@@ -53,6 +65,8 @@ def _may_start(use: SglangUse, skipped_by: str | None) -> tuple[bool, str]:
         return True, ""
     if skipped_by is not None:
         return False, skipped_by
+    if use == "off":
+        return False, SWITCHED_OFF
     if use == "ask":
         return False, f"{PROBE_ENV}=off"
     return False, NOT_CACHED
@@ -287,6 +301,28 @@ def refuse_refused(capture: PrefillCapture, where: str | None = None) -> None:
     raise LaunchRefused(f"SGLang refuses this launch, the server would not start: {capture.refused!s} [{whose}]", where)
 
 
+class LaunchNotChecked(InputError):
+    """A profile would be written for a launch SGLang did not check, while bcgtune's model
+    names rules of SGLang's it could not check for it: written only with --unchecked."""
+
+
+def require_vouched(capture: PrefillCapture, *, unchecked_ok: bool, where: str = "--write-profile") -> None:
+    """Whatever a command writes, SGLang has seen, or the file says plainly that it has not:
+    a launch SGLang checked is written; one it did not check only when bcgtune's model names
+    no rule it could not check for it, or with --unchecked (`unchecked_ok`); either way the
+    profile records [buckets].launch_check."""
+    if capture.checked or not capture.unchecked or unchecked_ok:
+        return
+    rules = "; ".join(capture.unchecked)
+    raise LaunchNotChecked(
+        f"nothing written: SGLang did not check this launch ({capture.not_checked_reason}), and bcgtune's model could "
+        f"not check {len(capture.unchecked)} of SGLang's rules for it: {rules[:600]}. Let SGLang check it (sglang "
+        "installed, without --no-sglang-probe), or pass --unchecked to write it anyway (the profile then records "
+        '[buckets].launch_check = "not checked: ...")',
+        where,
+    )
+
+
 def launch_check_key(capture: PrefillCapture) -> str:
     """[buckets].launch_check of a profile written from a priced launch."""
     return "checked" if capture.checked else f"not checked: {capture.not_checked_reason}"[:2000]
@@ -310,6 +346,18 @@ def capture_for_profile(
     [profile].model): SGLang's own resolution when it answers, else bcgtune's model of its
     rules with the reason. Raises InputError when the launch's values are invalid."""
     return answers_for_profile(profile, model, sglang=sglang, skipped_by=skipped_by, refresh=refresh, say=say).capture_or_raise()
+
+
+def profile_captured_list(profile, *, sglang: SglangUse = "cache", say=None) -> tuple[list[int], PrefillCapture]:
+    """The buckets a profile's launch captures (its [buckets].list as SGLang aligns and
+    filters it, or SGLang's ladder for the launch when it names none), and whose answer that
+    is: what capture, validate and calibrate run for --profile. A launch SGLang refuses raises
+    LaunchRefused; one that captures nothing, InputError."""
+    capture = capture_for_profile(profile, sglang=sglang, say=say)
+    refuse_refused(capture, profile.where)
+    if not capture.graphs_on:
+        raise InputError(f"the profile's launch captures no prefill graphs: {capture.reason}", profile.where)
+    return list(capture.captured), capture
 
 
 def check_flags(cmd, *, sglang: SglangUse = "ask", skipped_by: str | None = None, refresh: bool = False, say=None):

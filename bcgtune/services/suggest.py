@@ -319,6 +319,28 @@ def _profile_launch(
     return server, capture
 
 
+def profile_launch_capture(
+    profile,
+    trace: PrefillTrace,
+    *,
+    chunked_prefill_size: int | None = None,
+    sglang: SglangUse = "ask",
+    say: Callable[[str], None] | None = None,
+) -> PrefillCapture:
+    """What SGLang captures for the launch `profile` makes as a list for `trace` would be
+    priced and written into it (suggest-buckets --write-profile, tune --write-profile):
+    SGLang's own answer when it gives one (asked now, as `sglang` allows, and cached for the
+    pricing that follows), else bcgtune's model's. A launch SGLang refuses (by its answer,
+    or by the model of its checks) raises LaunchRefused."""
+    from bcgtune.services.launch import refuse_refused
+
+    trace.validate()
+    req = SuggestRequest(trace=trace, profile=profile, chunked_prefill_size=chunked_prefill_size, sglang=sglang)
+    _, capture = _profile_launch(req, trace, [], say)
+    refuse_refused(capture, profile.where)
+    return capture
+
+
 # The launch settings of a configuration that a profile written for it carries (with its
 # model): what drift pairs a profile with a configuration by, and what sets its capture.
 _PROFILE_LAUNCH_KEYS = (
@@ -420,6 +442,8 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
 
     if req.chunked_prefill_size == 0:
         raise InputError("must be positive, or -1 to turn chunked prefill off", field="chunked_prefill_size")
+    if req.tolerance_pct is not None and req.objective != "time":
+        raise InputError("applies to the time objective (--objective time --calibration FILE) only", field="tolerance")
     compare = list(req.compare)
     trace = req.trace
     if trace is None:

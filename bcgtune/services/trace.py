@@ -18,9 +18,9 @@ single-process local mode is deprecated, for no feature this job uses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,19 +133,39 @@ def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> Pref
 
     if len(paths) < 2:
         raise InputError("give at least two trace files to merge", "TRACES")
-    traces = [load_trace(p) for p in paths]  # each file's own errors first
-    _refuse_duplicates(paths)
-    return join_given(merge_traces(traces, names=[display_path(p) for p in paths], histogram_only=histogram_only))
+    if paths.count("-") > 1:
+        raise InputError("is given twice: standard input is read once", "-")
+    names = [display_path(p) for p in paths]
+    with _stdin_kept(paths) as local:  # stdin as a file, so that its bytes are compared too
+        traces = [load_trace(p, where=n) for p, n in zip(local, names)]  # each file's own errors first
+        _refuse_duplicates(local, names)
+    return join_given(merge_traces(traces, names=names, histogram_only=histogram_only))
 
 
-def _refuse_duplicates(paths: list[str]) -> None:
-    """The same trace twice (one file, or two files with the same bytes) would count its
-    batches twice: refused, naming both."""
+@contextlib.contextmanager
+def _stdin_kept(paths: list[str]) -> Iterator[list[str]]:
+    """`paths` with `-` replaced by a temporary copy of standard input (at most a trace's size)."""
+    import tempfile
+
+    from bcgtune.fileio import keep_input
+    from bcgtune.files.trace_file import MAX_TRACE_BYTES
+
+    if "-" not in paths:
+        yield paths
+        return
+    with tempfile.TemporaryDirectory(prefix="bcgtune-stdin-") as tmp:
+        copy = keep_input("-", os.path.join(tmp, "stdin"), "trace", MAX_TRACE_BYTES)
+        yield [copy if p == "-" else p for p in paths]
+
+
+def _refuse_duplicates(paths: list[str], names: list[str]) -> None:
+    """The same trace twice (one file, or two files with the same bytes, standard input
+    among them) would count its batches twice: refused, naming both."""
     from bcgtune.fileio import MAX_DOCUMENT_BYTES, path_kind, sha256_file
 
-    seen: dict[str, str] = {}
-    for p in paths:
-        if p == "-" or path_kind(p) != "file":  # stdin, devices and the missing: the loader's to refuse
+    seen: dict[str, tuple[str, str]] = {}
+    for p, name in zip(paths, names):
+        if path_kind(p) != "file":  # devices and the missing: the loader's to refuse
             continue
         try:
             if os.path.getsize(p) > MAX_DOCUMENT_BYTES:
@@ -154,10 +174,10 @@ def _refuse_duplicates(paths: list[str]) -> None:
         except OSError:
             continue  # the loader says what is wrong with it
         if key in seen:
-            twice = os.path.realpath(p) == os.path.realpath(seen[key])
-            same = "is given twice" if twice else f"has the same contents as {seen[key]}"
-            raise InputError(f"{same}: its batches would count twice", p)
-        seen[key] = p
+            twice = os.path.realpath(p) == os.path.realpath(seen[key][0])
+            same = "is given twice" if twice else f"has the same contents as {seen[key][1]}"
+            raise InputError(f"{same}: its batches would count twice", name)
+        seen[key] = (p, name)
 
 
 # ---- on a Dask cluster -------------------------------------------------------------------
@@ -285,7 +305,7 @@ def _client(cluster: str) -> tuple[Any, Any]:
         raise ExternalError(f"cannot connect to the Dask scheduler: {what}", cluster) from None
 
 
-@contextmanager
+@contextlib.contextmanager
 def _hushed(on: bool = True) -> Iterator[None]:
     """This process's stderr to /dev/null, and Dask's loggers silent, for the duration: a
     local cluster's worker processes are started so (they inherit it: what they would print

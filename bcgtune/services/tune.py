@@ -1,16 +1,20 @@
 """`bcgtune tune`: the whole GPU loop in one pipeline, each step resumable from a state
-folder.
+folder, the whole within a time budget.
 
+    0. plan        a few forwards timed, then what each step measures picked to fit the
+                   budget, each step's seconds predicted (services/tune_plan.py); planned
+                   again before each later step with what is left
     1. calibrate   the trace's sizes on a bucket grid, with the model check (services/calibrate.py)
     2. optimum     the time objective's list (services/suggest.py, the same plan as suggest-buckets)
     3. measure     the sizes the optimizer wants but the calibration lacks, measured into it
                    (calibrate --extend's arithmetic), then the optimum again; at most
                    `measure_rounds` rounds, until the list holds only measured sizes
     4. validate    the recommended list, replay against eager with side inputs (services/validate.py)
-    5. proof       the recommended list, SGLang's ladder and eager replayed on the trace in
-                   trace order, in interleaved rounds, `passes` independent times
-                   (engines/trace_replay.py): measured totals and recommended-minus-ladder,
-                   each with its interval, beside the predicted ones
+    5. proof       the recommended list, SGLang's ladder and eager replayed on the trace (whole,
+                   or a stratified sample of it) in trace order, in interleaved rounds, `passes`
+                   independent times (services/tune_proof.py): measured totals on what was
+                   replayed beside the predicted ones, and the whole trace's totals, differences
+                   and gain estimated from them with intervals that hold the sampling error
 
 The state folder holds `state.json` (which steps are done, with their figures) and
 `calibration.json`; both are written atomically after each step, so a tune that is killed
@@ -32,19 +36,17 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS, DEFAULT_CHECK_BATCHES
-from bcgtune.core.sglang.constants import DEFAULT_TOLERANCE_PCT
 from bcgtune.engines.spec import EngineSpec
 from bcgtune.errors import CheckFailed, InputError
+from bcgtune.files.folder_lock import hold_folder
+from bcgtune.files.trace_file import MAX_TRACE_BYTES
+from bcgtune.services.tune_proof import _differing, margin_counts  # noqa: F401  (the proof's, named here too)
 
 TUNE_KIND = "bcgtune.tune"
 STATE_KIND = "bcgtune.tune-state"
 STATE_VERSION = 1
-STEPS = ("calibrate", "optimum", "measure", "validate", "proof")
+STEPS = ("plan", "calibrate", "optimum", "measure", "validate", "proof")
 DEFAULT_MEASURE_ROUNDS = 3
-DEFAULT_PROOF_BATCHES = 400
-# rounds of the proof run: (warm-up, timed) on a GPU and without one (a dry run of the pipeline)
-PROOF_ROUNDS_GPU = (1, 5)
-PROOF_ROUNDS_CPU = (0, 2)
 Say = Callable[[str], None]
 
 # This process, as the state names it: the model check's error is a property of the process
@@ -62,20 +64,25 @@ class TuneRequest:
     spec: EngineSpec
     state_dir: str
     profile: Any = None  # files.profile_file.Profile
-    grid: int = 64
-    mix_every: int = 1
+    # what the steps measure: None is planned to fit the budget (services/tune_plan.py)
+    grid: int | None = None
+    mix_every: int | None = None
     warmup: int | None = None
     repeats: int | None = None
-    memory: bool = True
+    memory: bool | None = None
     check_batches: int | None = None
     max_buckets: int = 12
     measure_rounds: int = DEFAULT_MEASURE_ROUNDS
-    proof_batches: int = DEFAULT_PROOF_BATCHES
+    proof_batches: int | None = None
     passes: int = 1
     proof_warmup: int | None = None
     proof_repeats: int | None = None
     tolerance_pct: float | None = None
     buckets: list[int] | None = None  # a list to tune instead of the optimizer's (measure, validate, prove it)
+    budget_s: float | None = None  # device seconds for the whole tune; None: tune_plan.default_budget
+    # False: the validate step is recorded as not run (for a harness that studies the timings
+    # alone, such as benchmarks/tune_coverage.py); the command line always validates
+    validate: bool = True
 
 
 @dataclass
@@ -98,6 +105,19 @@ class TuneResult:
     def flag(self) -> str:
         return "--cuda-graph-bs-prefill " + " ".join(map(str, self.buckets))
 
+    @property
+    def budget(self) -> dict[str, Any]:
+        """The budget (device seconds), the plan's total and what the steps spent."""
+        plan = self.state.get("plan") or {}
+        first = self.state.get("first_plan_s")
+        return {
+            "limit_s": plan.get("limit_s"),
+            "predicted_s": first,
+            "spent_s": round(sum(float(st.get("spent_s") or 0.0) for st in self.steps.values()), 3),
+            "clock": (self.steps.get("plan") or {}).get("cost", {}).get("clock"),
+            "notes": list(plan.get("notes") or []),
+        }
+
     def to_json(self) -> dict[str, Any]:
         from bcgtune.core.document import document_header
 
@@ -110,6 +130,8 @@ class TuneResult:
             "trace": self.state["trace"],
             "engine": self.state["engine"],
             "profile": (self.state.get("plan_settings") or {}).get("profile"),
+            "budget": self.budget,
+            "plan": self.state.get("plan"),
             "steps": self.steps,
         }
 
@@ -120,33 +142,22 @@ class TuneResult:
 # The files of a state folder: the state, the calibration its steps rest on, and (with --log)
 # the logs' trace
 STATE_FILE, CALIBRATION_FILE, TRACE_FILE = "state.json", "calibration.json", "trace.json"
-STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE)
+# a trace given on standard input or a pipe, kept (a resumed tune compares its bytes); the lock that
+# keeps a second tune out of the folder while one works in it (files/folder_lock.py)
+STDIN_TRACE_FILE, LOCK_FILE = "trace-from-stdin", ".tune.lock"
+STATE_FILES = (STATE_FILE, CALIBRATION_FILE, TRACE_FILE, STDIN_TRACE_FILE, LOCK_FILE)
+STATE_MAX_BYTES = 64 << 20  # a state holds each step's figures: tens of kB
+
+
+def _one_tune_at_a_time(folder_of: Callable[..., str]) -> Callable:
+    """The decorated function holds the tune's state folder: another tune there is refused,
+    naming the one that works in it."""
+    return hold_folder(folder_of, LOCK_FILE, "tune state folder")
 
 
 def _paths(state_dir: str | Path) -> tuple[Path, Path]:
     d = Path(state_dir)
     return d / STATE_FILE, d / CALIBRATION_FILE
-
-
-def _differing(tokens: np.ndarray, a: list[int], b: list[int]) -> int:
-    """How many of these batches two lists run differently: in another bucket, or one of
-    them eager (SGLang's lookup, core.sglang.replay.assign_buckets)."""
-    from bcgtune.core.sglang.replay import assign_buckets
-
-    ba, ra = assign_buckets(tokens, a)
-    bb, rb = assign_buckets(tokens, b)
-    return int(np.count_nonzero(np.where(ra, ba, 0) != np.where(rb, bb, 0)))
-
-
-def margin_counts(measured, margin_ms: float) -> dict[str, int]:
-    """How many passes put the recommended list within the margin of the optimum.
-    `within_margin`: the measured difference itself is at most the margin.
-    `not_beyond_margin`: the pass's 95% interval of the difference reaches down to the margin,
-    that is the pass gives no evidence that the recommended list is slower than the optimum
-    by more than the margin (a pass without an interval counts by its value alone)."""
-    within = sum(iv.center <= margin_ms for iv in measured)
-    not_beyond = sum(iv.center - (iv.half or 0.0) <= margin_ms for iv in measured)
-    return {"within_margin": int(within), "not_beyond_margin": int(not_beyond)}
 
 
 def _identity(req: TuneRequest, trace_sha: str) -> dict[str, Any]:
@@ -172,6 +183,8 @@ def _plan_settings(req: TuneRequest) -> dict[str, Any]:
         "proof_batches": req.proof_batches,
         "passes": req.passes,
         "proof_repeats": req.proof_repeats,
+        "budget_s": req.budget_s,
+        "validate": req.validate,
     }
 
 
@@ -185,7 +198,7 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
     where = str(path)
     if path.is_dir():
         raise InputError("is a folder, not a tune state", where)
-    obj = parse_json(read_input(where, "tune state").decode("utf-8", errors="replace"), where)
+    obj = parse_json(read_input(where, "tune state", limit=STATE_MAX_BYTES).decode("utf-8", errors="replace"), where)
     if not isinstance(obj, dict) or obj.get("kind") != STATE_KIND or obj.get("format_version") != STATE_VERSION:
         raise InputError("not a bcgtune tune state (kind bcgtune.tune-state, format 1)", where)
     for key in ("trace", "engine", "settings"):
@@ -228,7 +241,7 @@ def _load_state(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
             )
     if obj.get("plan_settings") != ident["plan_settings"]:
         # the same calibration, other settings for what follows it: those steps run again
-        obj["steps"] = {k: v for k, v in obj["steps"].items() if k == "calibrate"}
+        obj["steps"] = {k: v for k, v in obj["steps"].items() if k in ("plan", "calibrate")}
         obj["plan_settings"] = ident["plan_settings"]
         obj["replanned"] = True
     return obj
@@ -278,6 +291,7 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------
 # the pipeline
 # ---------------------------------------------------------------------------------------
+@_one_tune_at_a_time(lambda logs, state_dir, **k: state_dir)
 def trace_of_logs(
     logs: list[str],
     state_dir: str,
@@ -333,6 +347,11 @@ def check_fit(req: TuneRequest):
             "(`bcgtune trace --log LOGS --group N -o one.json` writes configuration N's trace on its own)",
             req.trace,
         )
+    chunk, largest = trace.chunked_prefill_size(), int(trace.sizes[-1])
+    if chunk is not None and 0 < chunk < largest:  # the logs contradict themselves: no launch forms such batches
+        raise InputError(
+            f"the trace's batches reach {largest:,} tokens, above the chunk its server logged ({chunk:,})", req.trace
+        )
     model_shape(req.spec.model)  # an unknown model is the model's error, not the trace's
     try:
         check_run(req.spec, trace.sizes.tolist(), what="trace batch")
@@ -341,12 +360,18 @@ def check_fit(req: TuneRequest):
     return trace
 
 
+@_one_tune_at_a_time(lambda req, *a, **k: req.state_dir)
 def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
     """Run (or resume) every step; returns the figures. A failed validation stops the tune
-    (CheckFailed) with the state kept."""
-    from bcgtune.fileio import sha256_file
+    (CheckFailed) with the state kept. A trace on stdin (`-`) or a pipe is kept in the state
+    folder (it is read more than once)."""
+    from bcgtune.fileio import keep_input, path_kind, sha256_file
 
     say = say or (lambda m: None)
+    if req.trace == "-" or path_kind(req.trace) == "other":
+        req = dataclasses.replace(
+            req, trace=keep_input(req.trace, Path(req.state_dir) / STDIN_TRACE_FILE, "trace", MAX_TRACE_BYTES)
+        )
     trace = check_fit(req)
     state_path, cal_path = _paths(req.state_dir)
     Path(req.state_dir).mkdir(parents=True, exist_ok=True)
@@ -359,26 +384,45 @@ def tune(req: TuneRequest, say: Say | None = None) -> TuneResult:
         state = {"kind": STATE_KIND, "format_version": STATE_VERSION, **ident, "steps": {}}
     _save_state(state_path, state)  # new, or as loaded: the calibration it now rests on recorded, and sealed
     steps = state["steps"]
+    from bcgtune.services.tune_plan import clock_of
+
+    clock = clock_of(req.spec)
     for name in STEPS:
         if name in steps and steps[name].get("done"):
             resumed.append(name)
             say(f"[{name}] done in an earlier run ({steps[name].get('wall_s', 0):.1f} s): kept from {state_path}")
             continue
-        t0 = time.perf_counter()
-        say(f"[{name}] started")
+        if name != "plan":
+            _replan(name, req, trace, state, cal_path, say)
+        predicted = (state.get("plan") or {}).get("predicted", {}).get(name)
+        t0, c0 = time.perf_counter(), clock()
+        say(f"[{name}] started" + (f" (predicted {predicted:.1f} s)" if predicted is not None else ""))
         out = _STEP_FUNCS[name](req, trace, state, cal_path, say)
         out["done"] = out.get("ok") is not False  # a failed validation is run again next time, never skipped
         out["wall_s"] = round(time.perf_counter() - t0 + float(out.get("wall_s", 0.0)), 3)
+        out["spent_s"] = round(clock() - c0 + float(out.get("spent_s", 0.0)), 3)
+        out["predicted_s"] = None if predicted is None else round(float(predicted), 3)
         steps[name] = out
         _save_state(state_path, state)
-        say(f"[{name}] done in {out['wall_s']:.1f} s")
+        say(f"[{name}] done in {out['spent_s']:.1f} s" + (f" of device time ({out['wall_s']:.1f} s wall)" if _sim(req) else ""))
         if name == "validate" and out.get("ok") is False:
             raise CheckFailed("validation failed: " + "; ".join(out.get("problems") or ["see the state's validate step"]))
     return TuneResult(state, req.state_dir, resumed)
 
 
-def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
+def on_cpu(spec: EngineSpec) -> bool:
+    """Does the run go to the CPU (a dry run of the pipeline, whose times describe no GPU)?
+    The simulated device is a GPU for this purpose."""
+    from bcgtune.engines.spec import is_simulated
+
+    if is_simulated(spec):
+        return False
     from bcgtune.engines.runtime import resolve_device
+
+    return resolve_device(spec.device).type == "cpu"
+
+
+def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
     from bcgtune.files.calibration_file import save_calibration
     from bcgtune.services import calibrate
 
@@ -388,20 +432,17 @@ def _step_calibrate(req: TuneRequest, trace, state, cal_path: Path, say: Say) ->
 
         say(f"  {cal_path} was written by an earlier run: kept, not measured again")
         return _calibration_figures(load_calibration(str(cal_path)), cal_path)
-    plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, req.grid, req.trace, mix_every=req.mix_every)
-    warmup, repeats = req.warmup, req.repeats
-    if resolve_device(req.spec.device).type == "cpu":
-        warmup = CPU_TUNE_ROUNDS[0] if warmup is None else warmup
-        repeats = CPU_TUNE_ROUNDS[1] if repeats is None else repeats
+    tp = _plan(state)
+    plan = calibrate.calibration_sizes(None, req.spec.chunked_prefill_size, tp.grid, req.trace, mix_every=tp.mix_every)
     result = calibrate.calibrate(
         plan,
         req.spec,
-        warmup=warmup,
-        repeats=repeats,
-        memory=req.memory,
+        warmup=tp.warmup,
+        repeats=tp.repeats,
+        memory=tp.memory,
         progress=lambda m: say("  " + m),
         model_check=True,
-        check_batches=req.check_batches,
+        check_batches=tp.check_batches,
         check_eager=True,  # the proof judges eager too: its error is measured, not borrowed
     )
     save_calibration(result.calibration, cal_path)
@@ -523,8 +564,11 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
             return list(_chosen(res.plan, True).unmeasured)
         return [] if res.plan.refine is None else list(res.plan.refine.sizes)
 
-    while wanted() and len(rounds) < req.measure_rounds:
+    while wanted() and len(rounds) < _plan(state).measure_rounds:
         sizes = wanted()
+        if rounds and not _round_fits(req, trace, state, cal_path, sizes, say):
+            refused = "the budget: another round and the steps after it are predicted beyond it"
+            break
         say(f"  round {len(rounds) + 1}/{req.measure_rounds}: measuring {sizes}")
         t0 = time.perf_counter()
         try:
@@ -552,10 +596,12 @@ def _step_measure(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> d
         res, rechecked = _recheck(req, trace, res, cal_path, given, say, state)
     left = wanted()
     out = _plan_figures(res, given)
-    out.update(rounds=rounds, max_rounds=req.measure_rounds, measured_only=not left, still_unmeasured=left, refused=refused)
+    out.update(
+        rounds=rounds, max_rounds=_plan(state).measure_rounds, measured_only=not left, still_unmeasured=left, refused=refused
+    )
     out["model_rechecked"] = rechecked
     say(
-        f"  {len(rounds)} of at most {req.measure_rounds} measuring rounds; "
+        f"  {len(rounds)} of at most {_plan(state).measure_rounds} measuring rounds; "
         + ("the list holds only measured sizes" if not left else f"sizes still wanted and unmeasured: {left}")
         + f"; recommended {out['recommended']['buckets']}"
     )
@@ -586,7 +632,7 @@ def _check_model_here(req: TuneRequest, trace, cal_path: Path, lists: dict[str, 
     from bcgtune.services import calibrate
 
     check = calibrate.recheck_model(
-        str(cal_path), trace, lists, req.check_batches or DEFAULT_CHECK_BATCHES, progress=lambda m: say("    " + m),
+        str(cal_path), trace, lists, _plan(state).check_batches or DEFAULT_CHECK_BATCHES, progress=lambda m: say("    " + m),
         eager=True,
     )  # fmt: skip
     cal = load_calibration(str(cal_path))
@@ -600,6 +646,9 @@ def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> 
     from bcgtune.services.validate import run_validate
 
     buckets = state["steps"]["measure"]["recommended"]["buckets"]
+    if not req.validate:
+        say("  not run: the caller asked for no validation (its replay against eager is not checked)")
+        return {"ok": None, "buckets": buckets, "batches_checked": 0, "note": "not run (the caller asked for none)"}
     if not buckets:
         say("  the recommended list has no graphs: nothing to validate")
         return {"ok": True, "buckets": [], "batches_checked": 0, "note": "no graphs: prefill runs eager"}
@@ -619,29 +668,14 @@ def _step_validate(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> 
 
 
 def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dict[str, Any]:
-    """The recommended list, SGLang's ladder and eager (and the exact optimum, when the
-    recommended list has fewer graphs: it must measure within the margin of it) replayed on a
-    sample of the trace in trace order, in interleaved rounds, `passes` times; the
-    recommended list captured first in a fresh pool (its capture time and graph memory)."""
-    from bcgtune.core.plan.bucket_plan import resolve_candidates
-    from bcgtune.core.plan.model_check import sample_every, trace_sequence
-    from bcgtune.core.plan.predict import TimeModel
-    from bcgtune.core.stats import round_interval
-    from bcgtune.core.trace.mix import BatchMix
-    from bcgtune.engines.build import open_engine
-    from bcgtune.engines.preflight import check_run
-    from bcgtune.engines.trace_replay import replay_in_order
-    from bcgtune.files.calibration_file import load_calibration
+    """The proof run (services/tune_proof.py): the recommended list, SGLang's ladder and eager
+    (and the exact optimum, when the recommended list has fewer graphs: it must measure within
+    the margin of it) replayed on the trace, whole or a stratified sample of it, in trace
+    order, in interleaved rounds, `passes` times; the whole trace's figures estimated from it."""
+    from bcgtune.services.tune_proof import proof_lists, run_proof
 
-    meas = state["steps"]["measure"]
-    rec = list(meas["recommended"]["buckets"])
-    ladder = list(meas["ladder"]["buckets"])
-    lists = {"recommended": rec, "SGLang ladder": ladder, "eager": []}
-    opt = list((meas.get("optimal") or {}).get("buckets") or rec)
-    if opt != rec and opt != ladder and opt:
-        # a list with fewer graphs than the optimum stands for it only within the margin:
-        # measured, not only predicted
-        lists["optimum"] = opt
+    lists = proof_lists(state["steps"]["measure"])
+    rec, ladder, opt = lists["recommended"], lists["SGLang ladder"], lists.get("optimum", lists["recommended"])
     rechecked = None
     if state.get("model_checked_in") != _PROCESS:
         # a resumed tune: the model's error was measured by another process, and a level
@@ -650,133 +684,190 @@ def _step_proof(req: TuneRequest, trace, state, cal_path: Path, say: Say) -> dic
         check_lists = {"SGLang ladder": ladder} | ({"recommended": rec} if rec else {"optimum": opt} if opt else {})
         rechecked = _check_model_here(req, trace, cal_path, check_lists, say, state)
         _save_state(_paths(req.state_dir)[0], state)
-    tok, rq, ordered = trace_sequence(trace, seed=req.spec.seed)
-    every = sample_every(tok.size, req.proof_batches)
-    st, sr = tok[::every], rq[::every]
-    if req.spec.runner == "full":
-        sr = np.ones_like(sr)
-    cal = load_calibration(str(cal_path))
-    mix = BatchMix.from_batches(st, sr)
-    sizes, counts = mix.histogram()
-    model = TimeModel(sizes, counts, cal, candidates=resolve_candidates("auto", cal), mix=mix)
-    largest = max([int(st.max()), *(max(b) for b in lists.values() if b)])
-    shape = check_run(req.spec, [largest], what="proof size")
-    session = open_engine(req.spec, largest, shape)
-    engine = session.engine
-    gpu = engine.graphs_enabled
-    warmup = req.proof_warmup if req.proof_warmup is not None else (PROOF_ROUNDS_GPU if gpu else PROOF_ROUNDS_CPU)[0]
-    repeats = req.proof_repeats if req.proof_repeats is not None else (PROOF_ROUNDS_GPU if gpu else PROOF_ROUNDS_CPU)[1]
-    capture_s = mem = None
-    if rec and gpu:
-        before = engine.reserved_gib()
-        t0 = time.perf_counter()
-        recs = engine.capture(rec, record_attention=False)
-        capture_s = time.perf_counter() - t0
-        mem = engine.reserved_gib() - before
-        bad = [r for r in recs if not r.ok]
-        if bad:
-            from bcgtune.errors import ExternalError
+    tp = _plan(state)
+    budget = tp.proof_batches if tp.proof_batches is not None else trace.n_batches
+    return run_proof(req, trace, str(cal_path), lists, budget, say, rechecked, (tp.proof_warmup, tp.proof_repeats))
 
-            raise ExternalError(f"capture of the recommended list failed at {bad[0].bucket} tokens: {bad[0].error}")
-        say(f"  recommended list: {len(rec)} graphs captured in {capture_s:.2f} s, {mem:.3f} GiB")
-    say(
-        f"  {st.size:,} of {tok.size:,} trace batches (every {every}"
-        f"{'' if ordered else ', shuffled: the trace keeps no order'}), "
-        f"{len(lists)} lists, {repeats} rounds after {warmup} warm-up, {req.passes} pass{'es' if req.passes != 1 else ''}"
+
+# ---------------------------------------------------------------------------------------
+# the budget: the plan, and the plan again before each later step
+# ---------------------------------------------------------------------------------------
+def _sim(req: TuneRequest) -> bool:
+    from bcgtune.engines.spec import is_simulated
+
+    return is_simulated(req.spec)
+
+
+def _plan(state: dict[str, Any]):
+    from bcgtune.services.tune_plan import TunePlan
+
+    return TunePlan.from_json(state["plan"])
+
+
+def _gpu_like(req: TuneRequest) -> bool:
+    """A GPU or the simulated one (graphs captured; the GPU's budget)."""
+    return not on_cpu(req.spec)
+
+
+def _step_plan(req: TuneRequest, trace, state: dict[str, Any], say: Say) -> dict[str, Any]:
+    """Time a few forwards, then plan every step to fit the budget (services/tune_plan.py)."""
+    from bcgtune.services import tune_plan
+
+    gpu = _gpu_like(req)
+    limit = float(req.budget_s) if req.budget_s is not None else tune_plan.default_budget(gpu)
+    view = tune_plan.TracePlanView.of(trace, req.spec.chunked_prefill_size, req.spec.seed)
+    clock = tune_plan.clock_of(req.spec)
+    c0 = clock()
+    cost = tune_plan.probe(req.spec, view.tokens, say)
+    probe_s = clock() - c0
+    plan = tune_plan.initial_plan(_cpu_rounds(req), cost, view, limit, probe_s, gpu)
+    state["plan"] = plan.to_json()
+    state["first_plan_s"] = round(sum(plan.predicted.values()), 3)
+    say("  " + plan.describe(int(view.tokens.size)))
+    for n in plan.notes:
+        say("  note: " + n)
+    return {"cost": cost.to_json(), "limit_s": limit}
+
+
+def _cpu_rounds(req: TuneRequest) -> TuneRequest:
+    """On the CPU (a dry run of the pipeline) the rounds are the dry run's unless given."""
+    if _gpu_like(req):
+        return req
+    from bcgtune.services.tune_proof import PROOF_ROUNDS_CPU
+
+    return dataclasses.replace(
+        req,
+        warmup=CPU_TUNE_ROUNDS[0] if req.warmup is None else req.warmup,
+        repeats=CPU_TUNE_ROUNDS[1] if req.repeats is None else req.repeats,
+        proof_warmup=PROOF_ROUNDS_CPU[0] if req.proof_warmup is None else req.proof_warmup,
+        proof_repeats=PROOF_ROUNDS_CPU[1] if req.proof_repeats is None else req.proof_repeats,
     )
-    runs: dict[str, dict[str, list]] = {n: {"totals_ms": [], "round_totals_ms": []} for n in lists}
-    for p in range(req.passes):
-        t1 = time.perf_counter()
-        got = replay_in_order(engine, lists, st, sr, warmup, repeats, seed=req.spec.seed + 1000 * (p + 1))
-        for n, r in got.items():
-            runs[n]["totals_ms"].append(r.measured_ms)
-            runs[n]["round_totals_ms"].append(r.round_totals_ms.tolist())
-        say(
-            f"  pass {p + 1}/{req.passes} in {time.perf_counter() - t1:.1f} s: "
-            + ", ".join(f"{n} {got[n].measured_ms / 1e3:.3f} s" for n in lists)
-        )
-    replayed = {n: int(r.replayed) for n, r in got.items()}
-    engine.release()
-    latest_check = cal.model_check
-    in_check = {tuple(int(b) for b in c.buckets) for c in latest_check.lists} if latest_check is not None else set()
-    per_list = {}
-    for n, bl in lists.items():
-        pred = model.total(bl)
-        meas_iv = [round_interval(c, rt) for c, rt in zip(runs[n]["totals_ms"], runs[n]["round_totals_ms"])]
-        per_list[n] = {
-            "buckets": bl,
-            "graphs": len(bl),
-            "replayed_batches": replayed[n],
-            "predicted": pred.to_dict(),
-            "measured": [iv.to_dict() for iv in meas_iv],
-            "inside": None if pred.half is None else sum(bool(pred.contains(x)) for x in runs[n]["totals_ms"]),
-            # replayed by the model check (its error measured on this list), or priced from the calibration only
-            "in_model_check": tuple(int(b) for b in bl) in in_check,
-        }
-    d_pred = model.difference(rec, ladder)
-    d_meas = []
-    for p in range(req.passes):
-        a = np.asarray(runs["recommended"]["round_totals_ms"][p])
-        b = np.asarray(runs["SGLang ladder"]["round_totals_ms"][p])
-        d_meas.append(round_interval(runs["recommended"]["totals_ms"][p] - runs["SGLang ladder"]["totals_ms"][p], a - b))
-    lad_meas = float(np.mean(runs["SGLang ladder"]["totals_ms"]))
-    gain = [-iv.center / max(runs["SGLang ladder"]["totals_ms"][i], 1e-9) * 100.0 for i, iv in enumerate(d_meas)]
-    gain_half = [
-        None if iv.half is None else iv.half / max(runs["SGLang ladder"]["totals_ms"][i], 1e-9) * 100.0
-        for i, iv in enumerate(d_meas)
-    ]
-    ladder_pred = float(model.totals(ladder)[0])
-    vs_opt = None
-    if "optimum" in lists:
-        tol = DEFAULT_TOLERANCE_PCT if req.tolerance_pct is None else float(req.tolerance_pct)
-        margin = tol / 100.0 * float(model.totals(opt)[0])
-        o_meas = [
-            round_interval(
-                runs["recommended"]["totals_ms"][p] - runs["optimum"]["totals_ms"][p],
-                np.asarray(runs["recommended"]["round_totals_ms"][p]) - np.asarray(runs["optimum"]["round_totals_ms"][p]),
-            )
-            for p in range(req.passes)
-        ]
-        vs_opt = {
-            "predicted": model.difference(rec, opt).to_dict(),
-            "measured": [iv.to_dict() for iv in o_meas],
-            "tolerance_pct": tol,
-            "margin_ms": margin,
-            # batches the two lists run differently (another bucket, or one eager): on the proof's sample and the trace
-            "differing_batches": _differing(st, rec, opt),
-            "differing_batches_in_trace": _differing(tok, rec, opt),
-            **margin_counts(o_meas, margin),
-        }
-    return {
-        "batches": int(st.size),
-        "of": int(tok.size),
-        "every": every,
-        "ordered": ordered,
-        "passes": req.passes,
-        "warmup": warmup,
-        "repeats": repeats,
-        "device": session.environment.get("gpu_name") or engine.device.type,
-        "torch": session.environment.get("torch"),
-        "timer": "cuda events" if engine.device.type == "cuda" else "perf_counter",
-        "lists": per_list,
-        "recommended_minus_ladder": {
-            "predicted": d_pred.to_dict(),
-            "measured": [iv.to_dict() for iv in d_meas],
-            "inside": None if d_pred.half is None else sum(bool(d_pred.contains(iv.center)) for iv in d_meas),
-            "measured_gain_pct": gain,
-            "measured_gain_half_pct": gain_half,
-            "predicted_gain_pct": -d_pred.center / ladder_pred * 100.0 if ladder_pred > 0 else None,
-            "predicted_gain_half_pct": None if d_pred.half is None or ladder_pred <= 0 else d_pred.half / ladder_pred * 100.0,
-            "ladder_measured_ms": lad_meas,
-        },
-        "recommended_minus_optimum": vs_opt,
-        "model_rechecked": rechecked,
-        "recommended_capture_s": capture_s,
-        "recommended_graph_mem_gib": mem,
-    }
+
+
+def _cost(state: dict[str, Any]):
+    from bcgtune.services.tune_plan import CostModel
+
+    return CostModel.from_json(state["steps"]["plan"]["cost"])
+
+
+def _spent(state: dict[str, Any]) -> float:
+    return sum(float(st.get("spent_s") or 0.0) for st in state["steps"].values())
+
+
+def _replan(name: str, req: TuneRequest, trace, state: dict[str, Any], cal_path: Path, say: Say) -> None:
+    """Before a step: its prediction, and the steps after it fitted to what is left, from the
+    calibration once there is one."""
+    if name in ("calibrate", "optimum") or "calibrate" not in state["steps"]:
+        return
+    tp = _plan(state)
+    if name == "measure":
+        tp.predicted["measure"] = _predict_measure(req, trace, state, cal_path)
+    if name in ("measure", "validate"):
+        buckets = (state["steps"].get("measure") or state["steps"]["optimum"])["recommended"]["buckets"]
+        from bcgtune.services.tune_plan import predict_validate
+
+        tp.predicted["validate"] = predict_validate(_cost(state), list(buckets), _gpu_like(req)) if req.validate else 0.0
+    if name in ("validate", "proof"):
+        _fit_proof(req, trace, state, cal_path, tp, name, say)
+    state["plan"] = tp.to_json()
+
+
+def _fit_proof(req: TuneRequest, trace, state, cal_path: Path, tp, name: str, say: Say) -> None:
+    """The proof's batches and rounds: the richest that fit what is left of the budget."""
+    from bcgtune.core.plan.model_check import trace_sequence
+    from bcgtune.files.calibration_file import load_calibration
+    from bcgtune.services.tune_plan import PLAN_TARGET, proof_fit
+    from bcgtune.services.tune_proof import TracePricing, proof_lists
+
+    if "measure" not in state["steps"]:
+        return
+    lists = proof_lists(state["steps"]["measure"])
+    tok, rq, _ = trace_sequence(trace, seed=req.spec.seed)
+    if req.spec.runner == "full":
+        rq = np.ones_like(rq)
+    pricing = TracePricing(load_calibration(str(cal_path)), tok, rq, lists)
+    ahead = 0.0 if name == "proof" else float(tp.predicted.get("validate", 0.0))
+    left = tp.limit_s * PLAN_TARGET - _spent(state) - ahead
+    again = 0.0
+    if state.get("model_checked_in") != _PROCESS:  # the model checked again in this process first
+        again = _check_seconds(req, trace, state, cal_path, lists["recommended"], [])
+    fit = proof_fit(_cost(state), pricing, tok, lists, _cpu_rounds(req), left - again, _gpu_like(req), req.spec.seed)
+    (batches, rounds, _design, seconds), fits = fit
+    seconds += again
+    tp.proof_batches, (tp.proof_warmup, tp.proof_repeats) = batches, rounds
+    tp.predicted["proof"] = seconds
+    if not fits and name == "proof":
+        say(f"  note: the leanest proof is predicted {seconds:.0f} s, beyond the {max(left, 0):.0f} s left of the budget")
+
+
+def _predict_measure(req: TuneRequest, trace, state, cal_path: Path) -> float:
+    """The measuring step: its first round (the sizes the optimum wants, with their anchors)
+    and the model check again (ladder, list, eager on the check's batches)."""
+    wanted = list(state["steps"]["optimum"].get("unmeasured_wanted") or [])
+    if not wanted or _plan(state).measure_rounds <= 0:
+        return 0.0
+    from bcgtune.services.tune_plan import EXTRA_ROUNDS
+
+    rec = state["steps"]["optimum"]["recommended"]["buckets"]
+    first = _round_seconds(req, trace, state, cal_path, wanted, rec)
+    check = _check_seconds(req, trace, state, cal_path, list(rec), wanted)
+    return first + (first - check) * EXTRA_ROUNDS * (_plan(state).measure_rounds - 1)
+
+
+def _round_seconds(req: TuneRequest, trace, state, cal_path: Path, sizes: list[int], rec: list[int]) -> float:
+    from bcgtune.core.plan.calibration_extend import extension_anchors
+    from bcgtune.files.calibration_file import load_calibration
+
+    cost, gpu = _cost(state), _gpu_like(req)
+    cal = load_calibration(str(cal_path))
+    measure = np.asarray(sorted(set(sizes) | set(extension_anchors(cal, sizes))), dtype=np.int64)
+    warmup = _cal_warmup(cal)
+    timed = (warmup + cal.rounds) * float(np.asarray(cal.graph_time(measure)).sum()) / 1e3
+    seconds = cost.build_s + timed + (float(cost.capture(measure).sum()) if gpu else 0.0)
+    return seconds + _check_seconds(req, trace, state, cal_path, list(rec), list(sizes))
+
+
+def _cal_warmup(cal) -> int:
+    first = cal.sessions[0] if cal.sessions else {}
+    w = first.get("warmup")
+    return w if isinstance(w, int) else 3
+
+
+def _check_seconds(req: TuneRequest, trace, state, cal_path: Path, rec: list[int], more: list[int]) -> float:
+    """A model check again (services/calibrate.recheck_model): a build, the ladder's and the
+    list's graphs captured, the ladder, the list and eager on the check's batches."""
+    from bcgtune.core.plan.model_check import sample_every, trace_sequence
+    from bcgtune.files.calibration_file import load_calibration
+    from bcgtune.services.tune_plan import predict_check
+    from bcgtune.services.tune_proof import TracePricing
+
+    cal = load_calibration(str(cal_path))
+    tok, rq, _ = trace_sequence(trace, seed=req.spec.seed)
+    every = sample_every(tok.size, _plan(state).check_batches or DEFAULT_CHECK_BATCHES)
+    st, sr = tok[::every], rq[::every]
+    ladder = state["steps"]["optimum"]["ladder"]["buckets"]
+    pricing = TracePricing(cal, st, sr, {"ladder": ladder, "rec": sorted(set(rec) | set(more)), "eager": []})
+    rows = np.sum(np.stack([pricing.time[k] for k in pricing.time]), axis=0)
+    used = np.unique(np.concatenate([pricing.chosen[k] for k in ("ladder", "rec")]))
+    cost = _cost(state)
+    return cost.build_s + predict_check(cost, rows, (_cal_warmup(cal), cal.rounds), used[used > 0], _gpu_like(req))
+
+
+def _round_fits(req: TuneRequest, trace, state, cal_path: Path, sizes: list[int], say: Say) -> bool:
+    """Another measuring round only while it, validation and the leanest proof fit the budget."""
+    tp = _plan(state)
+    rec = state["steps"]["optimum"]["recommended"]["buckets"]
+    need = _round_seconds(req, trace, state, cal_path, sizes, rec) + float(tp.predicted.get("validate", 0.0))
+    need += 0.25 * float(tp.predicted.get("proof", 0.0))
+    left = tp.limit_s * 0.9 - _spent(state) - float(state["steps"].get("measure", {}).get("spent_s") or 0.0)
+    if need > left:
+        say(f"  another round ({need:.0f} s with what follows) does not fit the {max(left, 0):.0f} s left of the budget")
+        return False
+    return True
 
 
 _STEP_FUNCS: dict[str, Callable[..., dict[str, Any]]] = {
+    "plan": lambda req, trace, state, cal_path, say: _step_plan(req, trace, state, say),
     "calibrate": _step_calibrate,
     "optimum": _step_optimum,
     "measure": _step_measure,
@@ -789,18 +880,22 @@ _STEP_FUNCS: dict[str, Callable[..., dict[str, Any]]] = {
 # the profile's [tuned] record
 # ---------------------------------------------------------------------------------------
 def tuned_record(result: TuneResult) -> dict[str, Any]:
-    """What a profile's [tuned] table records of this tune: the list, the proof run's measured
-    gain over SGLang's ladder with its interval (mean over passes, the half-width the widest
-    pass's), graphs, capture time, graph memory, the calibration file's hash, the device,
-    torch and the date."""
+    """What a profile's [tuned] table records of this tune: the list, the gain over SGLang's
+    ladder on the whole trace with its interval (core.plan.trace_estimate), the gain measured
+    on the batches replayed (mean over passes, the half-width the widest pass's), graphs,
+    capture time, graph memory, the calibration file's hash, the device, torch and the date."""
     from bcgtune import __version__
     from bcgtune.fileio import sha256_file
 
     proof = result.steps["proof"]
     d = proof["recommended_minus_ladder"]
     halves = [h for h in d["measured_gain_half_pct"] if h is not None]
+    est = proof.get("trace_estimate") or {}
     out: dict[str, Any] = {
         "list": result.buckets,
+        "trace_gain_pct": None if est.get("gain_pct") is None else round(float(est["gain_pct"]), 4),
+        "trace_gain_half_pct": None if est.get("half_pct") is None else round(float(est["half_pct"]), 4),
+        "trace_batches": est.get("trace_batches"),
         "measured_gain_pct": round(float(np.mean(d["measured_gain_pct"])), 4),
         "predicted_gain_pct": None if d["predicted_gain_pct"] is None else round(float(d["predicted_gain_pct"]), 4),
         "passes": int(proof["passes"]),

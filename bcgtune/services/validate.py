@@ -384,7 +384,7 @@ def run_validate(
     shape = check_run(spec, buckets)
     req_list = _request_counts(requests, spec.runner)
     bl = sorted({int(b) for b in buckets})
-    session = open_engine(spec, max(bl), shape)
+    session = open_engine(spec, max(bl), shape, numerics=True)
     engine = session.engine
     recs = {r.bucket: r for r in engine.capture(bl)}
     is_vl = (

@@ -64,17 +64,32 @@ def locate_model_config(model: str | None) -> tuple[Path | None, str | None]:
 
 
 def read_model_config(folder: Path | None) -> dict[str, Any]:
-    """The folder's config.json as a dict ({} when absent, unreadable or not an object)."""
+    """The folder's config.json as a dict ({} when there is none). One that is there but is
+    no JSON object (binary, larger than MAX_CONFIG_BYTES, not UTF-8, NaN, nested too deeply)
+    is an InputError naming it: read as {}, SGLang's defaults would stand in for the model's
+    own limits."""
+    from bcgtune.errors import InputError
+
     if folder is None:
         return {}
     path = folder / "config.json"
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
+        if not path.is_file():
             return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"larger than {MAX_CONFIG_BYTES >> 20} MiB: not a model's config.json", str(path))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"not a model's config.json: {' '.join(str(exc).split())[:100]}", str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("not a model's config.json: not a JSON object", str(path))
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:

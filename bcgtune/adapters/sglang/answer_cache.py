@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bcgtune.files.folder_lock import FolderLocked, age_text, holder_text, release_lock, take_lock
+from bcgtune.files.folder_lock import read_holder as read_holder  # the lock's holder, as the cache's users read it
+
 CACHE_ENV = "BCGTUNE_CACHE_DIR"
 FORMAT_VERSION = 1
 KIND = "bcgtune.sglang-answer"
@@ -203,78 +206,29 @@ class AnswerCache:
         wrote. The wait is bounded (`timeout`, else $BCGTUNE_LOCK_TIMEOUT, else
         DEFAULT_LOCK_TIMEOUT_S): past it CacheLocked says who holds the lock. A lock whose
         recorded holder is a process of this machine that no longer exists (the lock lives
-        on in a process that inherited it) is taken over. Without a writable folder or
-        without fcntl (not POSIX), nothing is locked."""
-        try:
-            import fcntl
-        except ImportError:
-            yield
-            return
+        on in a process that inherited it) is taken over (files/folder_lock.py). Without a
+        writable folder or without fcntl (not POSIX), nothing is locked."""
         limit = lock_timeout(timeout)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError:
             yield
             return
-        fh = self._take(fcntl, limit, on_wait)
-        if fh is None:
-            yield
-            return
+        try:
+            fh = take_lock(
+                self.lock_path,
+                limit,
+                on_wait,
+                name="the answer cache lock",
+                waiting_for="another bcgtune asking SGLang",
+                hint=f"{LOCK_TIMEOUT_ENV} sets the wait",
+            )
+        except FolderLocked as exc:
+            raise CacheLocked(f"{LOCKED_BY} {holder_text(exc.holder)} ({self.lock_path}); waited {limit:g} s") from None
         try:
             yield
         finally:
-            with contextlib.suppress(OSError):
-                fh.seek(0)
-                fh.truncate()
-            with contextlib.suppress(OSError):
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-            fh.close()
-
-    def _take(self, fcntl, limit: float, on_wait: Callable[[str], None] | None):
-        """The lock file, locked and stamped with this process; None when the folder cannot
-        hold one (nothing is locked then). Raises CacheLocked past `limit` seconds."""
-        deadline = time.monotonic() + limit
-        told = False
-        while True:
-            try:
-                fh = open(self.lock_path, "a+b")  # noqa: SIM115 (held for the block)
-            except OSError:
-                return None
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = read_holder(self.lock_path)
-                fh.close()
-                if holder is not None and holder_gone(holder):
-                    if on_wait is not None:
-                        on_wait(f"bcgtune: taking over the answer cache lock: its holder, {holder_text(holder)}, is gone")
-                    with contextlib.suppress(OSError):
-                        os.unlink(self.lock_path)  # the next open makes a fresh lock file
-                    continue
-                if time.monotonic() >= deadline:
-                    raise CacheLocked(f"{LOCKED_BY} {holder_text(holder)} ({self.lock_path}); waited {limit:g} s") from None
-                if not told and on_wait is not None:
-                    on_wait(
-                        f"bcgtune: waiting up to {limit:g} s for another bcgtune asking SGLang: {holder_text(holder)} "
-                        f"holds {self.lock_path} ({LOCK_TIMEOUT_ENV} sets the wait)"
-                    )
-                    told = True
-                time.sleep(min(LOCK_POLL_S, max(0.0, deadline - time.monotonic())))
-                continue
-            # the file may have been replaced by a process taking over a stale lock meanwhile
-            try:
-                same = os.fstat(fh.fileno()).st_ino == os.stat(self.lock_path).st_ino
-            except OSError:
-                same = False
-            if not same:
-                fh.close()
-                continue
-            with contextlib.suppress(OSError):
-                fh.seek(0)
-                fh.truncate()
-                fh.write(json.dumps(holder_record()).encode("utf-8"))
-                fh.flush()
-            return fh
+            release_lock(fh)
 
 
 LOCK_NAME = ".asking.lock"
@@ -282,7 +236,6 @@ LOCK_TIMEOUT_ENV = "BCGTUNE_LOCK_TIMEOUT"
 # A holder asks SGLang for at most the probe's own limit (300 s by default): waiting a little
 # longer than that covers one whole question of another bcgtune.
 DEFAULT_LOCK_TIMEOUT_S = 330.0
-LOCK_POLL_S = 0.2
 # how the reason for a missing answer starts when the lock was not obtained
 LOCKED_BY = "the SGLang answer cache is locked by another bcgtune:"
 
@@ -317,64 +270,3 @@ def env_seconds(var: str, default: float, *, zero_allowed: bool) -> float:
     if not (0 <= value if zero_allowed else 0 < value) or value == float("inf"):
         raise InputError(f"must be {'zero or ' if zero_allowed else ''}a positive number of seconds", var)
     return value
-
-
-def holder_record() -> dict[str, Any]:
-    """What a lock holder writes into the lock file: its pid, host, start time and command."""
-    import socket
-    import sys
-
-    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "argv": sys.argv[:6]}
-
-
-def read_holder(path: Path) -> dict[str, Any] | None:
-    """The holder recorded in a lock file (None: none recorded, or not readable)."""
-    try:
-        with open(path, "rb") as fh:
-            doc = json.loads(fh.read(4096).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if not (isinstance(doc, dict) and isinstance(doc.get("pid"), int) and isinstance(doc.get("host"), str)):
-        return None
-    return doc
-
-
-def holder_gone(holder: Mapping[str, Any]) -> bool:
-    """The recorded holder is a process of this machine that no longer exists."""
-    import socket
-
-    if holder.get("host") != socket.gethostname():
-        return False
-    pid = holder.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists, another user's
-        return False
-    return False
-
-
-def holder_text(holder: Mapping[str, Any] | None) -> str:
-    """'pid 123 on host h since 2026-12-02 01:05 (4 min ago)', or that none is recorded."""
-    if holder is None:
-        return "a process that recorded no pid (an older bcgtune?)"
-    since = holder.get("since")
-    when = ""
-    if isinstance(since, (int, float)):
-        when = f" since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))} ({age_text(time.time() - since)})"
-    return f"pid {holder.get('pid')} on host {holder.get('host')}{when}"
-
-
-def age_text(seconds: float) -> str:
-    """'12 s ago', '5 min ago', '3 h ago', '2 days ago'."""
-    s = max(0.0, seconds)
-    if s < 90:
-        return f"{s:.0f} s ago"
-    if s < 5400:
-        return f"{s / 60:.0f} min ago"
-    if s < 172800:
-        return f"{s / 3600:.0f} h ago"
-    return f"{s / 86400:.0f} days ago"

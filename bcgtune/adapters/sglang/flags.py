@@ -8,6 +8,7 @@ Defaults are SGLang 0.5.23's (srt/arg_groups/fields/parallel.py, exec_.py, memor
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ from bcgtune.files.profile_file import snake
 
 # Bounds that make sense for a launch (SGLang counts tokens in int32).
 _INT32_MAX = 2**31 - 1
+# an integer written as a flag's value: ASCII digits only (Python's int() also takes '１' and '1_0')
+_ASCII_INT = re.compile(r"\s*[-+]?[0-9]{1,20}\s*\Z")
 
 
 def _norm(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,12 +33,9 @@ def _flag_int(flags: Mapping[str, Any], key: str, default: int | None, *, minimu
     v = flags.get(key, default)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
+    if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, str) and not _ASCII_INT.match(v)):
         raise InputError(f"{key} must be an integer, got {v!r}"[:120], key)
-    try:
-        n = int(v)
-    except ValueError:
-        raise InputError(f"{key} must be an integer, got {v!r}"[:120], key) from None
+    n = int(v)
     if n < minimum or n > _INT32_MAX:
         raise InputError(f"{key} must be in {minimum}..{_INT32_MAX}, got {n}", key)
     return n
@@ -117,12 +117,9 @@ def _bucket_list(value: Any, where: str) -> tuple[int, ...]:
     vals = value if isinstance(value, (list, tuple)) else [value]
     out = []
     for v in vals:
-        if isinstance(v, bool) or not isinstance(v, (int, str)):
+        if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, str) and not _ASCII_INT.match(v)):
             raise InputError(f"bucket must be an integer, got {v!r}"[:120], where)
-        try:
-            n = int(v)
-        except ValueError:
-            raise InputError(f"bucket must be an integer, got {v!r}"[:120], where) from None
+        n = int(v)
         if not 1 <= n <= _INT32_MAX:
             raise InputError(f"bucket must be in 1..{_INT32_MAX}, got {n}", where)
         out.append(n)
@@ -227,7 +224,30 @@ def prefill_launch_from_server_flags(
         moe_runner_backend=_flag_str(norm, "moe_runner_backend", None),
         single_batch_overlap=_flag_bool(norm, "enable_single_batch_overlap"),
         mori_max_dispatch_tokens=_env_int(env, "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        flag_values=_flag_values(norm),
+        cp_strategy=_flag_str(norm, "cp_strategy", None),
+        kv_cache_dtype=_flag_str(norm, "kv_cache_dtype", None),
+        max_prefill_tokens=_flag_int(norm, "max_prefill_tokens", None),
+        nnodes=_flag_count(norm, "nnodes"),
+        deepep_v2_mode=_flag_str(norm, "deepep_v2_mode", None),
+        enforce_shared_experts_fusion=_flag_bool(norm, "enforce_shared_experts_fusion"),
+        speculative_moe_a2a_backend=_flag_str(norm, "speculative_moe_a2a_backend", None),
+        deepep_v2_max_dispatch_tokens=_env_int(env, "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"),
+        disable_decode_graphs=_flag_bool(norm, "disable_cuda_graph") or norm.get("cuda_graph_backend_decode") == "disabled",
+        enable_dynamic_chunking=_flag_bool(norm, "enable_dynamic_chunking"),
     )
+
+
+def _flag_values(norm: Mapping[str, Any]) -> tuple[tuple[str, str | tuple[str, ...]], ...]:
+    """The launch's string-valued flags (a list of strings as a tuple): what SGLang's parser
+    checks against a flag's choices."""
+    out: list[tuple[str, str | tuple[str, ...]]] = []
+    for k, v in sorted(norm.items()):
+        if isinstance(v, str):
+            out.append((k, v))
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+            out.append((k, tuple(v)))
+    return tuple(out)
 
 
 def _env_int(env: Mapping[str, str] | None, name: str) -> int | None:

@@ -224,18 +224,22 @@ def resolve_launch(argv: list[str]) -> dict:
     """One launch through SGLang's own pipeline; the prefill graph settings it resolves and
     the buckets its capture step keeps. A launch SGLang's own code refuses (its parser, or
     an assertion or ValueError raised in its resolution) is answered as refused, with the
-    SGLang file and line; any other failure is an error (SGLang could not be asked)."""
+    parser's own message or the SGLang file, line and function that raised, and the
+    resolution step it was in (`rule`); any other failure is an error (SGLang could not be
+    asked). `applied`: the resolution steps that changed the prefill graph settings or the
+    chunk (RuleTrace), each as `file:function`."""
     from sglang.srt.arg_groups.overrides import model_config_of, resolved_view
     from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.runtime_context import get_parallel, publish
-    from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import common
 
     records = _Records()
     sg_logger = logging.getLogger("sglang")
     sg_logger.addHandler(records)
+    trace = RuleTrace.installed()
+    trace.start()
     try:
-        server_args = prepare_server_args(list(argv))
+        server_args = _parse(argv)
         server_args.resolve_once()
         view = resolved_view(server_args)
         prefill = view.cuda_graph_config.prefill
@@ -267,18 +271,176 @@ def resolve_launch(argv: list[str]) -> dict:
             "capture_limit": limit,
             "messages": _prefill_messages(records.lines),
             "model_path": str(view.model_path),
+            "applied": trace.applied,
         }
-    except SystemExit as exc:  # argparse
-        return {"ok": False, "refused": f"SGLang's parser refused the launch (exit {exc.code})", "where": "server_args.py"}
+    except _ParserRefused as exc:
+        return {"ok": False, "refused": str(exc), "where": PARSER_WHERE, "rule": PARSER_RULE, "applied": []}
     except (AssertionError, ValueError, NotImplementedError) as exc:
         where = _sglang_frame(exc)
         if where is None:
             return {"ok": False, "error": _one_line(exc)}
-        return {"ok": False, "refused": _one_line(exc), "where": where}
+        return {
+            "ok": False,
+            "refused": _one_line(exc),
+            "where": where[0],
+            "function": where[1],
+            "rule": trace.failed_in,
+            "applied": trace.applied,
+        }
     except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
         return {"ok": False, "error": _one_line(exc)}
     finally:
+        trace.stop()
         sg_logger.removeHandler(records)
+
+
+# how a refusal by SGLang's argument parser is located (srt/server_args.py, prepare_server_args
+# builds the parser from the flag tables in srt/arg_groups/fields/)
+PARSER_WHERE = "srt/server_args.py (its argument parser)"
+PARSER_RULE = "srt/server_args.py:prepare_server_args"
+
+
+class _ParserRefused(Exception):
+    """SGLang's argument parser refused the launch; the message is the parser's own."""
+
+
+def _parse(argv: list[str]):
+    """server_args.py, prepare_server_args: SGLang's parser on the launch. A refusal (argparse
+    prints its message and exits) is _ParserRefused with the parser's own message."""
+    import contextlib
+    import io
+
+    from sglang.srt.server_args import prepare_server_args
+
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+            return prepare_server_args(list(argv))
+    except SystemExit as exc:
+        lines = [ln.strip() for ln in sink.getvalue().splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error:" in ln]
+        said = (errors or lines or [f"exit {exc.code}"])[-1]
+        said = said.split("error:", 1)[1].strip() if "error:" in said else said
+        raise _ParserRefused(f"SGLang's parser refused the launch: {said[:300]}") from None
+
+
+class RuleTrace:
+    """Which of SGLang's resolution steps changed the prefill graph settings (backend,
+    bucket list, ladder maximum) or the chunk, and which step was running when a launch was
+    refused: the rule SGLang applied, named as `file:function` (the file relative to the
+    sglang package). Every step of srt/arg_groups/pipeline.py runs through
+    resolution_hooks.run_hook, which SGLang lets plugins wrap (register_resolution_hook);
+    the rules srt/arg_groups/cuda_graph_hook.py runs inside handle_cuda_graph_config and
+    apply_prefill_cp_cuda_graph_default are wrapped where that module looks them up. The
+    wrappers only read the settings before and after the step, and always run it."""
+
+    _instance: RuleTrace | None = None
+    # the module whose inner rules are wrapped too, and the prefixes of those rules' names
+    INNER_RULES = ("sglang.srt.arg_groups.cuda_graph_hook", ("apply_", "disable_", "parse_cuda_graph_config"))
+
+    def __init__(self) -> None:
+        self.applied: list[str] = []
+        self.stack: list[str] = []
+        self.failed_in: str | None = None
+        self.active = False
+
+    @classmethod
+    def installed(cls) -> RuleTrace:
+        if cls._instance is None:
+            cls._instance = cls()
+            try:
+                cls._instance._install()
+            except Exception:  # noqa: BLE001 (tracing is an aid: without it the answer stands)
+                traceback.print_exc()
+        return cls._instance
+
+    def start(self) -> None:
+        self.applied, self.stack, self.failed_in, self.active = [], [], None, True
+
+    def stop(self) -> None:
+        self.active = False
+
+    @staticmethod
+    def _settings(server_args) -> Any:
+        from sglang.srt.arg_groups.overrides import resolving_view
+
+        try:
+            view = resolving_view(server_args)
+            cfg = view.cuda_graph_config
+            prefill = cfg.prefill if cfg is not None else None
+            graphs = None if prefill is None else (str(prefill.backend), tuple(prefill.bs or ()), prefill.max_bs)
+            return graphs, view.chunked_prefill_size
+        except Exception:  # noqa: BLE001 (a view not readable yet: nothing to compare)
+            return None
+
+    def _run(self, key: str, step, server_args, *args, **kwargs):
+        if not self.active:
+            return step(server_args, *args, **kwargs)
+        before = self._settings(server_args)
+        self.stack.append(key)
+        try:
+            result = step(server_args, *args, **kwargs)
+        except BaseException:
+            if self.failed_in is None:
+                self.failed_in = key
+            raise
+        finally:
+            self.stack.pop()
+        after = self._settings(server_args)
+        # the first step that creates the settings is not a rule applied to them
+        if before is not None and before[0] is not None and after != before and key not in self.applied:
+            self.applied.append(key)
+        return result
+
+    def _install(self) -> None:
+        import functools
+        import inspect
+
+        from sglang.srt.arg_groups import resolution_hooks
+
+        root = _sglang_root()
+
+        def key_of(fn) -> str:
+            fn = inspect.unwrap(fn)
+            code = getattr(fn, "__code__", None)
+            path = os.path.realpath(code.co_filename) if code is not None else ""
+            rel = os.path.relpath(path, root) if root and path.startswith(root + os.sep) else os.path.basename(path)
+            return f"{rel}:{getattr(fn, '__name__', '?')}"
+
+        def step_wrapper(server_args, previous):
+            return self._run(key_of(previous), previous, server_args)
+
+        for name in sorted(getattr(resolution_hooks, "_OVERRIDABLE_HOOKS", ())):
+            resolution_hooks.register_resolution_hook(name)(step_wrapper)
+        module_name, prefixes = self.INNER_RULES
+        module = importlib.import_module(module_name)
+        for name, fn in list(vars(module).items()):
+            if callable(fn) and name.startswith(prefixes) and getattr(fn, "__module__", None) == module_name:
+
+                def inner(server_args, *args, _fn=fn, _key=key_of(fn), **kwargs):
+                    return self._run(_key, _fn, server_args, *args, **kwargs)
+
+                setattr(module, name, functools.wraps(fn)(inner))
+
+
+def _resolve_item(item) -> dict:
+    """One launch of a request: its argv, or {"argv": [...], "env": {...}} with the
+    environment the server would start with (set for this launch only: SGLang reads its
+    SGLANG_* settings when it resolves, srt/environ.py)."""
+    if isinstance(item, dict):
+        argv, env = item.get("argv") or [], item.get("env") or {}
+    else:
+        argv, env = item, {}
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+        return resolve_launch(list(argv))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # mem_cache/kv_cache_configurator.py, resolve_max_num_reqs: the request pool without
@@ -304,13 +466,13 @@ def _capture_limit(
     return {"rows": rows, "context_len": context_len, "tokens": rows * context_len, "pool_known": pool_known}
 
 
-def _sglang_frame(exc: BaseException) -> str | None:
-    """`file:line` (relative to the sglang package) of the innermost frame of SGLang's own
-    code that raised `exc`, or None when it was raised elsewhere."""
+def _sglang_frame(exc: BaseException) -> tuple[str, str] | None:
+    """(`file:line` relative to the sglang package, function) of the innermost frame of
+    SGLang's own code that raised `exc`, or None when it was raised elsewhere."""
     root = _sglang_root()
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         if root and frame.filename.startswith(root + os.sep):
-            return f"{os.path.relpath(frame.filename, root)}:{frame.lineno}"
+            return f"{os.path.relpath(frame.filename, root)}:{frame.lineno}", frame.name
     return None
 
 
@@ -496,7 +658,10 @@ def _build_runner(module, server_args, spec_name: str):
             patched.get_parallel = fn
 
 
-def _ask(runner, *, image: bool) -> bool:
+def _ask(runner, *, image: bool, said: dict | None = None) -> bool:
+    """The runner's own can_replay_locally for one batch (an image or a text batch of its
+    smallest bucket, nothing else that forces eager). `said` gets the line of
+    can_replay_locally whose `return` gave the answer, and its text (traced as it runs)."""
     import inspect
 
     num_tokens = int(runner.capture_num_tokens[0])
@@ -524,7 +689,64 @@ def _ask(runner, *, image: bool) -> bool:
         kwargs = offered
     if "contains_mm_inputs" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         raise TypeError("can_replay_locally takes no contains_mm_inputs argument")
-    return bool(runner.can_replay_locally(**kwargs))
+    code = getattr(inspect.unwrap(type(runner).can_replay_locally), "__code__", None)
+    returned: list[int] = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        if event == "return":
+            returned.append(frame.f_lineno)
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        answer = bool(runner.can_replay_locally(**kwargs))
+    finally:
+        sys.settrace(previous)
+    if said is not None and returned and code is not None:
+        said["line"] = returned[-1]
+        said["text"] = _returned_under(type(runner).can_replay_locally, returned[-1])
+    return answer
+
+
+def _returned_under(fn, line: int) -> str:
+    """The `return` statement at `line` of `fn`, with the conditions of the `if`s it sits
+    under (what made the runner answer as it did)."""
+    import ast
+    import inspect
+    import linecache
+
+    fn = inspect.unwrap(fn)
+    text = linecache.getline(fn.__code__.co_filename, line).strip()[:120]
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(_dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return text
+    conds: list[str] = []
+
+    def walk(body, under):
+        for st in body:
+            if isinstance(st, ast.Return) and st.lineno + start - 1 == line:
+                conds.extend(under)
+            elif isinstance(st, ast.If):
+                walk(st.body, [*under, ast.unparse(st.test)])
+                walk(st.orelse, [*under, f"not ({ast.unparse(st.test)})"])
+            elif isinstance(getattr(st, "body", None), list):
+                walk(st.body, under)  # a with, for, while or try block
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            walk(node.body, [])
+    return (f"{text} under: {' and '.join(conds)}" if conds else text)[:300]
+
+
+def _dedent(src: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(src)
 
 
 def runner_gates(req: dict) -> list[dict]:
@@ -560,7 +782,12 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
     try:
         module = _load_runner_module(source)
     except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
-        return {"ok": False, "imported": False, "error": f"the runner module does not import: {_one_line(exc)}"}
+        return {
+            "ok": False,
+            "imported": False,
+            "error": f"the runner module does not import: {_one_line(exc)}",
+            "stops_server": _stops_server(exc),
+        }
     missing = [(name, where) for name, where in sglang_imports_from_runner() if not hasattr(module, name)]
     if missing:
         names = ", ".join(sorted({n for n, _ in missing}))
@@ -570,17 +797,21 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
             "imported": False,
             "error": f"SGLang imports {names} from the runner module ({wheres}), which it does not define: "
             "the server would not start",
+            "stops_server": True,
         }
     if not hasattr(module, "PrefillCudaGraphRunner"):
         return {"ok": False, "imported": True, "error": "the runner module has no PrefillCudaGraphRunner"}
     answers: dict[str, bool] = {}
+    lines: dict[str, dict] = {}
     slots: list[str] | None = None
     for spec_label, (spec_name, server_args) in launches.items():
         try:
             publish(server_args, role="scheduler")
             runner = _build_runner(module, server_args, spec_name)
             for kind in ("image", "text"):
-                answers[f"{kind}_spec_{spec_label}"] = _ask(runner, image=kind == "image")
+                key = f"{kind}_spec_{spec_label}"
+                lines[key] = {}
+                answers[key] = _ask(runner, image=kind == "image", said=lines[key])
             if slots is None:
                 slots = _capture_slots(runner)
         except Exception as exc:  # noqa: BLE001 (the probe reports any failure of SGLang's code as an answer)
@@ -597,9 +828,23 @@ def _runner_gate(source: str | None, launches: dict, publish) -> dict:
         "ok": True,
         "imported": True,
         "answers": answers,
+        "lines": lines,
         "slots": slots,
         "module_file": getattr(module, "__file__", None),
     }
+
+
+def _stops_server(exc: BaseException) -> bool:
+    """A runner copy's import failure that stops any server, not only this machine's
+    stand-ins: a syntax error, or a name SGLang itself does not have. (A module that is not
+    installed here, or an error the module's own code raises at import, may be the stand-in
+    environment's doing: then the runner is only not checked.)"""
+    if isinstance(exc, SyntaxError):
+        return True
+    if isinstance(exc, ImportError):
+        name = exc.name or ""
+        return name == "sglang" or name.startswith("sglang.")
+    return False
 
 
 def sglang_imports_from_runner() -> list[tuple[str, str]]:
@@ -743,7 +988,7 @@ def run(request: dict) -> dict:
             result["placeholders"] = sorted(finder.used)
             return result
     if "launches" in request:
-        result["launches"] = [resolve_launch(argv) for argv in request["launches"]]
+        result["launches"] = [_resolve_item(item) for item in request["launches"]]
         result["files"]["launches"] = sglang_files()
     if "runners" in request:
         try:

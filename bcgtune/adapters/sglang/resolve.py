@@ -34,6 +34,7 @@ from bcgtune.errors import InputError
 from bcgtune.procenv import child_environ
 
 DEFAULT_TIMEOUT_S = 300.0
+MAX_TIMEOUT_S = 86_400.0  # a day: a limit, never "wait forever"
 # --probe-timeout, else this variable, else DEFAULT_TIMEOUT_S: how long SGLang may take to answer
 PROBE_TIMEOUT_ENV = "BCGTUNE_PROBE_TIMEOUT"
 # how an answer that ran out of time starts (doctor's advice keys on it)
@@ -41,7 +42,7 @@ TIMED_OUT = "SGLang did not answer within"
 # What a first answer costs (importing SGLang and resolving in a child process), measured:
 # benchmarks/RESULTS.md, "Asking SGLang" and "SGLang's first answer, per GPU kind". A cached
 # answer takes well under a second.
-PROBE_TIME_TEXT = "10-90 s"  # 11 s on an idle 2-core machine, 43-87 s with it busy
+PROBE_TIME_TEXT = "10-20 s"  # 10-15 s on an idle 2-core machine; 43-87 s with it busy
 # A small public model config (Qwen/Qwen3-0.6B's config.json) that the runner check
 # resolves a launch with: the gate under test keys on the model the stand-in model
 # runner reports, not on this one.
@@ -62,6 +63,11 @@ class RunnerAnswers:
     error: str | None = None
     cached_at: str | None = None
     slots: tuple[str, ...] | None = None  # the inputs it registers a capture slot for
+    # the line of can_replay_locally whose `return` gave each answer, and its text
+    lines: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # an import failure that stops any server (a syntax error, a name SGLang lacks or imports
+    # from the module), not one this machine's stand-ins may cause
+    stops_server: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,10 +140,11 @@ def sglang_installed() -> bool:
 
 def probe_timeout(given: float | None = None) -> float:
     """The seconds SGLang may take to answer: `given` (--probe-timeout), else
-    $BCGTUNE_PROBE_TIMEOUT, else DEFAULT_TIMEOUT_S."""
+    $BCGTUNE_PROBE_TIMEOUT, else DEFAULT_TIMEOUT_S. A given limit is finite (a stuck import
+    must not hang the command) and at most MAX_TIMEOUT_S."""
     if given is not None:
-        if not given > 0 or given != given:
-            raise InputError("must be a positive number of seconds", field="probe_timeout")
+        if isinstance(given, bool) or not isinstance(given, (int, float)) or not 0 < given <= MAX_TIMEOUT_S:
+            raise InputError(f"must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}", field="probe_timeout")
         return float(given)
     from bcgtune.adapters.sglang.answer_cache import env_seconds
 
@@ -150,9 +157,10 @@ def probe_timeout(given: float | None = None) -> float:
 PROBE_CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TVM_FFI_DISABLE_TORCH_C_DLPACK": "1"}
 
 
-def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
+def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S, tick=None) -> dict:
     """Run the probe child on `request`; its JSON answer, or {"error": why}. The child's
-    own output goes to a temporary file and only its last line is ever quoted."""
+    own output goes to a temporary file and only its last line is ever quoted. `tick`, if
+    given, is called with the seconds waited so far about twice a second."""
     pkg_root = str(Path(__file__).resolve().parents[3])
     env = child_environ()
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -172,7 +180,7 @@ def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
                 preexec_fn=die_with_parent(),
             )
             try:
-                rc = proc.wait(timeout=timeout)
+                rc = _wait(proc, timeout, tick)
             except subprocess.TimeoutExpired:
                 _kill(proc)
                 return {"error": f"{TIMED_OUT} {timeout:g} s"}
@@ -188,6 +196,21 @@ def run_probe(request: dict, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
         except (ValueError, RecursionError):
             return {"error": "the SGLang check wrote an unreadable answer"}
     return result if isinstance(result, dict) else {"error": "the SGLang check wrote an unreadable answer"}
+
+
+def _wait(proc: subprocess.Popen, timeout: float, tick) -> int:
+    """The child's exit code; TimeoutExpired past `timeout` seconds; `tick(waited)` between."""
+    if tick is None:
+        return proc.wait(timeout=timeout)
+    start = time.monotonic()
+    while True:
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            return proc.wait(timeout=min(0.5, timeout - waited))
+        except subprocess.TimeoutExpired:
+            tick(time.monotonic() - start)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -361,22 +384,43 @@ def config_digest(folder: Path | None) -> str | None:
     return h.hexdigest()
 
 
-def launch_question(argv: list[str], device: dict, config_dir: Path) -> Question:
+def launch_question(argv: list[str], device: dict, config_dir: Path, env: dict[str, str] | None = None) -> Question:
+    """SGLang's resolution of a launch: its argv (the model as its config folder, a resolved
+    path), the environment the server starts with (SGLang reads its SGLANG_* settings as it
+    resolves) and the model's config by the digest of its content."""
+    env = {str(k): str(v) for k, v in (env or {}).items()}
     return Question(
         "launches",
-        {**_base_parts(), "q": "launch", "device": device, "argv": argv, "config": config_digest(config_dir)},
-        argv,
+        {**_base_parts(), "q": "launch", "device": device, "argv": argv, "env": env, "config": config_digest(config_dir)},
+        {"argv": argv, "env": env},
     )
+
+
+# how the child is told where a flag came from: its place in the command's sources. The real
+# origin (a profile's path as the user spelled it, a key) is put back from the command asked
+# about, so one launch has one cache key whatever the spelling of its profile's path.
+_SOURCE_REF = "source #"
 
 
 def flags_question(cmd: ServerCommand) -> Question:
     payload = {
         "argv": cmd.argv,
         "sources": [
-            {"flag": s.flag, "origin": s.origin, "value": _jsonable(s.value), "from_profile": s.from_profile} for s in cmd.sources
+            {"flag": s.flag, "origin": f"{_SOURCE_REF}{i}", "value": _jsonable(s.value), "from_profile": s.from_profile}
+            for i, s in enumerate(cmd.sources)
         ],
     }
     return Question("flags", {**_base_parts(), "q": "flags", **payload}, payload)
+
+
+def _origin(where: str | None, cmd: ServerCommand | None) -> str | None:
+    """The flag source a child's answer names (`source #i`), as the command spells it."""
+    if where and cmd is not None and where.startswith(_SOURCE_REF):
+        try:
+            return cmd.sources[int(where[len(_SOURCE_REF) :])].origin
+        except (ValueError, IndexError):
+            return None
+    return where
 
 
 def runner_question(source: str | None, device: dict) -> Question:
@@ -438,6 +482,17 @@ def _cacheable(kind: QuestionKind, raw: dict[str, Any] | None) -> bool:
     return raw.get("imported") is False
 
 
+def _probe_with_progress(request: dict, limit: float, say) -> dict:
+    """run_probe, with the wait shown where `say` offers a progress display (`say.waiting`,
+    a label -> context manager with update(seconds): a bar on a terminal, nothing
+    elsewhere)."""
+    waiting = getattr(say, "waiting", None)
+    if waiting is None:
+        return run_probe(request, timeout=limit)
+    with waiting("waiting for SGLang's answer") as bar:
+        return run_probe(request, timeout=limit, tick=bar.update)
+
+
 def _stamps(result: dict, kind: QuestionKind) -> list[Any]:
     files = result.get("files")
     stamps = files.get(kind) if isinstance(files, dict) else None
@@ -493,9 +548,9 @@ def ask(
                         what = ", ".join(sorted({_WHAT[q.kind] for q in asked}))
                         say(
                             f"bcgtune: asking the installed SGLang ({what}); a first answer takes {PROBE_TIME_TEXT} "
-                            f"(at most {limit:g} s: --probe-timeout), then it is cached"
+                            f"(at most {limit:g} s: doctor's --probe-timeout, or ${PROBE_TIMEOUT_ENV}), then it is cached"
                         )
-                    result = run_probe(_request(asked, device), timeout=limit)
+                    result = _probe_with_progress(_request(asked, device), limit, say)
                     version = result.get("sglang_version") if isinstance(result.get("sglang_version"), str) else None
                     error = result.get("error") if isinstance(result.get("error"), str) else None
                     for i, q, raw in zip(missing, asked, _split(result, asked)):
@@ -537,7 +592,10 @@ def _capture_answer(answer: Answer, profile) -> tuple[PrefillCapture | None, str
             return None, "SGLang's answer was incomplete"
         return replace(capture, source=source), None
     if raw.get("refused"):
-        why = f"{str(raw['refused'])[:300]} ({str(raw.get('where') or 'SGLang')[:120]})"
+        where = str(raw.get("where") or "SGLang")[:120]
+        if raw.get("function"):
+            where += f", {str(raw['function'])[:80]}"
+        why = f"{str(raw['refused'])[:400]} ({where})"
         off = PrefillCapture("disabled", f"SGLang refuses this launch: {why}", None, None, 1, (), None)
         return replace(off, source=source, requested=requested, refused=why), None
     return None, f"SGLang could not resolve the launch here: {str(raw.get('error'))[:300]}"
@@ -556,11 +614,22 @@ def _runner_answer(answer: Answer) -> RunnerAnswers:
         error=str(r["error"])[:400] if r.get("error") else None,
         cached_at=answer.cached_at,
         slots=tuple(str(x) for x in r["slots"]) if isinstance(r.get("slots"), list) else None,
+        lines=_answer_lines(r.get("lines")),
+        stops_server=r.get("stops_server") is True,
     )
 
 
-def _flag_answer(answer: Answer) -> FlagCheck:
-    """serve's flag check from SGLang's answer, or why there is none."""
+def _answer_lines(raw: Any) -> dict[str, tuple[int, str]]:
+    out: dict[str, tuple[int, str]] = {}
+    for k, v in raw.items() if isinstance(raw, dict) else ():
+        if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("line"), int):
+            out[k] = (v["line"], str(v.get("text") or "")[:200])
+    return out
+
+
+def _flag_answer(answer: Answer, cmd: ServerCommand | None = None) -> FlagCheck:
+    """serve's flag check from SGLang's answer, or why there is none (`cmd`: the command
+    asked about, whose flag sources the answer names)."""
     raw = answer.raw
     if isinstance(raw, dict) and raw.get("ok") is True:
         return FlagCheck(True, version=answer.sglang_version, cached_at=answer.cached_at)
@@ -568,7 +637,7 @@ def _flag_answer(answer: Answer) -> FlagCheck:
         return FlagCheck(
             False,
             str(raw.get("message"))[:400],
-            str(raw.get("where") or "")[:200] or None,
+            (_origin(str(raw.get("where") or ""), cmd) or "")[:200] or None,
             version=answer.sglang_version,
             cached_at=answer.cached_at,
         )
@@ -583,7 +652,7 @@ def check_flags(
     if not sglang_installed():
         return FlagCheck(None, "sglang is not installed")
     (answer,) = ask([flags_question(cmd)], _DEFAULT_DEVICE, probe=probe, refresh=refresh, not_asked=not_asked, say=say)
-    return _flag_answer(answer)
+    return _flag_answer(answer, cmd)
 
 
 _DEFAULT_DEVICE = {"platform": "cuda", "name": "NVIDIA H200", "memory_gib": 141.0, "capability": [9, 0]}
@@ -636,7 +705,7 @@ def ask_sglang(
     if resolve and config_dir is not None and cmd is not None:
         argv = list(cmd.argv[3:])
         argv[argv.index("--model-path") + 1] = str(config_dir)
-        questions.append(launch_question(argv, device, config_dir))
+        questions.append(launch_question(argv, device, config_dir, getattr(profile, "env", None)))
     checked_cmd = flags_cmd if flags_cmd is not None else cmd
     if check_flags and checked_cmd is not None:
         questions.append(flags_question(checked_cmd))
@@ -657,7 +726,7 @@ def ask_sglang(
     if check_flags and serve_refusal is not None and flags_cmd is None:
         flags = FlagCheck(False, serve_refusal.what, serve_refusal.where)
     elif "flags" in by_kind:
-        flags = _flag_answer(by_kind["flags"])
+        flags = _flag_answer(by_kind["flags"], checked_cmd)
     runners = tuple(_runner_answer(got[id(q)]) for q in questions if q.kind == "runners")
     versions = [a.sglang_version for a in got.values() if a.sglang_version]
     errors = [a.why for a in got.values() if a.raw is None and a.why]

@@ -4,7 +4,8 @@ conditions (in `__init__` and `can_replay_locally`) for the four questions the r
 runner is asked, and classifies the answers the same way (bcgtune.core.sglang.runner_gate). A
 reading never says what the runner does: running could still contradict it (a module that
 does not import, a check moved into a helper or a property, a name SGLang imports that is
-gone), so every reading is "unverified", says what it reads as, and never blocks.
+gone), so a reading is never a verdict: the gate is "not checked", with what the source reads
+as beside it, and it never blocks.
 
 SGLang 0.5.23's runner (srt/model_executor/runner/prefill_cuda_graph_runner.py) refuses
 every Qwen4-Exp image batch under breakable graphs:
@@ -240,28 +241,27 @@ def runner_gate_state(path: str | Path | None) -> GateReport:
     """Read the prefill runner's multimodal gate from its source (`ast`, nothing runs):
     the fallback when the runner module cannot be imported."""
     if path is None:
-        return GateReport("unknown", "sglang is not installed (no runner source to read)", None)
+        return GateReport("not checked", "sglang is not installed (no runner source to read)", None)
     p = Path(path)
     where = str(p)
     if not p.is_file():
-        return GateReport("unknown", f"runner source not found ({RUNNER_RELPATH})", where)
+        return GateReport("not checked", f"runner source not found ({RUNNER_RELPATH})", where)
     methods = _runner_methods(p)
     if isinstance(methods, str):
-        return GateReport("unknown", methods, where)
+        return GateReport("not checked", f"its source cannot be read either: {methods}", where)
     init, can = methods
     if not any(w in ast.unparse(init) + ast.unparse(can) for w in ("qwen", "is_speculative")):
         return GateReport(
-            "unverified", "reads as absent (no Qwen4-Exp multimodal refusal in can_replay_locally)", where, reads_as="absent"
+            "not checked", "reads as absent (no Qwen4-Exp multimodal refusal in can_replay_locally)", where, reads_as="absent"
         )
     answers = read_gate_answers(init, can)
     if isinstance(answers, str):
-        return GateReport("unknown", answers, where)
+        return GateReport("not checked", f"its source cannot be read either: {answers}", where)
     state, detail = classify_gate(answers)
     # running could contradict any reading (an import that fails, a check moved into a
-    # helper or a property, a name SGLang imports that is gone): a reading is unverified,
-    # whatever it reads as, and never blocks
-    shown: GateState = "unknown" if state == "unknown" else "unverified"
-    return GateReport(shown, f"reads as {state} ({detail})", where, answers=answers, reads_as=state)
+    # helper or a property, a name SGLang imports that is gone): a reading is never a
+    # verdict, whatever it reads as, and never blocks
+    return GateReport("not checked", f"reads as {state} ({detail})", where, answers=answers, reads_as=state)
 
 
 def reads_deepstack_slot(path: str | Path | None) -> bool | str:

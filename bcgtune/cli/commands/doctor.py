@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from bcgtune.cli.console import emit, note
+from bcgtune.cli.console import Sayer, emit
 from bcgtune.cli.help import examples
 from bcgtune.cli.options import JsonFlag, ModelPath, Quiet
-from bcgtune.errors import CheckFailed, InputError, NotChecked
+from bcgtune.errors import CheckFailed, NotChecked
 
 
 @examples("bcgtune doctor", "bcgtune doctor --profile mi355x --json")
@@ -32,9 +32,9 @@ def doctor_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="Never start the installed SGLang (a first answer takes 10-90 s, a cached one under a second): answers it "
-            "gave before are still used, otherwise bcgtune's model of its rules and a reading of the runner's source "
-            "answer, say so, and the outcome is 'not checked' (exit 5).",
+            help="Never start the installed SGLang (a first answer takes about 10-20 s, a cached one under a second): answers it "
+            "gave before are still used, otherwise bcgtune's model of its rules answers, the runner is not checked (what "
+            "its source reads as is shown beside it), and the outcome is 'not checked' (exit 5).",
         ),
     ] = False,
     probe_timeout: Annotated[
@@ -64,8 +64,6 @@ def doctor_command(
     from bcgtune.files.profile_file import load_profile
     from bcgtune.services.doctor import run_doctor
 
-    if probe_timeout is not None and not probe_timeout > 0:
-        raise InputError("must be a positive number of seconds", "--probe-timeout")
     prof = load_profile(profile) if profile is not None else None
     report = run_doctor(
         prof,
@@ -74,7 +72,7 @@ def doctor_command(
         skipped_by="--no-sglang-probe" if no_sglang_probe else None,
         refresh=refresh,
         probe_timeout=probe_timeout,
-        say=lambda m: note(m, quiet),
+        say=Sayer(quiet),
     )
     emit(report.to_json, lambda: render_text(report), as_json=as_json)
     if report.blocking:

@@ -12,7 +12,7 @@ from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, Quiet, tolerance_option
+from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, Quiet, Unchecked, tolerance_option
 from bcgtune.core.sglang.constants import DEFAULT_THRESHOLD_PCT
 from bcgtune.errors import InputError
 
@@ -103,14 +103,16 @@ def drift_command(
             show_default=False,
         ),
     ] = None,
-    ask_sglang: Annotated[
+    no_sglang_probe: Annotated[
         bool,
         typer.Option(
-            "--ask-sglang",
-            help="When the installed SGLang has not answered for a profile's launch before, ask it (in a child process: "
-            "10-90 s once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
+            "--no-sglang-probe",
+            help="Never start the installed SGLang (by default it checks each profile's launch: about 10-20 s once, then "
+            "cached); answers it gave before are still used, otherwise bcgtune's model of its rules answers and the "
+            "output says the launch is not checked.",
         ),
     ] = False,
+    unchecked: Unchecked = False,
     as_json: JsonFlag = False,
     quiet: Quiet = False,
     extra: Annotated[Optional[List[str]], typer.Argument(hidden=True, show_default=False)] = None,
@@ -121,17 +123,16 @@ def drift_command(
     number of graphs, same alignment); with several, one table, and exit 1 if any needs
     re-tuning. Exit 0 keeps the lists, so a cron job can run it on each day's logs.
     """
+    from bcgtune.cli.console import Sayer
     from bcgtune.cli.render.drift import render_drift_text, render_fleet_text
     from bcgtune.cli.render.launch import capture_line
     from bcgtune.files.profile_file import load_profile
     from bcgtune.services.drift import drift_fleet, load_traffic, parse_matches
+    from bcgtune.services.launch import sglang_use
 
-    if extra and log:  # `--log a.log b.log` (a shell glob): one value per --log, the rest arrive here
-        log = list(log) + list(extra)
-    elif extra:
-        raise InputError(f"unexpected argument {extra[0][:60]!r}")
-    if bool(log) == bool(trace_path):
-        raise InputError("give today's traffic as --log FILE... or --trace FILE")
+    log = _logs(log, extra, trace_path)
+    if unchecked and write_profile is None:
+        raise InputError("applies to --write-profile (what is written when SGLang did not check the launch)", "--unchecked")
     target = None
     if write_profile is not None:
         from bcgtune.cli.commands.suggest import _profile_target
@@ -162,9 +163,9 @@ def drift_command(
         calibration=cal,
         threshold_pct=threshold,
         tolerance_pct=tolerance,
-        sglang="ask" if ask_sglang else "cache",
+        sglang=sglang_use(no_sglang_probe),
         say=said,
-        progress=lambda m: note(m, quiet),
+        progress=Sayer(quiet),
     )
 
     def doc() -> dict:
@@ -179,6 +180,7 @@ def drift_command(
     def source() -> str:  # whose answer priced each profile's launch, first
         return "".join(capture_line(c) + "\n" for c in priced)
 
+    _vouch(target, fleet, priced, unchecked)  # before anything is printed or written
     if len(fleet.rows) == 1 and not fleet.unjudged:
         row = fleet.rows[0]
         emit(doc, lambda: source() + render_drift_text(row.report, row.batches), as_json=as_json)
@@ -190,6 +192,27 @@ def drift_command(
         raise typer.Exit(1)  # the verdict is on stdout already (text or JSON): exit 1, nothing more
     if as_json:
         note("keep: " + "; ".join(r.report.reason for r in fleet.rows), quiet)
+
+
+def _logs(log: list[str] | None, extra: list[str] | None, trace_path: str | None) -> list[str] | None:
+    """Today's logs (`--log a.log b.log`, a shell glob: one value per --log, the rest arrive
+    as arguments); exactly one of them and --trace."""
+    if extra and log:
+        log = list(log) + list(extra)
+    elif extra:
+        raise InputError(f"unexpected argument {extra[0][:60]!r}")
+    if bool(log) == bool(trace_path):
+        raise InputError("give today's traffic as --log FILE... or --trace FILE")
+    return log
+
+
+def _vouch(target: str | None, fleet, priced: list, unchecked: bool) -> None:
+    """A list about to be written is for a launch SGLang checked, one bcgtune's model
+    vouches for, or --unchecked was given (services.launch.require_vouched)."""
+    if target is not None and priced and len(fleet.rows) == 1 and fleet.verdict == "re-tune":
+        from bcgtune.services.launch import require_vouched
+
+        require_vouched(priced[0], unchecked_ok=unchecked)
 
 
 def _launch_check(priced: list) -> dict:

@@ -44,7 +44,9 @@ ReportOut = Annotated[
 ]
 
 
-def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
+def _bucket_list(buckets: Optional[str], profile: Optional[str], quiet: bool = False) -> list[int]:
+    """--buckets, or the buckets the --profile's launch captures (its list as SGLang aligns and
+    filters it, or SGLang's ladder when it names none; a launch SGLang refuses is exit 2)."""
     from bcgtune.core.sglang.replay import parse_bucket_list
 
     if buckets is not None and profile is not None:
@@ -52,12 +54,16 @@ def _bucket_list(buckets: Optional[str], profile: Optional[str]) -> list[int]:
     if buckets is not None:
         return parse_bucket_list(buckets, "--buckets")
     if profile is not None:
+        from bcgtune.cli.render.launch import capture_line
         from bcgtune.files.profile_file import load_profile
+        from bcgtune.services.launch import profile_captured_list
 
         prof = load_profile(profile)
-        if not prof.buckets:
-            raise InputError("the profile has no [buckets].list", prof.where)
-        return sorted(set(int(b) for b in prof.buckets))
+        captured, capture = profile_captured_list(prof)
+        note(capture_line(capture), quiet)
+        if prof.buckets and sorted(set(prof.buckets)) != captured:
+            note(f"note: the profile lists {sorted(set(prof.buckets))}; its launch captures {captured}", quiet)
+        return captured
     raise InputError("give --buckets LIST or --profile P")
 
 
@@ -88,6 +94,7 @@ def _spec(engine: EngineOptions, profile: Optional[str] = None) -> EngineSpec:
         runner=engine.runner.value,
         chunked_prefill_size=chunk,
         graph_impl=engine.graph_impl.value,
+        sim_calibration=engine.sim_calibration,
     )
 
 
@@ -117,8 +124,8 @@ def capture_command(
     Largest bucket first, one shared memory pool, as SGLang captures them.
     """
     guard.outputs({"-o": out_path}, inputs=[profile] if profile else [])
-    bl = _bucket_list(buckets, profile)
-    require_torch()
+    bl = _bucket_list(buckets, profile, quiet)
+    require_torch(engine.device)
     from bcgtune.cli.render.engine import format_capture, text
     from bcgtune.services import capture
 
@@ -238,9 +245,9 @@ def validate_command(
         raise InputError("--prompts, --min-replay-share and --workdir apply with --server only")
     from bcgtune.core.sglang.replay import parse_bucket_list
 
-    bl = _bucket_list(buckets, profile)
+    bl = _bucket_list(buckets, profile, quiet)
     request_counts = parse_bucket_list(requests, "--requests")
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.cli.render.engine import format_validation, text
     from bcgtune.services import validate
 
@@ -389,7 +396,7 @@ def calibrate_command(
     plan = calibrate.calibration_sizes(
         None if sizes is None else parse_bucket_list(sizes, "--sizes"), max_tokens, grid, sizes_from, padding_factor, mix_every
     )
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.files.calibration_file import save_calibration
 
     say = None if quiet else (lambda m: note("  " + m))
@@ -463,7 +470,7 @@ def _extend(
         from bcgtune.files.calibration_file import load_calibration
 
         _refuse_csv_for_breakable(target, load_calibration(cal_path).runner)
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.files.calibration_file import save_calibration
 
     asked = _spec(engine)
@@ -494,4 +501,6 @@ _SPEC_FLAGS = {
     "runner": "--runner",
     "chunked_prefill_size": "--chunked-prefill-size",
     "graph_impl": "--graph-impl",
+    "hf_attention": "--hf-attention",
+    "sim_calibration": "--sim-calibration",
 }

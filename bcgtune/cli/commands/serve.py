@@ -52,9 +52,9 @@ def serve_command(
         bool,
         typer.Option(
             "--no-sglang-probe",
-            help="With --dry-run: never start the installed SGLang (a first answer takes 10-90 s, a cached one under a "
-            "second); answers SGLang gave before are still used, otherwise bcgtune's model of its rules answers and the "
-            "flags are not checked.",
+            help="Never start the installed SGLang to check the launch first (a first answer takes about 10-20 s, a cached "
+            "one under a second); answers it gave before are still used, otherwise bcgtune's model of its rules answers, "
+            "the flags are not checked and the output says so.",
         ),
     ] = False,
     refresh: Annotated[
@@ -76,7 +76,9 @@ def serve_command(
 
     if log_file is not None and not dry_run:
         guard.outputs({"--log-file": log_file}, inputs=[profile])  # the log is appended to: never the profile
-    skipped_by = "--no-sglang-probe" if (dry_run and no_sglang_probe) else None
+    from bcgtune.cli.console import Sayer
+
+    skipped_by = "--no-sglang-probe" if no_sglang_probe else None
     plan = serve.plan_serve(
         profile,
         model=model_path,
@@ -85,7 +87,7 @@ def serve_command(
         python=python,
         skipped_by=skipped_by,
         refresh=refresh,
-        say=lambda m: note(m, quiet),
+        say=Sayer(quiet),
         capture=dry_run,
     )
     for line in plan.notes:

@@ -13,7 +13,7 @@ from bcgtune import __version__
 from bcgtune.cli import guard
 from bcgtune.cli.console import emit, note, out, out_json
 from bcgtune.cli.help import examples
-from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, LayoutOptions, Quiet, options, tolerance_option
+from bcgtune.cli.options import TOLERANCE_HELP, JsonFlag, LayoutOptions, Quiet, Unchecked, options, tolerance_option
 from bcgtune.core.sglang.constants import CANDIDATE_SETS, DEFAULT_PADDING_FACTOR, OBJECTIVES
 from bcgtune.errors import InputError
 
@@ -170,7 +170,8 @@ def suggest_buckets_command(
         typer.Option(
             "--write-profile",
             help="Write the list into this profile's [buckets] (atomic). A missing file is created from --base-profile, or "
-            "from the built-in profile of the same name (h200 -> ./h200.toml).",
+            "from the built-in profile of the same name (h200 -> ./h200.toml). The installed SGLang checks the launch first "
+            "(exit 2 if it refuses it).",
             rich_help_panel=_OUT,
             show_default=False,
         ),
@@ -179,7 +180,8 @@ def suggest_buckets_command(
         Optional[str],
         typer.Option(
             "--base-profile",
-            help="Profile (built-in name or path) to create --write-profile from.",
+            help="Profile (built-in name or path) whose launch is priced (its flags, GPU, model), and which a missing "
+            "--write-profile is created from.",
             rich_help_panel=_OUT,
             show_default=False,
         ),
@@ -198,19 +200,30 @@ def suggest_buckets_command(
         bool,
         typer.Option(
             "--ask-sglang",
-            help="When the installed SGLang has not answered for this launch before, ask it (in a child process: 10-90 s "
-            "once, then cached). Default: its cached answer, else bcgtune's model of its rules.",
+            help="For a trace priced without a profile: ask the installed SGLang about the launch (in a child process: "
+            "about 10-20 s once, then cached). With --write-profile or --base-profile it is asked anyway.",
             rich_help_panel=_OPT,
         ),
     ] = False,
+    no_sglang_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-sglang-probe",
+            help="Never start the installed SGLang: answers it gave before are still used, otherwise bcgtune's model of its "
+            "rules answers and the output says the launch is not checked.",
+            rich_help_panel=_OPT,
+        ),
+    ] = False,
+    unchecked: Unchecked = False,
     quiet: Quiet = False,
     layout: LayoutOptions = None,
 ) -> None:
     """The optimal bucket list for a trace, compared with SGLang's default ladder and yours."""
+    from bcgtune.cli.console import Sayer
     from bcgtune.cli.render.launch import capture_line
     from bcgtune.cli.render.plan import plot_plan, render_plan_text
     from bcgtune.files.trace_file import load_trace
-    from bcgtune.services.launch import launch_check_json
+    from bcgtune.services.launch import launch_check_json, require_vouched, sglang_use
     from bcgtune.services.suggest import SuggestRequest, suggest
 
     profile_path = _profile_target(write_profile) if write_profile else None
@@ -219,8 +232,15 @@ def suggest_buckets_command(
         guard.needs("matplotlib", "plot", "--plot")
     if objective.value == "time" and calibration is None:
         raise InputError("the time objective needs --calibration FILE", "--objective time")
-    base = _base_profile(profile_path, base_profile) if profile_path else None
-    target = _target_profile(profile_path, base) if profile_path else None
+    if unchecked and not profile_path:
+        raise InputError("applies to --write-profile (what is written when SGLang did not check the launch)", "--unchecked")
+    base = _base_profile(profile_path, base_profile) if profile_path else base_profile
+    if profile_path:
+        target = _target_profile(profile_path, base)
+    else:  # --base-profile alone: its launch is priced, nothing is written
+        from bcgtune.files.profile_file import load_profile
+
+        target = load_profile(base_profile) if base_profile is not None else None
 
     compares = [_compare_arg(text, i) for i, text in enumerate(compare or [], start=1)]
     if chunked_prefill_size == 0:
@@ -256,11 +276,11 @@ def suggest_buckets_command(
         server_flags=layout.flags() or None,
         tolerance_pct=tolerance,
         group=group,
-        sglang="ask" if ask_sglang else "cache",
+        sglang=sglang_use(no_sglang_probe, ask=ask_sglang or target is not None),
         profile=target,
     )
     try:
-        result = suggest(req, say=lambda m: note(m, quiet))
+        result = suggest(req, say=Sayer(quiet))
     except InputError as exc:
         if exc.field == "attention_dp_size":
             raise InputError(exc.what, "--dp / --attn-dp-size") from None
@@ -277,6 +297,7 @@ def suggest_buckets_command(
         plot_plan(result.trace, plan, plot)
         note(f"wrote {plot}", quiet)
     if profile_path:
+        require_vouched(result.capture, unchecked_ok=unchecked)
         # the launch the list was priced for: the layout flags and chunk given, in the profile
         server = {k.replace("_", "-"): v for k, v in {**launch_changes, **(layout.flags() or {})}.items()}
         chunk = _priced_chunk(result, chunked_prefill_size)
@@ -403,10 +424,7 @@ def _unchecked_note(capture: PrefillCapture) -> str:
     """What a written profile's note adds when SGLang did not check the launch."""
     if capture.checked:
         return ""
-    return (
-        f" (launch NOT CHECKED by SGLang: {capture.not_checked_reason}; the file says so in [buckets].launch_check; "
-        "--ask-sglang checks it)"
-    )
+    return f" (launch NOT CHECKED by SGLang: {capture.not_checked_reason}; the file says so in [buckets].launch_check)"
 
 
 def _write_profile(

@@ -260,6 +260,8 @@ def _logs(
             paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update, launch=launch,
             group=group,
         )  # fmt: skip
+    if launch and not any(isinstance(e, dict) and e.get("launch_given") for e in trace.parse_stats.get("per_source") or []):
+        note("note: --launch not used: every log states its own launch settings, and those win", quiet)
     _emit(trace, out_path, as_json, quiet)
 
 

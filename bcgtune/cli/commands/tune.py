@@ -15,15 +15,17 @@ from bcgtune.cli.options import (
     LAUNCH_HELP,
     LOG_HELP,
     MIXED_CHUNK_HELP,
+    PLANNED,
     TOLERANCE_HELP,
     EngineOptions,
     JsonFlag,
     Quiet,
+    Unchecked,
     measure_option,
     options,
     tolerance_option,
 )
-from bcgtune.core.plan.measure_defaults import CPU_TUNE_ROUNDS
+from bcgtune.core.plan.measure_defaults import TUNE_BUDGET_CPU_S, TUNE_BUDGET_S
 from bcgtune.engines.preflight import require_torch
 from bcgtune.errors import InputError
 
@@ -86,15 +88,37 @@ def tune_command(
             show_default=False,
         ),
     ] = None,
+    budget: Annotated[
+        Optional[float],
+        typer.Option(
+            "--budget",
+            min=1.0,
+            max=1e6,
+            help="Device seconds the whole tune may take (wall time on a GPU or the CPU; the simulated clock with --device "
+            "sim). The tune times a few forwards first, then plans every step to fit and prints the plan with each step's "
+            f"predicted seconds. Default: {TUNE_BUDGET_S:g} on a GPU or the simulated device, {TUNE_BUDGET_CPU_S:g} on the "
+            "CPU (a dry run).",
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
     grid: Annotated[
-        int, typer.Option("--grid", min=1, max=2**31 - 1, help="Bucket grid of the calibration.", rich_help_panel=_MEASURE)
-    ] = 64,
+        Optional[int],
+        typer.Option(
+            "--grid",
+            min=1,
+            max=2**31 - 1,
+            help="Bucket grid of the calibration. " + PLANNED,
+            rich_help_panel=_MEASURE,
+            show_default=False,
+        ),
+    ] = None,
     # calibrate's options, declared once (cli.options.measure_option)
-    mix_every: Annotated[int, measure_option("mix_every", panel=_MEASURE)] = 1,
-    repeats: Annotated[Optional[int], measure_option("repeats", panel=_MEASURE, dry_run_rounds=CPU_TUNE_ROUNDS)] = None,
-    warmup: Annotated[Optional[int], measure_option("warmup", panel=_MEASURE, dry_run_rounds=CPU_TUNE_ROUNDS)] = None,
-    memory: Annotated[bool, measure_option("memory", panel=_MEASURE)] = True,
-    check_batches: Annotated[Optional[int], measure_option("check_batches", panel=_MEASURE)] = None,
+    mix_every: Annotated[Optional[int], measure_option("mix_every", panel=_MEASURE, planned=True)] = None,
+    repeats: Annotated[Optional[int], measure_option("repeats", panel=_MEASURE, planned=True)] = None,
+    warmup: Annotated[Optional[int], measure_option("warmup", panel=_MEASURE, planned=True)] = None,
+    memory: Annotated[Optional[bool], measure_option("memory", panel=_MEASURE, planned=True)] = None,
+    check_batches: Annotated[Optional[int], measure_option("check_batches", panel=_MEASURE, planned=True)] = None,
     bucket_list: Annotated[
         Optional[str],
         typer.Option(
@@ -129,15 +153,18 @@ def tune_command(
         ),
     ] = 3,
     proof_batches: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--proof-batches",
             min=1,
             max=10_000_000,
-            help="The proof run replays at most this many of the trace's batches (every Nth, in trace order).",
+            help="The proof run replays at most this many of the trace's batches: the whole trace when it holds that many, "
+            "else a sample stratified by the bucket each list gives a batch, in trace order; what it says about the whole "
+            "trace is estimated from it with the sampling error in the interval. " + PLANNED,
             rich_help_panel=_MEASURE,
+            show_default=False,
         ),
-    ] = 400,
+    ] = None,
     passes: Annotated[
         int,
         typer.Option(
@@ -154,11 +181,20 @@ def tune_command(
             "--proof-repeats",
             min=1,
             max=10000,
-            help="Timed rounds per proof pass. Default: 5 on a GPU, 2 on the CPU.",
+            help="Timed rounds per proof pass. " + PLANNED,
             rich_help_panel=_MEASURE,
             show_default=False,
         ),
     ] = None,
+    no_sglang_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-sglang-probe",
+            help="Never start the installed SGLang (by default it checks the profile's launch before anything is measured: "
+            "about 10-20 s once, then cached); answers it gave before are still used.",
+        ),
+    ] = False,
+    unchecked: Unchecked = False,
     plot: Annotated[
         Optional[str],
         typer.Option("--plot", help="Write a PNG of predicted vs measured per list (needs bcgtune[plot]).", show_default=False),
@@ -188,9 +224,12 @@ def tune_command(
         from bcgtune.core.sglang.replay import parse_bucket_list
 
         given = parse_bucket_list(bucket_list, "--list")
-    folder = state_dir or "bcgtune-tune-" + (os.path.basename(name.rstrip("/")).split(".")[0] or "trace")
+    stem = "stdin" if name == "-" else os.path.basename(name.rstrip("/")).split(".")[0]
+    folder = state_dir or "bcgtune-tune-" + (stem or "trace")
     guard.workdir(folder, "--state-dir")
     target = _profile_target(write_profile) if write_profile else None
+    if unchecked and target is None:
+        raise InputError("applies to --write-profile (what is written when SGLang did not check the launch)", "--unchecked")
     from bcgtune.services.trace import log_input_files
     from bcgtune.services.tune import STATE_FILES, TRACE_FILE
 
@@ -214,7 +253,7 @@ def tune_command(
         from bcgtune.files.profile_file import load_profile
 
         prof = load_profile(profile)
-    require_torch()
+    require_torch(engine.device)
     from bcgtune.cli.render.tune import format_tune, plot_tune
     from bcgtune.services import tune
 
@@ -241,7 +280,9 @@ def tune_command(
         proof_repeats=proof_repeats,
         tolerance_pct=tolerance,
         buckets=given,
+        budget_s=budget,
     )
+    checked = _check_launch(prof, target, base, trace, engine.chunked_prefill_size, no_sglang_probe, unchecked, quiet)
     result = tune.tune(req, say=lambda m: note(m, quiet))
     if plot:
         plot_tune(result, plot)
@@ -249,9 +290,40 @@ def tune_command(
     if target is not None and not result.buckets:
         note(f"nothing written to {target}: the list recommended has no graphs (prefill runs eager)", quiet)
     elif target is not None:
-        _write(target, base, result, engine.chunked_prefill_size)
+        _write(target, base, result, engine.chunked_prefill_size, checked)
         note(f"wrote {len(result.buckets)} buckets and a [tuned] record to {target}", quiet)
     emit(result.to_json, lambda: format_tune(result), as_json=as_json)
+
+
+def _check_launch(prof, target, base, trace_path: str, chunk, no_probe: bool, unchecked: bool, quiet: bool):
+    """Before anything is measured: SGLang checks the launch the list is priced for (--profile)
+    or written into (--write-profile), as suggest-buckets does (exit 2 if it refuses it), and
+    a profile is written only for a launch SGLang checked or bcgtune's model vouches for,
+    else with --unchecked."""
+    import os
+
+    from bcgtune.cli.console import Sayer
+    from bcgtune.files.profile_file import load_profile
+    from bcgtune.files.trace_file import load_trace
+    from bcgtune.services.launch import require_vouched, sglang_use
+    from bcgtune.services.suggest import profile_launch_capture
+
+    written = None
+    if target is not None:
+        written = load_profile(target if os.path.exists(target) else base) if (os.path.exists(target) or base) else None
+    launch = prof if prof is not None else written
+    if launch is None:
+        return None
+    capture = profile_launch_capture(
+        launch,
+        load_trace(trace_path),
+        chunked_prefill_size=None if prof is not None else chunk,
+        sglang=sglang_use(no_probe),
+        say=Sayer(quiet),
+    )
+    if target is not None:
+        require_vouched(capture, unchecked_ok=unchecked)
+    return capture
 
 
 def _what_to_tune(traces: list[str] | None, log: list[str] | None, log_options: bool) -> tuple[str | None, list[str]]:
@@ -271,9 +343,10 @@ def _what_to_tune(traces: list[str] | None, log: list[str] | None, log_options: 
     return traces[0], []
 
 
-def _write(target: str, base: str | None, result, chunk: int | None) -> None:
+def _write(target: str, base: str | None, result, chunk: int | None, checked) -> None:
     """The list into the profile as suggest-buckets --write-profile writes it (with the
-    launch flags it was priced for), and the [tuned] record."""
+    launch flags it was priced for, and whether SGLang checked that launch), and the
+    [tuned] record."""
     import datetime as dt
 
     from bcgtune import __version__
@@ -289,5 +362,9 @@ def _write(target: str, base: str | None, result, chunk: int | None) -> None:
         "date": dt.date.today().isoformat(),
         "source": "bcgtune tune",
     }
+    if checked is not None:
+        from bcgtune.services.launch import launch_check_key
+
+        provenance["launch_check"] = launch_check_key(checked)
     server = {"chunked-prefill-size": chunk} if chunk else {}  # the chunk it was priced for, when given
     write_profile_buckets(target, result.buckets, provenance, base_profile=base, server=server, tuned=tuned_record(result))

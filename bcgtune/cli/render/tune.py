@@ -20,6 +20,14 @@ def _s(iv: dict[str, Any] | None, signed: bool = False, unit: float = 1e3) -> st
 
 
 def _step_line(name: str, st: dict[str, Any]) -> str:
+    if name == "plan":
+        c = st.get("cost") or {}
+        sizes = c.get("sizes") or [0]
+        return (
+            f"budget {st.get('limit_s', 0):.0f} s; probe: build {c.get('build_s', 0):.1f} s, replay "
+            f"{(c.get('replay_ms') or [0])[0]:.1f}..{(c.get('replay_ms') or [0])[-1]:.1f} ms and eager "
+            f"{(c.get('eager_ms') or [0])[0]:.1f}..{(c.get('eager_ms') or [0])[-1]:.1f} ms at {sizes[0]:,}..{sizes[-1]:,} tokens"
+        )
     if name == "calibrate":
         mc = st.get("model_check")
         check = mc["summary"] if mc else "model error not checked"
@@ -40,56 +48,130 @@ def _step_line(name: str, st: dict[str, Any]) -> str:
             tail += f" ({st['refused']})"
         return f"{n} of at most {st['max_rounds']} rounds ({sum(len(r['sizes']) for r in st['rounds'])} sizes added); {tail}"
     if name == "validate":
+        if st.get("ok") is None:
+            return st.get("note", "not checked")
         if not st["buckets"]:
             return st.get("note", "nothing to validate")
         return (
             f"{'ok' if st['ok'] else 'FAILED'}: {st['batches_checked']} batches replayed against eager "
             f"({st['bitwise_batches']} bit for bit), side inputs {', '.join(st['side_inputs']) or 'none'}"
+            + (f"; {st['numerics']}" if st.get("numerics") else "")
         )
     if name == "proof":
+        sample = st.get("sample") or {}
+        what = "the whole trace" if sample.get("whole_trace") else f"a sample stratified by {sample.get('strata_by', '?')}"
         return (
             f"{st['passes']} pass{'es' if st['passes'] != 1 else ''} of {st['repeats']} rounds on {st['batches']:,} of "
-            f"{st['of']:,} trace batches (every {st['every']}{', in trace order' if st['ordered'] else ', shuffled'})"
+            f"{st['of']:,} trace batches ({what}{', in trace order' if st['ordered'] else ', shuffled'})"
         )
     return ""
+
+
+def _secs(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.1f}"
 
 
 def format_tune(result) -> str:
     steps = result.steps
     proof = steps["proof"]
     lines = [
-        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']} (torch {proof['torch']}), "
+        f"bcgtune tune: {result.state['trace']['path']} on {proof['device']} (torch {proof['torch'] or 'not used'}), "
         f"model {result.state['engine']['model']}, runner {result.state['engine']['runner']}"
     ]
+    sim = proof.get("timer") == "simulated clock"
     body = []
-    for name in ("calibrate", "optimum", "measure", "validate", "proof"):
+    for name in ("plan", "calibrate", "optimum", "measure", "validate", "proof"):
+        if name not in steps:
+            continue
         st = steps[name]
-        body.append([name, f"{st['wall_s']:.1f}", ("(kept) " if name in result.resumed else "") + _step_line(name, st)])
-    lines += table(["step", "wall s", "result"], body, right={1}, wrap_last=100)
+        body.append(
+            [name, _secs(st.get("predicted_s")), _secs(st.get("spent_s", st["wall_s"])),
+             ("(kept) " if name in result.resumed else "") + _step_line(name, st)]
+        )  # fmt: skip
+    unit = "simulated s" if sim else "s"
+    lines += table(["step", f"predicted {unit}", f"spent {unit}", "result"], body, right={1, 2}, wrap_last=90)
+    b = result.budget
+    if b.get("limit_s") is not None:
+        lines.append(
+            f"budget: {b['limit_s']:.0f} s of device time{' (simulated)' if sim else ''}; planned {b['predicted_s'] or 0:.0f} s, "
+            f"spent {b['spent_s']:.0f} s" + ("" if b["spent_s"] <= b["limit_s"] else " (OVER the budget)")
+        )
+        for n in b.get("notes") or []:
+            lines.append("note: " + n)
     lines.append("")
+    lines += _proof_table(proof)
+    lines += _trace_lines(proof)
+    lines += _sample_lines(proof)
+    lines += _notes(result, proof)
+    lines.append("recommended: " + (result.flag if result.buckets else "no graphs; run prefill eager"))
+    return "\n".join(lines) + "\n"
+
+
+def _proof_table(proof: dict[str, Any]) -> list[str]:
+    """Per list: on the whole trace (estimated), and on the batches replayed (predicted against
+    measured, pass by pass)."""
     passes = proof["passes"]
-    head = ["list", "graphs", "replayed", "predicted s (95%)"] + [f"measured s, pass {i + 1}" for i in range(passes)] + ["inside"]
+    head = ["list", "graphs", "whole trace s (95%)", "replayed", "sample: predicted s"]
+    head += [f"sample: measured s, pass {i + 1}" for i in range(passes)] + ["inside"]
     rows = []
     for name, r in proof["lists"].items():
+        est = r.get("trace_estimate")
         rows.append(
-            [name, str(r["graphs"]), f"{r['replayed_batches']}/{proof['batches']}", _s(r["predicted"])]
+            [name, str(r["graphs"]), _s(est), f"{r['replayed_batches']}/{proof['batches']}", _s(r["predicted"])]
             + [_s(m) for m in r["measured"]]
             + ["-" if r["inside"] is None else f"{r['inside']}/{passes}"]
         )
-    lines += table(head, rows)
+    return table(head, rows)
+
+
+def _trace_lines(proof: dict[str, Any]) -> list[str]:
+    """The whole trace's figures: the gain over the ladder, the differences, what they cover."""
+    t = proof.get("trace")
+    if not t:
+        return []
+    design = t["design"]
+    on = (
+        f"measured on the whole trace ({design['trace_batches']:,} batches)"
+        if design["whole_trace"]
+        else f"estimated from {design['sampled_batches']:,} of the trace's {design['trace_batches']:,} batches"
+    )
+    g = t["gain"]
+    d = t["recommended_minus_ladder"]
+    out = [
+        f"gain over SGLang's ladder on the whole trace: {g['gain_pct']:+.2f}% ± {g['half_pct']:.2f}% (95%; {on})",
+        f"recommended - ladder on the whole trace: {_s(d, True, 1)} ms ({d['differing_batches']:,} batches run differently)",
+    ]
+    o = t.get("recommended_minus_optimum")
+    if o is not None:
+        out.append(
+            f"recommended - optimum on the whole trace: {_s(o, True, 1)} ms ({o['differing_batches']:,} batches run differently)"
+        )
+    a = t["allowances"]
+    parts = "the sampling error, " if not design["whole_trace"] else ""
+    out.append(
+        f"these intervals hold {parts}the run's round-to-round noise and stated allowances: {100 * a['capture_sd']:.1f}% of each "
+        f"graph's time for another capture of it, {100 * a['level_sd']:.1f}% for the shift of every time in another process "
+        f"(totals only), {100 * a['host_sd']:.0f}% of launch-bound eager time for the host ({a['source']})"
+    )
+    return out
+
+
+def _sample_lines(proof: dict[str, Any]) -> list[str]:
+    """What the passes measured on the batches replayed (not the trace's figures)."""
+    passes = proof["passes"]
     d = proof["recommended_minus_ladder"]
     each = "; ".join(
         f"{_s(m, True, 1)} ms (gain {g:+.2f}%" + (f" ± {h:.2f}%)" if h is not None else ")")
         for m, g, h in zip(d["measured"], d["measured_gain_pct"], d["measured_gain_half_pct"])
     )
-    lines.append(
-        f"recommended - ladder: predicted {_s(d['predicted'], True, 1)} ms; measured {each}"
-        + (f"; inside the predicted interval in {d['inside']}/{passes}" if d["inside"] is not None else "")
-    )
+    out = [
+        f"on the {proof['batches']:,} batches replayed: recommended - ladder predicted {_s(d['predicted'], True, 1)} ms; "
+        f"measured {each}" + (f"; inside the predicted interval in {d['inside']}/{passes}" if d["inside"] is not None else "")
+    ]
     o = proof.get("recommended_minus_optimum")
     if o is not None:
-        lines.append(
-            f"recommended - optimum: predicted {_s(o['predicted'], True, 1)} ms; measured "
+        out.append(
+            f"on the batches replayed: recommended - optimum predicted {_s(o['predicted'], True, 1)} ms; measured "
             + "; ".join(f"{_s(m, True, 1)} ms" for m in o["measured"])
             + f"; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms) in {o['within_margin']}/{passes}"
             + (
@@ -99,7 +181,7 @@ def format_tune(result) -> str:
             )
         )
         if o.get("differing_batches") == 0:
-            lines.append(
+            out.append(
                 "  on the proof's batches both lists replay every batch in the same bucket, so these passes measure only "
                 "the noise between two captures of the same graphs"
                 + (
@@ -108,6 +190,13 @@ def format_tune(result) -> str:
                     else ""
                 )
             )
+    return out
+
+
+def _notes(result, proof: dict[str, Any]) -> list[str]:
+    steps = result.steps
+    passes = proof["passes"]
+    lines = []
     mc = steps["measure"].get("model_check") or {}
     again = proof.get("model_rechecked")
     if again:
@@ -132,7 +221,9 @@ def format_tune(result) -> str:
         )
     if not proof["ordered"]:
         lines.append("note: the trace keeps no batch order: its batches were replayed in a seeded shuffle")
-    if proof["timer"] != "cuda events":
+    if proof["timer"] == "simulated clock":
+        lines.append("note: the simulated device: its times come from a recorded calibration (--sim-calibration), not a GPU")
+    elif proof["timer"] != "cuda events":
         lines.append("note: no GPU: every step ran as a dry run on the CPU; its times describe no GPU")
     if proof["recommended_capture_s"] is not None:
         lines.append(
@@ -144,8 +235,7 @@ def format_tune(result) -> str:
         f"wall time of the steps: {total:,.1f} s"
         + (f" ({', '.join(result.resumed)} kept from {result.state_dir})" if result.resumed else "")
     )
-    lines.append("recommended: " + (result.flag if result.buckets else "no graphs; run prefill eager"))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot_tune(result, path: str) -> None:

@@ -70,9 +70,12 @@ def check_threshold(threshold_pct: float) -> None:
         raise InputError(f"must be within 0..100, got {threshold_pct}", field="threshold")
 
 
-def check_tolerance(tolerance_pct: float | None) -> None:
+def check_tolerance(tolerance_pct: float | None, calibration: object = None) -> None:
+    """A margin in % (0..100), given only with a calibration: a verdict by padding has none."""
     if tolerance_pct is not None and not (0 <= tolerance_pct <= 100):  # NaN fails both
         raise InputError(f"must be a percentage within 0..100, got {tolerance_pct}", field="tolerance")
+    if tolerance_pct is not None and calibration is None:
+        raise InputError("applies to a verdict by time only (with --calibration FILE)", field="tolerance")
 
 
 def drift_report(
@@ -95,7 +98,7 @@ def drift_report(
     if not deployed:
         raise InputError("the deployed list is empty", field="buckets")
     check_threshold(threshold_pct)
-    check_tolerance(tolerance_pct)
+    check_tolerance(tolerance_pct, calibration)
     captured = align_buckets(deployed, align)
     req = plan_request(
         max_buckets=len(captured),

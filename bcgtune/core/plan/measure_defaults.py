@@ -11,3 +11,6 @@ GPU_ROUNDS = (3, 10)
 CPU_ROUNDS = (0, 1)
 CPU_TUNE_ROUNDS = (0, 2)  # a CPU dry run of tune: two timed rounds, so every step has an interval
 DEFAULT_CHECK_BATCHES = 200  # trace batches replayed per list by the model check (every Nth in trace order)
+# `bcgtune tune --budget`: device seconds for the whole tune when not given
+TUNE_BUDGET_S = 600.0  # on a GPU and on the simulated device
+TUNE_BUDGET_CPU_S = 120.0  # a dry run on the CPU (its times describe no GPU)

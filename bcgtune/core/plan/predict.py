@@ -238,3 +238,37 @@ class TimeModel:
 def _eager(a, b) -> tuple[bool, bool]:
     """Which of two bucket lists is eager (no graphs): its model error is its own kind's."""
     return not len(list(a)), not len(list(b))
+
+
+def per_batch_ms(
+    cal, tokens, requests, buckets, candidates: str = "trace", factor: float = DEFAULT_PADDING_FACTOR
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(predicted time, its graph part, the bucket chosen: 0 eager) of each batch of a
+    sequence under a list, at the calibration's medians: what TimeModel sums, batch by batch."""
+    tok = np.asarray(tokens, dtype=np.int64)
+    req = np.asarray(requests, dtype=np.int64)
+    eager, brk = batch_costs_ms(cal, tok, req)
+    bl = np.unique(np.asarray(list(buckets), dtype=np.int64))
+    if not bl.size:
+        return eager, np.zeros_like(eager), np.zeros(tok.size, dtype=np.int64)
+    chosen, replay = assign_buckets(tok, bl, factor)
+    g = np.asarray(graph_ms_model(cal, np.where(replay, chosen, bl[0]), candidates), dtype=np.float64)
+    graph = np.where(replay, g, 0.0)
+    return np.where(replay, g + brk, eager), graph, np.where(replay, chosen, 0).astype(np.int64)
+
+
+def host_share(cal, tokens, requests) -> np.ndarray:
+    """Per batch, the part of its eager time that waits on the host launching it, and so moves
+    with the host's speed: the host's launch time of one forward (the calibration's smallest
+    eager time: a forward of the fewest tokens waits on its launches) where it exceeds the
+    device's own work (a replay of the batch in a bucket of its size), as a share of eager's
+    time; 0 where the device's work hides the launches."""
+    tok = np.asarray(tokens, dtype=np.int64)
+    req = np.asarray(requests, dtype=np.int64)
+    eager, brk = batch_costs_ms(cal, tok, req)
+    eager = np.maximum(eager, 1e-9)
+    bt = cal.batches
+    measured = bt.eager_ms if cal.runner == "breakable" and bt is not None else cal.eager_ms
+    launch = float(np.min(measured)) if measured is not None and np.size(measured) else 0.0
+    device = np.asarray(graph_ms_model(cal, tok, "trace"), dtype=np.float64) + brk
+    return np.where(launch > device, np.minimum(launch / eager, 1.0), 0.0)

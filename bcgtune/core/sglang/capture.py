@@ -29,8 +29,8 @@ from bcgtune.core.sglang.ladder import (
     layout_alignment,
     sglang_default_ladder,
 )
-from bcgtune.core.sglang.model_rules import DEEPSEEK_V3_ARCH, ModelFacts
-from bcgtune.core.sglang.tables import FLASHINFER_MEGAMOE_ARCHS
+from bcgtune.core.sglang.model_rules import DEEPSEEK_FAMILY_ARCHS, DEEPSEEK_V3_ARCH, ModelFacts
+from bcgtune.core.sglang.tables import DEEPEP_V2_ARCHS, FLAG_CHOICES, FLASHINFER_MEGAMOE_ARCHS
 from bcgtune.errors import InputError
 
 # --------------------------------------------------------------------------- what a launch captures
@@ -59,25 +59,30 @@ FULL_PREFILL_TOKENS_PER_REQUEST_ROW = 512
 
 # Launch flags whose rules on prefill graphs this model does not evaluate: when a launch sets
 # one, its answer names the rule as not checked.
+# Each names the SGLang file and function that apply the rule.
 FLAG_RULES: dict[str, str] = {
-    "speculative_algorithm": "speculative decoding's own settings and checks (srt/arg_groups/speculative_hook.py)",
-    "enable_prefill_cp": "whether this prefill context parallelism supports breakable graphs "
-    "(srt/layers/cp/bcg/__init__.py, supports_prefill_cp_bcg)",
+    "speculative_algorithm": "speculative decoding's own settings and checks (srt/arg_groups/speculative_hook.py, "
+    "handle_speculative_decoding: _handle_ngram, _handle_eagle_family)",
     "enable_lora": "LoRA: at start-up SGLang runs prefill eager when its LoRA setup does not support graphs "
-    "(model_runner_components/cuda_graph_setup.py)",
+    "(model_runner_components/cuda_graph_setup.py, capture_prefill_graph)",
     "lora_paths": "LoRA: at start-up SGLang runs prefill eager when its LoRA setup does not support graphs "
-    "(model_runner_components/cuda_graph_setup.py)",
-    "dllm_algorithm": "diffusion LLM inference (srt/arg_groups/dllm_hook.py)",
-    "enable_unified_memory": "the unified memory pool with full prefill graphs (srt/arg_groups/kv_cache_hook.py)",
-    "enable_deterministic_inference": "deterministic inference's attention backend (srt/arg_groups/attention_hook.py)",
-    "enable_cp_tp_group_sharing": "CP-TP group sharing (srt/arg_groups/cp_tp_group_sharing_hook.py)",
+    "(model_runner_components/cuda_graph_setup.py, capture_prefill_graph)",
+    "dllm_algorithm": "diffusion LLM inference (srt/arg_groups/dllm_hook.py, handle_dllm_inference)",
+    "enable_unified_memory": "the unified memory pool with full prefill graphs "
+    "(srt/arg_groups/kv_cache_hook.py, handle_unified_memory_pool)",
+    "enable_deterministic_inference": "deterministic inference's attention backend "
+    "(srt/arg_groups/attention_hook.py, handle_deterministic_inference)",
+    "enable_cp_tp_group_sharing": "CP-TP group sharing (srt/arg_groups/cp_tp_group_sharing_hook.py, resolve_cp_tp_group_sharing)",
     "elastic_ep_backend": "elastic EP's capture alignment (srt/utils/common.py, require_mlp_tp_gather)",
-    "model_impl": "the transformers implementation's multimodal detection (srt/configs/model_config.py)",
+    "model_impl": "the transformers implementation's multimodal detection (srt/configs/model_config.py, ModelConfig)",
     "enable_mis": "SGLang refuses multi-item scoring unless the attention backend is flashinfer "
     "(srt/arg_groups/attention_hook.py, handle_multi_item_scoring)",
-    "enable_kv_cache_sharding": "SGLang accepts KV cache sharding only on PD prefill workers (srt/arg_groups/kv_shard_hook.py)",
-    "language_model_only": "SGLang accepts --language-model-only for a few architectures only (srt/arg_groups/model_hook.py)",
-    "cp_strategy": "prefill context parallelism's own checks (srt/arg_groups/parallel_hook.py, handle_context_parallelism)",
+    "enable_kv_cache_sharding": "SGLang accepts KV cache sharding only on PD prefill workers "
+    "(srt/arg_groups/kv_shard_hook.py, handle_kv_cache_sharding)",
+    "language_model_only": "SGLang accepts --language-model-only for a few architectures only "
+    "(srt/arg_groups/model_hook.py, handle_model_specific_adjustments)",
+    "enable_dynamic_chunking": "dynamic chunking's prefill buffer under pipeline parallelism "
+    "(srt/arg_groups/overrides.py, max_prefill_buffer_tokens)",
 }
 # srt/environ.py, SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK's default: MoRI refuses a
 # larger chunk per rank (moe_hook.py, handle_a2a_moe)
@@ -86,8 +91,26 @@ MORI_MAX_DISPATCH_TOKENS_PER_RANK = 4096
 BLACKWELL_CAPABILITY_MAJORS = (10, 11, 12)
 # MoE all-to-all backends whose own checks this model does not run
 A2A_RULES = {
-    "flashinfer": "SGLang refuses topologies the flashinfer all-to-all backend does not support (srt/arg_groups/moe_hook.py)",
+    "flashinfer": "SGLang refuses MoE runners, quantizations and dispatch settings the flashinfer all-to-all backend "
+    "does not support (srt/arg_groups/moe_hook.py, handle_a2a_moe; validate_flashinfer_a2a_token_budget)",
+    "megamoe": "MegaMoE's per-model token budget and decode capacity "
+    "(srt/arg_groups/mega_moe_hook.py, validate_mega_moe_token_budget_for_model)",
 }
+# srt/environ.py, SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK's default: DeepEP v2's per-rank
+# communication buffer (moe_hook.py, validate_deepep_v2_dispatch_token_budget refuses more)
+DEEPEP_V2_MAX_DISPATCH_TOKENS_PER_RANK = 128
+# srt/arg_groups/fields/schedule.py, max_prefill_tokens' default
+DEFAULT_MAX_PREFILL_TOKENS = 16384
+# srt/layers/cp/bcg/__init__.py, PREFILL_CP_BCG_SUPPORTED_COMBINATIONS: the (--cp-strategy, prefill
+# attention backend) pairs whose prefill context parallelism captures breakable graphs
+PREFILL_CP_BCG_COMBINATIONS = (("zigzag", "trtllm_mha"), ("interleave", "dsa"))
+# srt/layers/cp/bcg/interleave_bcg.py, InterleaveCPBCGInput.supports: the model it is validated for
+INTERLEAVE_CP_BCG_ARCH = "Glm5NextForConditionalGeneration"
+# srt/arg_groups/parallel_hook.py, handle_context_parallelism: the one model prefill CP runs on HIP
+HIP_PREFILL_CP_ARCH = "DeepseekV4ForCausalLM"
+# srt/utils/common.py, is_sm90_supported / is_sm100_supported / is_sm120_supported: the CUDA
+# capability majors SGLang's TRTLLM MHA checks accept (attention_hook.py)
+TRTLLM_MHA_CAPABILITY_MAJORS = (9, 10, 12)
 
 
 def _ladder_or_empty(max_bs: int) -> list[int]:
@@ -150,6 +173,19 @@ class PrefillLaunch:
     single_batch_overlap: bool = False
     # SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK from the launch's environment (None: SGLang's default)
     mori_max_dispatch_tokens: int | None = None
+    # the string values of the flags the launch sets (SGLang's parser restricts some to a list)
+    flag_values: tuple[tuple[str, str | tuple[str, ...]], ...] = ()
+    cp_strategy: str | None = None
+    kv_cache_dtype: str | None = None
+    max_prefill_tokens: int | None = None
+    nnodes: int = 1
+    deepep_v2_mode: str | None = None
+    enforce_shared_experts_fusion: bool = False
+    speculative_moe_a2a_backend: str | None = None
+    # SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK from the launch's environment (None: the default)
+    deepep_v2_max_dispatch_tokens: int | None = None
+    disable_decode_graphs: bool = False
+    enable_dynamic_chunking: bool = False
 
 
 MODEL_SOURCE = "bcgtune model"
@@ -273,6 +309,7 @@ class _Resolution:
     unchecked: list[str] = field(default_factory=list)
     arch_rules: list[str] = field(default_factory=list)
     refused: str | None = None
+    attention_resolved: bool = False  # SGLang has chosen its default attention backend
 
     @property
     def ladder_max(self) -> int:
@@ -343,15 +380,38 @@ def _parse_cuda_graph_config(launch: PrefillLaunch) -> _Resolution:
         a2a=(launch.layout.moe_a2a_backend or "none").lower(),
         max_running_requests=launch.max_running_requests,
     )
+    _parser_refusal(state)
     _context_length_check(state)
     for flag in sorted(launch.flags):
         if flag in FLAG_RULES and _flag_rule_applies(launch, flag):
             state.cannot_check(f"--{flag.replace('_', '-')}: {FLAG_RULES[flag]}")
     if state.a2a in A2A_RULES:
         state.cannot_check(f"--moe-a2a-backend {state.a2a}: {A2A_RULES[state.a2a]}")
-    if launch.enable_prefill_cp and "cp_strategy" not in launch.flags:
-        state.refused = "--enable-prefill-cp needs --cp-strategy (srt/arg_groups/parallel_hook.py)"
     return state
+
+
+def parser_choice_refusal(flag_values) -> str | None:
+    """srt/server_args.py, prepare_server_args (SGLang's argument parser): a flag whose values
+    the parser restricts to a list (srt/arg_groups/fields/, Arg(choices=...): FLAG_CHOICES)
+    given another value is refused before anything resolves; the parser's own message."""
+    for flag, value in flag_values:
+        choices = FLAG_CHOICES.get(flag)
+        if choices is None:
+            continue
+        for v in value if isinstance(value, tuple) else (value,):
+            if v not in choices:
+                listed = ", ".join(repr(c) for c in choices)
+                return (
+                    f"SGLang's parser refused the launch: argument --{flag.replace('_', '-')}: invalid choice: {v!r} "
+                    f"(choose from {listed}) (srt/server_args.py, prepare_server_args)"
+                )
+    return None
+
+
+def _parser_refusal(state: _Resolution) -> None:
+    why = parser_choice_refusal(state.launch.flag_values)
+    if why is not None:
+        _refuse(state, why)
 
 
 def _flag_rule_applies(launch: PrefillLaunch, flag: str) -> bool:
@@ -376,13 +436,77 @@ def _context_length_check(state: _Resolution) -> None:
         )
 
 
+CP_BCG_RULE = "srt/layers/cp/bcg/__init__.py, supports_prefill_cp_bcg"
+
+
+def _default_prefill_attention(state: _Resolution) -> str | None:
+    """model_override_base.py, get_default_attn_backend, as far as the prefill context
+    parallelism check needs it: "trtllm_mha" (SM100 GPUs, MHA models, no speculative
+    decoding), "dsa" (DeepSeek sparse attention models, overrides.py), "other" for every
+    other default, None when it cannot be told (the model's config is not on this machine)."""
+    launch, facts = state.launch, state.model
+    if facts is None:
+        return None
+    if facts.dsa:
+        return "dsa"
+    cap = launch.gpu_capability
+    if launch.platform == "cuda" and cap is not None and cap[0] == 10 and not facts.mla:
+        return None if launch.speculative_algorithm else "trtllm_mha"
+    return "other" if launch.platform == "rocm" or cap is not None else None
+
+
+def prefill_cp_supports_breakable(state: _Resolution, *, attention_resolved: bool) -> bool | None:
+    """srt/layers/cp/bcg/__init__.py, supports_prefill_cp_bcg: prefill context parallelism
+    over the whole TP group (attn_cp_size == tp_size, no pipeline parallelism) with a
+    (--cp-strategy, prefill attention backend) pair it validated (zigzag with trtllm_mha;
+    interleave with DSA, on GLM-5.3 Flash without DP or EP: interleave_bcg.py,
+    InterleaveCPBCGInput.supports). `attention_resolved`: SGLang has chosen its default
+    attention backend by then (attention_hook.py, handle_attention_backend_compatibility);
+    before, a backend not given is none of the validated ones (DSA models aside, whose
+    backend a model override sets). None when the prefill attention backend cannot be told."""
+    launch, lay = state.launch, state.launch.layout
+    if not launch.enable_prefill_cp or launch.pp_size != 1 or lay.attn_cp_size != lay.tp:
+        return False
+    _, prefill = _resolved_attention_backend(state)
+    if prefill is None:
+        prefill = _default_prefill_attention(state)
+        if prefill is None:
+            return None
+        if not attention_resolved and prefill != "dsa":
+            return False
+    pair = (launch.cp_strategy, prefill)
+    if pair not in PREFILL_CP_BCG_COMBINATIONS:
+        return False
+    if pair[0] == "interleave":
+        if state.model is None:
+            return None
+        if lay.replica_dp_size != 1 or lay.attn_cp_size <= 1 or INTERLEAVE_CP_BCG_ARCH not in state.model.architectures:
+            return False
+        return None  # and ep_size == 1, which SGLang resolves from the MoE settings: named
+    return True
+
+
+def _cp_supported(state: _Resolution, rule: str) -> bool | None:
+    """prefill_cp_supports_breakable at this step of the resolution, with an answer it
+    cannot give named under `rule`."""
+    supported = prefill_cp_supports_breakable(state, attention_resolved=state.attention_resolved)
+    if supported is None:
+        state.cannot_check(
+            f"whether this prefill context parallelism keeps breakable graphs ({CP_BCG_RULE}; {rule}): "
+            "its prefill attention backend is SGLang's default, which depends on the model and the GPU"
+        )
+    return supported
+
+
 def _breakable_incompatibility(state: _Resolution) -> str | None:
     """cuda_graph_hook.py, disable_breakable_cudagraph_if_incompatible: the first rule (in
     SGLang's order) that turns breakable graphs off, or None. Rules on the model's
-    architecture are named as not checked when its config is not on this machine; whether
-    prefill context parallelism supports breakable graphs is named as not checked."""
+    architecture are named as not checked when its config is not on this machine, and so is
+    prefill context parallelism's support of breakable graphs when it cannot be told."""
     launch, lay, facts = state.launch, state.launch.layout, state.model
-    cp_supported: bool | None = False if not launch.enable_prefill_cp else None  # supports_prefill_cp_bcg
+    needs_cp = (facts is not None and facts.deepseek_v4) or lay.attn_cp_size > 1
+    rule = "cuda_graph_hook.py, disable_breakable_cudagraph_if_incompatible"
+    cp_supported = _cp_supported(state, rule) if needs_cp else False
     if facts is None:
         state.arch_unchecked("KDA attention, DeepSeek-V4 and multimodal models outside its allowlist turn breakable graphs off")
     elif facts.kda:
@@ -390,6 +514,8 @@ def _breakable_incompatibility(state: _Resolution) -> str | None:
     elif facts.deepseek_v4 and cp_supported is False:
         return "DeepSeek-V4 (heavy capture-pool memory pressure)"
     if lay.attn_cp_size > 1 and cp_supported is False:
+        if launch.enable_prefill_cp:
+            return "this prefill context parallelism (no breakable graphs for its strategy, attention backend and layout)"
         return "attention context parallelism without prefill context parallelism"
     if launch.dcp_size > 1:
         return "decode context parallelism (--dcp-size > 1)"
@@ -471,6 +597,29 @@ def _handle_model_specific_adjustments(state: _Resolution) -> None:
         return
     for site in state.model.arch_rules:
         state.cannot_check(f"SGLang's settings for {site}")
+    _deepseek_prefill_cp(state)
+
+
+def _deepseek_prefill_cp(state: _Resolution) -> None:
+    """model_hook.py, handle_model_specific_adjustments, for the DeepSeek family
+    (DEEPSEEK_FAMILY_ARCHS) with --enable-prefill-cp: an MLA model runs prefill eager, even
+    with graphs chosen; a DeepSeek sparse attention model keeps them only when breakable and
+    its prefill context parallelism supports them (on CUDA and ROCm GPUs)."""
+    facts, launch = state.model, state.launch
+    state.launch = _deepseek_family_overrides(launch)
+    if state.launch is not launch:
+        state.a2a = state.launch.layout.moe_a2a_backend
+    if facts is None or not launch.enable_prefill_cp or state.backend == "disabled":
+        return
+    if not set(facts.architectures[:1]) & set(DEEPSEEK_FAMILY_ARCHS):
+        return
+    rule = "model_hook.py, handle_model_specific_adjustments"
+    if facts.dsa:
+        supported = _cp_supported(state, rule)
+        if supported is False or (supported and state.backend != "breakable"):
+            state.disable("SGLang turns prefill graphs off for this DeepSeek sparse attention prefill context parallelism")
+    elif facts.mla:
+        state.disable("SGLang turns prefill graphs off for an MLA DeepSeek-family model with prefill context parallelism")
 
 
 def _resolved_attention_backend(state: _Resolution) -> tuple[str | None, str | None]:
@@ -492,10 +641,39 @@ def _resolved_attention_backend(state: _Resolution) -> tuple[str | None, str | N
     return attn, (pre or attn)
 
 
+def _trtllm_mha_refusal(state: _Resolution) -> None:
+    """attention_hook.py, handle_attention_backend_compatibility: TRTLLM MHA attention for
+    prefill or decode needs a Hopper (SM90), Blackwell (SM100) or SM120 CUDA GPU; on SM120
+    its prefill refuses an fp8_e4m3 KV cache; with prefill context parallelism (attn_cp_size
+    > 1) its prefill needs SM100."""
+    launch = state.launch
+    attn = launch.attention_backend
+    prefill = launch.prefill_attention_backend or attn
+    decode = launch.decode_attention_backend or attn
+    if "trtllm_mha" not in (prefill, decode):
+        return
+    where = "(srt/arg_groups/attention_hook.py, handle_attention_backend_compatibility)"
+    cap = launch.gpu_capability
+    if launch.platform == "cuda" and cap is None:
+        state.cannot_check(f"TRTLLM MHA attention needs an SM90, SM100 or SM120 GPU (the GPU is unknown) {where}")
+        return
+    major = cap[0] if launch.platform == "cuda" and cap is not None else None
+    if prefill == "trtllm_mha" and major not in TRTLLM_MHA_CAPABILITY_MAJORS:
+        _refuse(state, f"TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or SM120 GPUs {where}")
+    elif prefill == "trtllm_mha" and major == 12 and launch.kv_cache_dtype == "fp8_e4m3":
+        _refuse(state, f"TRTLLM FMHAv2 prefill on SM120 does not support fp8_e4m3 KV cache {where}")
+    elif decode == "trtllm_mha" and major not in TRTLLM_MHA_CAPABILITY_MAJORS:
+        _refuse(state, f"TRTLLM MHA backend for decode is only supported on SM90, SM100 and SM120 GPUs {where}")
+    elif prefill == "trtllm_mha" and major != 10 and launch.layout.attn_cp_size > 1:
+        _refuse(state, f"Prefill context parallelism with the TRTLLM MHA prefill backend requires SM100 {where}")
+
+
 def _handle_attention_backend_compatibility(state: _Resolution) -> None:
     """attention_hook.py, handle_attention_backend_compatibility: torch_native and
     flex_attention turn CUDA graphs off, even chosen ones; flex_attention refuses
-    speculative decoding."""
+    speculative decoding; TRTLLM MHA's GPU requirements (_trtllm_mha_refusal)."""
+    _trtllm_mha_refusal(state)
+    state.attention_resolved = True
     attn, _ = _resolved_attention_backend(state)
     if attn not in GRAPHLESS_ATTENTION_BACKENDS:
         return
@@ -577,7 +755,11 @@ def _a2a_refusals(state: _Resolution) -> None:
     """moe_hook.py, handle_a2a_moe (and validate_flashinfer_megamoe_model): the MoE
     all-to-all backends' own checks that refuse a launch, whatever its prefill graphs."""
     launch, a2a = state.launch, state.a2a
-    if a2a == "mori":
+    if a2a == "deepep_v2":
+        _deepep_v2_refusals(state)
+    elif a2a == "flashinfer":
+        _flashinfer_a2a_topology(state)
+    elif a2a == "mori":
         # the per-rank dispatch tokens (the chunk per rank) must fit MoRI's dispatch buffer
         limit = launch.mori_max_dispatch_tokens or MORI_MAX_DISPATCH_TOKENS_PER_RANK
         chunk = state.chunk_size
@@ -600,7 +782,10 @@ def _a2a_refusals(state: _Resolution) -> None:
         elif (launch.moe_runner_backend or "auto") not in ("deep_gemm", "auto"):
             _refuse(state, "moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto)")
         else:
-            state.cannot_check("--moe-a2a-backend pplx: its per-rank dispatch tokens against its buffer (moe_hook.py)")
+            state.cannot_check(
+                "--moe-a2a-backend pplx: its per-rank dispatch tokens against SGLANG_PPLX_NUM_MAX_DISPATCH_TOKENS_PER_RANK "
+                "(srt/arg_groups/moe_hook.py, handle_a2a_moe)"
+            )
     elif a2a == "megamoe":
         # mega_moe_hook.py, check_mega_moe_compat
         cap = launch.gpu_capability
@@ -627,8 +812,145 @@ def _a2a_refusals(state: _Resolution) -> None:
             )
         else:
             state.cannot_check(
-                "--moe-a2a-backend flashinfer_megamoe: its quantization, environment and runner checks (moe_hook.py)"
+                "--moe-a2a-backend flashinfer_megamoe: its quantization, environment and runner checks "
+                "(srt/arg_groups/moe_hook.py, handle_a2a_moe; validate_flashinfer_megamoe_model)"
             )
+
+
+def _deepep_v2_refusals(state: _Resolution) -> None:
+    """moe_hook.py, handle_a2a_moe with --moe-a2a-backend deepep_v2, in SGLang's order: the
+    model's architecture must be registered for DeepEP v2 (validate_deepep_v2_model_architecture,
+    DEEPEP_V2_ARCHS), the MoE runner deep_gemm (auto resolves to it), no two- or single-batch
+    overlap, no --enforce-shared-experts-fusion, and --deepep-v2-mode direct on one node."""
+    launch, facts = state.launch, state.model
+    where = "(srt/arg_groups/moe_hook.py, handle_a2a_moe)"
+    if facts is None:
+        state.arch_unchecked("DeepEP v2 refuses architectures it has not registered")
+    elif facts.arch not in DEEPEP_V2_ARCHS:
+        _refuse(
+            state,
+            f"DeepEP v2 MoE is not validated for {facts.arch!r}: SGLang registers {', '.join(DEEPEP_V2_ARCHS)} "
+            "(srt/arg_groups/moe_hook.py, validate_deepep_v2_model_architecture)",
+        )
+    runner = launch.moe_runner_backend or "auto"
+    if runner not in ("auto", "deep_gemm"):
+        _refuse(state, f"DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm, got {runner!r} {where}")
+    elif launch.layout.two_batch_overlap or launch.single_batch_overlap:
+        _refuse(state, f"DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks {where}")
+    elif launch.enforce_shared_experts_fusion:
+        _refuse(state, f"DeepEP v2 MoE has not validated fused shared experts (--enforce-shared-experts-fusion) {where}")
+    elif launch.deepep_v2_mode == "direct" and launch.nnodes > 1:
+        _refuse(state, f"--deepep-v2-mode direct is NVLink-only and cannot run across nodes {where}")
+
+
+def _validate_deepep_v2_speculative_draft(state: _Resolution) -> None:
+    """moe_hook.py, validate_deepep_v2_speculative_draft: a speculative draft model inherits
+    the DeepEP v2 backend unless its own is given (ngram has no draft model), and SGLang
+    refuses DeepEP v2 as a draft backend."""
+    launch = state.launch
+    draft = launch.speculative_moe_a2a_backend
+    spec = (launch.speculative_algorithm or "").upper()
+    if draft is None and spec and spec != "NONE" and spec != "NGRAM":
+        draft = state.a2a
+    if draft == "deepep_v2":
+        _refuse(
+            state,
+            "DeepEP v2 MoE is not validated as a speculative draft backend: select another --speculative-moe-a2a-backend "
+            "(srt/arg_groups/moe_hook.py, validate_deepep_v2_speculative_draft)",
+        )
+
+
+def deepep_v2_prefill_tokens_per_rank(chunk_per_dp_rank: int, max_prefill_tokens: int, tp_size: int, attn_dp_size: int) -> int:
+    """moe_hook.py, required_deepep_v2_prefill_tokens_per_rank (with no model-registered
+    sizing, srt/configs/moe_model_registry.py): the prefill-buffer ceiling (the chunk per
+    attention-DP rank when chunked prefill is on, else --max-prefill-tokens; overrides.py,
+    max_prefill_buffer_tokens) scattered over tp_size // attn_dp_size ranks."""
+    ceiling = chunk_per_dp_rank if chunk_per_dp_rank > 0 else max_prefill_tokens
+    ranks = max(1, tp_size // max(1, attn_dp_size))
+    return -(-ceiling // ranks)
+
+
+def _validate_deepep_v2_dispatch_token_budget(state: _Resolution) -> None:
+    """moe_hook.py, validate_deepep_v2_dispatch_token_budget: the per-rank prefill dispatch
+    (unless a decode-only server) and the largest decode CUDA graph's tokens must fit
+    SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK (128 by default). The decode graph's
+    size is bounded here only through --max-running-requests; otherwise it is named."""
+    launch = state.launch
+    if state.a2a != "deepep_v2" or state.refused is not None:
+        return
+    where = "(srt/arg_groups/moe_hook.py, validate_deepep_v2_dispatch_token_budget)"
+    capacity = launch.deepep_v2_max_dispatch_tokens or DEEPEP_V2_MAX_DISPATCH_TOKENS_PER_RANK
+    lay = launch.layout
+    if launch.disaggregation_mode != "decode":
+        if launch.enable_dynamic_chunking and launch.pp_size > 1:
+            state.cannot_check(f"DeepEP v2's prefill budget with dynamic chunking {where}")
+            return
+        need = deepep_v2_prefill_tokens_per_rank(
+            state.chunk_size, launch.max_prefill_tokens or DEFAULT_MAX_PREFILL_TOKENS, lay.tp, lay.attn_dp_size
+        )
+        if need > capacity:
+            _refuse(
+                state,
+                f"DeepEP v2 per-rank prefill budget exceeds SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: "
+                f"required={need}, capacity={capacity} {where}",
+            )
+            return
+    if launch.disaggregation_mode == "prefill" or launch.disable_decode_graphs:
+        return
+    per_request = 1
+    if launch.speculative_algorithm and launch.speculative_algorithm.upper() != "NONE":
+        state.cannot_check(f"DeepEP v2's decode CUDA graph budget with speculative decoding's draft tokens {where}")
+        return
+    rows = state.max_running_requests
+    if rows is None or max(1, rows // max(1, lay.attn_dp_size)) * per_request > capacity:
+        state.cannot_check(
+            f"DeepEP v2's largest decode CUDA graph (SGLang's decode batch ladder) against "
+            f"SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK={capacity} {where}"
+        )
+
+
+def _flashinfer_a2a_topology(state: _Resolution) -> None:
+    """moe_hook.py, handle_a2a_moe (_flashinfer_a2a_topology_is_supported): the flashinfer
+    all-to-all backend needs attention DP over the whole TP group (--attn-dp-size equal to
+    --tp-size), except Muse Spark's prefill sequence parallelism (named when it may apply)."""
+    lay, facts = state.launch.layout, state.model
+    if lay.attn_dp_size > 1 and lay.attn_dp_size == lay.tp:
+        return
+    if facts is None or facts.arch == "MuseSparkForConditionalGeneration":
+        state.cannot_check(
+            "--moe-a2a-backend flashinfer: Muse Spark's TP4/EP4 and TP8/EP8 exception to attention DP over the whole "
+            "TP group (srt/arg_groups/moe_hook.py, handle_a2a_moe)"
+        )
+        return
+    _refuse(
+        state,
+        "Flashinfer MoE A2A requires --attn-dp-size equal to --tp-size (srt/arg_groups/moe_hook.py, handle_a2a_moe)",
+    )
+
+
+def _deepseek_family_overrides(launch: PrefillLaunch) -> PrefillLaunch:
+    """model_overrides/deepseek_v2.py, _deepseek_family_overrides (declared for the DeepSeek
+    family, applied by the time model_hook.py's handle_model_specific_adjustments runs: the
+    prefill graph rules before it saw the launch as given): an MLA DeepSeek-family model (not a
+    DeepSeek sparse attention one) with --enable-prefill-cp runs its data-parallel groups as
+    attention DP (context_parallel_attn_dp_size), attention context parallelism over the rest
+    of the TP group, DeepEP all-to-all and a dense-MoE TP of 1."""
+    facts, lay = launch.model, launch.layout
+    if facts is None or not launch.enable_prefill_cp or not facts.mla or facts.dsa:
+        return launch
+    if not set(facts.architectures[:1]) & set(DEEPSEEK_FAMILY_ARCHS):
+        return launch
+    attn_dp = lay.attn_dp_size * lay.replica_dp_size
+    layout = replace(
+        lay,
+        attn_dp=attn_dp,
+        dp=1,
+        enable_dp_attention=False,
+        moe_a2a_backend="deepep",
+        moe_dense_tp_size=1,
+        attn_cp_size=max(1, lay.tp // max(1, attn_dp)),
+    )
+    return replace(launch, layout=layout)
 
 
 def _post_process_refusals(state: _Resolution) -> None:
@@ -765,11 +1087,41 @@ def _final_capture(state: _Resolution) -> PrefillCapture:
     )
 
 
+def _handle_context_parallelism(state: _Resolution) -> None:
+    """parallel_hook.py, handle_context_parallelism: with --enable-prefill-cp, SGLang refuses
+    prefill context parallelism on ROCm (HIP) for any model but DeepSeek-V4, zigzag for
+    DeepSeek V3.2, any strategy but zigzag for MiMo V2, and a launch without --cp-strategy
+    (in that order)."""
+    launch, facts = state.launch, state.model
+    if not launch.enable_prefill_cp:
+        return
+    where = "(srt/arg_groups/parallel_hook.py, handle_context_parallelism)"
+    arch = facts.arch if facts is not None else None
+    if facts is None:
+        state.arch_unchecked("prefill context parallelism is refused for some models (parallel_hook.py)")
+    elif launch.platform == "rocm" and arch != HIP_PREFILL_CP_ARCH:
+        _refuse(state, f"Prefill CP on HIP (ROCm) is only supported for {HIP_PREFILL_CP_ARCH}, got {arch!r} {where}")
+    elif arch == "DeepseekV32ForCausalLM" and launch.cp_strategy == "zigzag":
+        _refuse(state, f"DeepSeek V3.2 prefill CP does not support --cp-strategy zigzag {where}")
+    elif arch in ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM") and launch.cp_strategy != "zigzag":
+        _refuse(state, f"MiMo V2 prefill CP only supports --cp-strategy zigzag {where}")
+    if launch.cp_strategy is None:
+        _refuse(state, f"--cp-strategy must be set when --enable-prefill-cp is enabled {where}")
+
+
 def _apply_prefill_cp_default(state: _Resolution) -> None:
-    """pipeline.py runs cuda_graph_hook.py, apply_prefill_cp_cuda_graph_default with
-    --enable-prefill-cp: whether this configuration supports breakable graphs decides the
-    backend (named as not checked, FLAG_RULES)."""
-    return None
+    """cuda_graph_hook.py, apply_prefill_cp_cuda_graph_default (with --enable-prefill-cp,
+    after the attention backend resolved): a prefill context parallelism that supports
+    breakable graphs gets them unless the backend was chosen, and SGLang's compatibility,
+    disaggregation and DeepEP rules run again on them."""
+    if not state.launch.enable_prefill_cp or state.locked_backend or state.refused is not None:
+        return
+    rule = "cuda_graph_hook.py, apply_prefill_cp_cuda_graph_default"
+    if _cp_supported(state, rule):
+        state.backend, state.reason = "breakable", "breakable: SGLang's default for this prefill context parallelism"
+        _apply_cuda_graph_compatibility(state)
+        _apply_cuda_graph_disaggregation_roles(state)
+        _apply_deepep_adjustments(state)
 
 
 # The steps of SGLang's resolution pipeline this model follows, in SGLang's order
@@ -786,12 +1138,15 @@ PIPELINE_STEPS: tuple[tuple[str, Callable[[_Resolution], None]], ...] = (
     ("cuda_graph_hook.disable_prefill_cuda_graph_for_deepseek_trtllm_mla", _disable_for_deepseek_trtllm_mla),
     ("attention_hook.handle_multi_item_scoring", _handle_multi_item_scoring),
     ("parallel_hook.handle_data_parallelism", _handle_data_parallelism),
+    ("parallel_hook.handle_context_parallelism", _handle_context_parallelism),
     ("cuda_graph_hook.apply_prefill_cp_cuda_graph_default", _apply_prefill_cp_default),
     ("kv_shard_hook.handle_kv_cache_sharding", _handle_kv_cache_sharding),
     ("moe_hook.handle_a2a_moe", _handle_a2a_moe),
     ("speculative_hook.handle_speculative_decoding", _handle_speculative_decoding),
     ("dllm_hook.handle_dllm_inference", _handle_dllm_inference),
     ("serving_hook.handle_other_validations", _handle_other_validations),
+    ("moe_hook.validate_deepep_v2_speculative_draft", _validate_deepep_v2_speculative_draft),
+    ("moe_hook.validate_deepep_v2_dispatch_token_budget", _validate_deepep_v2_dispatch_token_budget),
 )
 
 

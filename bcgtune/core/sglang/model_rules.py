@@ -25,6 +25,40 @@ from bcgtune.core.sglang.tables import (
 )
 
 DEEPSEEK_V3_ARCH = "DeepseekV3ForCausalLM"
+# model_hook.py, handle_model_specific_adjustments: the DeepSeek-family branch (its attention
+# backend, and prefill context parallelism's effect on prefill graphs)
+DEEPSEEK_FAMILY_ARCHS = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+    "LongcatFlashForCausalLM",
+    "Dots3NoteForCausalLM",
+)
+# srt/configs/model_config.py, is_deepseek_dsa: DeepSeek sparse attention (DSA) models, when
+# their config sets index_topk
+DSA_ARCHS = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLMNextN",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "GlmMoeDsaForCausalLMNextN",
+    "Glm5NextForConditionalGenerationNextN",
+    "Glm5NextForConditionalGeneration",
+    "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN",
+    "Dots3NoteForCausalLM",
+    "Dots3NoteForCausalLMNextN",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+)
 DEEPSEEK_V4_ARCHS = ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")
 # cuda_graph_hook.py, disable_breakable_cudagraph_if_incompatible: KDA models stay off,
 # except this one (validated with breakable graphs)
@@ -79,6 +113,7 @@ class ModelFacts:
     mla: bool
     context_len: int
     arch_rules: tuple[str, ...] = ()
+    dsa: bool = False  # DeepSeek sparse attention (is_deepseek_dsa)
 
     @property
     def arch(self) -> str | None:
@@ -181,6 +216,9 @@ def model_facts(
         mla=mla,
         context_len=derived_context_length(config),
         arch_rules=unmodelled_arch_rules(archs),
+        dsa=bool(archs)
+        and archs[0] in DSA_ARCHS
+        and any(cfg.get("index_topk") is not None for cfg in (config, text_config(config))),
     )
 
 

@@ -9,11 +9,14 @@ srt/model_executor/runner/prefill_cuda_graph_runner.py).
   refusal-removed  images replay even under speculative decoding, which the patch
                    exists to prevent (the draft runner still refuses them)
   inverted         images replay only under speculative decoding
-  unknown          the answers say nothing about images (a text batch did not replay
-                   either), or the runner could not be asked or read
-  unverified       the runner was not run, only its source read (what it reads as is
-                   reported beside it; a reading never blocks)
-  unimportable     the runner module does not import: the server would not start
+  refuses-text     a text batch runs eager too (with speculative decoding off, on, or
+                   both): no Qwen4-Exp prefill replays there, image or text; what images do
+                   where text replays is said beside it
+  unknown          the runner did not answer every question
+  not checked      the runner was not run: SGLang is absent or was not asked, or the copy
+                   does not import or cannot be run here (the reason is given; what its
+                   source reads as may be reported beside it, never as a verdict)
+  unimportable     (older answers) the runner module does not import
   absent           the source has no multimodal refusal at all
 """
 
@@ -21,18 +24,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-GateState = Literal["patched", "unpatched", "refusal-removed", "inverted", "absent", "unknown", "unverified", "unimportable"]
+GateState = Literal[
+    "patched", "unpatched", "refusal-removed", "inverted", "refuses-text", "absent", "unknown", "not checked", "unimportable"
+]
 GATE_QUESTIONS = ("image_spec_off", "image_spec_on", "text_spec_off", "text_spec_on")
 
 
-def classify_gate(answers: dict[str, bool]) -> tuple[GateState, str]:
-    """(state, detail) from the runner's answers for a Qwen4-Exp image batch and a text
-    batch, with speculative decoding off and on."""
-    if any(q not in answers for q in GATE_QUESTIONS):
-        return "unknown", "the runner did not answer every question"
-    if not (answers["text_spec_off"] and answers["text_spec_on"]):
-        return "unknown", "a text batch did not replay either, so the answers say nothing about images"
-    img_off, img_on = answers["image_spec_off"], answers["image_spec_on"]
+def _images(img_off: bool, img_on: bool) -> tuple[GateState, str]:
     if img_off and not img_on:
         return "patched", "image batches replay unless speculative decoding is on"
     if not img_off and not img_on:
@@ -44,3 +42,24 @@ def classify_gate(answers: dict[str, bool]) -> tuple[GateState, str]:
             "(ranks can split between replay and eager)",
         )
     return "inverted", "image batches replay only under speculative decoding"
+
+
+def classify_gate(answers: dict[str, bool]) -> tuple[GateState, str]:
+    """(state, detail) from the runner's answers for a Qwen4-Exp image batch and a text
+    batch, with speculative decoding off and on."""
+    if any(q not in answers for q in GATE_QUESTIONS):
+        return "unknown", "the runner did not answer every question"
+    text_off, text_on = answers["text_spec_off"], answers["text_spec_on"]
+    if text_off and text_on:
+        return _images(answers["image_spec_off"], answers["image_spec_on"])
+    where = {
+        (False, True): "with speculative decoding off",
+        (True, False): "with speculative decoding on",
+        (False, False): "with speculative decoding off and on",
+    }[(text_off, text_on)]
+    detail = f"a Qwen4-Exp text batch runs eager {where}: no Qwen4-Exp prefill batch replays there"
+    if text_off:
+        detail += f"; off, image batches {'replay' if answers['image_spec_off'] else 'run eager'}"
+    if text_on:
+        detail += f"; on, image batches {'replay' if answers['image_spec_on'] else 'run eager'}"
+    return "refuses-text", detail

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -101,10 +102,9 @@ def parse_launch_settings(values: list[str], where: str = "--launch") -> dict[st
         elif key in _TEXT_SETTINGS:
             parsed = value[:400]
         else:
-            try:
-                parsed = int(value)
-            except ValueError:
-                raise InputError(f"{key}: expected an integer, got {value[:40]!r}", where) from None
+            if not re.fullmatch(r"-?[0-9]{1,20}", value):  # 0-9 only: int() also reads '１' and '1_0'
+                raise InputError(f"{key}: expected an integer, got {value[:40]!r}", where)
+            parsed = int(value)
             if not 1 <= parsed <= 2**31 - 1 and not (key == "chunked_prefill_size" and parsed == -1):
                 raise InputError(f"{key}: must be within 1..{2**31 - 1}, got {value[:40]}", where)
         if key in out and out[key] != parsed:

@@ -27,9 +27,36 @@ def is_url(path: str) -> bool:
     return bool(_URL_RE.match(path))
 
 
+# A zip archive of logs on this machine lists at most this many members (fsspec reads its
+# whole directory into memory, one object per member, before any member is opened)
+MAX_ARCHIVE_MEMBERS = 1 << 16
+MAX_ARCHIVE_DIRECTORY_BYTES = 8 << 20
+
+
+def _check_local_archive(url: str) -> None:
+    """A `zip://member::file:///a.zip` URL: the local archive's directory bounded first."""
+    import os
+
+    from bcgtune.fileio import check_zip_directory, local_paths
+
+    head, chained, rest = url.partition("::")
+    if not chained or head.split("://", 1)[0].lower() != "zip":
+        return
+    for path in local_paths(rest):
+        if os.path.isfile(path):
+            try:
+                with open(path, "rb") as fh:
+                    check_zip_directory(
+                        fh, url, "log archive", max_members=MAX_ARCHIVE_MEMBERS, max_bytes=MAX_ARCHIVE_DIRECTORY_BYTES
+                    )
+            except OSError:
+                return  # fsspec says what is wrong with it
+
+
 def _filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, path within it); a one-line InputError when the protocol is
     unknown or its package is missing."""
+    _check_local_archive(url)
     try:
         from fsspec.core import url_to_fs
         from fsspec.registry import known_implementations
@@ -84,6 +111,9 @@ class RemoteFile:
     def __init__(self, url: str):
         self.url = url
         fs, path = _filesystem(url)
+        # kept while the file is read: an archive's filesystem (zip://, tar://) closes the
+        # archive when it is collected, under the member being read
+        self.fs = fs
         try:
             if fs.isdir(path):
                 raise IsADirectoryError(path)
@@ -143,11 +173,16 @@ def list_logs(location: str) -> list[str]:
             found = [p for p in found if is_log_name(p)]
     else:
         fs, path = _filesystem(location)
+
+        def url_of(p: str) -> str:  # a member of a chained URL (zip://*.log::file:///a.zip) keeps its chain
+            head, chain, rest = location.partition("::")
+            return f"{head.split('://', 1)[0]}://{p.lstrip('/')}::{rest}" if chain else fs.unstrip_protocol(p)
+
         try:
             if _GLOB_CHARS.search(path):
-                found = sorted(fs.unstrip_protocol(p) for p in fs.glob(path) if not fs.isdir(p))
+                found = sorted(url_of(p) for p in fs.glob(path) if not fs.isdir(p))
             elif fs.isdir(path):
-                found = sorted(fs.unstrip_protocol(p) for p in fs.find(path) if is_log_name(p))
+                found = sorted(url_of(p) for p in fs.find(path) if is_log_name(p))
             else:
                 return [location]
         except Exception as exc:
