@@ -17,8 +17,9 @@ numpy scalars count as the Python numbers they hold.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Sequence
 
 from pydantic import Field
@@ -211,14 +212,32 @@ def trace_from_logs(
         items = [f"{k}={'true' if v is True else 'false' if v is False else v}" for k, v in launch.items()]
         given = parse_launch_settings(items, "launch")
     mixed, hist = _flag(mixed_chunk, "mixed_chunk"), _flag(histogram_only, "histogram_only")
+    if mixed and given and given.get("enable_mixed_chunk") is False:
+        raise InputError("enable_mixed_chunk=False contradicts mixed_chunk=True: give one of them", field="launch")
     grp = _optional(_Group, group, "group")
+    # the services name the command line's flags where they refuse a value: here, the arguments
+    flags = {"--group": "group", "--cluster": "cluster", "--log": "paths", "--log -": "paths", "--launch": "launch"}
     if cluster is not None:
         if not isinstance(cluster, str) or not cluster.strip():
             raise InputError(f"must be local, local:N or a scheduler address, got {quote(cluster)}", field="cluster")
         if grp is not None:
             raise InputError("group applies to logs parsed on this machine, not on a cluster", field="group")
-        return trace_on_cluster(files, cluster, mixed_chunk=mixed, launch=given)
-    return trace_logs(files, mixed_chunk=mixed, histogram_only=hist, jobs=n, launch=given, group=grp)
+        with _arguments_for(flags):
+            return trace_on_cluster(files, cluster, mixed_chunk=mixed, launch=given)
+    with _arguments_for(flags):
+        return trace_logs(files, mixed_chunk=mixed, histogram_only=hist, jobs=n, launch=given, group=grp)
+
+
+@contextlib.contextmanager
+def _arguments_for(flags: Mapping[str, str]) -> Iterator[None]:
+    """An InputError that a service raises naming a command-line flag of `flags` (its
+    `where`) names the API's argument instead."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.where in flags:
+            raise type(exc)(exc.what, field=flags[exc.where]) from None
+        raise
 
 
 def trace_summary(trace: PrefillTrace) -> TraceSummary:
@@ -420,13 +439,20 @@ def _drift_profiles(trace: PrefillTrace, profiles: Any, matches: Any, cal, thres
         if not isinstance(matches, Mapping):
             raise InputError(f"must be a mapping of profile names to groups, got {_kind(matches)}", field="matches")
         for who, groups in matches.items():
-            for g in [groups] if not isinstance(groups, (list, tuple, range)) else groups:
-                g = _plain(g)
-                if not isinstance(g, int) or isinstance(g, bool):
-                    raise InputError(f"{quote(who)}: a group is an integer, got {quote(g)}", field="matches")
+            who = _plain(who)
+            if isinstance(who, bool) or not isinstance(who, (str, int)) or (isinstance(who, str) and not who.strip()):
+                raise InputError(
+                    f"names a profile by its [profile] name, its file or its position 0, 1, ..., got {quote(who)}",
+                    field="matches",
+                )
+            groups = _plain(groups)
+            for g in groups if isinstance(groups, (list, tuple, range)) else [groups]:
+                if not isinstance(g, int) or isinstance(g, bool) or g < 0:
+                    raise InputError(f"{quote(who)}: a group is an integer 0, 1, ..., got {quote(g)}", field="matches")
                 texts.append(f"{who}={g}")
     n = len(trace.groups) or 1
-    pairs = parse_matches(texts, loaded, n)
+    with _arguments_for({"--match": "matches"}):
+        pairs = parse_matches(texts, loaded, n)
     if group is not None:
         check_group_index(trace.groups, group, "group")
     return drift_fleet(

@@ -23,6 +23,7 @@ from bcgtune.errors import BcgError, InputError
 
 TRACE = bcgtune.trace_from_sizes([100] * 5 + [300] * 2 + [700] + [2000] * 3)
 OTHER = bcgtune.trace_from_sizes([150, 900])
+DP_LOG = Path(__file__).resolve().parent / "data" / "logs" / "e7_dp_attention_two_ranks.log"
 
 
 def test_dir_lists_the_api():
@@ -87,8 +88,23 @@ def test_dir_lists_the_api():
         (lambda: bcgtune.drift(TRACE), "(deployed)"),
         (lambda: bcgtune.trace_from_logs(["a.log"], cluster=5), "(cluster)"),
         (lambda: bcgtune.trace_from_logs(["a.log"], cluster="local", group=0), "(group)"),
-        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="nowhere"), "(--cluster)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="nowhere"), "(cluster)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="local:0"), "worker count 1..1024, got '0' (cluster)"),
+        (lambda: bcgtune.trace_from_logs("-", cluster="local:1"), "standard input cannot be sent to a cluster (paths)"),
         (lambda: bcgtune.trace_from_logs(["a.log"], group=-1), "(group)"),
+        (lambda: bcgtune.trace_from_logs(DP_LOG, group=1), "the trace has 1 group (0..0), got 1 (group)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], group=True), "(group)"),
+        (
+            lambda: bcgtune.trace_from_logs(["a.log"], mixed_chunk=True, launch={"enable_mixed_chunk": False}),
+            "contradicts mixed_chunk=True: give one of them (launch)",
+        ),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": -1}), "an integer 0, 1, ..., got -1 (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": 5}), "got 5 (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": [0, 1.5]}), "got 1.5 (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={None: 0}), "names a profile by its [profile] name"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"nobody": 0}), "names none of the profiles given (h200) (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200", "h200"]), "is given twice"),
+        (lambda: bcgtune.drift(TRACE, profiles=[None]), "(profiles)"),
         (lambda: bcgtune.trace_summary("t.json"), "must be a PrefillTrace"),
     ],
 )
@@ -110,6 +126,9 @@ def test_numpy_arrays_and_scalars_are_accepted():
     assert bcgtune.drift(t, np.array([128, 512, 2048])).verdict == bcgtune.drift(t, [128, 512, 2048]).verdict
     sim = bcgtune.simulate_workload(num_prompts=np.int64(4), max_concurrency=np.array([2]), dataset_name="random")
     assert sim.n_batches > 0
+    by_hand = bcgtune.drift(t, profiles=np.array(["h200"]), matches={np.str_("h200"): np.array([0])})
+    assert [r.deployed for r in by_hand.rows] == ["profile h200"]
+    assert bcgtune.trace_from_logs(DP_LOG, group=np.int64(0)).n_batches == bcgtune.trace_from_logs(DP_LOG).n_batches
 
 
 def test_a_path_object_and_one_log_path(tmp_path):

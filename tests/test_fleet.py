@@ -894,6 +894,10 @@ def test_profiles_written_per_group_pair_with_their_group(two_servers, tmp_path)
 
     report = api.drift(api.load_trace(t), profiles=[tmp_path / "p0.toml", tmp_path / "p1.toml"])
     assert [(row.group, row.matched) for row in report.rows] == [(0, "settings"), (1, "settings")]
+    # the same profile twice would be judged, and counted in the verdict, twice
+    r = cli(["drift", "-p", tmp_path / "p0.toml", "-p", str(tmp_path / "." / "p0.toml").replace("/p0", "/./p0"), "--trace", t])
+    assert r.code == 2 and "is given twice" in r.err, r.err
+    assert_one_line_error(r)
     # a profile of another model pairs with neither, and the error says in what
     other = tmp_path / "other.toml"
     other.write_text((tmp_path / "p1.toml").read_text().replace("org/Other-70B", "org/Third-1B"))

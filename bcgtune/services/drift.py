@@ -358,6 +358,12 @@ def drift_fleet(
     check_tolerance(tolerance_pct, calibration)
     for g in groups or []:
         check_group_index(trace.groups, g)
+    seen: set[str] = set()
+    for prof in profiles:  # the same file twice would be judged, and counted in the verdict, twice
+        key = os.path.realpath(str(prof.path)) if prof.path is not None else f"profile {prof.name}"
+        if key in seen:
+            raise InputError("is given twice: give each deployed profile once", prof.where)
+        seen.add(key)
     n = len(trace.groups)
     chosen = list(dict.fromkeys(groups)) if groups else list(range(n))
     files = group_files(trace) if n > 1 else {}
