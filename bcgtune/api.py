@@ -235,7 +235,7 @@ def _arguments_for(flags: Mapping[str, str]) -> Iterator[None]:
     try:
         yield
     except InputError as exc:
-        if exc.where in flags:
+        if exc.where is not None and exc.where in flags:
             raise type(exc)(exc.what, field=flags[exc.where]) from None
         raise
 
