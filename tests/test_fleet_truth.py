@@ -129,3 +129,57 @@ def test_worker_processes_give_the_same(fleet, histogram_only):
     t = parse_logs(expand_logs([str(folder)]), jobs=2, histogram_only=histogram_only, assumed_launch=given,
                    options=ParseOptions(parallel_min_bytes=0))  # fmt: skip
     _check(t, configs, truth, lost_apart=False)
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """The processes of group `pgid` still running (a zombie waiting for init is not)."""
+    live = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(") ", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(entry))
+    return live
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_local_cluster_starts(fleet, tmp_path, sig):
+    """Ctrl-C or SIGTERM while the local cluster's workers start: exit 130 with one line, no
+    output file, and no process left (Dask's exit handler printed a traceback of workers
+    that had not started, and they were left running)."""
+    pytest.importorskip("distributed")
+    import time
+
+    folder, _, _ = fleet
+    out = tmp_path / "t.json"
+    code = (
+        "import os, signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal\n"
+        "from distributed.nanny import Nanny\n"
+        "start = Nanny.start_unsafe\n"
+        "async def stopped_while_starting(self):  # the stop lands while the workers start\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    return await start(self)\n"
+        "Nanny.start_unsafe = stopped_while_starting\n"
+        "from bcgtune.cli.app import main\n"
+        f"main(['trace', '--log', {str(folder)!r}, '--cluster', 'local:2', '-o', {str(out)!r}, '-q'])\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=REPO, start_new_session=True)  # fmt: skip
+    try:
+        _, err = p.communicate(timeout=300)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and err == "error: interrupted\n", (p.returncode, err[-3000:])
+    assert not out.exists()
+    for _ in range(3000):  # the workers are stopped before it exits; their exit is asynchronous
+        if not _live_in_group(p.pid):
+            break
+        time.sleep(0.01)
+    assert not _live_in_group(p.pid)

@@ -275,6 +275,7 @@ def _client(cluster: str) -> tuple[Any, Any]:
         workers = int(n) if n else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         import dask
 
+        local = client = None
         try:
             # Dask's default MALLOC_TRIM_THRESHOLD_ for workers turns off glibc's adaptive mmap
             # threshold: every chunk's numpy temporaries then cost fresh pages (measured: twice
@@ -282,6 +283,7 @@ def _client(cluster: str) -> tuple[Any, Any]:
             # The workers' statistical profiler samples every thread every 10 ms: off, it is
             # CPU a parse does not need (a local cluster only; a remote one keeps its own).
             with (
+                _stops_held() as stops,
                 _hushed(),
                 dask.config.set(
                     {
@@ -295,14 +297,53 @@ def _client(cluster: str) -> tuple[Any, Any]:
                 local = LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=50
                 )
-            return Client(local), local
+                client = Client(local)
         except Exception as exc:  # worker processes that cannot start: a port, memory, the environment
+            _close(client, local)
             raise ExternalError(f"cannot start a local Dask cluster: {' '.join(str(exc).split())[:120]}", "--cluster") from None
+        if stops:  # Ctrl-C or SIGTERM while it started: stopped now that it can be, then the stop
+            _close(client, local)
+            raise KeyboardInterrupt
+        return client, local
     try:
         return Client(cluster, timeout="30s"), None
     except Exception as exc:  # the scheduler went away, or answered the handshake wrongly
         what = " ".join(str(exc).split())[:120] or type(exc).__name__
         raise ExternalError(f"cannot connect to the Dask scheduler: {what}", cluster) from None
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM held (recorded in the list yielded, not raised) for the duration:
+    a local Dask cluster stopped half-way through its start or its stop leaves worker
+    processes behind and a traceback of Dask's exit handler (it asserts its workers
+    started). Outside the main thread, where no handler can be set, nothing is held."""
+    import signal
+
+    seen: list[int] = []
+    old = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, _frame: seen.append(signum))
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield seen
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _close(client: Any, local: Any) -> None:
+    """A cluster run's client and local cluster closed, with stops held and nothing said; a
+    stop that came meanwhile is raised once both are closed."""
+    with _stops_held() as stops, _hushed(local is not None):
+        if client is not None:
+            client.close()
+        if local is not None:
+            local.close()
+    if stops:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -383,10 +424,7 @@ def trace_on_cluster(
                 progress(done, len(paths))
         result = level[0].result()
     finally:
-        with _hushed(local is not None):
-            client.close()
-            if local is not None:
-                local.close()
+        _close(client, local)
     if isinstance(result, _Failure):
         _raise(result)
     assert isinstance(result, PrefillTrace)
