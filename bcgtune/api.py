@@ -160,7 +160,10 @@ def load_trace(path: str | os.PathLike) -> PrefillTrace:
 
 
 def save_trace(trace: PrefillTrace, path: str | os.PathLike) -> None:
-    """Write a trace (versioned JSON, or size,count CSV for a .csv name), atomically."""
+    """Write a trace atomically, as `bcgtune trace -o` writes it: versioned JSON for a .json
+    name, the binary form for .npz, size,count CSV for .csv; a name without one of these
+    suffixes gets the binary form for per-batch columns of 100,000 batches or more, else JSON
+    (load_trace reads every form)."""
     _trace_file.save_trace(_trace(trace), _path(path, "path"))
 
 

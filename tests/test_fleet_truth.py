@@ -133,18 +133,9 @@ def test_worker_processes_give_the_same(fleet, histogram_only):
 
 def _live_in_group(pgid: int) -> list[int]:
     """The processes of group `pgid` still running (a zombie waiting for init is not)."""
-    live = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(") ", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            live.append(int(entry))
-    return live
+    from proc_helpers import proc_table
+
+    return [pid for pid, (state, _, group) in proc_table().items() if group == pgid and state != "Z"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
