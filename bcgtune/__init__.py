@@ -16,6 +16,7 @@ _API = (
     "trace_from_logs",
     "trace_from_sizes",
     "merge_traces",
+    "trace_summary",
     "simulate_workload",
     "suggest_buckets",
     "evaluate",

@@ -17,8 +17,9 @@ numpy scalars count as the Python numbers they hold.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Sequence
 
 from pydantic import Field
@@ -32,6 +33,7 @@ from bcgtune.core.sglang.constants import DEFAULT_PADDING_FACTOR, DEFAULT_THRESH
 from bcgtune.core.sglang.replay import ListMetrics, evaluate_list, parse_bucket_list
 from bcgtune.core.trace.groups import MAX_GROUPS as _MAX_GROUPS
 from bcgtune.core.trace.prefill_trace import PrefillTrace
+from bcgtune.core.trace.summary import TraceSummary
 from bcgtune.errors import InputError, quote
 from bcgtune.files import trace_file as _trace_file
 from bcgtune.files.calibration_file import load_calibration as _load_calibration
@@ -158,7 +160,10 @@ def load_trace(path: str | os.PathLike) -> PrefillTrace:
 
 
 def save_trace(trace: PrefillTrace, path: str | os.PathLike) -> None:
-    """Write a trace (versioned JSON, or size,count CSV for a .csv name), atomically."""
+    """Write a trace atomically, as `bcgtune trace -o` writes it: versioned JSON for a .json
+    name, the binary form for .npz, size,count CSV for .csv; a name without one of these
+    suffixes gets the binary form for per-batch columns of 100,000 batches or more, else JSON
+    (load_trace reads every form)."""
     _trace_file.save_trace(_trace(trace), _path(path, "path"))
 
 
@@ -174,15 +179,24 @@ def trace_from_logs(
     histogram_only: bool = False,
     jobs: int | None = None,
     launch: Mapping[str, Any] | None = None,
+    group: int | None = None,
+    cluster: str | None = None,
 ) -> PrefillTrace:
     """A trace from SGLang server logs (one per rank or replica; .gz and '-' work), as
     `bcgtune trace --log` reads them: one location or a list of them, each a file, a folder
-    (its logs), a glob, or a URL (file://, memory://, http(s)://, s3:// ... with fsspec).
+    (its logs and their rotated pieces), a glob, or a URL (file://, memory://, http(s)://,
+    s3:// ... with fsspec). Each log is read by the launch settings it states; a rotated
+    piece that states none continues the launch its older piece ended with.
     `histogram_only`: counts per size and request mixes per configuration instead of
     per-batch columns (memory flat in the logs' length; the same plans). `jobs`: worker
     processes for several files (None: one per core). `launch`: the launch settings of
-    logs that state none, as `--launch` takes them ({"chunked_prefill_size": 8192, ...})."""
-    from bcgtune.services.trace import trace_logs
+    logs that state none, as `--launch` takes them ({"chunked_prefill_size": 8192, ...});
+    logs given them join the configuration they name. `mixed_chunk`: count the running
+    decode rows of launches whose settings do not state enable_mixed_chunk, as
+    `--mixed-chunk`. `group`: only this server configuration of the logs, its logs parsed
+    on their own (`--group N`). `cluster`: parse on a Dask cluster (`--cluster`: "local",
+    "local:N" or a scheduler address; the trace is histogram-only; needs bcgtune[cluster])."""
+    from bcgtune.services.trace import trace_logs, trace_on_cluster
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -200,10 +214,42 @@ def trace_from_logs(
             raise InputError(f"must be a mapping of launch settings, got {_kind(launch)}", field="launch")
         items = [f"{k}={'true' if v is True else 'false' if v is False else v}" for k, v in launch.items()]
         given = parse_launch_settings(items, "launch")
-    return trace_logs(
-        files, mixed_chunk=_flag(mixed_chunk, "mixed_chunk"), histogram_only=_flag(histogram_only, "histogram_only"),
-        jobs=n, launch=given,
-    )  # fmt: skip
+    mixed, hist = _flag(mixed_chunk, "mixed_chunk"), _flag(histogram_only, "histogram_only")
+    if mixed and given and given.get("enable_mixed_chunk") is False:
+        raise InputError("enable_mixed_chunk=False contradicts mixed_chunk=True: give one of them", field="launch")
+    grp = _optional(_Group, group, "group")
+    # the services name the command line's flags where they refuse a value: here, the arguments
+    flags = {"--group": "group", "--cluster": "cluster", "--log": "paths", "--log -": "paths", "--launch": "launch"}
+    if cluster is not None:
+        if not isinstance(cluster, str) or not cluster.strip():
+            raise InputError(f"must be local, local:N or a scheduler address, got {quote(cluster)}", field="cluster")
+        if grp is not None:
+            raise InputError("group applies to logs parsed on this machine, not on a cluster", field="group")
+        with _arguments_for(flags):
+            return trace_on_cluster(files, cluster, mixed_chunk=mixed, launch=given)
+    with _arguments_for(flags):
+        return trace_logs(files, mixed_chunk=mixed, histogram_only=hist, jobs=n, launch=given, group=grp)
+
+
+@contextlib.contextmanager
+def _arguments_for(flags: Mapping[str, str]) -> Iterator[None]:
+    """An InputError that a service raises naming a command-line flag of `flags` (its
+    `where`) names the API's argument instead."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.where is not None and exc.where in flags:
+            raise type(exc)(exc.what, field=flags[exc.where]) from None
+        raise
+
+
+def trace_summary(trace: PrefillTrace) -> TraceSummary:
+    """What `bcgtune trace` reports about a trace: counts, percentiles, the graph flag, the
+    server configurations and each one's files (`groups`), the captured list's use, and
+    the notes, hints and warnings it prints (`notes`, `hints`, `warnings`)."""
+    from bcgtune.core.trace.summary import summarize
+
+    return summarize(_trace(trace))
 
 
 def merge_traces(traces: Sequence[PrefillTrace], *, histogram_only: bool = False) -> PrefillTrace:
@@ -326,15 +372,17 @@ def evaluate(trace: PrefillTrace, buckets: Sequence[int], *, padding_factor: flo
 
 def drift(
     trace: PrefillTrace,
-    deployed: Sequence[int],
+    deployed: Sequence[int] | None = None,
     *,
+    profiles: Sequence[str | os.PathLike] | None = None,
+    matches: Mapping[str, int | Sequence[int]] | None = None,
     align: int | None = None,
     server_flags: Mapping[str, Any] | None = None,
     calibration: Calibration | None = None,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     group: int | None = None,
     tolerance_pct: float | None = None,
-) -> DriftReport:
+) -> DriftReport | Any:
     """Is `deployed` still right for `trace`? Compared with the optimum of as many buckets,
     both as SGLang captures them for the launch `server_flags` (snake-case launch flags; None:
     the layout the trace records, as suggest_buckets takes it), aligned to its capture
@@ -343,22 +391,77 @@ def drift(
     `tolerance_pct`: suggest_buckets' margin (None: 0.5% of today's optimum's predicted time);
     with a calibration, keep when the deployed list's paired 95% upper bound against today's
     optimum is within it, or the gain's upper end is within `threshold_pct`; else re-tune
-    (DriftReport.reason says whether a gain above the threshold is shown)."""
+    (DriftReport.reason says whether a gain above the threshold is shown).
+
+    `profiles` instead of `deployed` (profile files or built-in names, as `drift -p A -p
+    B`): each profile's list is judged on the configurations of `trace` whose logged launch
+    settings it agrees with, one row each (a FleetDrift: `rows`, `verdict`, `unjudged`);
+    `matches` ({profile name, file or position: group or groups}, as `--match`) pairs a
+    profile with configurations whatever their settings say; `group` judges only that one."""
     from bcgtune.services.drift import drift_for_list
     from bcgtune.services.suggest import select_group
 
     t = _trace(trace)
-    t = select_group(t, _group(group, t))
-    buckets = _buckets(deployed, "deployed")
-    flags = _flags(server_flags) or {}
     cal = _calibration(calibration)
     threshold = _check(_Threshold, threshold_pct, "threshold_pct")
+    tolerance = _optional(_Threshold, tolerance_pct, "tolerance_pct")
+    if profiles is not None:
+        if deployed is not None or server_flags is not None or align is not None:
+            raise InputError("give deployed (with server_flags, align) or profiles, not both", field="profiles")
+        return _drift_profiles(t, profiles, matches, cal, threshold, tolerance, _optional(_Group, group, "group"))
+    if matches is not None:
+        raise InputError("matches pairs profiles with configurations: give profiles", field="matches")
+    t = select_group(t, _group(group, t))
+    if deployed is None:
+        raise InputError("give the deployed list, or profiles", field="deployed")
+    buckets = _buckets(deployed, "deployed")
+    flags = _flags(server_flags) or {}
     if align is not None:
         align = _check(_Align, align, "align")
-    tolerance = _optional(_Threshold, tolerance_pct, "tolerance_pct")
     return drift_for_list(
         t, buckets, server_flags=flags, align=align, calibration=cal, threshold_pct=threshold, tolerance_pct=tolerance
     )
+
+
+def _drift_profiles(trace: PrefillTrace, profiles: Any, matches: Any, cal, threshold: float, tolerance, group) -> Any:
+    """drift(profiles=...): `bcgtune drift -p ...` as a call (services.drift.drift_fleet)."""
+    from bcgtune.core.trace.groups import check_group_index
+    from bcgtune.files.profile_file import load_profile
+    from bcgtune.services.drift import drift_fleet, parse_matches
+
+    if isinstance(profiles, (str, bytes, os.PathLike, Mapping)) or not isinstance(profiles, Iterable):
+        raise InputError(f"must be a list of profile files or built-in names, got {_kind(profiles)}", field="profiles")
+    names = [_path(p, "profiles") for p in profiles]
+    if not names:
+        raise InputError("no profile given", field="profiles")
+    loaded = [load_profile(n) for n in names]
+    for prof, name in zip(loaded, names):
+        prof.given_as = name  # type: ignore[attr-defined]  # matches may name a profile as it was given
+    texts = []
+    if matches is not None:
+        if not isinstance(matches, Mapping):
+            raise InputError(f"must be a mapping of profile names to groups, got {_kind(matches)}", field="matches")
+        for who, groups in matches.items():
+            who = _plain(who)
+            if isinstance(who, bool) or not isinstance(who, (str, int)) or (isinstance(who, str) and not who.strip()):
+                raise InputError(
+                    f"names a profile by its [profile] name, its file or its position 0, 1, ..., got {quote(who)}",
+                    field="matches",
+                )
+            groups = _plain(groups)
+            for g in groups if isinstance(groups, (list, tuple, range)) else [groups]:
+                if not isinstance(g, int) or isinstance(g, bool) or g < 0:
+                    raise InputError(f"{quote(who)}: a group is an integer 0, 1, ..., got {quote(g)}", field="matches")
+                texts.append(f"{who}={g}")
+    n = len(trace.groups) or 1
+    with _arguments_for({"--match": "matches"}):
+        pairs = parse_matches(texts, loaded, n)
+    if group is not None:
+        check_group_index(trace.groups, group, "group")
+    return drift_fleet(
+        loaded, trace, groups=None if group is None else [group], matches=pairs, calibration=cal,
+        threshold_pct=threshold, tolerance_pct=tolerance,
+    )  # fmt: skip
 
 
 def _door(fn: Any) -> Any:

@@ -15,6 +15,19 @@ Wall-clock MB/s on a shared machine is a lower bound; CPU-time MB/s says what on
 Usage: python benchmarks/parse_throughput.py [--mb 200] [--small-mb 20] [--varied-mb 100]
            [--files 4] [--file-mb 50] [--jobs 1 2] [--repeat 3] [--seed 0] [--real-mb 200] [--only-real]
            [--file LOG ...]
+       python benchmarks/parse_throughput.py --goals [--goal-mb 1000] [--fleet-mb 300] [--rounds 3]
+
+--goals: the speed goals as a user meets them, each a ratio of two measurements made in one
+run (interleaved rounds, best of each): whole commands (`bcgtune trace ...`, interpreter
+start-up included) against `grep -c 'Prefill batch'` on the same cached file of real lines
+(the public excerpts repeated to --goal-mb MB); a generated fleet (benchmarks/fleet_gen.py,
+--fleet-mb MB, rotated logs of two configurations) per batch against grep over its files,
+with the peak memory of a per-batch and a histogram-only run; `-j 2` against `-j 1` on that
+fleet; and the default `bcgtune suggest-buckets` against `python -c pass`.
+
+Every child process runs in benchmarks/_work/, never in the source tree, so `bcgtune` is the
+installed package (the one the first line names: its folder and whether its compiled line
+scanner is built); the commands are the `bcgtune` script installed beside this Python.
 
 --real-mb: first, the public SGLang log excerpts of tests/data/sglang-logs/ repeated to that
 size, parsed histogram-only and with per-batch columns (one process each), beside
@@ -145,8 +158,8 @@ def parse_in_child(files: list[Path], jobs: int, repeat: int, histogram_only: bo
     best = None
     flag = ["--histogram-only"] * histogram_only + ["--numpy"] * numpy_path
     for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(jobs), *flag, *map(str, files)], cwd=REPO, capture_output=True, check=True
+        out = subprocess.run(  # run from WORK: `python -c` puts its folder first on sys.path (never the source tree)
+            [sys.executable, "-c", CHILD, str(jobs), *flag, *map(str, files)], cwd=WORK, capture_output=True, check=True
         )
         r = json.loads(out.stdout)
         if best is None or r["seconds"] < best["seconds"]:
@@ -244,7 +257,7 @@ def cli_cpu_seconds(path: Path, repeat: int) -> tuple[float, float]:
         cpu = float("inf")
         for _ in range(repeat):
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run(cmd, cwd=REPO, capture_output=True, check=True)
+            subprocess.run(cmd, cwd=WORK, capture_output=True, check=True)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = min(cpu, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
         return cpu
@@ -321,6 +334,178 @@ def several_files(a: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+# ---- the goals, as a user meets them ---------------------------------------------------------------
+WHICH = r"""
+import importlib.util, json, bcgtune
+from bcgtune.adapters.sglang.log.fastpath import LineTable
+print(json.dumps({"path": bcgtune.__file__, "compiled": LineTable is not None, "version": bcgtune.__version__}))
+"""
+
+
+# As a user's install runs: Python's bytecode cache written and read (a pip install compiles
+# it; with PYTHONDONTWRITEBYTECODE set, every start compiles bcgtune, numpy, typer and pydantic
+# from source again: 0.3 s on the 2-core machine)
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _run(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS KiB) of one command and the processes it waited for (its
+    workers), its output read through a pipe (grep stops at the first match when it writes
+    to /dev/null). The peak RSS is GNU time's (a child forked from this process counts this
+    process's memory as its own until it execs); NaN without /usr/bin/time."""
+    import tempfile
+
+    gnu_time = Path("/usr/bin/time")
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as rss:
+        wrap = [str(gnu_time), "-f", "%M", "-o", rss.name] if gnu_time.exists() else []
+        t0 = time.perf_counter()
+        p = subprocess.Popen([*wrap, *cmd], cwd=WORK, stdout=subprocess.PIPE, stderr=err, env=_ENV)
+        assert p.stdout is not None
+        while p.stdout.read(1 << 20):
+            pass
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 1):  # grep exits 1 when nothing matches
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} failed ({code}): {err.read().decode(errors='replace')[-800:]}")
+        text = rss.read().split()
+        peak = float(text[-1]) if wrap and text and text[-1].isdigit() else float("nan")
+    return wall, ru.ru_utime + ru.ru_stime, peak
+
+
+def _bcgtune() -> list[str]:
+    """The installed `bcgtune` script beside this Python (else `python -m bcgtune`)."""
+    script = Path(sys.executable).parent / "bcgtune"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bcgtune"]
+
+
+def _real_file(mb: float) -> Path:
+    src = sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log"))
+    blob = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in src)
+    path = WORK / f"real_excerpts_{int(mb)}mb.log"
+    if not path.exists() or path.stat().st_size < mb * 1e6:
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            for _ in range(int(mb * 1e6 // len(blob)) + 1):
+                fh.write(blob)
+        os.replace(tmp, path)
+    return path
+
+
+def _fleet(mb: float) -> list[Path]:
+    from fleet_gen import demo_fleet
+
+    folder = WORK / f"fleet_{int(mb)}mb"
+    done = folder / "DONE"
+    if not done.exists():
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        probe = demo_fleet(WORK / "fleet_probe", batches=2000, seed=7)[1].bytes
+        shutil.rmtree(WORK / "fleet_probe")
+        demo_fleet(folder, batches=2000, seed=7, repeat=max(1, round(mb * 1e6 / probe)))
+        done.write_text("")
+    return sorted(p for p in folder.iterdir() if p.name != "DONE")
+
+
+def _cache(paths: list[Path]) -> None:
+    for p in paths:
+        with open(p, "rb") as fh:
+            while fh.read(16 << 20):
+                pass
+
+
+def goals(a: argparse.Namespace) -> None:
+    which = json.loads(subprocess.run([sys.executable, "-c", WHICH], cwd=WORK, capture_output=True, check=True, env=_ENV).stdout)
+    bc = _bcgtune()
+    print(
+        f"bcgtune {which['version']} timed from {Path(which['path']).parent} (compiled line scanner: "
+        f"{'yes' if which['compiled'] else 'NO: the numpy path'}); commands: {' '.join(bc)}"
+    )
+    real = _real_file(a.goal_mb)
+    fleet = _fleet(a.fleet_mb)
+    real_mb, fleet_mb = real.stat().st_size / 1e6, sum(p.stat().st_size for p in fleet) / 1e6
+    print(f"real lines: {real.name}, {real_mb:,.0f} MB; fleet: {len(fleet)} files, {fleet_mb:,.0f} MB")
+    out = WORK / "goal_out"
+    out.mkdir(exist_ok=True)
+    fleet_dir = str(fleet[0].parent)
+    cases = {
+        "grep -c, real lines": ["grep", "-c", "Prefill batch", str(real)],
+        "histogram-only (-o h.json)": [*bc, "trace", "--log", str(real), "--histogram-only", "-o", str(out / "h.json"), "-q"],
+        "per-batch, -o trace (its form chosen)": [*bc, "trace", "--log", str(real), "-o", str(out / "trace"), "-q"],
+        "per-batch, -o trace.json": [*bc, "trace", "--log", str(real), "-o", str(out / "trace.json"), "-q"],
+        "per-batch, -o trace.npz": [*bc, "trace", "--log", str(real), "-o", str(out / "trace.npz"), "-q"],
+        "grep -c, fleet": ["grep", "-c", "Prefill batch", *map(str, fleet)],
+        "fleet per-batch -j 1": [*bc, "trace", "--log", fleet_dir, "-o", str(out / "f1"), "-q", "-j", "1"],
+        "fleet per-batch -j 2": [*bc, "trace", "--log", fleet_dir, "-o", str(out / "f2"), "-q", "-j", "2"],
+        "fleet histogram-only -j 1": [
+            *bc,
+            "trace",
+            "--log",
+            fleet_dir,
+            "--histogram-only",
+            "-o",
+            str(out / "h1.json"),
+            "-q",
+            "-j",
+            "1",
+        ],  # fmt: skip
+        "fleet histogram-only -j 2": [
+            *bc,
+            "trace",
+            "--log",
+            fleet_dir,
+            "--histogram-only",
+            "-o",
+            str(out / "h2.json"),
+            "-q",
+            "-j",
+            "2",
+        ],  # fmt: skip
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "suggest-buckets (default)": [*bc, "suggest-buckets", "-q"],
+    }
+    best: dict[str, list[float]] = {k: [float("inf")] * 3 for k in cases}
+    for cmd in cases.values():  # a warm-up: the bytecode caches written, the files read once
+        _run(cmd)
+    for r in range(a.rounds):
+        _cache([real, *fleet])
+        for name, cmd in cases.items():
+            wall, cpu, rss = _run(cmd)
+            b = best[name]
+            best[name] = [min(b[0], wall), min(b[1], cpu), min(b[2], rss / 1024)]
+        print(f"  round {r + 1}/{a.rounds} done, load average {os.getloadavg()[0]:.1f}")
+    print("best of each (wall s, CPU s, peak RSS MiB):")
+    for name, (wall, cpu, rss) in best.items():
+        print(f"  {name:40s} {wall:7.3f} {cpu:7.3f} {rss:8.0f}")
+
+    def ratio(x: str, y: str) -> str:
+        return f"{best[x][1] / best[y][1]:.2f}x CPU, {best[x][0] / best[y][0]:.2f}x wall"
+
+    g = "grep -c, real lines"
+    print("goals (ratios of this run's best figures):")
+    print(f"  histogram-only, {real_mb:,.0f} MB of real lines, whole command / grep -c: {ratio('histogram-only (-o h.json)', g)} "
+          "(goal: within 5x)")  # fmt: skip
+    for k in ("per-batch, -o trace (its form chosen)", "per-batch, -o trace.npz", "per-batch, -o trace.json"):
+        print(f"  {k} / grep -c: {ratio(k, g)} (goal: within 5x)")
+    fg = "grep -c, fleet"
+    print(f"  fleet of {fleet_mb:,.0f} MB, per-batch -j 1 / grep -c over its files: {ratio('fleet per-batch -j 1', fg)}")
+    print(f"  fleet per-batch -j 2 / grep -c over its files: {ratio('fleet per-batch -j 2', fg)} (goal: within 5x)")
+    print(
+        f"  fleet peak memory, per-batch / histogram-only: {best['fleet per-batch -j 1'][2]:.0f} / "
+        f"{best['fleet histogram-only -j 1'][2]:.0f} MiB (goal: the same order)"
+    )
+    for kind in ("per-batch", "histogram-only"):
+        j1, j2 = best[f"fleet {kind} -j 1"][0], best[f"fleet {kind} -j 2"][0]
+        print(f"  fleet {kind}, -j 1 / -j 2 wall: {j1 / j2:.2f}x (goal: near 2x on 2 cores)")
+    p, sg = best["python -c pass"][0], best["suggest-buckets (default)"][0]
+    print(
+        f"  suggest-buckets default: {sg:.3f} s wall, {sg / p:.1f}x `python -c pass` ({p:.3f} s) in this run (goal: under 0.5 s)"
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=200)
@@ -334,12 +519,19 @@ def main() -> None:
     ap.add_argument("--real-mb", type=float, default=200, help="the public excerpts repeated to this size (0: skip)")
     ap.add_argument("--only-real", action="store_true", help="measure only the public excerpts repeated")
     ap.add_argument("--file", type=Path, nargs="*", help="measure only these logs, by both paths, beside grep")
+    ap.add_argument("--goals", action="store_true", help="the speed goals as a user meets them (see the module's doc)")
+    ap.add_argument("--goal-mb", type=float, default=1000, help="--goals: MB of real lines (the excerpts repeated)")
+    ap.add_argument("--fleet-mb", type=float, default=300, help="--goals: MB of the generated fleet")
+    ap.add_argument("--rounds", type=int, default=3, help="--goals: rounds of every command, interleaved")
     a = ap.parse_args()
     WORK.mkdir(exist_ok=True)
     print(
         f"machine: nproc={os.cpu_count()}, cpu={cpu_model()}, python={platform.python_version()}, "
         f"numpy={np.__version__}, load average {os.getloadavg()[0]:.1f} at start"
     )
+    if a.goals:
+        goals(a)
+        return
     if a.file:
         for f in a.file:
             print(f"{f.name}: {f.stat().st_size / 1e6:.1f} MB")

@@ -50,16 +50,9 @@ def sglang_probe(monkeypatch, tmp_path):
 # ---- no process a test starts outlives the tests ----------------------------------------------
 def _descendants(root: int) -> list[int]:
     """Every process below `root` (read from /proc), children first found first."""
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        parent[int(entry)] = int(fields[1])
+    from proc_helpers import proc_table
+
+    parent = {pid: ppid for pid, (_, ppid, _) in proc_table().items()}
     out, frontier = [], [root]
     while frontier:
         kids = [pid for pid, pp in parent.items() if pp in frontier]

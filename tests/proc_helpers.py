@@ -21,6 +21,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def proc_table() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, parent pid, process group) of every process, read from /proc (a
+    process that ends while it is read is left out)."""
+    table: dict[int, tuple[str, int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(") ", 1)[1].split()
+            table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
 def gone(pid: int, limit_s: float = 600.0) -> bool:
     """True once `pid` has stopped running. A kill is delivered asynchronously: a process just
     sent SIGKILL may run a moment longer, longer still on a busy machine, so this waits for it

@@ -23,6 +23,7 @@ from bcgtune.errors import BcgError, InputError
 
 TRACE = bcgtune.trace_from_sizes([100] * 5 + [300] * 2 + [700] + [2000] * 3)
 OTHER = bcgtune.trace_from_sizes([150, 900])
+DP_LOG = Path(__file__).resolve().parent / "data" / "logs" / "e7_dp_attention_two_ranks.log"
 
 
 def test_dir_lists_the_api():
@@ -78,6 +79,33 @@ def test_dir_lists_the_api():
         (lambda: bcgtune.suggest_buckets(TRACE, group=1), "the trace has 1 group (0..0), got 1 (group)"),
         (lambda: bcgtune.suggest_buckets(TRACE, group=-1), "(group)"),
         (lambda: bcgtune.drift(TRACE, [128], group=3), "(group)"),
+        (lambda: bcgtune.drift(TRACE, [128], profiles=["h200"]), "not both (profiles)"),
+        (lambda: bcgtune.drift(TRACE, profiles="h200"), "must be a list of profile files"),
+        (lambda: bcgtune.drift(TRACE, profiles=[]), "no profile given (profiles)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches=[1]), "(matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": "x"}), "(matches)"),
+        (lambda: bcgtune.drift(TRACE, [128], matches={"h200": 0}), "give profiles (matches)"),
+        (lambda: bcgtune.drift(TRACE), "(deployed)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster=5), "(cluster)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="local", group=0), "(group)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="nowhere"), "(cluster)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], cluster="local:0"), "worker count 1..1024, got '0' (cluster)"),
+        (lambda: bcgtune.trace_from_logs("-", cluster="local:1"), "standard input cannot be sent to a cluster (paths)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], group=-1), "(group)"),
+        (lambda: bcgtune.trace_from_logs(DP_LOG, group=1), "the trace has 1 group (0..0), got 1 (group)"),
+        (lambda: bcgtune.trace_from_logs(["a.log"], group=True), "(group)"),
+        (
+            lambda: bcgtune.trace_from_logs(["a.log"], mixed_chunk=True, launch={"enable_mixed_chunk": False}),
+            "contradicts mixed_chunk=True: give one of them (launch)",
+        ),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": -1}), "an integer 0, 1, ..., got -1 (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": 5}), "got 5 (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"h200": [0, 1.5]}), "got 1.5 (matches)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={None: 0}), "names a profile by its [profile] name"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200"], matches={"nobody": 0}), "names none of the profiles given (h200)"),
+        (lambda: bcgtune.drift(TRACE, profiles=["h200", "h200"]), "is given twice"),
+        (lambda: bcgtune.drift(TRACE, profiles=[None]), "(profiles)"),
+        (lambda: bcgtune.trace_summary("t.json"), "must be a PrefillTrace"),
     ],
 )
 def test_wrong_types_and_values_are_input_errors_naming_the_argument(call, needle):
@@ -98,6 +126,9 @@ def test_numpy_arrays_and_scalars_are_accepted():
     assert bcgtune.drift(t, np.array([128, 512, 2048])).verdict == bcgtune.drift(t, [128, 512, 2048]).verdict
     sim = bcgtune.simulate_workload(num_prompts=np.int64(4), max_concurrency=np.array([2]), dataset_name="random")
     assert sim.n_batches > 0
+    by_hand = bcgtune.drift(t, profiles=np.array(["h200"]), matches={np.str_("h200"): np.array([0])})
+    assert [r.deployed for r in by_hand.rows] == ["profile h200"]
+    assert bcgtune.trace_from_logs(DP_LOG, group=np.int64(0)).n_batches == bcgtune.trace_from_logs(DP_LOG).n_batches
 
 
 def test_a_path_object_and_one_log_path(tmp_path):
@@ -205,7 +236,7 @@ def _calls() -> dict[str, tuple]:
         ),
         "drift": (
             lambda **kw: bcgtune.drift(**{"trace": TRACE, "deployed": [128, 512], **kw}),
-            ["trace", "deployed", "align", "server_flags", "calibration", "threshold_pct", "group"],
+            ["trace", "deployed", "align", "server_flags", "calibration", "threshold_pct", "group", "profiles", "matches"],
         ),
         "merge_traces": (
             lambda **kw: bcgtune.merge_traces(**{"traces": [TRACE, OTHER], **kw}),
@@ -214,9 +245,10 @@ def _calls() -> dict[str, tuple]:
         "trace_from_sizes": (lambda **kw: bcgtune.trace_from_sizes(**kw), ["sizes"]),
         "trace_from_logs": (
             lambda **kw: bcgtune.trace_from_logs(**{"paths": [], **kw}),
-            ["paths", "mixed_chunk", "histogram_only", "jobs"],
+            ["paths", "mixed_chunk", "histogram_only", "jobs", "launch", "group", "cluster"],
         ),
         "load_trace": (lambda **kw: bcgtune.load_trace(**kw), ["path"]),
+        "trace_summary": (lambda **kw: bcgtune.trace_summary(**{"trace": TRACE, **kw}), ["trace"]),
         "load_calibration": (lambda **kw: bcgtune.load_calibration(**kw), ["path"]),
         "save_trace": (lambda **kw: bcgtune.save_trace(**{"trace": TRACE, "path": "out.json", **kw}), ["trace", "path"]),
         "percentile": (lambda **kw: TRACE.percentile(**kw), ["q"]),

@@ -30,7 +30,9 @@ OUR_LOGS = Path(__file__).resolve().parent / "data" / "logs"
 ALL_LOGS = sorted(SHARED_LOGS.glob("*.log")) + sorted(OUR_LOGS.glob("*.log"))
 
 
-def server_log(chunk: int, tokens: list[int], *, model="org/Model-8B", tp=1, dp=1, dp_attention=False, running=None, seqs=None):
+def server_log(
+    chunk: int, tokens: list[int], *, model="org/Model-8B", tp=1, dp=1, dp_attention=False, running=None, seqs=None, extra=None
+):
     """A log as SGLang 0.5.23 writes it: server_args (resolved: the chunk per attention-DP
     rank), the scheduler's startup line, then one prefill line per batch."""
     args = {
@@ -40,6 +42,7 @@ def server_log(chunk: int, tokens: list[int], *, model="org/Model-8B", tp=1, dp=
         "enable_dp_attention": dp_attention,
         "chunked_prefill_size": chunk,
         "moe_dense_tp_size": None,
+        **(extra or {}),
     }
     lines = [
         f"[2026-12-01 00:00:00] server_args={args!r}",
@@ -226,7 +229,16 @@ def test_merge_refusals_are_one_line(two_servers, tmp_path):
     save_trace(parse_logs([str(b)], histogram_only=True), str(hist))
     save_trace(parse_logs([str(a)]), str(again))
     mixed = tmp_path / "mixed.json"
+    both = tmp_path / "both.json"
     save_trace(parse_logs([str(b)], mixed_chunk=True), str(mixed))
+    # each launch counts its forwards by its own settings: traces of two configurations merge
+    r = cli(["trace", "merge", full, mixed, "-o", both])
+    assert r.code == 0, r.err
+    assert [g.settings.get("enable_mixed_chunk") for g in load_trace(str(both)).groups] == [None, True]
+    # a trace written before that counted every batch by one rule: parsed again, not merged
+    older = parse_logs([str(b)])
+    older.meta["forward_tokens_rule"] = "new_token + replay_token + running_req (mixed chunk)"
+    save_trace(older, str(mixed))
     sim = tmp_path / "sim.json"
     assert cli(["trace", "--simulate", "--num-prompts", "20", "-o", sim, "--quiet"]).code == 0
     csv = tmp_path / "h.csv"
@@ -234,7 +246,7 @@ def test_merge_refusals_are_one_line(two_servers, tmp_path):
     cases = [
         ([full, hist], "histogram-only: merge with --histogram-only"),
         ([full, again], "would count twice"),
-        ([full, mixed], "--mixed-chunk"),
+        ([full, mixed], "trace the older one's logs again"),
         ([full, sim], "simulation"),
         ([full, csv], "plain histogram"),
         ([full], "at least two"),
@@ -854,16 +866,45 @@ def test_cluster_doc_commands_run_as_written(tmp_path):
                 p.wait()
 
 
-def test_write_profile_says_when_drift_could_not_pair_it(two_servers, tmp_path):
-    """A profile created from a base profile keeps the base's model: when the logs state
-    another, suggest-buckets says that drift will not pair them by itself, and how to."""
-    a, _ = two_servers
-    t = tmp_path / "a.json"
-    assert cli(["trace", "--log", a, "-o", t, "-q"]).code == 0
-    r = cli(["suggest-buckets", t, "--write-profile", tmp_path / "p.toml", "--base-profile", "h200", "-k", "3", "--unchecked"])
-    assert r.code == 0 and "the logs org/Model-8B" in r.err and "drift --match p=N" in r.err, r.err
-    r = cli(["drift", "-p", tmp_path / "p.toml", "--trace", t])
-    assert r.code in (0, 1), r.err  # one configuration: judged on it whatever the model
+def test_profiles_written_per_group_pair_with_their_group(two_servers, tmp_path):
+    """A profile written for one configuration of a fleet's trace carries that
+    configuration's model and launch (not its base profile's), so drift pairs each profile
+    with its configuration without --match; a failed pairing names the setting that differs."""
+    from bcgtune.files.profile_file import load_profile
+
+    a, b = two_servers
+    t = tmp_path / "fleet.json"
+    assert cli(["trace", "--log", a, b, "-o", t, "-q"]).code == 0
+    for g in (0, 1):
+        r = cli(["suggest-buckets", t, "--group", str(g), "--write-profile", tmp_path / f"p{g}.toml", "--base-profile",
+                 "h200", "-k", "3", "--unchecked"])  # fmt: skip
+        assert r.code == 0, r.err
+        assert "launches as the logs of the traffic state: model org/" in r.err and "drift --match" not in r.err
+    p0, p1 = load_profile(str(tmp_path / "p0.toml")), load_profile(str(tmp_path / "p1.toml"))
+    assert p0.model == "org/Model-8B" and p0.server["chunked_prefill_size"] == 2048
+    assert p1.model == "org/Other-70B" and p1.server["tp_size"] == 8 and p1.server["chunked_prefill_size"] == 16384
+    r = cli(["drift", "-p", tmp_path / "p0.toml", "-p", tmp_path / "p1.toml", "--trace", t, "--json"])
+    assert r.code in (0, 1), r.err
+    rows = json.loads(r.out)["rows"]
+    assert [(row["profile"].rsplit("/", 1)[-1], row["group"], row["matched"]) for row in rows] == [
+        ("p0.toml", 0, "settings"), ("p1.toml", 1, "settings")
+    ]  # fmt: skip
+    # the API pairs them the same way
+    from bcgtune import api
+
+    report = api.drift(api.load_trace(t), profiles=[tmp_path / "p0.toml", tmp_path / "p1.toml"])
+    assert [(row.group, row.matched) for row in report.rows] == [(0, "settings"), (1, "settings")]
+    # the same profile twice would be judged, and counted in the verdict, twice
+    r = cli(["drift", "-p", tmp_path / "p0.toml", "-p", str(tmp_path / "." / "p0.toml").replace("/p0", "/./p0"), "--trace", t])
+    assert r.code == 2 and "is given twice" in r.err, r.err
+    assert_one_line_error(r)
+    # a profile of another model pairs with neither, and the error says in what
+    other = tmp_path / "other.toml"
+    other.write_text((tmp_path / "p1.toml").read_text().replace("org/Other-70B", "org/Third-1B"))
+    r = cli(["drift", "-p", other, "--trace", t])
+    assert r.code == 2 and "big.log): model org/Third-1B, the logs org/Other-70B" in r.err, r.err
+    assert "small.log): model org/Third-1B, the logs org/Model-8B" in r.err
+    assert_one_line_error(r)
 
 
 def test_trace_writes_one_configuration_on_its_own(two_servers, tmp_path):
@@ -999,3 +1040,98 @@ def test_launch_settings_reach_the_cluster_workers(tmp_path):
     r = cli(["trace", "--log", full, rotated, "--cluster", "local:1", *[a for g in given for a in ("--launch", g)], "-o", out])
     assert r.code == 0, r.err
     assert len(load_trace(str(out)).groups) == 1
+
+
+def test_no_mixed_chunk_hint_where_the_chunk_explains_the_sizes(tmp_path):
+    """A plain server's saturated batches log #new-token = chunk: their largest sum with
+    #running-req is the chunk plus the largest running count, which may repeat, but the
+    chunk itself explains the sizes: no hint (it said `chunk 4159 and --enable-mixed-chunk`)."""
+    plain = tmp_path / "plain.log"
+    plain.write_text(_rotated(server_log(4096, [4096, 4096, 4096, 4096, 4096, 700, 2000], running=[63, 63, 10, 5, 0, 3, 63])))
+    for hist in ([], ["--histogram-only"]):
+        r = cli(["trace", "--log", plain, *hist])
+        assert r.code == 0 and "hint:" not in r.out, r.out
+
+
+def test_the_issues_rotated_logs_join_their_configuration_and_drift_pairs(tmp_path):
+    """`trace --log x0 x1 x2 --launch model_path=... tp_size=1 chunked_prefill_size=8192
+    enable_mixed_chunk=true`: x0 states its launch (mixed chunk), x1 and x2 lost their start:
+    given those settings they join x0's configuration (the settings given need not repeat
+    every one x0 logs), a second server stays apart, and each log counts forwards by its own
+    settings: x0's running rows are counted without --mixed-chunk, the other server's not."""
+    mixed = {"enable_mixed_chunk": True}
+    x0 = tmp_path / "x0"
+    x0.write_text(server_log(8192, [8190, 100, 7000], running=[2, 5, 0], extra=mixed))
+    x1, x2 = tmp_path / "x1", tmp_path / "x2"
+    x1.write_text(_rotated(server_log(8192, [8188, 300], running=[4, 1], extra=mixed)))
+    x2.write_text(_rotated(server_log(8192, [50, 8192], running=[3, 0], extra=mixed)))
+    other = tmp_path / "other"
+    other.write_text(server_log(8192, [8192, 900], running=[7, 2], model="org/Other-70B", extra={"enable_mixed_chunk": False}))
+    given = ["model_path=org/Model-8B", "tp_size=1", "chunked_prefill_size=8192", "enable_mixed_chunk=true"]
+    out = tmp_path / "t.json"
+    r = cli(["trace", "--log", x0, x1, x2, other, "--mixed-chunk", *[a for g in given for a in ("--launch", g)], "-o", out])
+    assert r.code == 0, r.err
+    t = load_trace(str(out))
+    assert [sorted(g.sources) for g in t.groups] == [[0, 1, 2], [3]]
+    assert "they joined group 0" in r.out and "hint:" not in r.out and "warning:" not in r.out
+    assert t.groups[0].sizes.tolist() == [53, 105, 301, 7000, 8192] and t.groups[0].counts.tolist() == [1, 1, 1, 1, 3]
+    assert t.groups[1].sizes.tolist() == [900, 8192]  # its own settings say no mixed chunk: --mixed-chunk does not apply
+    # settings that name no logged configuration stay apart, and the note says in what they differ
+    r = cli(["trace", "--log", x0, x1, other, "--launch", "model_path=org/Model-8B", "--launch", "chunked_prefill_size=4096"])
+    assert r.code == 0 and "they name none of the configurations the logs state" in r.out
+    assert "group 0: chunked_prefill_size 4096, the logs 8192" in r.out, r.out
+    # the profiles written per group pair with them by their settings
+    for g in (0, 1):
+        assert cli(["suggest-buckets", out, "--group", str(g), "--write-profile", tmp_path / f"p{g}.toml", "--base-profile",
+                    "h200", "-k", "3", "-q", "--unchecked"]).code == 0  # fmt: skip
+    r = cli(["drift", "-p", tmp_path / "p0.toml", "-p", tmp_path / "p1.toml", "--trace", out, "--json"])
+    assert r.code in (0, 1), r.err
+    assert [(row["group"], row["matched"]) for row in json.loads(r.out)["rows"]] == [(0, "settings"), (1, "settings")]
+
+
+def test_launch_settings_the_batches_contradict_are_warned_and_refused(tmp_path):
+    """`--launch chunked_prefill_size=4096 dp_size=8 enable_dp_attention=true` is a chunk of
+    512 per attention-DP rank; batches of 4,096 tokens contradict it: trace warns, and
+    suggest-buckets refuses to cap the list at 512."""
+    log = tmp_path / "r.log"
+    log.write_text(_rotated(server_log(4096, [300, 4096, 900, 2500])))
+    out = tmp_path / "t.json"
+    r = cli(["trace", "--log", log, "--launch", "chunked_prefill_size=4096", "--launch", "dp_size=8", "--launch",
+             "enable_dp_attention=true", "--launch", "tp_size=8", "-o", out])  # fmt: skip
+    assert r.code == 0 and "warning: the server: its launch settings (given with --launch) give a chunk of 512" in r.out
+    assert "reach 4,096 tokens" in r.out
+    r = cli(["suggest-buckets", out])
+    assert r.code == 2 and "above the chunk of 512 per attention-DP rank" in r.err
+    assert_one_line_error(r)
+    assert cli(["suggest-buckets", out, "--chunked-prefill-size", "32768", "-q"]).code == 0
+    # settings that agree with the batches: no warning
+    r = cli(["trace", "--log", log, "--launch", "chunked_prefill_size=4096"])
+    assert r.code == 0 and "warning:" not in r.out
+
+
+def test_a_rotated_piece_continues_its_older_pieces_launch(tmp_path):
+    """server.log.2 holds the start (mixed chunk, chunk 512); server.log.1 and server.log
+    state nothing: they continue its launch, per batch and histogram-only, serial and in
+    workers, and a folder lists them; another log that lost its start stays apart."""
+    start = server_log(512, [505, 100], running=[7, 1], extra={"enable_mixed_chunk": True})
+    body = _rotated(server_log(512, [500, 200, 30], running=[12, 3, 0]))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "server.log.2").write_text(start)
+    (logs / "server.log.1").write_text(body)
+    with gzip.open(logs / "server.log.gz", "wt") as fh:  # the newest piece, compressed
+        fh.write(body)
+    (logs / "notes.md").write_text("not a log")
+    lost = tmp_path / "lost.log.1"
+    lost.write_text(body)
+    want = [30, 30, 101, 203, 203, 512, 512, 512]  # forwards count the running rows, as the launch says
+    for hist in (False, True):
+        for jobs in (1, 2):
+            t = parse_logs(sorted(map(str, logs.glob("server.log*"))) + [str(lost)], histogram_only=hist, jobs=jobs,
+                           options=ParseOptions(parallel_min_bytes=0))  # fmt: skip
+            assert len(t.groups) == 2 and t.groups[0].settings["enable_mixed_chunk"] is True
+            assert t.groups[0].n_batches == 8 and t.groups[1].settings == {}
+            g0 = sorted(s for s, c in zip(t.groups[0].sizes.tolist(), t.groups[0].counts.tolist()) for _ in range(c))
+            assert g0 == want
+    r = cli(["trace", "--log", logs])
+    assert r.code == 0 and "3 files" in r.out and "2 rotated file(s)" in r.out and "(from " in r.out

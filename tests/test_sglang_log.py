@@ -181,7 +181,13 @@ def test_replay_token_and_mixed_chunk_arithmetic(tmp_path):
     assert mixed.batches["graph"].tolist() == [1, 0, -1]
     assert mixed.batches["replay_token"].tolist() == [20, -1, -1]
     assert mixed.batches["running_req"].tolist() == [7, 3, -1]
-    assert mixed.meta["mixed_chunk"] is True
+    assert mixed.groups[0].settings == {"enable_mixed_chunk": True}
+    # a launch's own settings win over --mixed-chunk: a log that says it ran without mixed chunk
+    stated = tmp_path / "stated.log"
+    stated.write_text("[2026-01-01 00:00:00] server_args={'enable_mixed_chunk': False}\n" + log.read_text())
+    for hist in (False, True):
+        t = parse_logs([str(stated)], mixed_chunk=True, histogram_only=hist)
+        assert t.sizes.tolist() == [50, 64, 120] and t.groups[0].settings == {"enable_mixed_chunk": False}
 
 
 def test_hand_wrapped_record_and_crlf(tmp_path):
@@ -1147,7 +1153,7 @@ from bcgtune.adapters.sglang.log import ParseOptions
 from bcgtune.adapters.sglang.log.columns import Want
 signal.signal(signal.SIGTERM, _sigterm)
 par._start_method = lambda: "fork"
-with par._Workers({paths!r}, [0, 1], 2, [None, None], ParseOptions(), Want()) as w:
+with par._Workers({paths!r}, [0, 1], 2, [None, None], ParseOptions(), [Want(), Want()]) as w:
     t = time.monotonic()
     while w.taken.value < 2 and time.monotonic() - t < 60:
         time.sleep(0.01)
@@ -1238,7 +1244,7 @@ def test_progress_reports_bytes_read(tmp_path, monkeypatch):
 
 def test_one_forward_token_rule():
     from bcgtune.adapters.sglang.log import (
-        FORWARD_TOKENS_RULE,
+        FORWARD_TOKENS_RULE_BY_LAUNCH,
         PrefillValues,
         forward_tokens,
     )
@@ -1248,7 +1254,11 @@ def test_one_forward_token_rule():
     assert forward_tokens(new, replay, running, mixed_chunk=True).tolist() == [127, 53, 64]
     rec = parse_prefill_text("[t] Prefill batch, #new-seq: 2, #new-token: 100, #running-req: 7, #replay-token: 20")
     assert rec.forward_tokens() == 120 and rec.forward_tokens(mixed_chunk=True) == 127
-    assert parse_logs([str(OUR_LOGS / "e1_npu_forward_iter.log")]).meta["forward_tokens_rule"] == FORWARD_TOKENS_RULE
+    from bcgtune.core.trace.summary import summarize
+
+    t = parse_logs([str(OUR_LOGS / "e1_npu_forward_iter.log")])
+    assert t.meta["forward_tokens_rule"] == FORWARD_TOKENS_RULE_BY_LAUNCH
+    assert summarize(t).forward_tokens_rule == "new_token"  # the log logs no #replay-token
     assert PrefillValues._fields[:2] == ("new_seq", "new_token")
 
 
@@ -1258,14 +1268,14 @@ def test_a_dead_worker_is_an_error_not_a_hang(monkeypatch):
     from bcgtune.errors import ExternalError
 
     monkeypatch.setattr(mod, "_start_method", lambda: "fork")
-    real = mod._parse_file
+    real = mod.parse_and_finish
 
-    def dying(path, i, *args):
+    def dying(path, *args):
         if path.endswith("e2_pp_attn_cp_ranks.log"):
             os._exit(3)  # killed, say, by the kernel's out-of-memory killer
-        return real(path, i, *args)
+        return real(path, *args)
 
-    monkeypatch.setattr(mod, "_parse_file", dying)
+    monkeypatch.setattr(mod, "parse_and_finish", dying)
     files = [str(p) for p in sorted(OUR_LOGS.glob("e[123]*.log"))]
     with pytest.raises(ExternalError, match="exit code 3"):
         parse_logs(files, jobs=2, options=ParseOptions(parallel_min_bytes=0))

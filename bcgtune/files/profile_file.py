@@ -486,9 +486,11 @@ def write_profile_buckets(
     base_profile: str | os.PathLike | None = None,
     server: Mapping[str, Any] | None = None,
     tuned: Mapping[str, Any] | None = None,
+    model: str | None = None,
 ) -> Profile:
     """Set `path`'s [buckets] (list + provenance) atomically (temp file + rename), and the
-        [server] flags in `server` (the launch the list was priced for, e.g. its chunk).
+        [server] flags in `server` (the launch the list was priced for, e.g. its chunk) and
+        [profile].model to `model` when given (the model of the traffic it was priced on).
 
         The document is edited with tomlkit, which keeps every other table, comment, blank line
         and key order as written: only [buckets] changes (its old keys go: provenance describes
@@ -520,7 +522,7 @@ def write_profile_buckets(
             new_name = stem
     if tuned is not None:
         validate(TunedTable, _snake_keys(dict(tuned)), where, style="toml", prefix=("tuned",), loc_in_where=True)
-    new = _with_buckets(old, source, blist, prov, new_name, dict(server or {}), None if tuned is None else dict(tuned))
+    new = _with_buckets(old, source, blist, prov, new_name, dict(server or {}), None if tuned is None else dict(tuned), model)
     result = parse_profile(new, where, path=path)
     atomic_write_text(path, ("\ufeff" if bom else "") + new)
     return result
@@ -542,6 +544,7 @@ def _with_buckets(
     name: str | None,
     server: Mapping[str, Any] | None = None,
     tuned: Mapping[str, Any] | None = None,
+    model: str | None = None,
 ) -> str:
     """`text` with its [buckets] table replaced (or added at the end), [profile].name set
     to `name` when given and the `server` flags set in [server]; everything else as written."""
@@ -576,6 +579,8 @@ def _with_buckets(
         doc.add("buckets", table)
     if name is not None:
         doc["profile"]["name"] = name
+    if model is not None:
+        doc["profile"]["model"] = model
     if server:
         if "server" not in doc:
             doc.add("server", tomlkit.table())

@@ -56,16 +56,38 @@ from bcgtune.fileio import check_zip_directory, csv_rows, text_blocks
 MAX_TRACE_BYTES = 512 << 20
 
 
+# A trace written under a name that says no form (`-o trace`) is binary from this many
+# per-batch rows: its JSON text would take seconds to write and read, its binary form a
+# fraction of one (benchmarks/RESULTS.md).
+AUTO_BINARY_BATCHES = 100_000
+
+
+def trace_form(trace: PrefillTrace, path: str) -> tuple[str, bool]:
+    """(the form save_trace writes `trace` in at `path`: "binary", "csv" or "json", whether
+    the name left the choice to the trace): .npz binary, .csv (.csv.gz) CSV, .json and any
+    other .gz JSON; a name without one of these suffixes is binary for per-batch columns of
+    AUTO_BINARY_BATCHES batches or more, else JSON (load_trace reads either by its bytes)."""
+    name = str(path).lower()
+    if is_binary_trace_name(name):
+        return "binary", False
+    if name.removesuffix(".gz").endswith(".csv"):
+        return "csv", False
+    if name.endswith((".json", ".gz")):
+        return "json", False
+    big = trace.batches is not None and trace.n_batches >= AUTO_BINARY_BATCHES
+    return ("binary" if big else "json"), True
+
+
 def save_trace(trace: PrefillTrace, path: str) -> None:
-    """Write atomically: `size,count` CSV when `path` ends in .csv, the binary form when it
-    ends in .npz, else versioned JSON (the per-batch columns streamed a slice at a time:
-    memory stays near the columns' own); gzip-compressed when it ends in .gz (.csv.gz,
-    .json.gz)."""
+    """Write atomically in trace_form's form: `size,count` CSV, the binary form, or versioned
+    JSON (the per-batch columns streamed a slice at a time: memory stays near the columns'
+    own); gzip-compressed when the name ends in .gz (.csv.gz, .json.gz)."""
     from bcgtune.fileio import atomic_write_chunks, atomic_write_text
 
-    if is_binary_trace_name(path):
+    form, _ = trace_form(trace, path)
+    if form == "binary":
         save_binary_trace(trace, path)
-    elif str(path).lower().removesuffix(".gz").endswith(".csv"):
+    elif form == "csv":
         atomic_write_text(path, trace.to_csv())
     else:
         atomic_write_chunks(path, (s.encode("utf-8") for s in json_text_chunks(trace)))
@@ -484,6 +506,7 @@ class _GroupDoc(Document):
     mix: _MixDoc
     graph: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
     saturated: dict[Annotated[str, pydantic.Field(max_length=32)], _Count] = {}
+    settings_given: bool = False  # given (`trace --launch`) for logs that state none, not logged
 
 
 class _TraceDocument(Document):
@@ -607,7 +630,7 @@ def _groups(docs: list[_GroupDoc], n_sources: int, sizes: np.ndarray, counts: np
             TraceGroup(
                 settings=dict(d.settings), rank_chunk=d.rank_chunk, sources=list(d.sources), sizes=g_sizes,
                 counts=g_counts, mix_tokens=tokens, mix_requests=requests, mix_counts=mcounts,
-                requests_known=m.requests_known, graph=dict(d.graph), saturated=dict(d.saturated),
+                requests_known=m.requests_known, graph=dict(d.graph), saturated=dict(d.saturated), given=d.settings_given,
             )
         )  # fmt: skip
     if out:

@@ -239,12 +239,26 @@ class FleetDrift:
         }
 
 
-_MATCH_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "chunked_prefill_size", "pp_size", "ep_size")
+_MATCH_KEYS = (
+    "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "chunked_prefill_size", "pp_size", "ep_size",
+    "enable_mixed_chunk",
+)  # fmt: skip
+# What a launch that does not set them runs (SGLang's ServerArgs defaults): a profile that
+# states none of these launches so, and a configuration logged otherwise is not its own.
+_LAUNCH_DEFAULTS = {
+    "tp_size": 1,
+    "dp_size": 1,
+    "pp_size": 1,
+    "ep_size": 1,
+    "enable_dp_attention": False,
+    "enable_mixed_chunk": False,
+}
 
 
 def profile_launch_settings(profile) -> dict[str, Any]:
     """The launch settings a profile states, as a log would state them (snake-case
-    ServerArgs names; tp/dp/ep spelled out), with the chunk its GPU sets when it states
+    ServerArgs names; tp/dp/ep spelled out), SGLang's defaults for the layout and mixed
+    chunk it does not state, with the chunk its GPU sets when it states
     none (SGLang's memory-based default, core.sglang.ladder.default_chunked_prefill_size): that is
     the chunk its servers run, so it tells its configuration apart from another's."""
     from bcgtune.adapters.machine.hardware import gpu_for
@@ -255,6 +269,8 @@ def profile_launch_settings(profile) -> dict[str, Any]:
     for short, full in (("tp", "tp_size"), ("dp", "dp_size"), ("ep", "ep_size")):
         if short in server and full not in server:
             server[full] = server.pop(short)
+    for key, value in _LAUNCH_DEFAULTS.items():
+        server.setdefault(key, value)
     gpu = gpu_for(profile.hardware)
     if server.get("chunked_prefill_size") is None and gpu is not None:
         server["chunked_prefill_size"] = default_chunked_prefill_size(gpu.memory_gib)
@@ -361,6 +377,12 @@ def drift_fleet(
     check_tolerance(tolerance_pct, calibration)
     for g in groups or []:
         check_group_index(trace.groups, g)
+    seen: set[str] = set()
+    for prof in profiles:  # the same file twice would be judged, and counted in the verdict, twice
+        key = os.path.realpath(str(prof.path)) if prof.path is not None else f"profile {prof.name}"
+        if key in seen:
+            raise InputError("is given twice: give each deployed profile once", prof.where)
+        seen.add(key)
     n = len(trace.groups)
     chosen = list(dict.fromkeys(groups)) if groups else list(range(n))
     files = group_files(trace) if n > 1 else {}
@@ -462,7 +484,8 @@ def _pairs(
             raise InputError(
                 f"profile {prof.name} agrees with {len(agree)} of today's configurations by the settings it states: "
                 + "; ".join(f"group {g} ({label[g]}; {_files_text(files.get(g, []))})" for g in agree)
-                + f"; say which it serves with --match {prof.name}=N (set its chunked-prefill-size to tell them apart)",
+                + f"; say which it serves with --match {prof.name}=N"
+                + _apart(prof, [trace.groups[g].settings for g in agree]),
                 prof.where,
             )
         if agree:
@@ -471,13 +494,37 @@ def _pairs(
             plan += [(i, g, "--group") for g in chosen]
         elif len(profiles) == 1 and not matches:
             raise InputError(
-                f"profile {prof.name} agrees with none of today's server configurations: {trace.describe_groups()}; "
-                f"pick the configuration it serves with --match {prof.name}=N (or --group N)",
+                f"profile {prof.name} agrees with none of today's server configurations: "
+                + "; ".join(
+                    f"group {g} ({label[g]}; {_files_text(files.get(g, []), 1)}): {_why(prof, trace, g)}" for g in chosen[:4]
+                )
+                + f"; pick the configuration it serves with --match {prof.name}=N (or --group N)",
                 prof.where,
             )
         else:
-            left_out.append(f"profile {prof.name}: agrees with none of the configurations judged")
+            left_out.append(
+                f"profile {prof.name}: agrees with none of the configurations judged ({_differ(prof, trace, chosen)})"
+            )
     return plan, left_out
+
+
+def _differ(profile, trace: PrefillTrace, chosen: list[int]) -> str:
+    """Where a profile differs from each configuration: `group 0: model X, the logs Y; ...`."""
+    return "; ".join(f"group {g}: {_why(profile, trace, g)}" for g in chosen[:4]) + ("; ..." if len(chosen) > 4 else "")
+
+
+def _why(profile, trace: PrefillTrace, g: int) -> str:
+    settings = trace.groups[g].settings
+    return (disagreement(profile, settings) or "agrees") if settings else "its logs state no launch settings"
+
+
+def _apart(profile, settings: list[dict[str, Any]]) -> str:
+    """What would tell configurations apart that a profile agrees with: the settings in which
+    they differ, which the profile does not state."""
+    keys = sorted({k for s in settings for k in s if len({str(x.get(k)) for x in settings}) > 1})
+    if not keys:
+        return " (their settings are the same: trace them apart, or give --launch settings that tell them apart)"
+    return f" (they differ in {', '.join(k.replace('_', '-') for k in keys[:4])}: state it in the profile)"
 
 
 def _files_text(names: list[str], most: int = 3) -> str:

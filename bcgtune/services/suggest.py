@@ -341,6 +341,53 @@ def profile_launch_capture(
     return capture
 
 
+# The launch settings of a configuration that a profile written for it carries (with its
+# model): what drift pairs a profile with a configuration by, and what sets its capture.
+_PROFILE_LAUNCH_KEYS = (
+    "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "pp_size", "ep_size", "chunked_prefill_size",
+    "enable_mixed_chunk", *(k for k in _LOGGED_LAYOUT_KEYS if k not in ("tp_size", "dp_size", "attn_dp_size",
+                                                                        "enable_dp_attention")),
+)  # fmt: skip
+
+
+def _neutral(value: Any) -> bool:
+    """A setting's value that SGLang's defaults give (off, one rank, no backend)."""
+    if isinstance(value, bool):
+        return value is False
+    return value is None or value == "none" or (isinstance(value, int) and value == 1)
+
+
+def profile_for_trace(prof, trace: PrefillTrace, given: dict[str, Any] | None = None):
+    """`prof` as it launches the one configuration `trace` holds, for a list written for that
+    traffic: the model and launch settings its logs state (core.trace.groups) in place of the
+    profile's own, except those `given` (snake-case flags given on the command line) sets.
+    Returns (the profile, the [server] settings it changes, snake case, the model it changes
+    to or None): written with the list, they make the profile state the configuration drift
+    pairs it with. A trace of several configurations, or of none logged, leaves it as it is."""
+    from dataclasses import replace
+
+    from bcgtune.files.profile_file import snake
+
+    if len(trace.groups) != 1:
+        return prof, {}, None
+    logged = trace.groups[0].settings
+    own = {snake(str(k)): v for k, v in prof.server.items()}
+    changes: dict[str, Any] = {}
+    for key in _PROFILE_LAUNCH_KEYS:
+        value = logged.get(key)
+        if key in (given or {}) or value is None or own.get(key) == value:
+            continue
+        if key in own or not _neutral(value) or key == "chunked_prefill_size":
+            changes[key] = value
+    model = logged.get("model_path")
+    model = model if isinstance(model, str) and model.strip() and model != prof.model else None
+    if not changes and model is None:
+        return prof, {}, None
+    server = {k: v for k, v in prof.server.items() if snake(str(k)) not in changes}
+    server.update({k.replace("_", "-"): v for k, v in changes.items()})
+    return replace(prof, server=server, model=model or prof.model), changes, model
+
+
 class ChunkTooSmall(InputError):
     """The trace's batches outgrow the chunk a profile launches with: its servers ran a
     larger chunk (`wanted` covers the trace), and the profile's launch never forms such
@@ -387,6 +434,25 @@ def _shape_warnings(req: SuggestRequest, flags: dict[str, Any]) -> list[str]:
     return ["warning: " + w for w in shape_notes(req.calibration.meta, model, tp, count("ep_size"))]
 
 
+def _refuse_contradicted_chunk(trace: PrefillTrace) -> None:
+    """A trace whose launch settings give a chunk per attention-DP rank below its largest
+    batch: SGLang's scheduler never forms such a batch (srt/managers/schedule_policy.py,
+    PrefillAdder's rem_chunk_tokens), so the settings are not those of the servers that
+    wrote the logs, and a list capped at that chunk would leave the larger batches eager."""
+    known = trace.chunked_prefill_size()
+    largest = int(trace.sizes[-1]) if trace.sizes.size else 0
+    if known is None or known <= 0 or largest <= known:
+        return
+    g = trace.groups[0] if len(trace.groups) == 1 else None
+    how = "given with trace --launch" if g is not None and g.given else "as the trace states them"
+    raise InputError(
+        f"the trace's batches reach {largest:,} tokens, above the chunk of {known:,} per attention-DP rank its launch "
+        f"settings give ({how}): they are not the settings of the servers that wrote the logs; trace again with the "
+        "settings they ran, or give --chunked-prefill-size",
+        field="chunked_prefill_size",
+    )
+
+
 def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) -> Suggestion:
     """The optimal list for the request's trace and launch, with its comparison rows."""
     from bcgtune.services.launch import capture_for_flags, refuse_refused
@@ -409,6 +475,8 @@ def suggest(req: SuggestRequest, *, say: Callable[[str], None] | None = None) ->
         if req.profile.buckets and not any(lst == list(req.profile.buckets) for _, lst in compare):
             compare.append((f"profile {req.profile.name}'s current list", list(req.profile.buckets)))
     else:
+        if not req.chunked_prefill_size:
+            _refuse_contradicted_chunk(trace)
         flags = _launch_flags(req, trace, notes)
         launch_flags = {**flags, "chunked_prefill_size": req.chunked_prefill_size or _traced_chunk(trace, flags)}
         capture = capture_for_flags(launch_flags, platform="cuda", sglang=req.sglang, say=say)

@@ -45,10 +45,10 @@ def log_input_files(locations: list[str]) -> list[str]:
     """The files on this machine that `--log` values read (folders and globs expanded as
     expand_logs does, `file://` and other local URLs as paths): the run's inputs an output
     may never replace. No error: a value that names nothing is refused when it is read."""
-    from bcgtune.adapters.sglang.log.remote import LOG_SUFFIXES
+    from bcgtune.adapters.sglang.log.rotation import is_log_name
     from bcgtune.fileio import input_files
 
-    return [f for loc in locations for f in input_files(loc, LOG_SUFFIXES)]
+    return [f for loc in locations for f in input_files(loc) if not os.path.isdir(loc) or is_log_name(f)]
 
 
 def trace_logs(
@@ -71,13 +71,17 @@ def trace_logs(
         return trace_of_group(locations, group, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, launch=launch)
     return parse_logs(
         expand_logs(locations), mixed_chunk=mixed_chunk, jobs=jobs, progress=progress, histogram_only=histogram_only,
-        assumed_launch=_assumed(launch),
+        assumed_launch=_assumed(launch, mixed_chunk),
     )  # fmt: skip
 
 
-def _assumed(launch: dict[str, Any] | None) -> dict[str, Any] | None:
+def _assumed(launch: dict[str, Any] | None, mixed_chunk: bool = False) -> dict[str, Any] | None:
+    """Launch settings given for logs that state none, as their server_args line would
+    state them; --mixed-chunk beside enable_mixed_chunk=false is refused (they contradict)."""
     from bcgtune.core.trace.groups import logged_form
 
+    if mixed_chunk and launch and launch.get("enable_mixed_chunk") is False:
+        raise InputError("--mixed-chunk contradicts enable_mixed_chunk=false: give one of them", "--launch")
     return logged_form(launch) if launch else None
 
 
@@ -101,7 +105,7 @@ def trace_of_group(
     paths = expand_logs(locations)
     if "-" in paths:
         raise InputError("standard input cannot be read twice: save it to a file to pick a configuration", "--group")
-    assumed = _assumed(launch)
+    assumed = _assumed(launch, mixed_chunk)
     whole = parse_logs(paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=True, assumed_launch=assumed)
     check_group_index(whole.groups, group)
     if len(whole.groups) <= 1:
@@ -123,7 +127,7 @@ def trace_of_group(
 
 def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> PrefillTrace:
     """`bcgtune trace merge`: trace files in, one trace out (core.trace.merge)."""
-    from bcgtune.core.trace.merge import merge_traces
+    from bcgtune.core.trace.merge import join_given, merge_traces
     from bcgtune.fileio import display_path
     from bcgtune.files.trace_file import load_trace
 
@@ -135,7 +139,7 @@ def merge_trace_files(paths: list[str], *, histogram_only: bool = False) -> Pref
     with _stdin_kept(paths) as local:  # stdin as a file, so that its bytes are compared too
         traces = [load_trace(p, where=n) for p, n in zip(local, names)]  # each file's own errors first
         _refuse_duplicates(local, names)
-    return merge_traces(traces, names=names, histogram_only=histogram_only)
+    return join_given(merge_traces(traces, names=names, histogram_only=histogram_only))
 
 
 @contextlib.contextmanager
@@ -198,13 +202,36 @@ def _raise(f: _Failure) -> None:
     raise cls(f.what, f.where)
 
 
-def parse_one(path: str, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> PrefillTrace | _Failure:
-    """The map step, run on a worker: one log into a histogram-only trace."""
-    from bcgtune.adapters.sglang.log.build import file_trace
+def parse_one(path: str, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> Any:
+    """The map step, run on a worker: one log parsed histogram-only (its _FileResult)."""
     from bcgtune.adapters.sglang.log.columns import Want, _parse_file
 
     try:
-        return file_trace(path, _parse_file(path, 0, want=Want.of(mixed_chunk, True, assumed)), mixed_chunk)
+        return _parse_file(path, 0, want=Want.of(mixed_chunk, True, assumed))
+    except BcgError as exc:
+        return _failure(exc)
+
+
+def ends_of(r: Any) -> Any:
+    """What the next piece of a rotated log needs of a parse (None for a failure)."""
+    from bcgtune.adapters.sglang.log.columns import launch_ends
+
+    return None if isinstance(r, _Failure) else launch_ends(r)
+
+
+def trace_one(path: str, r: Any, first: dict | None, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> Any:
+    """A parse into its log's trace, on a worker: a rotated piece first continues the launch
+    `first` (read again when its histogram was counted by other settings)."""
+    from bcgtune.adapters.sglang.log.build import continue_first, file_trace
+    from bcgtune.adapters.sglang.log.columns import Want, _parse_file
+
+    if isinstance(r, _Failure):
+        return r
+    try:
+        want = Want.of(mixed_chunk, True, assumed)
+        if first is not None and continue_first(r, first, want):
+            r = _parse_file(path, 0, want=want._replace(first=first))
+        return file_trace(path, r)
     except BcgError as exc:
         return _failure(exc)
 
@@ -248,29 +275,108 @@ def _client(cluster: str) -> tuple[Any, Any]:
         workers = int(n) if n else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         import dask
 
+        local = client = None
         try:
             # Dask's default MALLOC_TRIM_THRESHOLD_ for workers turns off glibc's adaptive mmap
             # threshold: every chunk's numpy temporaries then cost fresh pages (measured: twice
             # the CPU time per log); None leaves glibc's own behaviour.
             # The workers' statistical profiler samples every thread every 10 ms: off, it is
             # CPU a parse does not need (a local cluster only; a remote one keeps its own).
-            with dask.config.set(
-                {
-                    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                    "distributed.worker.profile.enabled": False,
-                }
+            with (
+                _stops_held() as stops,
+                _hushed(),
+                dask.config.set(
+                    {
+                        "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                        "distributed.worker.profile.enabled": False,
+                    }
+                ),
             ):
+                # only a failure of the run itself is said (one error: line); what Dask logs as its
+                # workers and scheduler stop is not (its ERROR tracebacks of closed connections)
                 local = LocalCluster(
-                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=50
                 )
-            return Client(local), local
+                client = Client(local)
         except Exception as exc:  # worker processes that cannot start: a port, memory, the environment
+            _close(client, local)
             raise ExternalError(f"cannot start a local Dask cluster: {' '.join(str(exc).split())[:120]}", "--cluster") from None
+        if stops:  # Ctrl-C or SIGTERM while it started: stopped now that it can be, then the stop
+            _close(client, local)
+            raise KeyboardInterrupt
+        return client, local
     try:
         return Client(cluster, timeout="30s"), None
     except Exception as exc:  # the scheduler went away, or answered the handshake wrongly
         what = " ".join(str(exc).split())[:120] or type(exc).__name__
         raise ExternalError(f"cannot connect to the Dask scheduler: {what}", cluster) from None
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM held (recorded in the list yielded, not raised) for the duration:
+    a local Dask cluster stopped half-way through its start or its stop leaves worker
+    processes behind and a traceback of Dask's exit handler (it asserts its workers
+    started). Outside the main thread, where no handler can be set, nothing is held."""
+    import signal
+
+    seen: list[int] = []
+    old = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, _frame: seen.append(signum))
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield seen
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _close(client: Any, local: Any) -> None:
+    """A cluster run's client and local cluster closed, with stops held and nothing said; a
+    stop that came meanwhile is raised once both are closed."""
+    with _stops_held() as stops, _hushed(local is not None):
+        if client is not None:
+            client.close()
+        if local is not None:
+            local.close()
+    if stops:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _hushed(on: bool = True) -> Iterator[None]:
+    """This process's stderr to /dev/null, and Dask's loggers silent, for the duration: a
+    local cluster's worker processes are started so (they inherit it: what they would print
+    is Dask's own logging; a task's failure comes back as its result), and stopped so (its
+    scheduler, nannies and the queues to their workers may print tracebacks of connections
+    closed under them while they stop, distributed issues 2273, 3581, 7192), once the result
+    is in hand or the error raised. A cluster at an address is only disconnected from."""
+    import logging
+    import sys
+
+    if not on:
+        yield
+        return
+    names = ("distributed", "tornado", "asyncio")
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        for n, level in levels.items():  # unless Dask set its own meanwhile (LocalCluster's silence_logs)
+            if logging.getLogger(n).level == logging.CRITICAL + 1:
+                logging.getLogger(n).setLevel(level)
 
 
 def trace_on_cluster(
@@ -286,7 +392,10 @@ def trace_on_cluster(
     if "-" in locations:
         raise InputError("standard input cannot be sent to a cluster", "--log -")
     address = check_cluster(cluster)
+    assumed = _assumed(launch, mixed_chunk)
+    from bcgtune.adapters.sglang.log.build import rotated_firsts
     from bcgtune.adapters.sglang.log.remote import is_url
+    from bcgtune.adapters.sglang.log.rotation import previous_pieces
 
     paths = expand_logs(locations)
     # a worker runs in its own folder: a path relative to this one would name another file there
@@ -295,10 +404,16 @@ def trace_on_cluster(
     try:
         from dask.distributed import as_completed
 
-        parsed = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=_assumed(launch), pure=False)
+        parsed = client.map(parse_one, paths, mixed_chunk=mixed_chunk, assumed=assumed, pure=False)
+        firsts: dict[int, dict] = {}
+        if any(p is not None for p in previous_pieces(paths)):  # rotated pieces wait for the launch they continue
+            firsts = rotated_firsts(paths, client.gather(client.map(ends_of, parsed, pure=False)))
+        traced = [
+            client.submit(trace_one, p, parsed[i], firsts.get(i), mixed_chunk, assumed, pure=False) for i, p in enumerate(paths)
+        ]
         # the whole merge tree is submitted at once, so a pair merges as soon as both its logs are parsed,
         # while the others still parse (waiting for every parse first left the merges to run after them)
-        level = list(parsed)
+        level = list(traced)
         while len(level) > 1:  # adjacent pairs, in order: associativity makes any tree the same
             nxt = [client.submit(merge_two, level[i], level[i + 1], pure=False) for i in range(0, len(level) - 1, 2)]
             level = nxt + ([level[-1]] if len(level) % 2 else [])
@@ -309,12 +424,13 @@ def trace_on_cluster(
                 progress(done, len(paths))
         result = level[0].result()
     finally:
-        client.close()
-        if local is not None:
-            local.close()
+        _close(client, local)
     if isinstance(result, _Failure):
         _raise(result)
     assert isinstance(result, PrefillTrace)
+    from bcgtune.core.trace.merge import join_given
+
+    result = join_given(result)
     if result.n_batches == 0:
         from bcgtune.adapters.sglang.log.build import _no_records_error
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 
 import typer
 
@@ -246,6 +246,7 @@ def suggest_buckets_command(
     if chunked_prefill_size == 0:
         raise InputError("must be positive, or -1 to turn chunked prefill off", "--chunked-prefill-size")
     trace = None if trace_path is None else load_trace(trace_path)
+    target, launch_changes, model = _for_traffic(target, trace, group, layout, chunked_prefill_size)
     cal = None
     if calibration is not None:
         from bcgtune.files.calibration_file import load_calibration
@@ -292,18 +293,39 @@ def suggest_buckets_command(
     if profile_path:
         require_vouched(result.capture, unchecked_ok=unchecked)
         # the launch the list was priced for: the layout flags and chunk given, in the profile
-        server = {k.replace("_", "-"): v for k, v in (layout.flags() or {}).items()}
+        server = {k.replace("_", "-"): v for k, v in {**launch_changes, **(layout.flags() or {})}.items()}
         chunk = _priced_chunk(result, chunked_prefill_size)
         if chunk is not None:
             server["chunked-prefill-size"] = chunk
-        _write_profile(profile_path, base, plan, result.trace, server, result.capture)
+        _write_profile(profile_path, base, plan, result.trace, server, result.capture, model)
         note(f"wrote {len(plan.recommended.buckets)} buckets to {profile_path}{_unchecked_note(result.capture)}", quiet)
+        _say_launch_changes(profile_path, launch_changes, model, quiet)
         _say_if_drift_cannot_pair(profile_path, result.trace, group, quiet)
     emit(
         lambda: {**plan.to_json_obj(), **launch_check_json(result.capture), "launch_capture": result.capture.to_json()},
         lambda: capture_line(result.capture) + "\n" + render_plan_text(plan),
         as_json=as_json,
     )
+
+
+def _for_traffic(target, trace, group: int | None, layout, chunk: int | None) -> tuple[Any, dict, str | None]:
+    """The profile priced (and written) as it launches the traffic's configuration: the
+    model and launch its logs state, except the flags given here (services.suggest.
+    profile_for_trace); with the settings and model it changes."""
+    if target is None or trace is None:
+        return target, {}, None
+    from bcgtune.services.suggest import profile_for_trace, select_group
+
+    given = {**(layout.flags() or {}), **({"chunked_prefill_size": chunk} if chunk else {})}
+    return profile_for_trace(target, select_group(trace, group), given)
+
+
+def _say_launch_changes(profile_path: str, changes: dict, model: str | None, quiet: bool) -> None:
+    if changes or model:
+        what = ([f"model {model}"] if model else []) + [
+            f"{k.replace('_', '-')} {str(v).lower() if isinstance(v, bool) else v}" for k, v in changes.items()
+        ]
+        note(f"note: {profile_path} launches as the logs of the traffic state: {', '.join(what)}", quiet)
 
 
 def _priced_chunk(result, given: int | None) -> int | None:
@@ -416,7 +438,13 @@ def _unchecked_note(capture: PrefillCapture) -> str:
 
 
 def _write_profile(
-    path: str, base: str | None, plan: BucketPlan, trace: PrefillTrace, server: dict, capture: PrefillCapture
+    path: str,
+    base: str | None,
+    plan: BucketPlan,
+    trace: PrefillTrace,
+    server: dict,
+    capture: PrefillCapture,
+    model: str | None = None,
 ) -> None:
     """Write the list, and the server flags it was priced with (layout flags and a chunk
     given on the command line), into the profile, so the profile launches what was priced;
@@ -425,11 +453,11 @@ def _write_profile(
     from bcgtune.services.launch import launch_check_key
 
     provenance = {
-        **trace_digest_provenance(trace.sources),
+        **trace_digest_provenance(trace.own_sources()),
         "objective": plan.request.objective,
         "max_buckets": plan.request.max_buckets,
         "tool_version": __version__,
         "date": dt.date.today().isoformat(),
         "launch_check": launch_check_key(capture),
     }
-    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base, server=server)
+    write_profile_buckets(path, plan.recommended.buckets, provenance, base_profile=base, server=server, model=model)

@@ -92,8 +92,9 @@ def trace_command(
         typer.Option(
             "-o",
             "--out",
-            help="Write the trace: versioned JSON; binary (per-batch columns a few bytes each, read back fast) when the "
-            "name ends in .npz; size,count CSV when it ends in .csv (.gz: compressed).",
+            help="Write the trace: versioned JSON when the name ends in .json; binary (per-batch columns a few bytes each, "
+            "read back fast) when it ends in .npz; size,count CSV when it ends in .csv (.gz: compressed); any other name: "
+            "binary for per-batch columns of 100,000 batches or more, else JSON (the choice is printed).",
             show_default=False,
         ),
     ] = None,
@@ -264,20 +265,26 @@ def _logs(
     _emit(trace, out_path, as_json, quiet)
 
 
-# per-batch traces this long are written as JSON with a word on the binary form
-BINARY_HINT_BATCHES = 100_000
-
-
 def _emit(trace: PrefillTrace, out_path: str | None, as_json: bool, quiet: bool) -> None:
     from bcgtune.cli.render.trace import render_trace_text
     from bcgtune.core.trace.summary import summarize
-    from bcgtune.files.trace_file import is_binary_trace_name, save_trace
+    from bcgtune.files.trace_file import AUTO_BINARY_BATCHES, save_trace, trace_form
 
     if out_path:
         save_trace(trace, out_path)
-        note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes)", quiet)
-        if trace.batches is not None and trace.n_batches >= BINARY_HINT_BATCHES and not is_binary_trace_name(out_path):
-            note("a binary trace (-o NAME.npz) of per-batch columns is several times smaller and faster to read", quiet)
+        form, chosen = trace_form(trace, out_path)
+        how = ""
+        if chosen:
+            how = (
+                "; binary: per-batch columns of this many batches write and read several times faster so (a name "
+                "ending in .json writes JSON)"
+                if form == "binary"
+                else "; JSON (a name ending in .npz writes the binary form)"
+            )
+        note(f"wrote {out_path} ({trace.n_batches:,} batches, {trace.sizes.size:,} sizes{how})", quiet)
+        if trace.batches is not None and trace.n_batches >= AUTO_BINARY_BATCHES and form == "json" and not chosen:
+            note("a binary trace (-o NAME.npz, or a name without .json) of per-batch columns is several times smaller and "
+                 "faster to write and read", quiet)  # fmt: skip
     summary = summarize(trace)
     if as_json:
         out_json(summary.to_dict())

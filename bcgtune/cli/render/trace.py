@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from bcgtune.cli.render.table import count, num
 from bcgtune.core.trace.summary import TraceSummary
 
@@ -58,6 +60,8 @@ def render_trace_text(s: TraceSummary) -> str:
         lines.append("note: histogram-only trace: counts per size and request mixes per configuration, no per-batch columns")
     for n in s.notes:
         lines.append(f"note: {n}")
+    for w in s.warnings:
+        lines.append(f"warning: {w}")
     for h in s.hints:
         lines.append(f"hint: {h}")
     return "\n".join(lines) + "\n"
@@ -69,9 +73,13 @@ def _groups(s: TraceSummary) -> list[str]:
     lines = [f"configurations   {len(s.groups)} (each priced apart: suggest-buckets TRACE --group N)"]
     for g in s.groups:
         cap = f"; captured {g.captured_buckets} buckets" if g.captured_buckets else ""
+        shown = ", ".join(os.path.basename(f) or f for f in g.files[:3]) + (
+            f" +{len(g.files) - 3} more" if len(g.files) > 3 else ""
+        )
         lines.append(
-            f"  group {g.group}: {g.label}; {count(g.batches, 'batch')}, {count(g.sources, 'file')}; "
-            f"p50 {g.p50}, max {g.max}{cap}"
+            f"  group {g.group}: {g.label}; {count(g.batches, 'batch')}, {count(g.sources, 'file')}"
+            + (f" ({shown})" if shown else "")
+            + f"; p50 {g.p50}, max {g.max}{cap}"
         )
     return lines
 

@@ -198,7 +198,7 @@ def make_plan(trace: PrefillTrace, req: PlanRequest) -> BucketPlan:
         ladder_max=ladder_max,
         trace=TraceInfo(
             origin=trace.origin,
-            sources=trace.sources,
+            sources=trace.own_sources(),
             batches=trace.n_batches,
             distinct_sizes=int(sizes.size),
             tokens=trace.n_tokens,

@@ -59,6 +59,7 @@ import numpy as np
 
 from bcgtune.core.sglang.ladder import ceil_to
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR
+from bcgtune.core.stats import distinct
 from bcgtune.errors import InputError
 
 _INT_LIMIT = 2**61
@@ -125,7 +126,7 @@ def _prepare(sizes, counts, align: int, max_bucket: int | None, factor: float, e
         cand = np.concatenate([cand, thr])
     if max_bucket is not None:
         cand = cand[cand <= max_bucket]
-    cand = np.unique(cand)
+    cand = distinct(cand)
     end = np.concatenate([[0], np.searchsorted(sizes, cand, side="right")]).astype(np.int64)
     # number of sizes with factor * x < c  <=>  x < c / factor
     h = np.concatenate([[0], np.searchsorted(sizes * factor, cand.astype(np.float64), side="left")]).astype(np.int64)
@@ -436,9 +437,9 @@ def explore_candidates(cal, sizes, align: int, max_bucket: int | None, factor: f
     measure (the aligned round-up of each traced size, and the smallest aligned size above
     each replay threshold), these priced by the running-maximum curve of `measured_graph_ms`.
     Rows measured only to be compared (`calibrate --sizes` on a grid) stay out."""
-    s = np.unique(np.asarray(sizes, dtype=np.int64))
+    s = distinct(np.asarray(sizes, dtype=np.int64))
     thr = (np.floor(factor * s.astype(np.float64)).astype(np.int64) // align + 1) * align
-    wanted = np.unique(np.concatenate([ceil_to(s, align), thr]))
+    wanted = distinct(np.concatenate([ceil_to(s, align), thr]))
     wanted = wanted[~np.isin(wanted, np.asarray(cal.tokens, dtype=np.int64))]
     cand = np.union1d(candidate_rows(cal), wanted)
     cand = cand[cand % align == 0]
@@ -674,7 +675,7 @@ def min_buckets_full_replay(
     `align` lies in [x, factor * x] and <= max_bucket). Greedy interval stabbing: the
     smallest uncovered size x takes the largest allowed bucket <= min(factor * x, M), which
     covers every size up to it. Optimal for covering points by windows of this shape."""
-    s = np.unique(np.asarray(sizes, dtype=np.int64))
+    s = distinct(np.asarray(sizes, dtype=np.int64))
     lim = np.floor(factor * s.astype(np.float64)).astype(np.int64)
     if max_bucket is not None:
         lim = np.minimum(lim, max_bucket)

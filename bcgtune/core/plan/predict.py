@@ -58,7 +58,7 @@ import numpy as np
 
 from bcgtune.core.plan.optimizer import batch_costs_ms, graph_ms_model, mix_for
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, assign_buckets
-from bcgtune.core.stats import Interval, round_interval
+from bcgtune.core.stats import Interval, distinct, round_interval
 from bcgtune.core.trace.mix import BatchMix
 
 # An eager forward whose host launch time is at least this share of its time is launch-bound.
@@ -127,7 +127,7 @@ class TimeModel:
 
     def totals(self, buckets) -> np.ndarray:
         """[predicted total, then the total in each round] (ms)."""
-        bl = np.unique(np.asarray(list(buckets), dtype=np.int64))
+        bl = distinct(np.asarray(list(buckets), dtype=np.int64))
         key = tuple(bl.tolist())
         got = self._totals.get(key)
         if got is not None:
@@ -147,8 +147,8 @@ class TimeModel:
     def _differing(self, a, b) -> tuple[float, float]:
         """(T_A, T_B) over the units (batches or steps) the two lists price differently: the
         part of each total where their model errors can differ."""
-        ka = tuple(np.unique(np.asarray(list(a), dtype=np.int64)).tolist())
-        kb = tuple(np.unique(np.asarray(list(b), dtype=np.int64)).tolist())
+        ka = tuple(distinct(np.asarray(list(a), dtype=np.int64)).tolist())
+        kb = tuple(distinct(np.asarray(list(b), dtype=np.int64)).tolist())
         self.totals(a), self.totals(b)
         ca, cb = self._unit_costs[ka], self._unit_costs[kb]
         diff = ca != cb
@@ -192,11 +192,11 @@ class TimeModel:
     def unmeasured(self, buckets) -> list[int]:
         """The list's buckets that replay some traced batch at a size the calibration did not
         measure: priced by interpolating its rows."""
-        bl = np.unique(np.asarray(list(buckets), dtype=np.int64))
+        bl = distinct(np.asarray(list(buckets), dtype=np.int64))
         if not bl.size:
             return []
         chosen, replay = self._outcome(bl)
-        used = np.unique(chosen[replay])
+        used = distinct(chosen[replay])
         return used[~np.isin(used, self.cal.tokens)].tolist()
 
     def outside(self) -> tuple[int, int, int, int]:

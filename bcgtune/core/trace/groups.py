@@ -48,6 +48,22 @@ SETTING_KEYS = (
 )
 MAX_GROUPS = 4096  # a trace with more configurations than this is not a fleet, it is noise
 
+# How a log trace counts a batch's forward tokens (its meta's forward_tokens_rule). Traces
+# written since launches are read by their own settings say BY_LAUNCH: a configuration
+# whose launch ran --enable-mixed-chunk (its settings' enable_mixed_chunk) counts the running
+# decode rows too; older traces applied one rule to every batch.
+FORWARD_TOKENS_RULE = "new_token + replay_token"
+FORWARD_TOKENS_RULE_MIXED = FORWARD_TOKENS_RULE + " + running_req (mixed chunk)"
+FORWARD_TOKENS_RULE_BY_LAUNCH = FORWARD_TOKENS_RULE + " (+ running_req where the launch ran --enable-mixed-chunk)"
+
+
+def counts_running_rows(rule: object, settings: dict[str, Any]) -> bool:
+    """Whether a configuration's forward tokens count its running decode rows, under the
+    trace's forward_tokens_rule."""
+    if rule == FORWARD_TOKENS_RULE_BY_LAUNCH:
+        return settings.get("enable_mixed_chunk") is True
+    return rule == FORWARD_TOKENS_RULE_MIXED
+
 
 def attention_dp_ranks(settings: dict[str, Any]) -> int:
     """Attention-DP ranks of a launch: attn_dp_size when set above 1, else dp_size under
@@ -147,6 +163,7 @@ class TraceGroup:
     requests_known: bool = True  # False: some lines carried no #new-seq (one request assumed)
     graph: dict[str, int] = field(default_factory=dict)  # replayed / eager / unflagged batches
     saturated: dict[str, int] = field(default_factory=dict)  # see mixed_chunk_signature
+    given: bool = False  # its settings were given (`--launch`) for logs that state none, not logged
 
     @property
     def n_batches(self) -> int:
@@ -189,6 +206,7 @@ class TraceGroup:
             },
             "graph": dict(self.graph),
             "saturated": dict(self.saturated),
+            **({"settings_given": True} if self.given else {}),
         }
 
 
@@ -264,7 +282,7 @@ def merge_groups(groups: list[TraceGroup]) -> TraceGroup:
     return TraceGroup(
         settings=dict(first.settings),
         rank_chunk=first.rank_chunk,
-        sources=[s for g in groups for s in g.sources],
+        sources=list(dict.fromkeys(s for g in groups for s in g.sources)),
         sizes=sizes,
         counts=counts,
         mix_tokens=t,
@@ -273,6 +291,7 @@ def merge_groups(groups: list[TraceGroup]) -> TraceGroup:
         requests_known=all(g.requests_known for g in groups),
         graph=sum_counters([g.graph for g in groups]),
         saturated=sum_counters([g.saturated for g in groups]),
+        given=all(g.given for g in groups),
     )
 
 
@@ -312,22 +331,42 @@ def mixed_chunk_signature(saturated: dict[str, int]) -> bool:
 
 
 UNLOGGED_CHUNK_KEY = "unlogged_chunk_"
+UNLOGGED_NEW_TOKEN_KEY = "unlogged_new_token_"
+
+
+def _top_key(saturated: dict[str, int], prefix: str, by_count: bool) -> tuple[int, int] | None:
+    """(value, batches) of the keys `<prefix><value>`: the most counted (then the largest)
+    when by_count, else the largest value."""
+    best = None
+    for key, n in saturated.items():
+        if key.startswith(prefix) and key[len(prefix) :].isdigit():
+            v, rank = int(key[len(prefix) :]), (int(n), int(key[len(prefix) :]))
+            if by_count:
+                if best is None or rank > (best[1], best[0]):
+                    best = (v, int(n))
+            elif best is None or v > best[0]:
+                best = (v, int(n))
+    return best
 
 
 def unlogged_mixed_chunk(saturated: dict[str, int]) -> tuple[int, int] | None:
-    """(chunk, batches) when a launch whose chunk is not logged looks mixed: at least two
-    batches with running decode rows log the same largest `#new-token + #running-req`, and no
-    batch's #new-token reaches it (a plain server's saturated batches log #new-token = chunk,
-    so their sums exceed it by their running rows and rarely repeat). Keys
-    `unlogged_chunk_<sum>` count such batches per file (adapters/sglang/log/columns.py); a
-    fleet's files add up per sum."""
-    best = None
-    for key, n in saturated.items():
-        if key.startswith(UNLOGGED_CHUNK_KEY) and key[len(UNLOGGED_CHUNK_KEY) :].isdigit():
-            c = int(key[len(UNLOGGED_CHUNK_KEY) :])
-            if best is None or (n, c) > (best[1], best[0]):
-                best = (c, int(n))
-    return best if best is not None and best[1] >= 2 else None
+    """(chunk, batches) when a launch whose chunk is not logged looks mixed, and no chunk
+    explains its sizes otherwise. Under --enable-mixed-chunk a chunk-saturated batch with
+    running decode rows logs `#new-token + #running-req == chunk`, so the largest such sum
+    repeats over batches whose #new-token differ; a plain server's saturated batches log
+    `#new-token == chunk` (its largest #new-token repeats, and its largest sum is the chunk
+    plus the largest running count, reached only by batches at that #new-token). So: at
+    least two batches reach the largest sum, no #new-token exceeds it, and more batches
+    reach it than reach the largest #new-token. Keys `unlogged_chunk_<sum>` and
+    `unlogged_new_token_<n>` count such batches per file (adapters/sglang/log/columns.py);
+    a fleet's files add up per value."""
+    top = _top_key(saturated, UNLOGGED_CHUNK_KEY, by_count=True)
+    if top is None or top[1] < 2:
+        return None
+    nt = _top_key(saturated, UNLOGGED_NEW_TOKEN_KEY, by_count=False)
+    if nt is not None and (nt[0] > top[0] or nt[1] >= top[1]):
+        return None
+    return top
 
 
 def check_group_index(groups: list[TraceGroup], index: int, what: str = "--group") -> None:

@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from bcgtune.core.stats import distinct
 from bcgtune.core.trace.groups import (
+    FORWARD_TOKENS_RULE_BY_LAUNCH,
     MAX_GROUPS,
     TraceGroup,
     group_from_batches,
@@ -43,11 +45,14 @@ def merge_traces(
     names: list[str] | None = None,
     histogram_only: bool = False,
     same_source_ok: bool = False,
+    consume: bool = False,
 ) -> PrefillTrace:
     """One trace of `traces`, in order. names: how messages call each input (file names).
     histogram_only: drop per-batch columns (needed when some inputs have none).
     same_source_ok: accept one log in several inputs (the log parser reads what it is
-    given; trace files holding the same log are refused: its batches would count twice)."""
+    given; trace files holding the same log are refused: its batches would count twice).
+    consume: the inputs' per-batch columns are taken (each freed once merged: the memory of
+    the columns once, not twice); the inputs are not to be used again."""
     if not traces:
         raise InputError("no trace to merge")
     names = names or [f"input {i + 1}" for i in range(len(traces))]
@@ -72,8 +77,8 @@ def merge_traces(
     out.captures = captures[:CAPTURES_MAX]
     out.meta = _merge_meta(traces, offsets, ranks, len(captures) - len(out.captures))
     if keep_columns:
-        out.batches = _merge_columns(traces, offsets, rank_luts, group_luts)
-        out.meta["rank_overlap"] = rank_overlap(out.batches, len(ranks)) if "rank" in out.batches else None
+        out.batches = _merge_columns(traces, offsets, rank_luts, group_luts, consume)
+        out.meta["rank_overlap"] = rank_overlap(out.batches, len(ranks), len(groups)) if "rank" in out.batches else None
     elif out.origin in _LOG_ORIGINS:
         printers = sum(_printers(t) for t in traces)
         out.meta["rank_overlap"] = {"printers": printers, "records_matching_another_printer": None}
@@ -86,7 +91,7 @@ def _printers(t: PrefillTrace) -> int:
     b = t.batches
     if b is not None and "source" in b and "rank" in b:
         who = b["source"].astype(np.int64) * (1 << 20) + (b["rank"].astype(np.int64) + 1)
-        return int(np.unique(who).size)
+        return int(distinct(who).size)
     return int((t.meta.get("rank_overlap") or {}).get("printers") or 0)
 
 
@@ -128,8 +133,14 @@ def _check(traces: list[PrefillTrace], names: list[str], histogram_only: bool, s
     rules = {t.meta.get("forward_tokens_rule") for t in traces}
     if len(rules) > 1:
         raise InputError(
-            "the traces count forward tokens differently (" + " vs ".join(sorted(map(str, rules))) + "): "
-            "parse every log with the same --mixed-chunk setting"
+            "the traces count forward tokens differently ("
+            + " vs ".join(sorted(map(str, rules)))
+            + "): "
+            + (
+                "trace the older one's logs again with this bcgtune (it counts each launch by its own settings)"
+                if FORWARD_TOKENS_RULE_BY_LAUNCH in rules
+                else "parse every log with the same --mixed-chunk setting"
+            )
         )
     with_cols = [t.batches is not None for t in traces]
     if any(with_cols) and not all(with_cols) and not histogram_only:
@@ -197,12 +208,12 @@ def _merged_groups(traces: list[PrefillTrace], offsets: list[int]) -> tuple[list
 
 
 # ---- parts ----------------------------------------------------------------------------
-def _merge_columns(traces, offsets, rank_luts, group_luts) -> dict[str, np.ndarray]:
+def _merge_columns(traces, offsets, rank_luts, group_luts, consume: bool = False) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    for k in traces[0].batches:
+    for k in list(traces[0].batches):
         parts = []
         for t, off, rl, gl in zip(traces, offsets, rank_luts, group_luts):
-            col = t.batches[k]
+            col = t.batches.pop(k) if consume else t.batches[k]
             if k == "source":
                 col = (col + off).astype(col.dtype)
             elif k == "rank":
@@ -211,6 +222,7 @@ def _merge_columns(traces, offsets, rank_luts, group_luts) -> dict[str, np.ndarr
                 col = gl[col]
             parts.append(col)
         out[k] = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        del parts
     return out
 
 
@@ -274,30 +286,149 @@ def _merge_meta(traces: list[PrefillTrace], offsets: list[int], ranks: list[str]
     return meta
 
 
-def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int) -> dict:
+# A printer nearly all of whose records match another printer's prints copies of one batch
+# (every TP rank writing the same line, a log collected twice); below it, the matches are
+# coincidences of independent servers (same second, same sizes: chunk-saturated batches).
+COPY_SHARE = 0.9
+
+
+def rank_overlap(cols: dict[str, np.ndarray], n_ranks: int, n_groups: int | None = None) -> dict:
     """How many ranks (or files) print prefill lines, and how many records look like the
-    same batch printed by several of them (same second, #new-seq, #new-token,
-    #cached-token). Under DP attention each DP rank prints its own batch, so these are real
-    distinct forwards; a match across ranks is only a hint that lines were duplicated."""
-    who = cols["source"].astype(np.int64) * (1 << 20) + (cols["rank"].astype(np.int64) + 1)
-    uniq_who = np.unique(who)
-    out = {"printers": int(uniq_who.size), "records_matching_another_printer": 0}
-    if uniq_who.size < 2 or not len(who):
-        return out
-    ts = cols["timestamp"]
-    sec = np.where(np.isnan(ts), -1, np.floor(np.nan_to_num(ts, nan=-1.0))).astype(np.int64)
-    keys = (who, cols["cached_token"], cols["new_token"], cols["new_seq"], sec)
-    order = np.lexsort(keys)
-    k = np.stack([a[order] for a in (sec, cols["new_seq"], cols["new_token"], cols["cached_token"])])
-    w = who[order]
-    new_group = np.ones(len(w), dtype=bool)
-    new_group[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
-    gid = np.cumsum(new_group) - 1
-    # a group spans several printers iff its first and last `who` differ (sorted by who last)
-    first = np.zeros(gid[-1] + 1, dtype=np.int64)
-    last = np.zeros(gid[-1] + 1, dtype=np.int64)
-    first[gid[::-1]] = w[::-1]
-    last[gid] = w
-    multi = first != last
-    out["records_matching_another_printer"] = int(multi[gid].sum())
+    same batch printed by several of them: the same configuration (group), second,
+    #new-seq, #new-token and #cached-token, from printers at least COPY_SHARE of whose
+    records match another's. Under DP attention each DP rank prints its own batch, so such
+    records may be distinct forwards; a match is only a hint that lines were duplicated.
+    With several configurations, `groups` gives the same per configuration."""
+    rank = cols["rank"].astype(np.int64) + 1
+    who = cols["source"].astype(np.int64) * (int(rank.max(initial=0)) + 1) + rank
+    group = cols.get("group")
+    group = np.zeros(len(who), np.int64) if group is None else group.astype(np.int64)
+    n_groups = int(group.max()) + 1 if n_groups is None and len(group) else (n_groups or 0)
+    uniq_who, who_i = _dense(who)
+    # a printer of a configuration: (group, who) numbered densely
+    pairs, pair_i = _dense(group * (uniq_who.size + 1) + who_i)
+    out: dict[str, Any] = {"printers": int(uniq_who.size), "records_matching_another_printer": 0}
+    copies = np.zeros(max(n_groups, 1), np.int64)
+    if uniq_who.size >= 2 and len(who):
+        ts = cols["timestamp"]
+        sec = np.where(np.isnan(ts), -1, np.floor(np.nan_to_num(ts, nan=-1.0))).astype(np.int64)
+        # records alike (group, second, sizes) share the high bits of one 64-bit word (a hash
+        # of the five values), the printer is in its low bits: one sort of the words finds
+        # them (a lexsort of five keys cost 0.5 s per million records); records that differ
+        # share the high bits by a chance of about 2^-40 per pair, and that could only add a match
+        bits = max(1, int(pairs.size - 1).bit_length())
+        mask = np.uint64((1 << bits) - 1)
+        word = np.sort(
+            (_mix(group, sec, cols["new_seq"], cols["new_token"], cols["cached_token"]) & ~mask) | pair_i.astype(np.uint64)
+        )
+        high, low = word >> np.uint64(bits), (word & mask).astype(np.int64)
+        starts = np.flatnonzero(np.concatenate(([True], high[1:] != high[:-1])))
+        # a key spans several printers iff its least and greatest printer differ (sorted by printer last)
+        ends = np.append(starts[1:], len(word)) - 1
+        matched = np.repeat(low[starts] != low[ends], np.diff(np.append(starts, len(word))))
+        per_pair = np.bincount(low, weights=matched, minlength=pairs.size)
+        share = per_pair / np.bincount(low, minlength=pairs.size)
+        kept = np.where(share >= COPY_SHARE, per_pair, 0).astype(np.int64)
+        out["records_matching_another_printer"] = int(kept.sum())
+        copies = np.bincount(pairs // (uniq_who.size + 1), weights=kept, minlength=max(n_groups, 1)).astype(np.int64)
+    if n_groups > 1:
+        printers = np.bincount(pairs // (uniq_who.size + 1), minlength=n_groups)
+        out["groups"] = [
+            {"printers": int(p), "records_matching_another_printer": int(c)} for p, c in zip(printers.tolist(), copies.tolist())
+        ]
     return out
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of non-negative integers, by counting when
+    they are few (a printer's number: sources times ranks), else by sorting."""
+    top = int(values.max(initial=-1)) + 1
+    if top > 1 << 24:
+        return np.unique(values, return_inverse=True)
+    used = np.bincount(values, minlength=top) > 0
+    lut = np.cumsum(used) - 1
+    return np.flatnonzero(used), lut[values]
+
+
+_MULTIPLIERS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD)
+
+
+def _mix(*columns: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per row of integer columns (multiply-xorshift, wrapping)."""
+    h = np.zeros(len(columns[0]), np.uint64)
+    with np.errstate(over="ignore"):
+        for col, m in zip(columns, _MULTIPLIERS):
+            h ^= col.astype(np.int64).view(np.uint64) * np.uint64(m)
+            h ^= h >> np.uint64(29)
+            h *= np.uint64(0xBF58476D1CE4E5B9)
+    return h
+
+
+def join_given(trace: PrefillTrace) -> PrefillTrace:
+    """The trace with each configuration whose settings were given for logs that state none
+    (rotated logs read with `--launch`) joined to the one configuration its logs state
+    that those settings name: every setting given agrees with the logged one (a setting
+    the logs do not state is not a disagreement), the chunk per attention-DP rank too, and
+    the forward tokens are counted alike (enable_mixed_chunk, unstated meaning SGLang's
+    default, off). Settings that name no logged configuration, or several, stay a group of
+    their own (core.trace.summary says which). The last step of a parse, after the merge of
+    its files: a pairwise merge cannot know every configuration yet."""
+    groups = trace.groups
+    if not any(g.given for g in groups):
+        return trace
+    target: dict[int, int] = {}
+    for i, g in enumerate(groups):
+        if g.given:
+            hits = [j for j, h in enumerate(groups) if not h.given and given_names(g, h)]
+            if len(hits) == 1:
+                target[i] = hits[0]
+    if not target:
+        return trace
+    members: dict[int, list[int]] = {j: [j] for j in range(len(groups)) if j not in target}
+    for i, j in target.items():
+        members[j].append(i)
+    kept = sorted(members)
+    lut = np.zeros(len(groups) + 1, np.int32)
+    lut[-1] = -1
+    new_groups = []
+    for new, j in enumerate(kept):
+        lut[members[j]] = new
+        merged = merge_groups([groups[m] for m in members[j]])
+        merged.sources = sorted(set(merged.sources))
+        merged.given = groups[j].given
+        new_groups.append(merged)
+    batches = trace.batches
+    meta = dict(trace.meta)
+    if batches is not None and "group" in batches:
+        batches = {**batches, "group": lut[batches["group"]]}
+        if "rank" in batches and "source" in batches:
+            meta["rank_overlap"] = rank_overlap(batches, len(meta.get("ranks") or []), len(new_groups))
+    return PrefillTrace(
+        sizes=trace.sizes, counts=trace.counts, batches=batches, origin=trace.origin, sources=trace.sources,
+        parse_stats=trace.parse_stats, captures=trace.captures, meta=meta, groups=new_groups,
+    )  # fmt: skip
+
+
+def given_names(given: TraceGroup, logged: TraceGroup) -> bool:
+    """Whether settings given for logs that state none name a logged configuration (see
+    join_given)."""
+    return given_differs(given, logged) is None
+
+
+def given_differs(given: TraceGroup, logged: TraceGroup) -> str | None:
+    """The first setting in which settings given disagree with a logged configuration
+    (`enable_mixed_chunk true, the logs false`), or None when they name it."""
+    mine, theirs = given.settings, logged.settings
+    for key, value in mine.items():
+        if key != "enable_mixed_chunk" and theirs.get(key) is not None and theirs[key] != value:
+            return f"{key} {_text(value)}, the logs {_text(theirs[key])}"
+    a, b = mine.get("enable_mixed_chunk") is True, theirs.get("enable_mixed_chunk") is True
+    if a != b:
+        return f"enable_mixed_chunk {_text(a)}, the logs {_text(b)}"
+    if given.rank_chunk is not None and logged.rank_chunk is not None and given.rank_chunk != logged.rank_chunk:
+        return f"a chunk of {given.rank_chunk} per attention-DP rank, the logs {logged.rank_chunk}"
+    return None
+
+
+def _text(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)

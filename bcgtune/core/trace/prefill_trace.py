@@ -164,19 +164,27 @@ class PrefillTrace:
     def describe_groups(self) -> str:
         return describe_groups(self.groups, self.source_names())
 
-    def group_view(self, index: int) -> "PrefillTrace":
+    def own_sources(self) -> list[Any]:
+        """The sources its batches come from: a one-configuration view of a fleet's trace
+        (group_view) keeps the fleet's sources for its indices, but holds only its group's."""
+        if len(self.groups) == 1 and self.groups[0].sources:
+            return [self.sources[s] for s in self.groups[0].sources if 0 <= s < len(self.sources)]
+        return list(self.sources)
+
+    def group_view(self, index: int, batches: bool = True) -> "PrefillTrace":
         """The trace of one group: its batches (columns when the trace has them), its
-        sources' captures and startup lines, and only that group."""
+        sources' captures and startup lines, and only that group (batches False: not its
+        per-batch columns, for what its histogram tells)."""
         g = self.groups[index]
         own = set(g.sources)
-        batches = None
-        if self.batches is not None:
+        cols = None
+        if self.batches is not None and batches:
             col = self.batches.get("group")
             keep = col == index if col is not None else np.ones(len(self.batches["forward_tokens"]), bool)
-            batches = {k: v[keep] for k, v in self.batches.items()}
-            batches["group"] = np.zeros(int(keep.sum()), np.int32)
+            cols = {k: v[keep] for k, v in self.batches.items()}
+            cols["group"] = np.zeros(int(keep.sum()), np.int32)
         meta = dict(self.meta)
-        if batches is None and len(self.groups) > 1:
+        if cols is None and len(self.groups) > 1:
             meta["ranks_from_all_groups"] = True  # the rank tags are the whole trace's, not this group's
         for key in ("startup", "graph_disabled", "server_args"):
             if isinstance(meta.get(key), list):
@@ -184,7 +192,7 @@ class PrefillTrace:
         return PrefillTrace(
             sizes=g.sizes.copy(),
             counts=g.counts.copy(),
-            batches=batches,
+            batches=cols,
             origin=self.origin,
             sources=self.sources,
             parse_stats=self.parse_stats,

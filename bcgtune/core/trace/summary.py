@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 
 from bcgtune.core.sglang.replay import DEFAULT_PADDING_FACTOR, assign_buckets
-from bcgtune.core.trace.groups import mixed_chunk_signature, unlogged_mixed_chunk
+from bcgtune.core.trace.groups import (
+    FORWARD_TOKENS_RULE,
+    FORWARD_TOKENS_RULE_BY_LAUNCH,
+    FORWARD_TOKENS_RULE_MIXED,
+    TraceGroup,
+    attention_dp_ranks,
+    mixed_chunk_signature,
+    unlogged_mixed_chunk,
+)
+from bcgtune.core.trace.merge import given_differs
 from bcgtune.core.trace.prefill_trace import CapturedList, PrefillTrace, source_digest
 
 MAX_SAMPLES_SHOWN = 3
@@ -73,6 +82,7 @@ class GroupSummary:
     p50: int
     max: int
     captured_buckets: int | None  # graphs its servers logged capturing (the last complete list)
+    files: list[str] = field(default_factory=list)  # the logs its batches come from
 
 
 @dataclass
@@ -97,6 +107,7 @@ class TraceSummary:
     head_cut: Malformed | None = None  # prefill lines whose head was cut off (not counted)
     glued: Malformed | None = None  # physical lines holding several log lines
     hints: list[str] = field(default_factory=list)  # what to rerun differently
+    warnings: list[str] = field(default_factory=list)  # launch settings the batches contradict
     histogram_only: bool = False
     launch: str | None = None  # the one configuration's launch settings, as the logs state them
 
@@ -167,20 +178,27 @@ def _ranks(trace: PrefillTrace) -> dict[str, int]:
     return out
 
 
+def _which(trace: PrefillTrace, i: int) -> str:
+    return f"group {i} ({trace.groups[i].label()})" if len(trace.groups) > 1 else "the server"
+
+
 def _notes(trace: PrefillTrace) -> list[str]:
     ps, meta = trace.parse_stats or {}, trace.meta or {}
     notes = []
     overlap = meta.get("rank_overlap") or {}
+    per_group = overlap.get("groups") if len(trace.groups) > 1 else None
     if overlap.get("printers", 1) > 1:
         notes.append(
             f"{overlap['printers']} ranks/files print prefill lines; every line is kept as its own "
             "forward (under DP attention each DP rank runs its own batch)"
         )
-        if overlap.get("records_matching_another_printer"):
+    for i, o in enumerate(per_group or [overlap]):
+        if isinstance(o, dict) and o.get("records_matching_another_printer"):
+            where = f" of {_which(trace, i)}" if per_group else ""
             notes.append(
-                f"{overlap['records_matching_another_printer']} records match a record of another "
-                "rank/file (same second and sizes): if those are copies of one batch rather than "
-                "distinct DP batches, trace one rank only"
+                f"{o['records_matching_another_printer']} records{where} match a record of another "
+                "rank/file of it (same second and sizes, from ranks/files nearly all of whose records do): if those are "
+                "copies of one batch rather than distinct DP batches, trace one rank only"
             )
     for key, text in (
         ("zero_token_records", "records with 0 forward tokens left out"),
@@ -190,18 +208,79 @@ def _notes(trace: PrefillTrace) -> list[str]:
     ):
         if ps.get(key):
             notes.append(f"{ps[key]} {text}")
-    given = [str(e.get("path")) for e in ps.get("per_source") or [] if isinstance(e, dict) and e.get("launch_given")]
-    if given:
-        shown = ", ".join(given[:3]) + (f" and {len(given) - 3} more" if len(given) > 3 else "")
-        notes.append(f"launch settings given with --launch, not logged, for {len(given)} file(s): {shown}")
+    notes += _given_notes(trace, ps)
+    cont = [
+        (str(e.get("path")), str(e["launch_from"]))
+        for e in ps.get("per_source") or []
+        if isinstance(e, dict) and e.get("launch_from")
+    ]
+    if cont:
+        notes.append(
+            f"{len(cont)} rotated file(s) state no launch of their own and continue the one their older piece ended with: "
+            + _shown([f"{a} (from {b})" for a, b in cont])
+        )
     return notes
 
 
+def _shown(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _given_notes(trace: PrefillTrace, ps: dict[str, Any]) -> list[str]:
+    """Which files took the launch settings given (--launch), and the configuration they
+    joined, or why they stayed a configuration of their own."""
+    rows = ps.get("per_source") or []
+    given = {i for i, e in enumerate(rows) if isinstance(e, dict) and e.get("launch_given")}
+    if not given:
+        return []
+    names = trace.source_names()
+    out = []
+    for i, g in enumerate(trace.groups):
+        mine = [names[s] for s in g.sources if s in given and s < len(names)]
+        if not mine:
+            continue
+        text = f"launch settings given with --launch, not logged, for {len(mine)} file(s): {_shown(mine)}"
+        if len(trace.groups) > 1:
+            text += f": {_given_outcome(trace, i)}"
+        out.append(text)
+    return out
+
+
+def _given_outcome(trace: PrefillTrace, i: int) -> str:
+    g = trace.groups[i]
+    if not g.given:
+        return f"they joined {_which(trace, i)}, the configuration the settings name"
+    logged = [(j, h) for j, h in enumerate(trace.groups) if not h.given]
+    if not logged:
+        return f"they are {_which(trace, i)} (no log states its launch settings)"
+    named = [j for j, h in logged if given_differs(g, h) is None]
+    if len(named) > 1:
+        return (
+            f"they name {len(named)} of the configurations the logs state (groups {', '.join(map(str, named))}), so they "
+            f"stay {_which(trace, i)}: give a setting that tells those apart"
+        )
+    reasons = "; ".join(f"group {j}: {given_differs(g, h)}" for j, h in logged[:4])
+    return f"they name none of the configurations the logs state, so they stay {_which(trace, i)} ({reasons})"
+
+
 def _forward_rule(trace: PrefillTrace) -> str | None:
-    """How forward tokens were counted, naming only the fields the log had."""
+    """How forward tokens were counted, naming only the fields the log had (and, when the
+    configurations count them differently, which ones count the running decode rows)."""
     rule = trace.meta.get("forward_tokens_rule")
     if not isinstance(rule, str):
         return None
+    if rule == FORWARD_TOKENS_RULE_BY_LAUNCH:
+        mixed = [i for i, g in enumerate(trace.groups) if g.settings.get("enable_mixed_chunk") is True]
+        if not mixed:
+            rule = FORWARD_TOKENS_RULE
+        elif len(mixed) == len(trace.groups):
+            rule = FORWARD_TOKENS_RULE_MIXED
+        else:
+            rule = (
+                f"{FORWARD_TOKENS_RULE}; + running_req in group{'s' if len(mixed) > 1 else ''} "
+                + ", ".join(map(str, mixed))
+                + " (mixed chunk)"
+            )
     replay = (trace.batches or {}).get("replay_token")
     if "replay_token" in rule and (replay is None or not (replay >= 0).any()):
         rule = rule.replace(" + replay_token", "")
@@ -210,13 +289,15 @@ def _forward_rule(trace: PrefillTrace) -> str | None:
 
 def _groups(trace: PrefillTrace) -> list[GroupSummary]:
     out = []
+    names = trace.source_names()
     for i, g in enumerate(trace.groups):
-        view = trace.group_view(i)
+        view = trace.group_view(i, batches=False)
         cap = view.captured_list()
         out.append(
             GroupSummary(
                 group=i, label=g.label(), settings=dict(g.settings), batches=g.n_batches, sources=len(g.sources),
                 p50=view.percentile(50), max=int(g.sizes[-1]), captured_buckets=len(cap.buckets) if cap else None,
+                files=[names[s] for s in g.sources if 0 <= s < len(names)],
             )
         )  # fmt: skip
     return out
@@ -233,29 +314,56 @@ def _lines(ps: dict[str, Any], count_key: str, samples_key: str) -> Malformed | 
     return Malformed(count=n, samples=samples)
 
 
+def _mixed_known(trace: PrefillTrace, g: TraceGroup) -> bool:
+    """Whether the group's mixed-chunk setting is known (logged, given, or --mixed-chunk;
+    an older trace's one rule for every batch)."""
+    if trace.meta.get("forward_tokens_rule") == FORWARD_TOKENS_RULE_BY_LAUNCH:
+        return isinstance(g.settings.get("enable_mixed_chunk"), bool)
+    return bool(trace.meta.get("mixed_chunk"))
+
+
 def _hints(trace: PrefillTrace) -> list[str]:
-    """What the user should rerun differently: the --mixed-chunk hint when a group's
-    chunk-saturated batches carry the mixed-chunk signature, or its logged settings say so."""
-    if trace.meta.get("mixed_chunk"):
-        return []
+    """What the user should rerun differently: the --mixed-chunk hint for a group whose
+    mixed-chunk setting no log states nor was given, when its chunk-saturated batches carry
+    the mixed-chunk signature and no chunk explains them otherwise."""
     out = []
     for i, g in enumerate(trace.groups):
-        which = f"group {i} ({g.label()})" if len(trace.groups) > 1 else "the server"
-        if mixed_chunk_signature(g.saturated):
+        if _mixed_known(trace, g):
+            continue
+        which = _which(trace, i)
+        if g.rank_chunk is not None and mixed_chunk_signature(g.saturated):
             n = g.saturated.get("chunk_minus_running", 0)
             out.append(
                 f"{n} chunk-saturated batches of {which} log #new-token + #running-req = the chunk ({g.rank_chunk}): "
                 "it ran --enable-mixed-chunk; trace again with --mixed-chunk to count the decode rows in each forward"
             )
-        elif g.settings.get("enable_mixed_chunk") is True:
-            out.append(f"{which} ran --enable-mixed-chunk (its launch settings say so): trace again with --mixed-chunk")
         elif g.rank_chunk is None and (found := unlogged_mixed_chunk(g.saturated)) is not None:
             chunk, n = found
             out.append(
-                f"{n} batches of {which} log the same largest #new-token + #running-req ({chunk:,}) and no #new-token "
-                f"reaches it: its chunk is not logged, but it looks like a server with chunk {chunk} and "
-                f"--enable-mixed-chunk; trace again with --mixed-chunk --launch chunked_prefill_size={chunk}"
+                f"{n} batches of {which} log the same largest #new-token + #running-req ({chunk:,}) and no chunk "
+                f"explains their sizes otherwise: its chunk is not logged, but it looks like a server with chunk {chunk} "
+                f"and --enable-mixed-chunk; trace again with --mixed-chunk --launch chunked_prefill_size={chunk}"
             )
+    return out
+
+
+def _warnings(trace: PrefillTrace) -> list[str]:
+    """Launch settings the batches contradict: a chunk per attention-DP rank below the
+    largest batch (SGLang's scheduler never forms a batch above it,
+    srt/managers/schedule_policy.py, PrefillAdder: rem_chunk_tokens)."""
+    out = []
+    for i, g in enumerate(trace.groups):
+        chunk, largest = g.rank_chunk, int(g.sizes[-1]) if g.sizes.size else 0
+        if chunk is None or chunk <= 0 or largest <= chunk:
+            continue
+        ranks = attention_dp_ranks(g.settings)
+        how = "given with --launch" if g.given else "as logged"
+        per = f" per attention-DP rank ({g.settings.get('chunked_prefill_size')} / {ranks} ranks)" if ranks > 1 else ""
+        out.append(
+            f"{_which(trace, i)}: its launch settings ({how}) give a chunk of {chunk:,} tokens{per}, but its batches "
+            f"reach {largest:,} tokens: these settings do not describe the servers that wrote the logs"
+            + ("; give the settings they ran (--launch)" if g.given else "")
+        )
     return out
 
 
@@ -305,5 +413,6 @@ def summarize(trace: PrefillTrace, factor: float = DEFAULT_PADDING_FACTOR) -> Tr
         head_cut=_lines(ps, "head_cut_lines", "head_cut_samples"),
         glued=_lines(ps, "glued_lines", "glued_samples"),
         hints=_hints(trace),
+        warnings=_warnings(trace),
         histogram_only=trace.histogram_only,
     )

@@ -52,8 +52,6 @@ The package, one file per job:
 from bcgtune.adapters.sglang.log.build import file_trace, parse_logs, rank_overlap
 from bcgtune.adapters.sglang.log.grammar import (
     CHUNK_SIZE,
-    FORWARD_TOKENS_RULE,
-    FORWARD_TOKENS_RULE_MIXED,
     INT32_MAX,
     MAX_CAPTURES,
     MAX_LINE_BYTES,
@@ -71,11 +69,13 @@ from bcgtune.adapters.sglang.log.grammar import (
 )
 from bcgtune.adapters.sglang.log.options import PARALLEL_MIN_BYTES, ParseOptions
 from bcgtune.adapters.sglang.log.scanner import ScanResult, scan_log
+from bcgtune.core.trace.groups import FORWARD_TOKENS_RULE, FORWARD_TOKENS_RULE_BY_LAUNCH, FORWARD_TOKENS_RULE_MIXED
 
 __all__ = [
     "CHUNK_SIZE",
     "FORWARD_TOKENS_RULE",
     "FORWARD_TOKENS_RULE_MIXED",
+    "FORWARD_TOKENS_RULE_BY_LAUNCH",
     "INT32_MAX",
     "MAX_CAPTURES",
     "MAX_LINE_BYTES",

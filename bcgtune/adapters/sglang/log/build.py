@@ -11,16 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from bcgtune.adapters.sglang.log.columns import Want, _FileResult
-from bcgtune.adapters.sglang.log.grammar import (
-    FORWARD_TOKENS_RULE,
-    FORWARD_TOKENS_RULE_MIXED,
-    MAX_CAPTURES,
-    forward_tokens,
+from bcgtune.adapters.sglang.log.columns import (
+    LaunchEnds,
+    Want,
+    _FileResult,
+    first_counts_running,
+    inherit_first,
 )
+from bcgtune.adapters.sglang.log.grammar import MAX_CAPTURES, forward_tokens
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.parallel import _input_size, _parse_files, _Progress
+from bcgtune.adapters.sglang.log.rotation import previous_pieces
+from bcgtune.core.stats import distinct
 from bcgtune.core.trace.groups import (
+    FORWARD_TOKENS_RULE_BY_LAUNCH,
     TraceGroup,
     group_from_batches,
     histogram_of,
@@ -29,7 +33,7 @@ from bcgtune.core.trace.groups import (
     settings_key,
     sum_counters,
 )
-from bcgtune.core.trace.merge import merge_traces, rank_overlap
+from bcgtune.core.trace.merge import join_given, merge_traces, rank_overlap
 from bcgtune.core.trace.prefill_trace import PrefillTrace
 from bcgtune.errors import InputError
 from bcgtune.fileio import display_path as _display_path
@@ -86,6 +90,7 @@ def _parse_stats(where: str, r: _FileResult, zero: int) -> dict[str, Any]:
                 "head_cut_lines": r.head_cut,
                 "glued_lines": r.glued,
                 **({"launch_given": True} if any(seg.get("assumed") for seg in r.segments) else {}),
+                **({"launch_from": _display_path(r.segments[0]["inherited"])} if "inherited" in r.segments[0] else {}),
             }
         ],
         "overlong_lines": r.overlong,
@@ -103,6 +108,52 @@ def _launches(r: _FileResult) -> list[tuple[dict[str, Any], int | None]]:
     return [launch_settings(seg["server_args"], seg["startup"]) for seg in r.segments]
 
 
+def rotated_firsts(paths: list[str], ends: list[LaunchEnds | None]) -> dict[int, dict]:
+    """The launch each rotated piece continues (adapters/sglang/log/rotation.py): a piece
+    whose first lines state no launch continues the one its older piece ended with, older
+    pieces first so a chain of such pieces passes it on. ends: launch_ends of each parse
+    (None: a parse that failed)."""
+    prev = previous_pieces(paths)
+    firsts: dict[int, dict] = {}
+    tails: dict[int, dict | None] = {}
+    for i in _chain_order(prev):
+        e, p = ends[i], prev[i]
+        if e is None:
+            continue
+        first = tails.get(p) if p is not None and e.first_unstated else None
+        if first is not None:
+            firsts[i] = first
+        tails[i] = first if first is not None and e.one_launch else e.last
+    return firsts
+
+
+def continue_first(r: _FileResult, first: dict, want: Want) -> bool:
+    """r's first launch continues `first`; True when r is a histogram counted otherwise."""
+    counted = first_counts_running(r)
+    inherit_first(r, first, want.mixed_chunk)
+    return want.histogram_only and first_counts_running(r) != counted
+
+
+def _chain_order(prev: list[int | None]) -> list[int]:
+    """Indices with each piece after the piece before it."""
+    out: list[int] = []
+    seen: set[int] = set()
+    for i in range(len(prev)):
+        chain = []
+        j: int | None = i
+        while j is not None and j not in seen:
+            chain.append(j)
+            seen.add(j)
+            j = prev[j]
+        out += reversed(chain)
+    return out
+
+
+def _given(r: _FileResult, segs: list[int]) -> bool:
+    """Whether launches `segs` all took the settings given for logs that state none."""
+    return all("assumed" in r.segments[s] for s in segs)
+
+
 def _configurations(launches, launched: list[int]) -> list[list[int]]:
     """Launches `launched` (ascending) grouped by configuration (equal settings_key), the
     groups in order of first batch."""
@@ -112,8 +163,9 @@ def _configurations(launches, launched: list[int]) -> list[list[int]]:
     return list(by_key.values())
 
 
-def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillTrace:
-    """The trace of one log (its source is source 0): the map step of a parse."""
+def file_trace(path: str, r: _FileResult) -> PrefillTrace:
+    """The trace of one log (its source is source 0): the map step of a parse. Each launch's
+    batches count their forward tokens by its own settings (FORWARD_TOKENS_RULE_BY_LAUNCH)."""
     where = _display_path(path)
     launches = _launches(r)
     source: dict[str, Any] = {"path": where, "xxh128": r.xxh128, "bytes": r.nbytes}
@@ -121,8 +173,7 @@ def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillT
         source["decompressed"] = True
     meta: dict[str, Any] = {
         "ranks": list(r.ranks),
-        "mixed_chunk": bool(mixed_chunk),
-        "forward_tokens_rule": FORWARD_TOKENS_RULE_MIXED if mixed_chunk else FORWARD_TOKENS_RULE,
+        "forward_tokens_rule": FORWARD_TOKENS_RULE_BY_LAUNCH,
         "graph_labels": dict(r.graph_labels),
         "startup": list(r.startup),
         "graph_disabled": list(r.disabled),
@@ -132,11 +183,11 @@ def file_trace(path: str, r: _FileResult, mixed_chunk: bool = False) -> PrefillT
         meta["captures_dropped"] = r.capture_count - len(r.captures)
     common = {"origin": "sglang-log", "sources": [source], "captures": list(r.captures[:MAX_CAPTURES]), "meta": meta}
     if r.columns is not None:
-        return _column_trace(r, launches, mixed_chunk, where, common)
+        return _column_trace(r, launches, where, common)
     return _histogram_trace(r, launches, where, common)
 
 
-def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, common: dict) -> PrefillTrace:
+def _column_trace(r: _FileResult, launches, where: str, common: dict) -> PrefillTrace:
     assert r.columns is not None
     # the columns move out of the parse result (it is not used again), so that dropping the
     # zero-token records frees each original column as its copy is made
@@ -145,7 +196,10 @@ def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, commo
     n = len(segment)
     cols = {k: np.zeros(n, np.int32) if k == "source" else raw.pop(k) for k in _COLUMN_ORDER}
     del raw
-    fwd = forward_tokens(cols["new_token"], cols["replay_token"], cols["running_req"], mixed_chunk)
+    mixed = np.array([flags.get("enable_mixed_chunk") is True for flags, _ in launches], np.bool_)
+    fwd = forward_tokens(cols["new_token"], cols["replay_token"], cols["running_req"], False)
+    if mixed.any():  # the launches that ran --enable-mixed-chunk also count their running decode rows
+        fwd += np.where(mixed[segment], np.maximum(cols["running_req"], 0), 0)
     keep = fwd > 0
     zero = int(n - keep.sum())
     cols["forward_tokens"] = fwd
@@ -154,7 +208,7 @@ def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, commo
         for k in list(cols):
             cols[k] = cols[k][keep]
         segment = segment[keep]
-    configs = _configurations(launches, np.unique(segment).tolist())
+    configs = _configurations(launches, distinct(segment).tolist())
     lut = np.full(len(launches) + 1, -1, np.int32)
     for gi, segs in enumerate(configs):
         lut[segs] = gi
@@ -168,10 +222,11 @@ def _column_trace(r: _FileResult, launches, mixed_chunk: bool, where: str, commo
         # what merge_groups makes of the launches' own groups, counted once over their rows
         flags, chunk = launches[segs[0]]
         saturated = sum_counters([r.segments[s]["saturated"] for s in segs])
-        groups.append(
-            group_from_batches(flags, chunk, [0] * len(segs), cols["forward_tokens"][sel], cols["new_seq"][sel],
-                               cols["graph"][sel], saturated)
-        )  # fmt: skip
+        g = group_from_batches(
+            flags, chunk, [0], cols["forward_tokens"][sel], cols["new_seq"][sel], cols["graph"][sel], saturated
+        )
+        g.given = _given(r, segs)
+        groups.append(g)
     trace = PrefillTrace.from_batches(cols, parse_stats=_parse_stats(where, r, zero), **common)
     trace.groups = groups
     return trace
@@ -189,9 +244,9 @@ def _histogram_group(r: _FileResult, launches, segs: list[int]) -> TraceGroup:
         tokens, requests, counts = pairs_of(*(np.concatenate([h[k] for h in hs]) for k in ("tokens", "requests", "counts")))
     sizes, size_counts = histogram_of(tokens, counts)
     return TraceGroup(
-        flags, chunk, [0] * len(segs), sizes, size_counts, tokens, requests, counts,
+        flags, chunk, [0], sizes, size_counts, tokens, requests, counts,
         all(h["requests_known"] for h in hs), sum_counters([h["graph"] for h in hs]),
-        sum_counters([r.segments[s]["saturated"] for s in segs]),
+        sum_counters([r.segments[s]["saturated"] for s in segs]), _given(r, segs),
     )  # fmt: skip
 
 
@@ -231,7 +286,10 @@ def parse_logs(
     bytes for .gz. histogram_only: keep counts per size and request mixes per group, not
     per-batch columns (memory flat in the logs' length). assumed_launch: the settings of the
     launches whose log states none (rotated logs), as a server_args line states them
-    (core.trace.groups.logged_form); logged settings always win.
+    (core.trace.groups.logged_form); logged settings always win, and the launches given
+    settings join the one logged configuration they name (core.trace.merge.join_given).
+    mixed_chunk: count the running decode rows in the forward tokens of launches whose
+    settings (logged or given) do not state enable_mixed_chunk.
 
     Raises InputError naming the file when a file cannot be read, is binary, or no input
     holds a prefill line; KeyboardInterrupt stops the workers and is raised here."""
@@ -242,10 +300,11 @@ def parse_logs(
         raise InputError("stdin ('-') can be read once only", "<stdin>")
     sizes = [_input_size(p) for p in paths]
     want = Want.of(mixed_chunk, histogram_only, assumed_launch)
-    results = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want)
-    traces = [file_trace(p, r, mixed_chunk) for p, r in zip(paths, results)]
-    del results
-    trace = merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True)
+    # rotated pieces are parsed after the piece before them, by the launch it ended with (Continuations)
+    # each log's trace made where it was parsed (a worker process, for several files)
+    traces = _parse_files(paths, jobs, _Progress(progress, sizes), options or DEFAULT_OPTIONS, want, file_trace)
+    trace = join_given(merge_traces(traces, names=[_display_path(p) for p in paths], same_source_ok=True, consume=True))
+    del traces
     if trace.n_batches == 0:
         raise _no_records_error(paths, trace)
     return trace

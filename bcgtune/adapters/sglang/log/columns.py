@@ -22,7 +22,8 @@ from bcgtune.adapters.sglang.log.grammar import (
 )
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.scanner import _at_line, _scan, _Sink
-from bcgtune.core.trace.groups import UNLOGGED_CHUNK_KEY
+from bcgtune.core.stats import distinct
+from bcgtune.core.trace.groups import UNLOGGED_CHUNK_KEY, UNLOGGED_NEW_TOKEN_KEY
 
 MAX_SEGMENTS = 1024  # launches (server_args lines) told apart per file; later ones join the last
 
@@ -38,6 +39,9 @@ class Want(NamedTuple):
     # server_args and startup lines), as SGLang's server_args line states them (the chunk
     # per attention-DP rank): ((key, value), ...)
     assumed: tuple = ()
+    # the launch the log's first lines continue when it states none (a rotated piece: the
+    # launch its older piece ended with, see inherit_first): its settings count its forward tokens
+    first: dict | None = None
 
     @classmethod
     def of(cls, mixed_chunk: bool, histogram_only: bool, assumed: dict[str, Any] | None = None) -> "Want":
@@ -111,6 +115,19 @@ def _runs(seg: np.ndarray) -> list[tuple[int, slice]]:
     return [(int(seg[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
+def _top_count(u: list[int], at: int, values: np.ndarray) -> None:
+    """u[at], u[at + 1]: the largest value seen and how many reach it, updated by `values`."""
+    top = int(values.max())
+    if top > u[at]:
+        u[at], u[at + 1] = top, int(np.count_nonzero(values == top))
+    elif top == u[at]:
+        u[at + 1] += int(np.count_nonzero(values == top))
+
+
+def _chunk(startup: dict | None, server_args: dict | None) -> Any:
+    return (startup or {}).get("chunked_prefill_size") or (server_args or {}).get("chunked_prefill_size")
+
+
 def _sample(samples: list[dict], item: dict) -> None:
     if len(samples) < MAX_MALFORMED_SAMPLES:
         samples.append(item)
@@ -122,8 +139,10 @@ class _FileSink(_Sink):
     batches before the first belong to launch 0. Each launch also counts its
     chunk-saturated batches (core.trace.groups.mixed_chunk_signature)."""
 
-    def __init__(self, assumed: dict[str, Any] | None = None) -> None:
+    def __init__(self, assumed: dict[str, Any] | None = None, mixed_chunk: bool = False, first: dict | None = None) -> None:
         self.assumed = dict(assumed or {})
+        self.mixed_chunk = mixed_chunk
+        self.first = first
         self.unlogged: dict[int, list[int]] = {}
         self.rank_index: dict[str, int] = {}
         self.graph_labels: dict[str, int] = {}
@@ -163,11 +182,29 @@ class _FileSink(_Sink):
 
     def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None: ...
 
+    def mixed_of(self, s: int) -> bool:
+        """Whether launch `s` ran --enable-mixed-chunk: as its server_args line states, else as
+        the settings given for a log that states none say, else as --mixed-chunk says (the
+        settings _parse_file gives the launch at the end say the same)."""
+        seg = self.segments[s]
+        stated = seg["server_args"] if seg["server_args"] is not None else self._unstated(s)["server_args"]
+        value = stated.get("enable_mixed_chunk")
+        return value if isinstance(value, bool) else self.mixed_chunk
+
+    def _unstated(self, s: int) -> dict:
+        """What launch `s`, whose log states no server_args, is read by: the launch an older
+        piece ended with (for the first one), else the settings given."""
+        if s == 0 and self.first is not None:
+            return self.first
+        return {"server_args": self.assumed, "startup": None}
+
     def _chunk_of(self, s: int) -> Any:
         seg = self.segments[s]
+        if seg["server_args"] is None and s == 0 and self.first is not None:
+            return _chunk(seg["startup"] or self.first["startup"], self.first["server_args"])
         if seg["startup"] is None and seg["server_args"] is None:
             return self.assumed.get("chunked_prefill_size")  # given for a log that states no launch
-        return (seg["startup"] or {}).get("chunked_prefill_size") or (seg["server_args"] or {}).get("chunked_prefill_size")
+        return _chunk(seg["startup"], seg["server_args"])
 
     def _saturation(self, b: _Block, runs: list[tuple[int, slice]]) -> None:
         """Batches that filled their launch's chunk: `#new-token == chunk`, or with running
@@ -197,31 +234,26 @@ class _FileSink(_Sink):
 
     def _unlogged(self, s: int, nt: np.ndarray, rr: np.ndarray) -> None:
         """A launch whose chunk is not logged (rotated logs): the largest #new-token +
-        #running-req over batches with running rows, how many batches reach it, and the
-        largest #new-token. Under --enable-mixed-chunk the chunk is that largest sum and no
-        batch's #new-token reaches it (core.trace.groups.unlogged_mixed_chunk)."""
-        u = self.unlogged.setdefault(s, [0, 0, 0])  # best sum, batches at it, largest new_token
+        #running-req over batches with running rows and how many batches reach it, and the
+        largest #new-token and how many batches reach it (core.trace.groups.unlogged_mixed_chunk
+        weighs one against the other)."""
+        u = self.unlogged.setdefault(s, [0, 0, 0, 0])  # best sum, batches at it, largest new_token, batches at it
         if not nt.size:
             return
-        u[2] = max(u[2], int(nt.max()))
+        _top_count(u, 2, nt)
         run = rr > 0
         if run.any():
-            sums = nt[run] + rr[run]
-            top = int(sums.max())
-            at = int(np.count_nonzero(sums == top))
-            if top > u[0]:
-                u[0], u[1] = top, at
-            elif top == u[0]:
-                u[1] += at
+            _top_count(u, 0, nt[run] + rr[run])
 
     def finish_unlogged(self) -> None:
-        """Each launch without a logged chunk gets its signature counted under the sum as
-        key (`unlogged_chunk_<sum>`: batches reaching it), when no #new-token reaches it."""
-        for s, (top, at, nt_max) in self.unlogged.items():
-            if at and nt_max < top:
-                sat = self.segments[s]["saturated"]
-                key = f"{UNLOGGED_CHUNK_KEY}{top}"
-                sat[key] = sat.get(key, 0) + at
+        """Each launch without a logged chunk gets its largest sum and its largest #new-token
+        counted under the value as key (`unlogged_chunk_<sum>`, `unlogged_new_token_<n>`:
+        batches reaching it); a fleet's files add up per value."""
+        for s, (top, at, nt_max, nt_at) in self.unlogged.items():
+            sat = self.segments[s]["saturated"]
+            for key, n in ((f"{UNLOGGED_CHUNK_KEY}{top}", at), (f"{UNLOGGED_NEW_TOKEN_KEY}{nt_max}", nt_at)):
+                if n:
+                    sat[key] = sat.get(key, 0) + n
 
     def ranks_of(self, b: _Block) -> np.ndarray:
         """The block's ranks as indices into this sink's ranks (in order of first record)."""
@@ -327,8 +359,8 @@ class _FileSink(_Sink):
 class _ColumnSink(_FileSink):
     """Per-batch columns (a few dozen bytes per batch, one array per chunk until the end)."""
 
-    def __init__(self, assumed: dict[str, Any] | None = None) -> None:
-        super().__init__(assumed)
+    def __init__(self, assumed: dict[str, Any] | None = None, mixed_chunk: bool = False, first: dict | None = None) -> None:
+        super().__init__(assumed, mixed_chunk, first)
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -360,9 +392,8 @@ class _HistogramSink(_FileSink):
 
     wants_timestamps = False  # no column keeps them
 
-    def __init__(self, mixed_chunk: bool, assumed: dict[str, Any] | None = None) -> None:
-        super().__init__(assumed)
-        self.mixed_chunk = mixed_chunk
+    def __init__(self, mixed_chunk: bool, assumed: dict[str, Any] | None = None, first: dict | None = None) -> None:
+        super().__init__(assumed, mixed_chunk, first)
         self.pairs = _PairCounter()
         # per launch: [replayed, eager, unflagged] batches, batches without #new-seq, and
         # whether it has a batch of more than 0 forward tokens (then it has a histogram)
@@ -373,7 +404,7 @@ class _HistogramSink(_FileSink):
 
     def block(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> None:
         self.ranks_of(b)  # ranks in order of first record, as the columns would number them
-        fwd = forward_tokens(b.new_token, b.replay_token, b.running_req, self.mixed_chunk)
+        fwd = self._forward(b, seg, runs)
         f, r, g = fwd, b.new_seq, b.graph
         keep = fwd > 0
         n_zero = len(keep) - int(np.count_nonzero(keep))
@@ -389,6 +420,17 @@ class _HistogramSink(_FileSink):
         # graph is 1, 0 or -1: columns replayed, eager, unflagged
         self.graph[lo:hi] += np.bincount(local * 3 + (1 - g.astype(np.int64)), minlength=3 * (hi - lo)).reshape(-1, 3)
         self.pairs.add(seg, f, np.where(r >= 1, np.minimum(r, f), 1))
+
+    def _forward(self, b: _Block, seg: np.ndarray, runs: list[tuple[int, slice]]) -> np.ndarray:
+        """Forward tokens of the block's batches, each by its launch's mixed-chunk setting."""
+        mixed = [self.mixed_of(s) for s, _ in runs]
+        if not any(mixed) or all(mixed):
+            return forward_tokens(b.new_token, b.replay_token, b.running_req, bool(mixed and mixed[0]))
+        fwd = forward_tokens(b.new_token, b.replay_token, b.running_req, False)
+        for (_, rows), m in zip(runs, mixed):
+            if m:
+                fwd[rows] += np.maximum(b.running_req[rows], 0)
+        return fwd
 
     def histograms(self) -> list[dict]:
         segs, tokens, requests, counts = self.pairs.result()
@@ -449,6 +491,12 @@ class _PairCounter:
         return self.segs, self.keys >> 31, self.keys & (2**31 - 1), self.counts
 
 
+def _launches_used(columns: dict[str, np.ndarray] | None, histograms: list[dict] | None) -> set[int]:
+    if columns is not None:
+        return set(distinct(columns["segment"]).tolist())
+    return {i for i, h in enumerate(histograms or []) if h["counts"].size}
+
+
 def _parse_file(
     path: str,
     source: int,
@@ -457,21 +505,28 @@ def _parse_file(
     want: Want = Want(),
 ) -> _FileResult:
     assumed = dict(want.assumed)
-    sink: _FileSink = _HistogramSink(want.mixed_chunk, assumed) if want.histogram_only else _ColumnSink(assumed)
+    sink: _FileSink = (
+        _HistogramSink(want.mixed_chunk, assumed, want.first)
+        if want.histogram_only
+        else _ColumnSink(assumed, want.mixed_chunk, want.first)
+    )
     (lines, decode, legacy_decode), src = _scan(path, source, sink, progress, options)
     sink.finish_unlogged()
     columns = sink.columns() if isinstance(sink, _ColumnSink) else None
     histograms = sink.histograms() if isinstance(sink, _HistogramSink) else None
-    if assumed:
-        if columns is not None:
-            used = set(np.unique(columns["segment"]).tolist())
-        else:
-            used = {i for i, h in enumerate(histograms or []) if h["counts"].size}
-        for i, seg in enumerate(sink.segments):  # a launch its log states nothing of: the settings given
-            if seg["server_args"] is None and seg["startup"] is None:
-                seg["server_args"] = dict(assumed)
+    used: set[int] | None = None
+    for i, seg in enumerate(sink.segments):
+        # the settings of each launch as it is read: its server_args line, else the settings given for
+        # logs that state none; --mixed-chunk where neither states enable_mixed_chunk (as mixed_of decides)
+        seg["stated"] = seg["server_args"] is not None
+        if seg["server_args"] is None:
+            seg["server_args"] = dict(assumed)
+            if assumed:
+                if used is None:
+                    used = _launches_used(columns, histograms)
                 seg["assumed"] = i in used
-    return _FileResult(
+        _mixed_fallback(seg, want.mixed_chunk)
+    result = _FileResult(
         path=path, xxh128=src.digest.hexdigest(), nbytes=src.nbytes, lines=lines, decode_lines=decode,
         legacy_decode_lines=legacy_decode,
         columns=columns,
@@ -485,3 +540,91 @@ def _parse_file(
         glued=sink.glued_count, glued_samples=sink.glued_samples,
         segments=sink.segments, records=sink.n_records, untagged=sink.untagged, histograms=histograms,
     )  # fmt: skip
+    if want.first is not None:
+        inherit_first(result, want.first, want.mixed_chunk)
+    return result
+
+
+def _mixed_fallback(seg: dict, mixed_chunk: bool) -> None:
+    """--mixed-chunk for a launch whose settings do not state enable_mixed_chunk."""
+    if not isinstance(seg["server_args"].get("enable_mixed_chunk"), bool) and mixed_chunk:
+        seg["server_args"] = {**seg["server_args"], "enable_mixed_chunk": True}
+
+
+class LaunchEnds(NamedTuple):
+    """What the next piece of a rotated log needs of a parse: whether its first launch states
+    no server_args (it continues the older piece's last launch), whether it has one launch
+    only, and the launch it ends with (settings, startup line, the file that stated them)."""
+
+    first_unstated: bool
+    one_launch: bool
+    last: dict | None  # None: the log states no launch it ends with
+
+
+def launch_ends(r: _FileResult) -> LaunchEnds:
+    seg = r.segments[-1]
+    last = None
+    if seg["stated"] or "inherited" in seg:
+        last = {"server_args": dict(seg["server_args"]), "startup": seg["startup"], "from": seg.get("inherited", r.path)}
+    return LaunchEnds(not r.segments[0]["stated"] and "inherited" not in r.segments[0], len(r.segments) == 1, last)
+
+
+class Continuations:
+    """The launch each rotated piece continues (adapters/sglang/log/rotation.py), known as
+    the pieces are parsed, older first: a piece is parsed once the piece before it is, with
+    Want.first the launch that one ended with, so its first lines (which state no launch)
+    count their forward tokens by it and nothing is read twice."""
+
+    def __init__(self, paths: list[str]) -> None:
+        from bcgtune.adapters.sglang.log.rotation import previous_pieces
+
+        self.prev = previous_pieces(paths)
+        self.chained = any(p is not None for p in self.prev)
+        self.after: dict[int, list[int]] = {}
+        for i, p in enumerate(self.prev):
+            if p is not None:
+                self.after.setdefault(p, []).append(i)
+        self.tails: dict[int, dict | None] = {}
+
+    def ready(self) -> list[int]:
+        """The pieces that wait for no other (the oldest of each log, and the logs not rotated)."""
+        return [i for i, p in enumerate(self.prev) if p is None]
+
+    def want(self, i: int, want: Want) -> Want:
+        p = self.prev[i]
+        first = self.tails.get(p) if p is not None else None
+        return want._replace(first=first) if first is not None else want
+
+    def done(self, i: int, last: dict | None) -> list[int]:
+        """Piece i parsed, ending with launch `last` (launch_ends; None: it states none, or it
+        failed): the pieces now ready."""
+        self.tails[i] = last
+        return self.after.get(i, [])
+
+
+def parse_and_finish(path: str, progress, options: ParseOptions, want: Want, finish=None) -> tuple[dict | None, Any]:
+    """(the launch the log ends with, the parse) of one log; `finish(path, result)` makes
+    what is returned of the parse (a worker process runs it, so its cost is spread too)."""
+    r = _parse_file(path, 0, progress, options, want)
+    last = launch_ends(r).last
+    return last, (r if finish is None else finish(path, r))
+
+
+def first_counts_running(r: _FileResult) -> bool:
+    return r.segments[0]["server_args"].get("enable_mixed_chunk") is True
+
+
+def inherit_first(r: _FileResult, first: dict, mixed_chunk: bool) -> None:
+    """A log whose first lines state no launch continues `first` (last_launch of its older
+    piece): its first launch takes those settings (and startup, unless it logs its own), in
+    place of settings given for logs that state none. Its forward tokens must have been
+    counted by them (columns are counted later; a histogram is parsed again, `Want.first`)."""
+    seg = r.segments[0]
+    if seg["stated"]:
+        return
+    seg["server_args"] = dict(first["server_args"])
+    _mixed_fallback(seg, mixed_chunk)
+    if seg["startup"] is None:
+        seg["startup"] = first["startup"]
+    seg.pop("assumed", None)
+    seg["inherited"] = first["from"]

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bcgtune.core.stats import distinct
+
 try:  # the compiled line scanner (_lines.c), built where a C compiler was found at install
     from bcgtune.adapters.sglang.log._lines import LineTable, read_fields
 except ImportError:  # the numpy path gives the same results
@@ -459,7 +461,7 @@ class _ChunkLines:
                 decode, early = np.concatenate(([7], decode)), early[:-1]
             other = np.concatenate((early, other))
         hits = np.searchsorted(self.ends, prefill)
-        glued = np.unique(hits[1:][hits[1:] == hits[:-1]])  # two prefill heads on one line
+        glued = distinct(hits[1:][hits[1:] == hits[:-1]])  # two prefill heads on one line
         prefill_ids, decode_ids, legacy_ids = (_line_ids(self.ends, x) for x in (prefill, decode, legacy))
         cut = _line_ids(self.ends, other)
         if cut.size:

@@ -101,8 +101,6 @@ def _quote(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
 
 
 # ---- the forward-token rule ---------------------------------------------------------
-FORWARD_TOKENS_RULE = "new_token + replay_token"
-FORWARD_TOKENS_RULE_MIXED = FORWARD_TOKENS_RULE + " + running_req (mixed chunk)"
 
 
 def forward_tokens(new_token, replay_token, running_req, mixed_chunk: bool = False):

@@ -10,11 +10,14 @@ import queue
 import signal
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
-from bcgtune.adapters.sglang.log.columns import Want, _FileResult, _parse_file
+import numpy as np
+
+from bcgtune.adapters.sglang.log.columns import Continuations, Want, _FileResult, parse_and_finish
 from bcgtune.adapters.sglang.log.grammar import _quote
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.remote import is_url, url_size
@@ -65,20 +68,50 @@ class _Progress:
 
 
 def _parse_files(
-    paths: list[str], jobs: int | None, progress: _Progress, options: ParseOptions = DEFAULT_OPTIONS, want: Want = Want()
-) -> list[_FileResult]:
+    paths: list[str],
+    jobs: int | None,
+    progress: _Progress,
+    options: ParseOptions = DEFAULT_OPTIONS,
+    want: Want | list[Want] = Want(),
+    finish: Callable[[str, _FileResult], Any] | None = None,
+) -> list[Any]:
+    """Each path parsed with its Want (one for all, or one per path); a rotated piece after
+    the piece before it (Continuations), with the launch that one ended with. finish: what
+    becomes of each parse, where it ran (None: the _FileResult itself)."""
+    wants = want if isinstance(want, list) else [want] * len(paths)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise InputError(f"jobs must be a positive integer, got {_quote(repr(jobs))}", "jobs")
     files = [i for i, p in enumerate(paths) if p != "-"]
     n = min(jobs or _cores(), len(files), _MAX_JOBS_PER_CORE * _cores())
     big = sum(progress.sizes[i] or 0 for i in files) >= options.parallel_min_bytes
+    cont = Continuations(paths)
     if n < 2 or not big or multiprocessing.current_process().daemon:
-        out = []
-        for i, path in enumerate(paths):
-            out.append(_parse_file(path, 0, partial(progress.update, i), options, want))
-            progress.finished(i)
-        return out
-    return _parse_parallel(paths, files, n, progress, options, want)
+        return _parse_serial(paths, progress, options, wants, cont, finish)
+    return _parse_parallel(paths, files, n, progress, options, wants, cont, finish)
+
+
+def _parse_serial(
+    paths: list[str], progress: _Progress, options: ParseOptions, wants: list[Want], cont: Continuations, finish=None
+) -> list[Any]:
+    """One file after another: in input order, rotated pieces after the piece before them
+    (then every file is parsed, and the first error in input order raised)."""
+    out: list[Any] = [None] * len(paths)
+    failed: dict[int, BcgError] = {}
+    todo = deque(cont.ready())
+    while todo:
+        i = todo.popleft()
+        last = None
+        try:
+            last, out[i] = parse_and_finish(paths[i], partial(progress.update, i), options, cont.want(i, wants[i]), finish)
+        except BcgError as exc:
+            if not cont.chained:
+                raise
+            failed[i] = exc
+        progress.finished(i)
+        todo.extend(cont.done(i, last))
+    if failed:
+        raise failed[min(failed)]
+    return out
 
 
 def _worker_signals() -> None:
@@ -92,25 +125,83 @@ def _worker_signals() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker(paths: list[str], order: list[int], taken, results, done, options: ParseOptions, want: Want) -> None:
-    """A worker process: parse the next file of `order` not taken yet, until none is left;
-    send (index, _FileResult or the parts of its InputError) on `results`."""
+_SPILL_MIN_BYTES = 1 << 16
+
+
+def _spill_dir() -> str:
+    """A private folder for columns on their way from the workers: in memory (/dev/shm)
+    where there is one, else the temporary folder."""
+    import tempfile
+
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="bcgtune-parse-", dir=where)
+
+
+def _columns_of(out: Any) -> dict | None:
+    cols = getattr(out, "batches", None)
+    if cols is None:
+        cols = getattr(out, "columns", None)
+    return cols if isinstance(cols, dict) else None
+
+
+def _spill(out: Any, folder: str, i: int) -> Any:
+    """A worker's per-batch columns written to files in `folder` (one copy at the speed of
+    memory) instead of pickled through the result pipe (several copies, 0.3 s per 100 MB
+    measured): each large column is left as (path, dtype, length)."""
+    cols = _columns_of(out)
+    for k, a in list((cols or {}).items()):
+        if isinstance(a, np.ndarray) and a.nbytes >= _SPILL_MIN_BYTES and a.ndim == 1:
+            path = os.path.join(folder, f"{i}.{k}")
+            np.ascontiguousarray(a).tofile(path)
+            cols[k] = _Spilled(path, a.dtype.str, len(a))  # type: ignore[index]
+    return out
+
+
+def _unspill(out: Any) -> Any:
+    cols = _columns_of(out)
+    for k, a in list((cols or {}).items()):
+        if isinstance(a, _Spilled):
+            cols[k] = np.fromfile(a.path, dtype=np.dtype(a.dtype), count=a.length)  # type: ignore[index]
+            os.unlink(a.path)
+    return out
+
+
+class _Spilled(NamedTuple):
+    path: str
+    dtype: str
+    length: int
+
+
+class _Failed(NamedTuple):
+    """A parse's BcgError, as a worker sends it back (raised again in the parent)."""
+
+    cls: type
+    what: str
+    where: str | None
+
+
+def _worker(paths: list[str], tasks, taken, results, done, options: ParseOptions, finish=None, spill: str = "") -> None:
+    """A worker process: parse the files it is given, (index, Want) at a time on `tasks`,
+    until told to stop (None); send (index, (last launch, the parse as `finish` makes it))
+    or (index, the parts of its InputError) on `results`."""
     _worker_signals()
     while True:
-        with taken.get_lock():
-            k = taken.value
-            taken.value += 1
-        if k >= len(order):
+        task = tasks.get()
+        if task is None:
             return
-        i = order[k]
+        i, want = task
+        with taken.get_lock():
+            taken.value += 1
 
         def report(pos: int, i: int = i) -> None:
             done[i] = pos
 
         try:
-            out: Any = _parse_file(paths[i], 0, report, options, want)
+            last, parsed = parse_and_finish(paths[i], report, options, want, finish)
+            out: Any = (last, _spill(parsed, spill, i) if spill else parsed)
         except BcgError as exc:  # re-raised in the parent, with its file and line
-            out = (type(exc), exc.what, exc.where)
+            out = _Failed(type(exc), exc.what, exc.where)
         results.put((i, out))
 
 
@@ -123,19 +214,34 @@ def _start_method() -> str:
 
 
 class _Workers:
-    """`jobs` processes parsing `files` (biggest first), started with Ctrl-C ignored. As a
-    context manager it stops them all on the way out, whatever happened (no orphans)."""
+    """`jobs` processes parsing `files` (biggest first), and those given later (submit),
+    started with Ctrl-C ignored. As a context manager it stops them all on the way out,
+    whatever happened (no orphans)."""
 
-    def __init__(self, paths: list[str], files: list[int], jobs: int, sizes: list[int | None], options: ParseOptions, want: Want):
+    def __init__(
+        self,
+        paths: list[str],
+        files: list[int],
+        jobs: int,
+        sizes: list[int | None],
+        options: ParseOptions,
+        wants: list[Want],
+        finish=None,
+    ):
         ctx: Any = multiprocessing.get_context(_start_method())
-        order = sorted(files, key=lambda i: -(sizes[i] or 0))
+        self.sizes = sizes
         self.done = ctx.RawArray("q", len(paths))
         self.results = ctx.Queue()
+        self.tasks = ctx.Queue()
+        self.spill = _spill_dir()
+        self.submit([(i, wants[i]) for i in files])
         # kept on self: a spawned worker unpickles these after __init__ returns, and a
         # collected one unlinks its semaphore first
         self.taken = taken = ctx.Value("q", 0)
         self.procs = [
-            ctx.Process(target=_worker, args=(paths, order, taken, self.results, self.done, options, want), daemon=True)
+            ctx.Process(
+                target=_worker, args=(paths, self.tasks, taken, self.results, self.done, options, finish, self.spill), daemon=True
+            )
             for _ in range(jobs)
         ]
         main = threading.current_thread() is threading.main_thread()
@@ -154,6 +260,11 @@ class _Workers:
             if mask:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
+    def submit(self, tasks: list[tuple[int, Want]]) -> None:
+        """Files to parse, (index, Want) each: the biggest first."""
+        for task in sorted(tasks, key=lambda t: -(self.sizes[t[0]] or 0)):
+            self.tasks.put(task)
+
     def __enter__(self) -> Self:
         return self
 
@@ -167,6 +278,10 @@ class _Workers:
                 proc.kill()
                 proc.join()
         self.results.close()
+        self.tasks.close()
+        import shutil
+
+        shutil.rmtree(self.spill, ignore_errors=True)
 
     def next_result(self, timeout: float) -> tuple[int, Any] | None:
         """(index, result) of a finished file, or None after `timeout` seconds. Raises
@@ -188,24 +303,30 @@ def _parse_parallel(
     jobs: int,
     progress: _Progress,
     options: ParseOptions = DEFAULT_OPTIONS,
-    want: Want = Want(),
-) -> list[_FileResult]:
-    """Files in `jobs` worker processes, stdin in this one; results in input order, and
-    the first error in input order is raised (as a serial parse would). Ctrl-C reaches
-    this process only: it stops the workers and raises KeyboardInterrupt."""
+    wants: list[Want] | None = None,
+    cont: Continuations | None = None,
+    finish=None,
+) -> list[Any]:
+    """Files in `jobs` worker processes (a rotated piece once the piece before it is done),
+    stdin in this one; results in input order, and the first error in input order is raised
+    (as a serial parse would). Ctrl-C reaches this process only: it stops the workers and
+    raises KeyboardInterrupt."""
     results: list[Any] = [None] * len(paths)
-    with _Workers(paths, files, jobs, progress.sizes, options, want) as workers:
+    wants = wants or [Want()] * len(paths)
+    cont = cont or Continuations([])
+    ready = set(cont.ready()) if cont.prev else set(files)
+    with _Workers(paths, [i for i in files if i in ready], jobs, progress.sizes, options, wants, finish) as workers:
         if "-" in paths:
             i = paths.index("-")
             try:
-                results[i] = _parse_file("-", 0, lambda pos: progress.update(i, pos), options, want)
+                results[i] = parse_and_finish("-", lambda pos: progress.update(i, pos), options, wants[i], finish)
             except BcgError as exc:
-                results[i] = (type(exc), exc.what, exc.where)
+                results[i] = _Failed(type(exc), exc.what, exc.where)
             progress.finished(i)
         first = 0  # results[:first] are known and fine
         while first < len(paths):
             if results[first] is not None:
-                if isinstance(results[first], tuple):
+                if isinstance(results[first], _Failed):
                     cls, what, where = results[first]
                     raise cls(what, where)
                 first += 1
@@ -216,6 +337,8 @@ def _parse_parallel(
                     progress.done[j] = max(progress.done[j], workers.done[j])
                 progress.update(files[0], progress.done[files[0]])
             else:
-                results[got[0]] = got[1]
+                results[got[0]] = got[1] if isinstance(got[1], _Failed) else (got[1][0], _unspill(got[1][1]))
                 progress.finished(got[0])
-    return results
+                last = None if isinstance(got[1], _Failed) else got[1][0]  # (last launch, parse)
+                workers.submit([(j, cont.want(j, wants[j])) for j in cont.done(got[0], last)])
+    return [r[1] for r in results]

@@ -13,6 +13,7 @@ import gzip
 import re
 from typing import IO, Any
 
+from bcgtune.adapters.sglang.log.rotation import LOG_SUFFIXES, is_log_name
 from bcgtune.errors import ExternalError, InputError
 
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -20,7 +21,6 @@ _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 CONNECT_TIMEOUT_S = 30
 READ_TIMEOUT_S = 120
 _GLOB_CHARS = re.compile(r"[*?\[]")
-LOG_SUFFIXES = (".log", ".log.gz", ".txt", ".txt.gz", ".out", ".out.gz")
 
 
 def is_url(path: str) -> bool:
@@ -168,7 +168,9 @@ def list_logs(location: str) -> list[str]:
 
         if not (_GLOB_CHARS.search(location) or os.path.isdir(location)):
             return [location]
-        found = sorted(set(input_files(location, LOG_SUFFIXES)))
+        found = sorted(set(input_files(location)))
+        if not _GLOB_CHARS.search(location):  # a folder: its logs and their rotated pieces
+            found = [p for p in found if is_log_name(p)]
     else:
         fs, path = _filesystem(location)
 
@@ -180,11 +182,13 @@ def list_logs(location: str) -> list[str]:
             if _GLOB_CHARS.search(path):
                 found = sorted(url_of(p) for p in fs.glob(path) if not fs.isdir(p))
             elif fs.isdir(path):
-                found = sorted(url_of(p) for p in fs.find(path) if p.endswith(LOG_SUFFIXES))
+                found = sorted(url_of(p) for p in fs.find(path) if is_log_name(p))
             else:
                 return [location]
         except Exception as exc:
             raise _failure(exc, location) from None
     if not found:
-        raise InputError(f"no log files there (files ending in {', '.join(LOG_SUFFIXES)})", location)
+        raise InputError(
+            f"no log files there (files ending in {', '.join(LOG_SUFFIXES)}, or their rotated pieces such as .log.1)", location
+        )
     return found

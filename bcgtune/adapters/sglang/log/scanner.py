@@ -64,6 +64,7 @@ from bcgtune.adapters.sglang.log.grammar import (
     MAX_SAMPLE_CHARS,
     PrefillRecord,
     PrefillValues,
+    _cached,
     _disable_text,
     _prefill_values,
     _quote,
@@ -73,6 +74,7 @@ from bcgtune.adapters.sglang.log.grammar import (
 )
 from bcgtune.adapters.sglang.log.options import DEFAULT_OPTIONS, ParseOptions
 from bcgtune.adapters.sglang.log.remote import RemoteFile, is_url
+from bcgtune.core.stats import distinct
 from bcgtune.errors import InputError
 from bcgtune.fileio import display_path as _display_path
 from bcgtune.fileio import log_digest, open_binary
@@ -265,6 +267,7 @@ class _Scanner:
         # per-line parser output of the current chunk, merged with the fast path's by line
         self._recs: list[tuple[int, int, PrefillValues]] = []
         self._bad: list[tuple[int, str]] = []
+        self._values_cache: dict[str, PrefillValues | None] = {}
         # the compiled line scanner, and what its text ids stand for (grown as ids come)
         self.table = LineTable() if self.fast and options.compiled and LineTable is not None else None
         self._batched: tuple | None = None  # (lines, text ids, lines read per line, base, position) of a chunk
@@ -470,7 +473,7 @@ class _Scanner:
         sep = np.cumsum(hi - lo + 1) - 1  # offset in `text` of the b"\n" after each run
         r = np.searchsorted(sep, pos, "right")
         at = lo[r] + pos - (sep[r] - (hi[r] - lo[r]))  # offsets in the chunk
-        return np.unique(np.searchsorted(c.ends, at)).tolist()
+        return distinct(np.searchsorted(c.ends, at)).tolist()
 
     def _plan_lines(self, c: _ChunkLines, heads: _BatchLines, per_line: list[int], ids: np.ndarray | None) -> np.ndarray:
         """Plan ids of the prefill lines (`ids`: their layout ids from the compiled
@@ -700,7 +703,9 @@ class _Scanner:
         self._prefill(text, self.pending_line, len(pending))
 
     def _prefill(self, text: str, lineno: int, physical_lines: int) -> None:
-        v = _prefill_values(text)
+        # a record read per line (wrapped over lines, glued, of a layout not planned) is remembered
+        # by its text: the same text is the same record (its values are immutable)
+        v = _cached(self._values_cache, text, _prefill_values)
         if v is None:
             self._bad.append((lineno, text))
         else:
