@@ -4,52 +4,41 @@
 # The trace is the simulated default workload with request counts and batch order
 # (benchmarks/data/default_workload.json: `bcgtune trace --simulate --workload mi355x-multimodal-pr
 # --chunked-prefill-size 8192`, 1,275 batches, 595 distinct sizes), as h200_default_workload.sh uses.
-# One tune: calibrate on the trace with the model check, the time optimum, the sizes it wants
-# measured, validation, and a proof run of PASSES independent passes (the recommended list,
-# SGLang's ladder and eager, every list in the same interleaved rounds of a pass).
-# Sampling, chosen to keep the 8B under ~8 minutes on one H200 (the 0.6B takes less):
-#   qwen3-8b:   --grid 256 --mix-every 32, 5 rounds after 2 warm-up, no graph-memory curve in the
-#               calibration (the proof run still measures the list's memory); the model check
-#               replays every 20th batch (64 of 1,275) in trace order; the proof run every 27th
-#               (48); 3 timed rounds per pass after 1 warm-up; at most 2 measuring rounds
-#   qwen3-0.6b: --grid 128 --mix-every 8, 8 rounds after 3 warm-up; the model check every 11th
-#               batch (116; it replays eager too, twice the time of a graph list on this
-#               launch-bound shape); the proof run every 8th (160); 5 rounds per pass; 3 measuring
-#               rounds: about 9 minutes, inside one 10-minute device call
-# Knobs (override the preset): TRACE, MODEL, PASSES (3), GRID, MIX_EVERY, CAL_REPEATS, CAL_WARMUP,
-# CHECK (model-check batches), PROOF (proof batches), PROOF_REPEATS, MEASURE_ROUNDS, K (12),
-# MAX_BS (8192: the chunked prefill size), MEMORY=0|1 (the calibration's graph-memory curve; 8B preset 0),
-# STATE (the state folder: give an existing one to resume a killed run), PLOT=1 (needs matplotlib),
-# ENGINE (more engine options, e.g. "--tp 4"), NAME (the outputs' name, default $MODEL).
+# One tune with nothing but the model, the chunk and the device seconds it may take (BUDGET,
+# default the tune's own 600 s): the tune plans its grid, rounds, model check and proof to fit
+# (the plan is printed first), then runs them. Any knob given overrides the plan: GRID,
+# MIX_EVERY, CAL_REPEATS, CAL_WARMUP, CHECK (model-check batches), PROOF (proof batches),
+# PROOF_REPEATS, MEASURE_ROUNDS, PASSES, K (max buckets), MEMORY=0|1; also TRACE, MODEL,
+# MAX_BS (8192: the chunked prefill size), STATE (the state folder: give an existing one to
+# resume a killed run), PLOT=1 (needs matplotlib), ENGINE (more engine options, e.g. "--tp 4"),
+# NAME (the outputs' name, default $MODEL).
+# WHOLE=1 then replays the whole trace in order under the recommended list and the ladder
+# (benchmarks/whole_trace_check.py; WHOLE_PASSES 2, WHOLE_REPEATS 2) and says whether the
+# measured gain falls inside the tune's whole-trace interval. WHOLE=only runs just that, on
+# an earlier call's $OUT/tune_$NAME.json (give OUT a folder kept between calls).
 # Writes $OUT/tune_$NAME.json (every step's figures), .txt (the table), .log (progress, each
-# step's wall time), tuned_$NAME.toml (a copy of the h200 profile with the list and its [tuned] record).
+# step's wall time), tuned_$NAME.toml (a copy of the h200 profile with the list and its [tuned]
+# record), whole_$NAME.json/.txt (WHOLE).
 set -euo pipefail
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 TRACE=${TRACE:-benchmarks/data/default_workload.json}
 MODEL=${MODEL:-qwen3-0.6b}
 NAME=${NAME:-$MODEL}
-case "$MODEL" in
-  qwen3-8b) D_GRID=256 D_MIX=32 D_REP=5 D_WARM=2 D_CHECK=64 D_PROOF=48 D_PREP=3 D_MEAS=2 D_MEM=0 ;;
-  # the MoE presets of benchmarks/h200_moe_tp.sh (two tunes and a calibration in one call)
-  qwen3-30b-a3b) D_GRID=512 D_MIX=64 D_REP=3 D_WARM=1 D_CHECK=24 D_PROOF=32 D_PREP=2 D_MEAS=1 D_MEM=0 ;;
-  *)        D_GRID=128 D_MIX=8  D_REP=8 D_WARM=3 D_CHECK=120 D_PROOF=160 D_PREP=5 D_MEAS=3 D_MEM=1 ;;
-esac
 STATE=${STATE:-$OUT/tune_state_$NAME}
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip)"
-echo "sampling: grid ${GRID:-$D_GRID}, every ${MIX_EVERY:-$D_MIX}th distinct batch calibrated, ${CAL_REPEATS:-$D_REP} rounds;" \
-     "model check on at most ${CHECK:-$D_CHECK} trace batches, proof on at most ${PROOF:-$D_PROOF} (every Nth, in trace order)," \
-     "${PASSES:-3} passes of ${PROOF_REPEATS:-$D_PREP} rounds"
+opt() { [ -n "$2" ] && echo "$1 $2"; return 0; }
+if [ "${WHOLE:-}" != only ]; then
 # the list and [tuned] go into a copy of the h200 profile, whose model's config is not on the GPU
 # machine: --unchecked writes it, and the file records that SGLang did not check its launch
 [ -f "$OUT/tuned_$NAME.toml" ] || cp profiles/h200.toml "$OUT/tuned_$NAME.toml"
 SECONDS=0
 # shellcheck disable=SC2086  # ENGINE holds several options
 python3 -m bcgtune tune "$TRACE" --model "$MODEL" ${ENGINE:-} --state-dir "$STATE" --chunked-prefill-size "${MAX_BS:-8192}" \
-    --grid "${GRID:-$D_GRID}" --mix-every "${MIX_EVERY:-$D_MIX}" --repeats "${CAL_REPEATS:-$D_REP}" --warmup "${CAL_WARMUP:-$D_WARM}" \
-    --check-batches "${CHECK:-$D_CHECK}" --proof-batches "${PROOF:-$D_PROOF}" --proof-repeats "${PROOF_REPEATS:-$D_PREP}" \
-    --passes "${PASSES:-3}" --measure-rounds "${MEASURE_ROUNDS:-$D_MEAS}" --max-buckets "${K:-12}" \
-    $([ "${MEMORY:-$D_MEM}" = 0 ] && echo --no-memory) \
+    $(opt --budget "${BUDGET:-}") $(opt --grid "${GRID:-}") $(opt --mix-every "${MIX_EVERY:-}") $(opt --repeats "${CAL_REPEATS:-}") \
+    $(opt --warmup "${CAL_WARMUP:-}") $(opt --check-batches "${CHECK:-}") $(opt --proof-batches "${PROOF:-}") \
+    $(opt --proof-repeats "${PROOF_REPEATS:-}") $(opt --passes "${PASSES:-}") $(opt --measure-rounds "${MEASURE_ROUNDS:-}") \
+    $(opt --max-buckets "${K:-}") $([ "${MEMORY:-}" = 0 ] && echo --no-memory) $([ "${MEMORY:-}" = 1 ] && echo --memory) \
     --write-profile "$OUT/tuned_$NAME.toml" --unchecked \
     $([ -n "${PLOT:-}" ] && echo --plot "$OUT/tune_$NAME.png") \
     --json > "$OUT/tune_$NAME.json" 2> "$OUT/tune_$NAME.log" || { tail -20 "$OUT/tune_$NAME.log"; exit 1; }
@@ -63,7 +52,11 @@ def iv(x, unit=1e3):
 print(f"recommended: {d['buckets']}")
 for k, s in d["steps"].items():
     print(f"step {k}: {s['wall_s']:.1f} s")
-print(f"proof: {p['batches']} of {p['of']} batches (every {p['every']}), {p['passes']} passes x {p['repeats']} rounds on {p['device']}")
+b = d.get("budget") or {}
+print(f"budget: {b.get('limit_s')} s, predicted {b.get('predicted_s')} s, spent {b.get('spent_s')} s")
+print(f"proof: {p['batches']} of {p['of']} batches ({(p.get('sample') or {}).get('strata_by', '?')}), {p['passes']} passes x {p['repeats']} rounds on {p['device']}")
+t = p["trace_estimate"]
+print(f"gain over the ladder on the whole trace: {t['gain_pct']:.2f}% ± {t['half_pct']:.2f} (95%; measured on {t['sampled_batches']} of {t['trace_batches']} batches)")
 for name, r in p["lists"].items():
     print(f"{name:14s} {r['graphs']:3d} graphs  predicted {iv(r['predicted'])} s  measured " + ", ".join(iv(m) for m in r["measured"])
           + f" s  inside {r['inside']}/{p['passes']}")
@@ -79,3 +72,11 @@ if o:
 PY
 cat "$OUT/tune_$NAME.txt"
 echo "tune: ${SECONDS} s in all"
+fi
+if [ -n "${WHOLE:-}" ]; then
+  SECONDS=0
+  # shellcheck disable=SC2086
+  python3 benchmarks/whole_trace_check.py "$OUT/tune_$NAME.json" "$TRACE" --model "$MODEL" --chunked-prefill-size "${MAX_BS:-8192}" \
+      --passes "${WHOLE_PASSES:-2}" --repeats "${WHOLE_REPEATS:-2}" --out-json "$OUT/whole_$NAME.json" | tee "$OUT/whole_$NAME.txt"
+  echo "whole-trace replay: ${SECONDS} s"
+fi

@@ -84,8 +84,17 @@ def design_for(pricing: TracePricing, tok: np.ndarray, lists: dict[str, list[int
     return proof_design(tok, strata_lists, pricing.weight(), budget, must_differ=must, seed=seed)
 
 
-def trace_figures(design, pricing: TracePricing, calls: dict[str, np.ndarray], lists: dict[str, list[int]]) -> dict[str, Any]:
-    """Every whole-trace estimate of the proof (core.plan.trace_estimate), as JSON."""
+def trace_figures(
+    design,
+    pricing: TracePricing,
+    calls: dict[str, np.ndarray],
+    lists: dict[str, list[int]],
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
+) -> dict[str, Any]:
+    """Every whole-trace estimate of the proof (core.plan.trace_estimate), as JSON. The
+    recommended list's distance from the optimum is judged here, on the whole trace, against
+    the margin of `tolerance_pct` of the optimum's total: a stratified sample over-represents
+    the batches the two lists run differently, so its own difference is no verdict."""
     from bcgtune.core.plan.trace_estimate import estimate_difference, estimate_total, gain_pct, per_bucket_graph
 
     allow = allowances()
@@ -131,7 +140,16 @@ def trace_figures(design, pricing: TracePricing, calls: dict[str, np.ndarray], l
     }
     if "optimum" in lists:
         d_opt, n_opt = diff("recommended", "optimum")
-        out["recommended_minus_optimum"] = d_opt.to_json() | {"differing_batches": n_opt}
+        o = d_opt.to_json()
+        margin = tolerance_pct / 100.0 * float(totals["optimum"].center)
+        out["recommended_minus_optimum"] = o | {
+            "differing_batches": n_opt,
+            "tolerance_pct": tolerance_pct,
+            "margin_ms": margin,
+            "within_margin": bool(o["center"] <= margin),
+            # the 95% interval reaches down to the margin: no evidence of more than the margin
+            "not_beyond_margin": bool(o["center"] - o["half"] <= margin),
+        }
     return out
 
 
@@ -199,7 +217,8 @@ def run_proof(
     engine.release()
     out = _sample_figures(req, model, lists, runs, replayed, st, tok, cal)
     calls = {n: np.concatenate(runs[n]["calls"], axis=1) for n in lists}
-    trace_est = trace_figures(design, pricing, calls, lists)
+    tol = DEFAULT_TOLERANCE_PCT if req.tolerance_pct is None else float(req.tolerance_pct)
+    trace_est = trace_figures(design, pricing, calls, lists, tol)
     out.update(
         batches=int(st.size),
         of=int(tok.size),

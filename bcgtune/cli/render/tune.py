@@ -146,8 +146,17 @@ def _trace_lines(proof: dict[str, Any]) -> list[str]:
     ]
     o = t.get("recommended_minus_optimum")
     if o is not None:
+        verdict = ""
+        if "margin_ms" in o:
+            verdict = (
+                f"; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms)"
+                if o["within_margin"]
+                else f"; beyond the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms)"
+                + ("" if o["not_beyond_margin"] else ", measurably")
+            )
         out.append(
-            f"recommended - optimum on the whole trace: {_s(o, True, 1)} ms ({o['differing_batches']:,} batches run differently)"
+            f"recommended - optimum on the whole trace: {_s(o, True, 1)} ms ({o['differing_batches']:,} batches run differently"
+            f"{verdict})"
         )
     a = t["allowances"]
     parts = "the sampling error, " if not design["whole_trace"] else ""
@@ -176,7 +185,8 @@ def _sample_lines(proof: dict[str, Any]) -> list[str]:
         out.append(
             f"on the batches replayed: recommended - optimum predicted {_s(o['predicted'], True, 1)} ms; measured "
             + "; ".join(f"{_s(m, True, 1)} ms" for m in o["measured"])
-            + f"; within the {o['tolerance_pct']:g}% margin ({o['margin_ms']:,.1f} ms) in {o['within_margin']}/{passes}"
+            + f"; within the {o['tolerance_pct']:g}% margin of these batches ({o['margin_ms']:,.1f} ms)"
+            + f" in {o['within_margin']}/{passes}"
             + (
                 f", not measurably beyond it (its 95% interval reaches the margin) in {o['not_beyond_margin']}/{passes}"
                 if "not_beyond_margin" in o
