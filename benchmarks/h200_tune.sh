@@ -13,7 +13,7 @@
 # resume a killed run), PLOT=1 (needs matplotlib), ENGINE (more engine options, e.g. "--tp 4"),
 # NAME (the outputs' name, default $MODEL).
 # WHOLE=1 then replays the whole trace in order under the recommended list and the ladder
-# (benchmarks/whole_trace_check.py; WHOLE_PASSES 2, WHOLE_REPEATS 2) and says whether the
+# (benchmarks/whole_trace_check.py; WHOLE_PASSES 2, WHOLE_REPEATS 2, WHOLE_WARMUP 1) and says whether the
 # measured gain falls inside the tune's whole-trace interval. WHOLE=only runs just that, on
 # an earlier call's $OUT/tune_$NAME.json (give OUT a folder kept between calls).
 # Writes $OUT/tune_$NAME.json (every step's figures), .txt (the table), .log (progress, each
@@ -77,6 +77,6 @@ if [ -n "${WHOLE:-}" ]; then
   SECONDS=0
   # shellcheck disable=SC2086
   python3 benchmarks/whole_trace_check.py "$OUT/tune_$NAME.json" "$TRACE" --model "$MODEL" --chunked-prefill-size "${MAX_BS:-8192}" \
-      --passes "${WHOLE_PASSES:-2}" --repeats "${WHOLE_REPEATS:-2}" --out-json "$OUT/whole_$NAME.json" | tee "$OUT/whole_$NAME.txt"
+      --passes "${WHOLE_PASSES:-2}" --repeats "${WHOLE_REPEATS:-2}" --warmup "${WHOLE_WARMUP:-1}" --out-json "$OUT/whole_$NAME.json" | tee "$OUT/whole_$NAME.txt"
   echo "whole-trace replay: ${SECONDS} s"
 fi
