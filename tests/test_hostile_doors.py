@@ -66,7 +66,8 @@ def test_tune_reads_its_trace_from_stdin_and_keeps_it(tmp_path):
     assert json.loads(r.out)["buckets"] == [64, 128]
     with _stdin(TINY_TRACE.encode()):  # the same bytes again: the state's trace, every step resumed
         again = cli(args)
-    assert again.code == 0 and json.loads(again.out)["resumed"] == ["calibrate", "optimum", "measure", "validate", "proof"]
+    steps = ["plan", "calibrate", "optimum", "measure", "validate", "proof"]
+    assert again.code == 0 and json.loads(again.out)["resumed"] == steps
     with _stdin(b"size,count\n40,3\n"):  # other bytes: another trace, refused by the state
         other = cli(args)
     assert other.code == 2 and "this state folder holds a tune of" in other.err, other.err

@@ -298,6 +298,9 @@ def test_h200_tune_script_runs_on_cpu_with_tiny_model(tmp_path):
         PROOF_REPEATS="2",
         PASSES="2",
         MEMORY="0",
+        WHOLE="1",
+        WHOLE_PASSES="1",
+        WHOLE_REPEATS="2",
         PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
     )
     p = subprocess.run(
@@ -307,7 +310,13 @@ def test_h200_tune_script_runs_on_cpu_with_tiny_model(tmp_path):
     doc = json.loads((out / "tune_tiny.json").read_text())
     assert doc["steps"]["proof"]["passes"] == 2 and len(doc["steps"]["proof"]["lists"]["eager"]["measured"]) == 2
     assert "recommended - ladder: predicted" in (out / "tune_tiny.txt").read_text()
-    assert "sampling: grid 64" in p.stdout and "tune: " in p.stdout
+    assert doc["plan"]["grid"] == 64 and doc["plan"]["given"]  # the knobs given win over the plan
+    assert "gain over the ladder on the whole trace:" in (out / "tune_tiny.txt").read_text() and "tune: " in p.stdout
+    # the whole trace replayed under the recommended list and the ladder, against the tune's interval
+    whole = json.loads((out / "whole_tiny.json").read_text())
+    assert whole["batches"] == doc["steps"]["proof"]["of"] and len(whole["passes"]) == 1
+    assert whole["lists"]["recommended"] == doc["steps"]["proof"]["lists"]["recommended"]["buckets"]
+    assert "inside the tune's interval in" in p.stdout
 
 
 def test_plot_of_predicted_vs_measured(tuned, tmp_path):

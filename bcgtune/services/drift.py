@@ -70,6 +70,7 @@ def drift_for_profile(
         model_path=profile.model or "",
         hardware=profile.hardware or None,
         env=profile.env,
+        source=profile.path,
         sglang=sglang,
         say=progress,
     )

@@ -115,16 +115,24 @@ def model_capture(
     model = model or profile.model or ""
     if config_dir is None and model:
         config_dir, _ = locate_model_config(model)
-    launch = _model_launch(
-        profile.server,
-        platform=profile.platform,
-        buckets=profile.buckets,
-        model_path=model,
-        gpu_memory_gib=None,
-        hardware=getattr(profile, "hardware", None),
-        env=getattr(profile, "env", None),
-        config_dir=config_dir,
-    )
+    try:
+        launch = _model_launch(
+            profile.server,
+            platform=profile.platform,
+            buckets=profile.buckets,
+            model_path=model,
+            gpu_memory_gib=None,
+            hardware=getattr(profile, "hardware", None),
+            env=getattr(profile, "env", None),
+            config_dir=config_dir,
+        )
+    except InputError as e:
+        where = getattr(profile, "where", None)
+        if not where or (e.where and ("/" in e.where or ":" in e.where)):
+            raise
+        # a launch flag's value: named as the profile's file and key
+        key = (e.where or e.field or "").replace("_", "-")
+        raise InputError(e.what, f"{where}: [server].{key}" if key else where) from None
     cap = resolve_prefill_capture(launch)
     return replace(
         cap,
@@ -147,17 +155,20 @@ def capture_for_flags(
     sglang: SglangUse = "cache",
     refresh: bool = False,
     say=None,
+    source: Any = None,
 ) -> PrefillCapture:
     """The prefill graphs SGLang captures for a launch given as flags (a profile's [server]
     table, or the layout flags of suggest-buckets), with the launch's bucket list.
     `hardware`: the GPU ([profile].hardware); `model_path`: the model (its config, when on
     this machine, decides the rules on its architecture; without one SGLang is asked about
     a plain dense model, and the answer says so). `sglang`: when SGLang's own answer is
-    used (see the module's docstring)."""
+    used (see the module's docstring); `source`: the profile file the flags come from (named
+    in errors)."""
     from bcgtune.files.profile_file import Profile, snake
 
     profile = Profile(
         name="launch",
+        path=Path(source) if source is not None else None,
         platform=platform,
         hardware=hardware or "",
         model=model_path or None,

@@ -309,6 +309,7 @@ def _profile_launch(
         model_path=prof.model or "",
         hardware=prof.hardware or None,
         env=prof.env,
+        source=prof.path,
         sglang=req.sglang,
         say=say,
     )

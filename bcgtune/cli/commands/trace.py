@@ -260,8 +260,15 @@ def _logs(
             paths, mixed_chunk=mixed_chunk, jobs=jobs, histogram_only=histogram_only, progress=bar.update, launch=launch,
             group=group,
         )  # fmt: skip
-    if launch and not any(isinstance(e, dict) and e.get("launch_given") for e in trace.parse_stats.get("per_source") or []):
-        note("note: --launch not used: every log states its own launch settings, and those win", quiet)
+    if launch:
+        # a setting given with --launch that every log states itself: the logs' values win
+        groups = trace.groups or []
+        stated = [k for k, v in launch.items() if groups and all(g.settings.get(k, v) != v for g in groups)]
+        given = any(isinstance(e, dict) and e.get("launch_given") for e in trace.parse_stats.get("per_source") or [])
+        if not given or len(stated) == len(launch):
+            note("note: --launch not used: every log states its own launch settings, and those win", quiet)
+        elif stated:
+            note(f"note: --launch {', '.join(stated)} not used: every log states its own value, and those win", quiet)
     _emit(trace, out_path, as_json, quiet)
 
 

@@ -189,6 +189,8 @@ def list_logs(location: str) -> list[str]:
             raise _failure(exc, location) from None
     if not found:
         raise InputError(
-            f"no log files there (files ending in {', '.join(LOG_SUFFIXES)}, or their rotated pieces such as .log.1)", location
+            f"no log files there (files ending in {', '.join(LOG_SUFFIXES)}, or their rotated pieces such as .log.1; "
+            "each may be .gz)",
+            location,
         )
     return found
