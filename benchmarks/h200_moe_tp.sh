@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The shapes a TP-N MoE server runs, on one GPU (device tool, repository root); results under $OUT (./out):
-#   bash benchmarks/h200_moe_tp.sh                 # everything, about 8 minutes on one H200
+#   BUDGET=150 bash benchmarks/h200_moe_tp.sh      # everything on one GPU (BUDGET: each tune's device seconds)
 #   PARTS="30b tp4" bash benchmarks/h200_moe_tp.sh  # some of it (parts: 30b tp4 8b plot)
 # On the default workload's trace (benchmarks/data/default_workload.json, as h200_tune.sh):
-#   30b   `bcgtune tune` of qwen3-30b-a3b at TP 1 (benchmarks/h200_tune.sh, its qwen3-30b-a3b preset:
-#         grid 512, every 64th distinct batch, 3 rounds; model check and proof on ~30 trace batches,
-#         2 passes): the tuned list against SGLang's ladder, measured in trace order;
+#   30b   `bcgtune tune` of qwen3-30b-a3b at TP 1 (benchmarks/h200_tune.sh: the tune plans its
+#         sampling to fit BUDGET device seconds, default 600; give BUDGET=240 to fit one call
+#         beside the other parts): the tuned list against SGLang's ladder, measured in trace order;
 #   tp4   the same for one rank of qwen3-30b-a3b at TP 4 (--tp 4: 8 query heads, 1 KV head, every
 #         expert 192 wide), its 97 all-reduces per forward modelled on this one GPU (the stated ring
 #         curve, or ALL_REDUCE_CURVE=FILE: nccl-tests' all_reduce_perf output of the TP-4 host);
