@@ -134,10 +134,10 @@ ROWS = [
         [
             ("runner.patched", 5, "not checked: SGLang did not answer for 1 of the"),
             ("runner.not_python", 2, "binary data, not Python source (a prefill_cuda_graph_runner.py)"),
-            ("runner.no_runner", 5, "not checked: SGLang did not answer for 1 of the things doctor judges; run without --no-sgl"),
+            ("runner.no_runner", 5, "not checked: SGLang did not answer for 1 of the things doctor judges; "),
             ("runner.oversize", 2, "is 5,242,878 bytes, more than a runner's source"),
             ("runner.latin1", 2, "not UTF-8 text (byte 2): not Python source (--runner-source"),
-            ("any.empty", 5, "not checked: SGLang did not answer for 1 of the things doctor judges; run without --no-sglang-p"),
+            ("any.empty", 5, "not checked: SGLang did not answer for 1 of the things doctor judges; "),
             ("folder:any.folder", 2, "is a folder, not a prefill_cuda_graph_runner.py"),
             ("fifo:runner.patched", 2, "is not a regular file (a device, pipe or socket)"),
             ("stdin:runner.patched", 2, "no such file (--runner-source -)"),

@@ -561,9 +561,9 @@ def resolve(
     if ceiling < 1:
         raise InputError(f"chunked prefill size must be positive, got {ceiling}", field="chunked_prefill_size")
     checked = () if sizes is None else check_sizes(sizes, ceiling, model, bool(spec.chunked_prefill_size), what)
-    device, on_gpu = _device(spec)
-    if spec.sim_calibration and device != "sim":
+    if spec.sim_calibration and (spec.device or "").strip().lower() != "sim":  # before torch is looked for
         raise InputError("goes with --device sim (the calibration the simulated device replays)", field="sim_calibration")
+    device, on_gpu = _device(spec)
     if device == "sim":
         _check_sim(spec, model, tp, ep)
     asked_cpu = (spec.device or "").strip().lower() == "cpu"
