@@ -169,7 +169,7 @@ ROWS = [
             ("folder:model.config_oversize", 2, "larger than 4 MiB: not a config.json ({fx}/model.config_oversize/config.json)"),
             ("folder:any.empty_folder", 2, "no config.json there (a model is a built-in name, PATH/config.json or a"),
             ("any.binary", 2, "binary data, not a config.json ({fx}/any.binary)"),
-            ("missing:", 2, "unknown model '{T}/no-such': a built-in shape (tiny, tiny-moe, qwen3-0.6b, qwen3-8b, qwen3-30b-"),
+            ("missing:", 2, "no such file or folder (a model is a built-in shape (tiny, tiny-moe, qwen3-0.6b, qwen3-8b,"),
             ("value:no/such-model", 2, "unknown model 'no/such-model': a built-in shape (tiny,"),
         ],
         needs=TORCH,
