@@ -76,7 +76,10 @@ def test_tune_prices_a_profiles_launch_with_its_tp_and_model(trace, tmp_path):
         "[server]\ntp-size = 2\n"
     )
     out = tmp_path / "tuned.toml"
-    args = ["tune", trace, "--profile", str(prof), "--device", "cpu", "--state-dir", str(tmp_path / "s"), "--measure-rounds", "1"]
+    # the list is given: on a CPU the optimizer may rightly find that no graph pays, and then
+    # nothing is written; what this checks is the shape the tune measured and recorded
+    args = ["tune", trace, "--profile", str(prof), "--device", "cpu", "--state-dir", str(tmp_path / "s")]
+    args += ["--measure-rounds", "1", "--list", "64,160"]
     # SGLang is not asked in the tests: the launch is written unchecked, as the file then records
     r = cli([*args, "--write-profile", str(out), "--unchecked", "--json"])
     assert r.code == 0, r.err[-3000:]
