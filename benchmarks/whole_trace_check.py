@@ -11,7 +11,7 @@ pass's rounds, summed), and whether it falls inside the tune's interval.
 
     PYTHONPATH=. python3 benchmarks/whole_trace_check.py TUNE_JSON TRACE --model qwen3-8b \
         [--device cuda|sim --sim-calibration CAL] [--chunked-prefill-size 8192] \
-        [--passes 2] [--repeats 2] [--warmup 1] [--out-json FILE]
+        [--tp N --routing skewed --all-reduce modelled] [--passes 2] [--repeats 2] [--warmup 1] [--out-json FILE]
 
 TUNE_JSON is `bcgtune tune ... --json`'s output; TRACE the trace it tuned.
 """
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tp", type=int, default=None, help="the tune's --tp (one rank of a TP-N server)")
+    ap.add_argument("--routing", default="skewed", help="the tune's --routing (MoE models)")
+    ap.add_argument("--all-reduce", default="auto", help="the tune's --all-reduce")
     ap.add_argument("--out-json", default=None)
     a = ap.parse_args(argv)
 
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         seed=a.seed,
         chunked_prefill_size=a.chunked_prefill_size,
         sim_calibration=a.sim_calibration,
+        tp=a.tp,
+        routing=a.routing,
+        all_reduce=a.all_reduce,
     )
     largest = max(int(tok.max()), *(max(b) for b in lists.values() if b))
     cfg = resolve(spec, [largest], what="trace size")
