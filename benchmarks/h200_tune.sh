@@ -76,7 +76,7 @@ fi
 if [ -n "${WHOLE:-}" ]; then
   SECONDS=0
   # shellcheck disable=SC2086
-  python3 benchmarks/whole_trace_check.py "$OUT/tune_$NAME.json" "$TRACE" --model "$MODEL" ${ENGINE:-} --chunked-prefill-size "${MAX_BS:-8192}" \
+  python3 benchmarks/whole_trace_check.py "$OUT/tune_$NAME.json" "$TRACE" --model "$MODEL" --chunked-prefill-size "${MAX_BS:-8192}" \
       --passes "${WHOLE_PASSES:-2}" --repeats "${WHOLE_REPEATS:-2}" --warmup "${WHOLE_WARMUP:-1}" --out-json "$OUT/whole_$NAME.json" | tee "$OUT/whole_$NAME.txt"
   echo "whole-trace replay: ${SECONDS} s"
 fi

@@ -11,9 +11,11 @@ pass's rounds, summed), and whether it falls inside the tune's interval.
 
     PYTHONPATH=. python3 benchmarks/whole_trace_check.py TUNE_JSON TRACE --model qwen3-8b \
         [--device cuda|sim --sim-calibration CAL] [--chunked-prefill-size 8192] \
-        [--tp N --routing skewed --all-reduce modelled] [--passes 2] [--repeats 2] [--warmup 1] [--out-json FILE]
+        [--passes 2] [--repeats 2] [--warmup 1] [--out-json FILE]
 
-TUNE_JSON is `bcgtune tune ... --json`'s output; TRACE the trace it tuned.
+TUNE_JSON is `bcgtune tune ... --json`'s output; TRACE the trace it tuned. The rank the tune
+measured (TP, EP, all-reduce, MoE routing) is read from the JSON's engine record; a tune with
+a measured all-reduce curve needs that curve again (--all-reduce-curve FILE).
 """
 
 from __future__ import annotations
@@ -41,9 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tp", type=int, default=None, help="the tune's --tp (one rank of a TP-N server)")
-    ap.add_argument("--routing", default="skewed", help="the tune's --routing (MoE models)")
-    ap.add_argument("--all-reduce", default="auto", help="the tune's --all-reduce")
+    ap.add_argument("--all-reduce-curve", default=None, help="the tune's --all-reduce-curve, where it gave one")
     ap.add_argument("--out-json", default=None)
     a = ap.parse_args(argv)
 
@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         "recommended": [int(b) for b in proof["lists"]["recommended"]["buckets"]],
         "SGLang ladder": [int(b) for b in proof["lists"]["SGLang ladder"]["buckets"]],
     }
+    engine_rec = d.get("engine") or {}
+    par = engine_rec.get("parallel") or {}
+    all_reduce = par.get("all_reduce") or "none"
+    if all_reduce == "real":
+        raise SystemExit("the tune timed real all-reduces across processes: this one-process replay cannot")
+    curve = par.get("curve") or {}
+    if curve.get("points") and not a.all_reduce_curve:
+        raise SystemExit(f"the tune added a measured all-reduce curve ({curve['source']}): give it with --all-reduce-curve")
     trace = load_trace(a.trace)
     tok, rq, ordered = trace_sequence(trace, seed=a.seed)
     spec = EngineSpec(
@@ -69,9 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         seed=a.seed,
         chunked_prefill_size=a.chunked_prefill_size,
         sim_calibration=a.sim_calibration,
-        tp=a.tp,
-        routing=a.routing,
-        all_reduce=a.all_reduce,
+        tp=par.get("tp"),
+        ep=par.get("ep"),
+        all_reduce="auto" if all_reduce == "none" else all_reduce,
+        all_reduce_curve=a.all_reduce_curve,
+        routing=engine_rec.get("routing") or "skewed",
     )
     largest = max(int(tok.max()), *(max(b) for b in lists.values() if b))
     cfg = resolve(spec, [largest], what="trace size")

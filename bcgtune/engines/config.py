@@ -402,19 +402,13 @@ def _model_ref(spec: EngineSpec, tp: int, ep: int) -> tuple[ModelRef, RankDims |
         kind: Literal["builtin", "config"] = "config"
     elif model in PRESETS:
         shape, kind = PRESETS[model], "builtin"
-    elif model.startswith(("/", ".", "~")) or os.path.isdir(os.path.dirname(model) or "\0"):
-        # a path that names nothing (an absolute or relative path, or a missing name in a folder
-        # that exists): the file error with the whole path; "org/name" stays an unknown model
-        raise InputError(
-            f"no such file or folder (a model is a built-in shape ({', '.join(PRESETS)}), "
-            "PATH/config.json, or a checkpoint folder)",
-            model[:400],
-        )
     else:
-        raise InputError(
-            f"unknown model {model[:80]!r}: a built-in shape ({', '.join(PRESETS)}), PATH/config.json, or a checkpoint folder",
-            field="model",
-        )
+        models = f"a built-in shape ({', '.join(PRESETS)}), PATH/config.json, or a checkpoint folder"
+        if model.startswith(("/", ".", "~")) or os.path.isdir(os.path.dirname(model) or "\0"):
+            # a path that names nothing (an absolute or relative path, or a missing name in a
+            # folder that exists): the file error with the whole path; "org/name" stays unknown
+            raise InputError(f"no such file or folder (a model is {models})", model[:400])
+        raise InputError(f"unknown model {model[:80]!r}: {models}", field="model")
     dims = rank_dims(shape, tp, 0, ep)
     ref = ModelRef(
         kind,
